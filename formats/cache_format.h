@@ -1,0 +1,51 @@
+// formats/cache_format.h
+//
+// The cache formats by name, with their byte accounting, and the checked host API that packs,
+// unpacks and quantize-dequantizes whole tensors of rows. Host-only (throws dsv41::Error); the
+// per-entry device-usable functions are in formats/packed.h.
+//
+//   CacheFormat      element  scale        block  entry bytes for dim d   used for
+//   kMainKvFp4       E2M1     E4M3         16     d/2 + d/16              compressed (global) KV
+//   kIndexKeyFp4     E2M1     E8M0 (ceil)  32     d/2 + d/32              indexer keys (and queries)
+//   kSwaKvFp8        E4M3     E8M0 (ceil)  32     d + d/32                SWA ring (local state)
+//   kBf16            BF16     -            1      2d                      uncompressed ablation
+//
+// Errors: a dim that is not a multiple of the block, a NaN or +-Inf element (named by row,
+// block and element), a byte buffer of the wrong size.
+//
+// Example:
+//   std::vector<uint8_t> bytes = pack_rows(CacheFormat::kMainKvFp4, x, rows, 512);
+//   std::vector<float> back = unpack_rows(CacheFormat::kMainKvFp4, bytes, rows, 512);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsv41::formats {
+
+enum class CacheFormat : uint8_t { kMainKvFp4, kIndexKeyFp4, kSwaKvFp8, kBf16 };
+
+struct CacheFormatInfo {
+  const char* name;      // stable identifier, used in files and reports
+  const char* element;   // element type
+  const char* scale;     // scale type ("none" for bf16)
+  int block;             // elements per scale
+};
+
+const CacheFormatInfo& info(CacheFormat f);
+// Parses a name produced by info(f).name; throws naming the accepted names otherwise.
+CacheFormat cache_format_from_name(const std::string& name);
+
+// Bytes of one entry (one token's vector of `dim` values); throws if dim is not a positive
+// multiple of the format's block.
+int entry_bytes(CacheFormat f, int dim);
+
+// x: [rows, dim] fp32 (bf16 values in practice) -> [rows, entry_bytes] packed.
+std::vector<uint8_t> pack_rows(CacheFormat f, const std::vector<float>& x, int rows, int dim);
+// bytes: [rows, entry_bytes] -> [rows, dim] fp32, each exactly a bf16 value.
+std::vector<float> unpack_rows(CacheFormat f, const std::vector<uint8_t>& bytes, int rows, int dim);
+// unpack_rows(pack_rows(x)): the value the official code keeps in its bf16 cache.
+std::vector<float> qdq_rows(CacheFormat f, const std::vector<float>& x, int rows, int dim);
+
+}  // namespace dsv41::formats
