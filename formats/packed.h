@@ -15,7 +15,7 @@
 // pack_*(x, d, out) quantizes d fp32 values (bf16 values in practice) into one entry and returns
 // false if some block held NaN/Inf (bytes are still written, deterministically). unpack_*(in,
 // d, out) writes the d dequantized values (each exactly a bf16 value). unpack(pack(x)) equals
-// the QDQ of x bit for bit. The checked host API is formats/quantize.h.
+// the QDQ of x bit for bit. The checked host API is formats/cache_format.h.
 #pragma once
 
 #include <cstddef>

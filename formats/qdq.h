@@ -21,7 +21,7 @@
 // Non-finite inputs: the official code has no defined result for a block holding NaN or +-Inf
 // (its torch port returns NaN/0xFF scales, the tilelang kernel differs). These functions return
 // `false` for such a block and still write deterministic bytes; the checked host API
-// (formats/quantize.h) turns that into a dsv41::Error naming the block.
+// (formats/cache_format.h) turns that into a dsv41::Error naming the block.
 //
 // Example:
 //   uint8_t scale, codes[16];
@@ -65,7 +65,9 @@ DSV41_HD inline float max_f32(float a, float b) { return f32_bits(a) >= f32_bits
 
 // The official "fast_round_scale" (ceil to a power of two) from fp32 bits:
 // byte = exponent field + (mantissa != 0). Equal to e8m0_encode_ceil for every normal t <= 2^127,
-// the only values the amax floors let through (tested exhaustively).
+// the only values the amax floors let through (tested exhaustively). Outside that domain it is
+// what the bit formula gives: NaN -> 0x00 (the field wraps), Inf and t > 2^127 -> 0xFF; blocks
+// that reach those are non-finite blocks and are reported as such.
 DSV41_HD inline uint8_t e8m0_ceil_official(float t) {
   const uint32_t b = f32_bits(t);
   return static_cast<uint8_t>(((b >> 23) & 0xFFu) + ((b & 0x7FFFFFu) != 0 ? 1u : 0u));

@@ -1,0 +1,61 @@
+// reference/linear.h
+//
+// Linear layers per weight dtype, as the official `linear()` computes them (model.py, kernel.py):
+//
+//   weight dtype  activation path                          accumulation                       output
+//   F8_E4M3       act_quant(x, 32, ue8m0): E4M3 codes +     per 32-wide K block: exact dot of   bf16
+//                 one E8M0 scale per 32 of K                 code values, rounded once to fp32;
+//                 (formats::quantize_fp8_block)              acc += partial * a_s * w_s (fp32,
+//                                                            K blocks in order); w_s per 32x32
+//   F4 (E2M1)     same act_quant                             same, w_s = E8M0 per (row, 32 of K)  bf16
+//   BF16          x as is (bf16)                             double in index order -> fp32       bf16
+//   F32           x as is (fp32 or bf16 values)              double in index order -> fp32       fp32
+//
+// Exactness: the fp8/fp4 per-block partials are the exact value rounded once (order-free), the
+// block accumulation follows the kernel's order, so the result differs from the official CPU
+// port only where torch's fp32 matmul inside one 32-block was not exact (rare; <= 1 bf16 ulp).
+//
+// Example:
+//   LinearWeight wq_a = LinearWeight::load(weights, "layers.2.attn.wq_a", DType::kF8E4M3, 128, 256);
+//   Tensor<float> qr = linear(x, wq_a);   // x: [T, 256] bf16 -> [T, 128] bf16
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reference/safetensors.h"
+#include "reference/tensor.h"
+
+namespace dsv41::reference {
+
+using safetensors::DType;
+
+struct LinearWeight {
+  std::string name;       // checkpoint prefix, e.g. "layers.2.attn.wq_a"
+  DType dtype = DType::kF32;
+  int64_t out = 0, in = 0;
+  std::vector<float> w;      // [out, in] element values (E4M3 / E2M1 / bf16 / fp32 values)
+  std::vector<float> scale;  // F8_E4M3: [ceil(out/32), ceil(in/32)] E8M0 values;
+                             // F4: [out, in/32] E8M0 values; empty for BF16/F32
+
+  // Reads "<prefix>.weight" (and "<prefix>.scale" for F8_E4M3/F4) with the official shapes; any
+  // mismatch is an error naming the tensor.
+  static LinearWeight load(const safetensors::SafetensorsFile& file, const std::string& prefix,
+                           DType dtype, int64_t out, int64_t in);
+};
+
+// y = x W^T with the official dtype semantics above.
+// x: [T, in] (bf16 values for F8/F4/BF16 weights) -> [T, out] (bf16 values, or fp32 for F32).
+Tensor<float> linear(const Tensor<float>& x, const LinearWeight& w);
+
+// y = x W^T in fp32 for any weight dtype, output not rounded to bf16: the official
+// `F.linear(x.float(), weight.float())` (MoE gate) and the fp32 head.
+// x: [T, in] fp32 -> [T, out] fp32.
+Tensor<float> linear_fp32(const Tensor<float>& x, const LinearWeight& w);
+
+// The activation quantization of fp8/fp4 linears (act_quant block 32, ue8m0) of one row.
+// x: [in] bf16 values -> codes_value: [in] E4M3 values, scales: [in/32] E8M0 values.
+void act_quant_row(const float* x, int64_t in, float* code_values, float* scales);
+
+}  // namespace dsv41::reference

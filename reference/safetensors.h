@@ -1,0 +1,75 @@
+// reference/safetensors.h
+//
+// Reader and writer of the safetensors container: an 8-byte little-endian header length, a JSON
+// header {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}, then raw tensor bytes.
+// The JSON header is parsed with nlohmann::json; the raw bytes are kept as stored.
+//
+// Stored dtypes (the official checkpoint's):
+//   F32, BF16, F8_E4M3, F8_E8M0, I32, I64, and F4: packed E2M1, two per byte, element 2k in the low
+//   nibble; its header shape is LOGICAL ([out, in]), so it holds numel/2 bytes.
+//
+// Contract: read() validates the whole file before returning (header length within the file,
+// JSON object, every entry's dtype known, shape non-negative, offsets in range, byte count =
+// dtype size x numel, no overlaps, no gaps between tensors is NOT required) and every error names
+// the file and, where there is one, the tensor. write() is deterministic (entries sorted by name,
+// metadata sorted, header padded with spaces to a multiple of 8) and atomic (temp file + rename).
+//
+// Example:
+//   SafetensorsFile f = SafetensorsFile::read("weights.safetensors");
+//   const Tensor& w = f.get("layers.2.attn.wq_a.weight", DType::kF8E4M3, {128, 256});
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dsv41::reference::safetensors {
+
+enum class DType : uint8_t { kF32, kBF16, kF8E4M3, kF8E8M0, kF4, kI32, kI64 };
+
+const char* dtype_name(DType d);   // "F32", "BF16", "F8_E4M3", "F8_E8M0", "F4", "I32", "I64"
+DType dtype_from_name(const std::string& name);  // throws on unknown names
+
+// Stored bytes for `numel` elements of `d` (F4: numel must be even).
+int64_t stored_bytes(DType d, int64_t numel);
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;   // logical shape
+  std::vector<uint8_t> bytes;   // as stored, little endian
+
+  int64_t numel() const;
+  // Decoded values as fp32 (exact for every dtype here except I64 beyond 2^24). F4 decodes the
+  // E2M1 codes only (no scale).
+  std::vector<float> to_f32() const;
+};
+
+class SafetensorsFile {
+ public:
+  static SafetensorsFile read(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  std::vector<std::string> names() const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // The tensor, checked: a missing tensor, another dtype or another shape is an error naming
+  // the tensor, what was expected and what the file holds.
+  const Tensor& get(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const;
+  const Tensor& get(const std::string& name) const;
+
+ private:
+  std::string path_;
+  std::map<std::string, Tensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes `tensors` (names must be unique) atomically to `path`.
+void write(const std::string& path, const std::vector<Tensor>& tensors,
+           const std::map<std::string, std::string>& metadata);
+
+std::string shape_string(const std::vector<int64_t>& shape);
+
+}  // namespace dsv41::reference::safetensors

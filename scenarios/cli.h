@@ -1,0 +1,41 @@
+// scenarios/cli.h
+//
+// The verbs of the `dsv41` tool. Each verb file adds one subcommand to the top-level CLI11 app
+// and returns what to run when that subcommand was given; main.cc parses and dispatches.
+//
+// Exit codes (docs/cli.md): 0 ok, 1 a check failed, 2 bad arguments or bad input. Verbs throw
+// dsv41::Error for bad input; main.cc prints it as "dsv41: error: ..." and exits 2.
+//
+// Example:
+//   CLI::App app{"dsv41"};
+//   Verb bytes = add_bytes_verb(app);
+//   app.parse(argc, argv);
+//   if (bytes.app->parsed()) return bytes.run();
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace dsv41::scenarios {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitCheckFailed = 1;
+inline constexpr int kExitBadInput = 2;
+
+struct Verb {
+  CLI::App* app = nullptr;   // the subcommand
+  std::function<int()> run;  // runs it; returns the exit code
+};
+
+Verb add_bytes_verb(CLI::App& parent);      // scenarios/cli_bytes.cc
+Verb add_selfcheck_verb(CLI::App& parent);  // scenarios/cli_selfcheck.cc
+
+// The format self-check: one line per check, then "selfcheck: N passed, M failed".
+// Returns kExitOk or kExitCheckFailed. inject_failure adds one failing check (for tests).
+int run_selfcheck(std::ostream& out, bool inject_failure = false);
+
+}  // namespace dsv41::scenarios

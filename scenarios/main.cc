@@ -1,0 +1,51 @@
+// dsv41: the command-line tool. Parses with CLI11 and dispatches to one verb (scenarios/cli.h);
+// the only place that turns errors into exit codes (docs/cli.md).
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "formats/error.h"
+#include "scenarios/cli.h"
+
+namespace {
+
+std::string version_text() {
+  return std::string("dsv41 ") + DSV41_VERSION + " (git " + DSV41_GIT_COMMIT + ")";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dsv41::scenarios;
+  CLI::App app{"dsv41: bit-exact reference and conformance simulator for DeepSeek-V4.1-Flash",
+               "dsv41"};
+  // Set before the verbs are added: subcommands copy the parent's failure message.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "dsv41: error: " + std::string(e.what()) + "\nRun with --help for more information.\n";
+  });
+  app.set_version_flag("--version", version_text(), "print the version and git commit, then exit");
+  app.require_subcommand(1);
+  const std::vector<Verb> verbs = {add_bytes_verb(app), add_selfcheck_verb(app)};
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version arrive here too, with exit code 0; app.exit prints them.
+    return app.exit(e) == 0 ? kExitOk : kExitBadInput;
+  }
+  try {
+    for (const Verb& v : verbs) {
+      if (v.app->parsed()) return v.run();
+    }
+  } catch (const dsv41::Error& e) {
+    std::cerr << "dsv41: error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "dsv41: error: unexpected failure: " << e.what() << "\n";
+    return kExitBadInput;
+  }
+  return kExitBadInput;  // unreachable: require_subcommand(1)
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs dsv41's build dependencies (Debian 12 packages) if they are missing, then configures
+# and builds the project in ./build. Idempotent: a second run installs nothing and rebuilds only
+# what changed. Environment:
+#   DSV41_BUILD_DIR  build folder (default: build)
+#   DSV41_WERROR     ON to treat warnings as errors (default: ON under CI, else OFF)
+#   DSV41_CMAKE_ARGS extra arguments for cmake (e.g. -DDSV41_ENABLE_CUDA=OFF)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build git pkg-config
+          libeigen3-dev libboost-dev libhdf5-dev hdf5-tools libcli11-dev nlohmann-json3-dev
+          libgtest-dev libgmock-dev librapidcheck-dev
+          python3 python3-h5py python3-numpy)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+build_dir=${DSV41_BUILD_DIR:-build}
+werror=${DSV41_WERROR:-$([ "${CI:-}" = true ] && echo ON || echo OFF)}
+# shellcheck disable=SC2086
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_WERROR="$werror" \
+  ${DSV41_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build_dir" -j "$(nproc)"
