@@ -11,9 +11,17 @@
 //   BF16          x as is (bf16)                             double in index order -> fp32       bf16
 //   F32           x as is (fp32 or bf16 values)              double in index order -> fp32       fp32
 //
-// Exactness: the fp8/fp4 per-block partials are the exact value rounded once (order-free), the
-// block accumulation follows the kernel's order, so the result differs from the official CPU
-// port only where torch's fp32 matmul inside one 32-block was not exact (rare; <= 1 bf16 ulp).
+// Exactness (measured against golden/oracle/kernels.h5 gemm/fp8 and gemm/fp4: every output
+// bit-identical, 400/400 and 320/320): the fp8/fp4 per-block partials are the exact value rounded
+// once (order-free), the block accumulation follows the kernel's order, so the result can differ
+// from the official CPU port only where torch's fp32 matmul inside one 32-block was not exact
+// (rare; <= 1 bf16 ulp). BF16/F32 products are the double sum rounded once: within the bound of
+// docs/numerics.md of the true value, while torch's fp32 GEMM has its own blocking-dependent order
+// (the same torch differs between shapes, oracle README finding 4), so those match to a tolerance.
+//
+// Inputs: the F8/F4/BF16 paths require every x value to be a bf16 value (the official code only
+// feeds them bf16 tensors) and act_quant requires finite blocks; violations throw dsv41::Error
+// naming the weight, the row and the element or block.
 //
 // Example:
 //   LinearWeight wq_a = LinearWeight::load(weights, "layers.2.attn.wq_a", DType::kF8E4M3, 128, 256);
@@ -47,15 +55,20 @@ struct LinearWeight {
 
 // y = x W^T with the official dtype semantics above.
 // x: [T, in] (bf16 values for F8/F4/BF16 weights) -> [T, out] (bf16 values, or fp32 for F32).
+// Threads split (row, output) pairs only: the result does not depend on the thread count.
 Tensor<float> linear(const Tensor<float>& x, const LinearWeight& w);
 
 // y = x W^T in fp32 for any weight dtype, output not rounded to bf16: the official
-// `F.linear(x.float(), weight.float())` (MoE gate) and the fp32 head.
+// `F.linear(x.float(), weight.float())` (MoE gate) and the fp32 head. Accumulation: double in
+// index order, rounded once to fp32. F8/F4 weights (never used this way by the official code)
+// take their dequantized values code * scale (exact in fp32).
 // x: [T, in] fp32 -> [T, out] fp32.
 Tensor<float> linear_fp32(const Tensor<float>& x, const LinearWeight& w);
 
-// The activation quantization of fp8/fp4 linears (act_quant block 32, ue8m0) of one row.
-// x: [in] bf16 values -> codes_value: [in] E4M3 values, scales: [in/32] E8M0 values.
+// The activation quantization of fp8/fp4 linears (act_quant block 32, ue8m0) of one row
+// (formats::quantize_fp8_block per 32 values; bit-exact vs the oracle's x_q / x_scale).
+// x: [in] bf16 values, in % 32 == 0 -> code_values: [in] E4M3 values, scales: [in/32] E8M0 values.
+// Throws if a block holds NaN or Inf.
 void act_quant_row(const float* x, int64_t in, float* code_values, float* scales);
 
 }  // namespace dsv41::reference

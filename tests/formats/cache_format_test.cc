@@ -15,6 +15,7 @@
 #include "formats/cache_format.h"
 #include "formats/error.h"
 #include "formats/packed.h"
+#include "tests/support/error_of.h"
 #include "tests/support/recipe_under_test.h"
 #include "tests/support/seed.h"
 #include "tests/support/slow_recipes.h"
@@ -23,19 +24,8 @@ namespace dsv41::formats {
 namespace {
 
 using ::testing::HasSubstr;
+using test::error_of;
 using test::SlowRecipe;
-
-// The message of the dsv41::Error that fn throws ("" and a test failure if it throws none).
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a dsv41::Error";
-  return "";
-}
 
 // [rows, dim] random bf16 values: per row a log-uniform magnitude over 2^-20 .. 2^20, per element
 // a spread of up to 2^-12 below it, random signs; a few exact zeros.

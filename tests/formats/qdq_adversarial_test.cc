@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -102,6 +103,23 @@ TEST(QdqAdversarial, E2m1TiesRoundToEvenAtEveryPowerOfTwoScale) {
         EXPECT_EQ(b.codes[2 + 2 * i], want[i] | 0x8) << "k=" << k << " mid -" << mids[i];
       }
     }
+  }
+}
+
+// The main KV elements need the IEEE division x / s: s is not a power of two. For bf16 inputs the
+// only scales where fl32(x / s) and fl32(x * fl32(1/s)) round an E2M1 tie differently are those
+// with mantissa 1.875 (codes 0x0F, 0x17, ..., 0x77), at the ties 1.25, 2.5 and 5, which must round
+// down to the even codes 1.0, 2.0 and 4.0 (x * (1/s) lands just above the tie and rounds up).
+TEST(QdqAdversarial, MainKvTiesAtScaleMantissa1875NeedDivision) {
+  for (int k = -5; k <= 7; ++k) {
+    const float s = std::ldexp(1.875f, k);  // E4M3 code (k + 7) << 3 | 7
+    const std::vector<float> x = {6 * s, 1.25f * s, -2.5f * s, 5 * s, 0.25f * s};
+    const QuantizedBlock b = expect_slow_equal(SlowRecipe::kMainKv, x);
+    ASSERT_EQ(b.scale, ((k + 7) << 3) | 7) << "k=" << k;
+    EXPECT_EQ(b.codes[1], 0x2) << "k=" << k;  // 1.25 -> 1.0
+    EXPECT_EQ(b.codes[2], 0xC) << "k=" << k;  // -2.5 -> -2.0
+    EXPECT_EQ(b.codes[3], 0x6) << "k=" << k;  // 5 -> 4.0
+    EXPECT_EQ(b.codes[4], 0x0) << "k=" << k;  // 0.25 -> 0
   }
 }
 
@@ -235,6 +253,30 @@ TEST(QdqAdversarial, AmaxAtTheFloors) {
       const QuantizedBlock b = expect_slow_equal(c.r, {amax / 3, -amax, amax / 2});
       if (d <= 0) {
         EXPECT_EQ(b.scale, c.floor_scale) << test::slow_recipe_name(c.r) << " d=" << d;
+      }
+    }
+  }
+}
+
+// NaN/+-Inf at every position of an otherwise ordinary block: the raw block function returns
+// false and writes the same bytes on every call (the output buffers are pre-filled differently).
+// The checked API turns this into an error (cache_format_test.cc).
+TEST(QdqAdversarial, NonFiniteBlocksReturnFalseDeterministically) {
+  for (const SlowRecipe r : test::kAllSlowRecipes) {
+    const int n = test::slow_block_size(r);
+    for (const float bad : {NAN, -NAN, HUGE_VALF, -HUGE_VALF}) {
+      for (int pos = 0; pos < n; ++pos) {
+        std::vector<float> x(n);
+        for (int i = 0; i < n; ++i) x[i] = std::ldexp(i % 2 ? -1.5f : 1.25f, i % 7 - 3);
+        x[pos] = bad;
+        uint8_t out[2][33];
+        std::memset(out[0], 0x00, sizeof out[0]);
+        std::memset(out[1], 0xFF, sizeof out[1]);
+        for (auto& o : out) {
+          EXPECT_FALSE(test::block_fn(r)(x.data(), &o[32], o)) << test::slow_recipe_name(r) << pos;
+        }
+        EXPECT_EQ(std::memcmp(out[0], out[1], n), 0) << test::slow_recipe_name(r) << " pos " << pos;
+        EXPECT_EQ(out[0][32], out[1][32]) << test::slow_recipe_name(r) << " pos " << pos;
       }
     }
   }

@@ -43,14 +43,15 @@ constexpr Anchor kAnchors[] = {
     {0x0000, "v is the amax: every bf16 amax through every scale rule"},
     {0x3F80, "amax 1.0: main KV scale 0x23 (inexact 1/6), index 2^-2, fp8 2^-8"},
     {0x40C0, "amax 6: power-of-two scales 1 (main KV, index), FP4 grid at scale 1"},
+    {0x4134, "amax 11.25: main KV scale 1.875 (0x3F), where x / s and x * (1/s) split E2M1 ties"},
     {0x4040, "amax 3: index scale 2^-1, E2M1 code 7 at t = 0.5 exactly"},
     {0x43E0, "amax 448: fp8 scale 1, E4M3 grid at scale 1"},
-    {0x4528, "amax 2688 = 6 * 448: main KV scale saturates at 0x7E just above"},
+    {0x4528, "amax 2688 = 6 * 448: main KV t = 448, the top scale 0x7E (saturated above)"},
     {0x38D1, "amax just below fl32(1e-4): fp8 floor active"},
     {0x3C40, "amax 6 * 2^-9: main KV floor, scale 0x01 (E4M3 subnormal)"},
     {0x3C90, "amax 9 * 2^-9: main KV t = 1.5 * 2^-9, an E4M3 subnormal tie -> scale 0x02"},
     {0x01C0, "amax 6 * 2^-126: index floor, scale 0x01"},
-    {0x7F7F, "amax bf16 max: every element underflows to +-0 or saturated scales"},
+    {0x7F7F, "amax bf16 max: main KV scale saturated; E8M0 QDQ of the max overflows to Inf"},
 };
 
 // Companion k >= 2 of v (magnitude <= |v|).
@@ -147,6 +148,7 @@ TEST(QdqExhaustive, Fp8BlockAllBf16) { sweep_recipe(SlowRecipe::kFp8); }
 TEST(QdqExhaustive, AnchorsAreTheNamedValues) {
   EXPECT_EQ(test::bf16_to_float(0x3F80), 1.0f);
   EXPECT_EQ(test::bf16_to_float(0x40C0), 6.0f);
+  EXPECT_EQ(test::bf16_to_float(0x4134), 11.25f);
   EXPECT_EQ(test::bf16_to_float(0x4040), 3.0f);
   EXPECT_EQ(test::bf16_to_float(0x43E0), 448.0f);
   EXPECT_EQ(test::bf16_to_float(0x4528), 2688.0f);

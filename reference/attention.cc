@@ -1,0 +1,207 @@
+#include "reference/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "formats/cache_format.h"
+#include "formats/error.h"
+#include "formats/minifloat.h"
+#include "reference/numerics.h"
+
+namespace dsv41::reference {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// sum_i a[i] * b[i * stride] as one fp32 FMA chain in index order, starting from +0. This is the
+// order torch's CPU fp32 GEMM used for the official einsums (each output accumulated along the
+// contraction with FMA; measured in docs/attention.md), so it reproduces their fp32 bits.
+float dot_fma_f32(const float* a, const float* b, int64_t stride, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) acc = std::fma(a[i], b[i * stride], acc);
+  return acc;
+}
+
+// One (query, head) row of sparse_attn. q: [D] bf16, out: [D] bf16.
+void sparse_attn_row(const float* q, const Tensor<float>& kv, float sink, const int32_t* idx,
+                     int64_t k_total, float scale, float* out) {
+  const int64_t d = kv.dim(1);
+  const int64_t n = kv.dim(0);
+  const std::vector<float> zero(static_cast<size_t>(d), 0.0f);  // the zeroed KV row of index -1
+  std::vector<float> acc(static_cast<size_t>(d), 0.0f);   // fp32 numerator
+  std::vector<float> block_kv(static_cast<size_t>(kSparseAttnBlock * d), 0.0f);
+  float m = kSparseAttnInitMax;  // running max (fp32)
+  float l = 0.0f;                // running denominator (fp32)
+  for (int64_t b0 = 0; b0 < k_total; b0 += kSparseAttnBlock) {
+    const int64_t nb = std::min<int64_t>(kSparseAttnBlock, k_total - b0);
+    float s[kSparseAttnBlock];
+    float block_max = -kInf;
+    for (int64_t j = 0; j < nb; ++j) {
+      const int32_t r = idx[b0 + j];
+      DSV41_CHECK(r >= -1 && r < n, "sparse_attn: index ", r, " at column ", b0 + j,
+                  " outside [-1, ", n, ")");
+      const float* row = r < 0 ? zero.data() : kv.row(r);
+      std::copy(row, row + d, block_kv.begin() + j * d);
+      s[j] = r < 0 ? -kInf : dot_fma_f32(q, row, 1, d) * scale;
+      block_max = std::max(block_max, s[j]);
+    }
+    const float m_new = std::max(m, block_max);
+    const float rescale = std::exp(m - m_new);
+    float p[kSparseAttnBlock];
+    float p_bf16[kSparseAttnBlock];
+    double p_sum = 0.0;
+    for (int64_t j = 0; j < nb; ++j) {
+      p[j] = std::exp(s[j] - m_new);
+      p_sum += static_cast<double>(p[j]);
+      p_bf16[j] = formats::round_to_bf16(p[j]);  // K41:377: probabilities cast to bf16 before PV
+    }
+    l = l * rescale + static_cast<float>(p_sum);
+    for (int64_t c = 0; c < d; ++c) {
+      const float pv = dot_fma_f32(p_bf16, block_kv.data() + c, d, nb);
+      acc[static_cast<size_t>(c)] = acc[static_cast<size_t>(c)] * rescale + pv;
+    }
+    m = m_new;
+  }
+  l = l + std::exp(sink - m);  // the sink: denominator only, not scaled
+  for (int64_t c = 0; c < d; ++c) out[c] = formats::round_to_bf16(acc[static_cast<size_t>(c)] / l);
+}
+
+}  // namespace
+
+Tensor<float> sparse_attn(const Tensor<float>& q, const Tensor<float>& kv,
+                          const std::vector<float>& sink, const Tensor<int32_t>& idxs,
+                          float softmax_scale) {
+  DSV41_CHECK(q.rank() == 3 && kv.rank() == 2 && idxs.rank() == 2, "sparse_attn: q ",
+              q.rank(), "-d, kv ", kv.rank(), "-d, idxs ", idxs.rank(), "-d; want 3, 2, 2");
+  const int64_t t_count = q.dim(0), heads = q.dim(1), d = q.dim(2);
+  DSV41_CHECK(kv.dim(1) == d, "sparse_attn: kv width ", kv.dim(1), " != head_dim ", d);
+  DSV41_CHECK(idxs.dim(0) == t_count, "sparse_attn: ", idxs.dim(0), " index rows for ", t_count,
+              " queries");
+  DSV41_CHECK(static_cast<int64_t>(sink.size()) == heads, "sparse_attn: ", sink.size(),
+              " sink values for ", heads, " heads");
+  Tensor<float> out({t_count, heads, d}, "sparse_attn_out");
+  parallel_for(t_count * heads, [&](int64_t i) {
+    const int64_t t = i / heads, h = i % heads;
+    sparse_attn_row(q.row(t, h), kv, sink[static_cast<size_t>(h)], idxs.row(t), idxs.dim(1),
+                    softmax_scale, out.row(t, h));
+  });
+  return out;
+}
+
+Tensor<int32_t> window_topk_idxs_prefill(int window, int64_t start_pos, int64_t seqlen,
+                                         int64_t kv_first_pos) {
+  DSV41_CHECK(window > 0 && start_pos >= 0 && seqlen > 0, "window index rows: window ", window,
+              ", start_pos ", start_pos, ", seqlen ", seqlen);
+  const int64_t first_needed = std::max<int64_t>(0, start_pos - window + 1);
+  DSV41_CHECK(kv_first_pos >= 0 && kv_first_pos <= first_needed, "window index rows: KV rows start at position ",
+              kv_first_pos, " but query ", start_pos, " reads position ", first_needed);
+  const int64_t width = std::min<int64_t>(start_pos + seqlen, window);
+  Tensor<int32_t> idx({seqlen, width}, "window_topk_idxs");
+  for (int64_t t = 0; t < seqlen; ++t) {
+    const int64_t p = start_pos + t;
+    const int64_t lo = std::max<int64_t>(0, p - window + 1);
+    for (int64_t j = 0; j < width; ++j) {
+      const int64_t pos = lo + j;
+      idx.at(t, j) = pos > p ? -1 : static_cast<int32_t>(pos - kv_first_pos);
+    }
+  }
+  return idx;
+}
+
+Tensor<int32_t> window_topk_idxs_decode(int window, int64_t pos) {
+  DSV41_CHECK(window > 0 && pos >= 0, "window index row: window ", window, ", pos ", pos);
+  Tensor<int32_t> idx({1, window}, "window_topk_idxs");
+  const int64_t oldest = pos % window + 1;
+  for (int64_t j = 0; j < window; ++j) {
+    const int64_t slot = (oldest + j) % window;  // oldest .. W-1, then 0 .. oldest-1
+    idx.at(0, j) = slot > pos ? -1 : static_cast<int32_t>(slot);
+  }
+  return idx;
+}
+
+Tensor<int32_t> concat_topk_idxs(const Tensor<int32_t>& window, const Tensor<int32_t>& compressed) {
+  DSV41_CHECK(window.rank() == 2 && compressed.rank() == 2 && window.dim(0) == compressed.dim(0),
+              "concat_topk_idxs: window rows ", window.dim(0), ", compressed rows ",
+              compressed.rank() == 2 ? compressed.dim(0) : -1);
+  const int64_t rows = window.dim(0), kw = window.dim(1), kc = compressed.dim(1);
+  Tensor<int32_t> out({rows, kw + kc}, "topk_idxs");
+  for (int64_t t = 0; t < rows; ++t) {
+    std::copy(window.row(t), window.row(t) + kw, out.row(t));
+    std::copy(compressed.row(t), compressed.row(t) + kc, out.row(t) + kw);
+  }
+  return out;
+}
+
+Tensor<float> concat_kv_rows(const Tensor<float>& window, const Tensor<float>& compressed) {
+  DSV41_CHECK(window.rank() == 2 && compressed.rank() == 2 && window.dim(1) == compressed.dim(1),
+              "concat_kv_rows: widths ", window.dim(1), " and ",
+              compressed.rank() == 2 ? compressed.dim(1) : -1);
+  Tensor<float> out({window.dim(0) + compressed.dim(0), window.dim(1)}, "sparse_kv");
+  std::copy(window.data().begin(), window.data().end(), out.data().begin());
+  std::copy(compressed.data().begin(), compressed.data().end(),
+            out.data().begin() + window.numel());
+  return out;
+}
+
+Tensor<float> fp4_qdq_main_kv(const Tensor<float>& x) {
+  DSV41_CHECK(x.rank() >= 1, "fp4_qdq_main_kv: scalar input");
+  const int64_t d = x.dim(x.rank() - 1);
+  const int64_t rows = d == 0 ? 0 : x.numel() / d;
+  Tensor<float> out(x.shape(), x.name() + "_qdq");
+  out.data() = formats::qdq_rows(formats::CacheFormat::kMainKvFp4, x.data(),
+                                 static_cast<int>(rows), static_cast<int>(d));
+  return out;
+}
+
+CompressedKvCache::CompressedKvCache(int owner_layer, int ratio, int64_t head_dim,
+                                     int64_t capacity, int64_t position_offset)
+    : owner_layer_(owner_layer),
+      ratio_(ratio),
+      head_dim_(head_dim),
+      capacity_(capacity),
+      position_offset_(position_offset),
+      entry_bytes_(formats::entry_bytes(formats::CacheFormat::kMainKvFp4, static_cast<int>(head_dim))) {
+  DSV41_CHECK(owner_layer >= 0 && ratio >= 1 && capacity >= 0 && position_offset >= 0,
+              "compressed KV cache: owner ", owner_layer, ", ratio ", ratio, ", capacity ",
+              capacity, ", position_offset ", position_offset);
+  bytes_.assign(static_cast<size_t>(capacity * entry_bytes_), 0);
+}
+
+void CompressedKvCache::write(int64_t first_entry, const Tensor<float>& roped_latent) {
+  DSV41_CHECK(roped_latent.rank() == 2 && roped_latent.dim(1) == head_dim_,
+              "compressed KV cache of layer ", owner_layer_, ": rows of width ",
+              roped_latent.rank() == 2 ? roped_latent.dim(1) : -1, ", want ", head_dim_);
+  const int64_t n = roped_latent.dim(0);
+  DSV41_CHECK(first_entry >= 0 && first_entry <= size_ && first_entry + n <= capacity_,
+              "compressed KV cache of layer ", owner_layer_, ": write of ", n, " entries at ",
+              first_entry, " (size ", size_, ", capacity ", capacity_, ")");
+  const std::vector<uint8_t> packed =
+      formats::pack_rows(formats::CacheFormat::kMainKvFp4, roped_latent.data(),
+                         static_cast<int>(n), static_cast<int>(head_dim_));
+  std::copy(packed.begin(), packed.end(), bytes_.begin() + first_entry * entry_bytes_);
+  size_ = first_entry + n;
+}
+
+const uint8_t* CompressedKvCache::entry(int64_t e) const {
+  DSV41_CHECK(e >= 0 && e < size_, "compressed KV cache of layer ", owner_layer_, ": entry ", e,
+              " of ", size_);
+  return bytes_.data() + e * entry_bytes_;
+}
+
+Tensor<float> CompressedKvCache::read(int expected_owner, int expected_ratio, int64_t count) const {
+  if (expected_owner != owner_layer_ || expected_ratio != ratio_) {
+    DSV41_FAIL("compressed KV cache: a consumer expects the cache of layer ", expected_owner,
+               " (ratio ", expected_ratio, ") but this cache belongs to layer ", owner_layer_,
+               " (ratio ", ratio_, ")");
+  }
+  DSV41_CHECK(count >= 0 && count <= size_, "compressed KV cache of layer ", owner_layer_,
+              ": read of ", count, " entries, ", size_, " written");
+  const std::vector<uint8_t> bytes(bytes_.begin(), bytes_.begin() + count * entry_bytes_);
+  return Tensor<float>({count, head_dim_},
+                       formats::unpack_rows(formats::CacheFormat::kMainKvFp4, bytes,
+                                            static_cast<int>(count), static_cast<int>(head_dim_)),
+                       "compress_kv");
+}
+
+}  // namespace dsv41::reference

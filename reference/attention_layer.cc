@@ -1,0 +1,176 @@
+#include "reference/attention_layer.h"
+
+#include <cmath>
+
+#include "formats/packed.h"
+#include "reference/attention.h"
+#include "reference/compressor.h"
+#include "reference/linear.h"
+#include "reference/model.h"
+#include "reference/numerics.h"
+#include "reference/rmsnorm.h"
+
+namespace dsv41::reference {
+namespace {
+
+// RoPE on the last rd channels of each of `heads` vectors of width `width` per row, at the row's
+// position (first_pos + t). inverse: the conjugate rotation.
+void rope_rows(Tensor<float>& x, int64_t heads, int64_t width, const RopeTable& rope,
+               int64_t first_pos, int64_t pos_stride, bool inverse) {
+  const int64_t T = x.dim(0), rd = rope.rope_dim();
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      rope.apply(x.row(t) + h * width + (width - rd), first_pos + t * pos_stride, inverse);
+    }
+  }
+}
+
+Tensor<float> as_heads(Tensor<float> x, int64_t heads) {  // [T, H*D] -> [T, H, D]
+  const int64_t T = x.dim(0), hd = x.dim(1);
+  return Tensor<float>({T, heads, hd / heads}, std::move(x.data()), x.name());
+}
+
+// The FP8 (E4M3 + E8M0/32) QDQ of each row: what the SWA ring stores. x: [T, D] bf16.
+Tensor<float> fp8_qdq_rows(const Tensor<float>& x) {
+  const int64_t T = x.dim(0), D = x.dim(1);
+  Tensor<float> out({T, D}, "window_kv");
+  std::vector<uint8_t> entry(static_cast<size_t>(formats::swa_kv_entry_bytes(static_cast<int>(D))));
+  for (int64_t t = 0; t < T; ++t) {
+    DSV41_CHECK(formats::pack_swa_kv(x.row(t), static_cast<int>(D), entry.data()),
+                "window KV row ", t, " holds NaN/Inf");
+    formats::unpack_swa_kv(entry.data(), static_cast<int>(D), out.row(t));
+  }
+  return out;
+}
+
+// Grouped output projection: o [T, H*D] bf16 viewed as [T, G, H*D/G]; group g uses rows
+// [g*o_lora, (g+1)*o_lora) of wo_a (bf16) -> [T, G*o_lora] bf16 (fp32 accumulation, then bf16).
+Tensor<float> grouped_wo_a(const Tensor<float>& o, const LinearWeight& wo_a, int groups) {
+  const int64_t T = o.dim(0), width = o.dim(1) / groups, o_lora = wo_a.out / groups;
+  Tensor<float> out({T, groups * o_lora}, "wo_a_out");
+  for (int64_t t = 0; t < T; ++t) {
+    for (int g = 0; g < groups; ++g) {
+      for (int64_t r = 0; r < o_lora; ++r) {
+        const float* wrow = wo_a.w.data() + (g * o_lora + r) * width;
+        out.at(t, g * o_lora + r) = round_to_bf16(dot_f64_f32(o.row(t) + g * width, wrow, width));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, const ModelConfig& c,
+                                 const LayerInfo& info, const AttentionWeights& w,
+                                 const RopeTable& rope, ModelState& state, SharedAttention& shared,
+                                 AttentionRecord& record) {
+  const int64_t T = x.dim(0), H = c.n_heads, D = c.head_dim;
+  const int W = c.window_size, ratio = info.ratio, layer = info.layer;
+  const bool decode = start_pos > 0;
+  DSV41_CHECK(!decode || T == 1, "layer ", layer, ": a step at start_pos ", start_pos,
+              " must have one token (the official envelope), got ", T);
+  LayerState& ls = state.layers[static_cast<size_t>(layer)];
+
+  // Queries. qr is shared with the indexer.
+  const Tensor<float> qr = rms_norm(linear(x, w.wq_a), w.q_norm, c.norm_eps);  // [T, q_lora] bf16
+  Tensor<float> q = linear(qr, w.wq_b);                                         // [T, H*D] bf16
+  rope_rows(q, H, D, rope, start_pos, 1, false);
+
+  // Window KV: RoPE then FP8 QDQ of all D channels (rope tail included).
+  Tensor<float> kv = rms_norm(linear(x, w.wkv), w.kv_norm, c.norm_eps);  // [T, D] bf16
+  rope_rows(kv, 1, D, rope, start_pos, 1, false);
+  kv = fp8_qdq_rows(kv);
+  Tensor<float> window_kv;
+  Tensor<int32_t> idxs;
+  if (!decode) {
+    for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t) ls.ring.write(t, kv.row(t));
+    window_kv = kv;
+    idxs = window_topk_idxs_prefill(W, 0, T);
+  } else {
+    ls.ring.write(start_pos, kv.row(0));
+    window_kv = ls.ring.read_all();
+    idxs = window_topk_idxs_decode(W, start_pos);
+  }
+  const int64_t offset = window_kv.dim(0);
+
+  if (ratio > 0) {
+    const int64_t end_pos = start_pos + T;
+    const int64_t compress_len = end_pos / ratio;
+    LayerState& owner = state.layers[static_cast<size_t>(info.kv_owner)];
+    // Kv source: the compressor's latent of the groups this step completes (pre-RoPE, post-norm).
+    CompressedLatents latents;
+    if (info.role == LayerRole::kFull) {
+      if (ratio > 1) {
+        const Tensor<float> kv_c = linear_fp32(x, w.comp_wkv);    // [T, D] fp32
+        const Tensor<float> score = linear_fp32(x, w.comp_wgate);  // [T, D] fp32
+        latents = compress(*ls.compressor, kv_c, score, start_pos);
+      } else {
+        latents.first_group = start_pos;
+        latents.latent = linear(x, w.comp_wkv);  // bf16 weight: [T, D] bf16
+      }
+      if (latents.count() > 0) latents.latent = rms_norm(latents.latent, w.comp_norm, c.norm_eps);
+    }
+    // Indexer (index sources) or the published top-k (Reuse layers).
+    if (info.role == LayerRole::kFull || info.role == LayerRole::kReindex) {
+      Tensor<int32_t> own;
+      if (compress_len == 0) {
+        own = Tensor<int32_t>({T, 0}, "topk");
+      } else {
+        if (info.role == LayerRole::kFull && latents.count() > 0) {
+          Tensor<float> k = rms_norm(linear(latents.latent, w.idx_wk), w.idx_k_norm, c.norm_eps);
+          rope_rows(k, 1, c.index_head_dim, rope, latents.first_group * ratio, ratio, false);
+          ls.key_cache->write(latents.first_group, k);
+        }
+        Tensor<float> qi = linear(qr, w.idx_wq_b);  // [T, Hi*Di] bf16
+        rope_rows(qi, c.index_n_heads, c.index_head_dim, rope, start_pos, 1, false);
+        qi = fp4_qdq_index(as_heads(std::move(qi), c.index_n_heads));
+        const Tensor<float> keys =
+            owner.key_cache->read(info.kv_owner, ratio, compress_len);  // [N, Di] bf16
+        const Tensor<float> weights = index_weights(linear(x, w.idx_weights_proj), c.index_head_dim);
+        const std::vector<int64_t> reach = compressed_reach(start_pos, T, ratio);
+        Tensor<float> scores = index_scores(qi, keys, weights, reach);
+        if (info.candidate_source) {
+          shared.candidates = select_candidate_blocks(scores, reach, c.candidate_topk_blocks,
+                                                      c.candidate_block_size, layer);
+          record.candidates = shared.candidates->mask;
+        } else if (info.uses_candidates) {
+          DSV41_CHECK(shared.candidates.has_value(), "layer ", layer,
+                      ": needs the candidate mask of layer ", c.candidate_source_layer,
+                      ", which has not run in this step");
+          apply_candidate_mask(scores, *shared.candidates, c.candidate_source_layer);
+        }
+        PublishedTopk top = select_index_topk(scores, reach, c.index_topk, offset, layer, ratio);
+        Tensor<int32_t> raw({T, top.idxs.dim(1)}, "topk");
+        for (int64_t i = 0; i < raw.numel(); ++i) {
+          const int32_t v = top.idxs.data()[static_cast<size_t>(i)];
+          raw.data()[static_cast<size_t>(i)] = v < 0 ? -1 : static_cast<int32_t>(v - offset);
+        }
+        own = std::move(raw);
+        shared.topk = std::move(top);
+      }
+      if (compress_len == 0) shared.topk = PublishedTopk{layer, ratio, offset, own};
+      record.topk = own;
+    }
+    // The latent enters the owner's cache after the indexer used the pre-RoPE form.
+    if (latents.count() > 0) {
+      Tensor<float> roped = latents.latent;
+      rope_rows(roped, 1, D, rope, latents.first_group * ratio, ratio, false);
+      ls.kv_cache->write(latents.first_group, roped);
+    }
+    DSV41_CHECK(shared.topk.has_value(), "layer ", layer, ": needs the top-k of layer ",
+                info.topk_owner, ", which has not run in this step");
+    const Tensor<int32_t>& cidx = shared.topk->idxs_for(info.topk_owner, ratio, offset);
+    const Tensor<float> ckv = owner.kv_cache->read(info.kv_owner, ratio, compress_len);
+    window_kv = concat_kv_rows(window_kv, ckv);
+    idxs = concat_topk_idxs(idxs, cidx);
+  }
+
+  Tensor<float> o = sparse_attn(as_heads(std::move(q), H), window_kv, w.attn_sink, idxs,
+                                static_cast<float>(std::pow(static_cast<double>(D), -0.5)));
+  Tensor<float> o_flat({T, H * D}, std::move(o.data()), "attn_o");
+  rope_rows(o_flat, H, D, rope, start_pos, 1, true);
+  return linear(grouped_wo_a(o_flat, w.wo_a, c.o_groups), w.wo_b);
+}
+
+}  // namespace dsv41::reference

@@ -1,0 +1,51 @@
+// reference/attention_layer.h
+//
+// One attention sublayer of the backbone (the official Attention.forward), assembled from the
+// components: linear (reference/linear.h), RMSNorm, RoPE, the SWA ring, the compressor, the
+// indexer and sparse_attn. Runs the official envelope only: a prefill chunk at start_pos 0 or a
+// one-token decode step.
+//
+//   qr = q_norm(wq_a(x)); q = wq_b(qr) as [T, H, D], RoPE on the last rd at the query positions
+//   kv = kv_norm(wkv(x)), RoPE, FP8 QDQ (block 32, ue8m0); prefill: window = the chunk's kv and
+//     the ring keeps the last W; decode: kv into slot pos % W, window = the whole ring
+//   ratio > 0: kv source -> compressor latent; index source -> indexer top-k (published with owner,
+//     ratio and offset); latent -> RoPE at j*ratio -> FP4 QDQ (E4M3/16) into the owner's cache;
+//     kv = [window | owner's compressed cache], indices = [window | top-k + offset]
+//   o = sparse_attn(q, kv, sink, indices, D^-0.5); inverse RoPE on o's tail; grouped wo_a (bf16,
+//     per group einsum) then wo_b (fp8) -> [T, dim] bf16
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "reference/config.h"
+#include "reference/indexer.h"
+#include "reference/rope.h"
+#include "reference/tensor.h"
+#include "reference/weights.h"
+
+namespace dsv41::reference {
+
+struct LayerState;
+struct ModelState;
+
+// What attention layers hand down the stack (the official SharedAttentionRuntime), each object
+// with its owner: the last published top-k and the candidate mask of this forward call.
+struct SharedAttention {
+  std::optional<PublishedTopk> topk;
+  std::optional<CandidateMask> candidates;
+};
+
+struct AttentionRecord {
+  std::optional<Tensor<int32_t>> topk;        // this layer's own indexer: [T, k], no offset
+  std::optional<Tensor<uint8_t>> candidates;  // candidate source: [T, N]
+};
+
+// x: [T, dim] bf16 (attn_norm output) -> [T, dim] bf16. `state` holds every layer's state (a layer
+// reads its kv owner's caches).
+Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, const ModelConfig& c,
+                                 const LayerInfo& info, const AttentionWeights& w,
+                                 const RopeTable& rope, ModelState& state, SharedAttention& shared,
+                                 AttentionRecord& record);
+
+}  // namespace dsv41::reference

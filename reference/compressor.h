@@ -1,0 +1,76 @@
+// reference/compressor.h
+//
+// The KV compressor of a kv-source layer (model.py Compressor), split at its projections: the
+// caller computes kv = wkv(x) and score = wgate(x) from the attention input promoted to fp32
+// (F.linear with the fp32 compressor weights), and applies compressor.norm (RMSNorm) to what
+// compress() returns. RoPE at the group's first token and the FP4 QDQ into the compressed cache
+// come after the indexer has used the latent (reference/attention.h CompressedKvCache).
+//
+// ratio >= 2 (released: 2): tokens are pooled in non-overlapping groups [r*j, r*j + r). Per
+// channel c, a softmax over the group's r scores weighs the r kv rows:
+//   m = max_t s_t[c]; e_t = exp(s_t[c] - m); z = e_0 + ... + e_{r-1}; w_t = e_t / z
+//   latent_j[c] = bf16(kv_0[c]*w_0 + ... + kv_{r-1}[c]*w_{r-1})
+// Everything is fp32 (std::exp; sums left to right; each product rounded before the sum), as
+// torch's softmax(dim) and (kv * w).sum(dim) compute it on the CPU; the only bf16 rounding is the
+// latent's (kv.to(bf16) before the norm). The division is a true division (the oracle cannot tell
+// it from a multiplication by 1/z; both match it bit for bit).
+//
+// ratio 1 (released layer 20) has no pooling, no gate and no fp32 promotion: the caller's latent
+// is compressor.norm(wkv(x)) with bf16 weights; compress() rejects ratio 1.
+//
+// The partial trailing group waits in CompressorState (the official kv_state / score_state
+// buffers, fp32, slot = position % ratio, score -inf = never written). A group is pooled as soon
+// as its last token arrives. To give the official state bytes on the official paths, a group that
+// lies entirely inside one call is pooled from the inputs without touching the state (the
+// official prefill), while a token of a group that began in an earlier call, or of the trailing
+// partial group, is written to its slot first (the official decode step writes the slot, then
+// pools from the state). Slots outside the pending group are stale and carry no meaning.
+//
+// Exactness: bit-exact against golden/oracle (prefill latents and state, decode steps 0..7),
+// given kv/score equal to the official fp32 projections.
+//
+// Example:
+//   CompressorState st(2, head_dim);
+//   CompressedLatents c = compress(st, kv, score, 0);   // prefill of T tokens: T/2 latents
+//   // decode: compress(st, kv1, score1, pos) returns 1 latent when (pos + 1) % 2 == 0, else 0
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "reference/tensor.h"
+
+namespace dsv41::reference {
+
+struct CompressorState {
+  CompressorState(int ratio, int64_t dim);
+
+  int ratio;
+  int64_t dim;
+  std::vector<float> kv;     // [ratio, dim] fp32 wkv rows, slot = position % ratio (init 0)
+  std::vector<float> score;  // [ratio, dim] fp32 wgate rows, same slots (init -inf)
+  int64_t next_pos = 0;      // the position the next token must have (tokens arrive in order)
+
+  // Tokens of the incomplete group waiting in slots [0, pending()).
+  int pending() const { return static_cast<int>(next_pos % ratio); }
+};
+
+struct CompressedLatents {
+  int64_t first_group = 0;  // compressed position (group index) of row 0
+  Tensor<float> latent;     // [n, dim] bf16: pooled, BEFORE compressor.norm, RoPE and QDQ
+
+  int64_t count() const { return latent.rank() == 2 ? latent.dim(0) : 0; }
+};
+
+// Pools the groups completed by tokens start_pos .. start_pos + T - 1 and keeps the trailing
+// partial group in `state`. kv, score: [T, dim] fp32 (wkv(x.float()), wgate(x.float())).
+// start_pos must equal state.next_pos. -> the completed latents, in group order (possibly 0).
+CompressedLatents compress(CompressorState& state, const Tensor<float>& kv,
+                           const Tensor<float>& score, int64_t start_pos);
+
+// One group's pooling (the formula above, without the bf16 rounding):
+// kv_rows[t], score_rows[t]: [dim] fp32 for t in [0, ratio) -> out: [dim] fp32.
+void pool_group(const float* const* kv_rows, const float* const* score_rows, int ratio,
+                int64_t dim, float* out);
+
+}  // namespace dsv41::reference

@@ -1,0 +1,210 @@
+// reference/linear.cc
+//
+// The four weight-dtype paths of the official `linear()` (see linear.h for the table). Every
+// output element is computed by itself, in one fixed order, so threads (parallel_for over
+// (row, block of outputs)) never change a bit.
+#include "reference/linear.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/error.h"
+#include "formats/minifloat.h"
+#include "formats/qdq.h"
+#include "reference/numerics.h"
+
+namespace dsv41::reference {
+namespace {
+
+constexpr int64_t kBlock = formats::kFp8Block;  // 32: K block of act_quant, fp8 and fp4 weights
+constexpr int64_t kOutChunk = 64;               // outputs per parallel work item (no numeric effect)
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool is_bf16_value(float v) { return std::isnan(v) || round_to_bf16(v) == v; }
+
+// Fails unless every value of x is a bf16 value: the official fp8/fp4 act_quant and the bf16
+// F.linear only ever see bf16 tensors, so an fp32 value here is a caller's missing rounding.
+void check_bf16_input(const Tensor<float>& x, const LinearWeight& w) {
+  const std::vector<float>& v = x.data();
+  for (size_t i = 0; i < v.size(); ++i) {
+    DSV41_CHECK(is_bf16_value(v[i]), "linear '", w.name, "' (", safetensors::dtype_name(w.dtype),
+                "): input '", x.name(), "' element [", static_cast<int64_t>(i) / w.in, ", ",
+                static_cast<int64_t>(i) % w.in, "] = ", v[i], " is not a bf16 value");
+  }
+}
+
+void check_input_shape(const Tensor<float>& x, const LinearWeight& w) {
+  DSV41_CHECK(x.rank() == 2 && x.dim(1) == w.in, "linear '", w.name, "': input '", x.name(),
+              "' must be [T, ", w.in, "], got ", safetensors::shape_string(x.shape()));
+  DSV41_CHECK(w.out > 0 && w.in > 0 &&
+                  static_cast<int64_t>(w.w.size()) == w.out * w.in,
+              "linear '", w.name, "': weight holds ", w.w.size(), " values for [", w.out, ", ",
+              w.in, "]");
+  int64_t scales = 0;
+  if (w.dtype == DType::kF8E4M3) scales = ceil_div(w.out, kBlock) * ceil_div(w.in, kBlock);
+  if (w.dtype == DType::kF4) scales = w.out * (w.in / kBlock);
+  DSV41_CHECK(static_cast<int64_t>(w.scale.size()) == scales, "linear '", w.name, "': ",
+              safetensors::dtype_name(w.dtype), " weight [", w.out, ", ", w.in, "] needs ", scales,
+              " scales, holds ", w.scale.size());
+}
+
+// E8M0 weight scale of output row o and K block kb.
+//   F8_E4M3: one scale per 32x32 tile, scale [ceil(out/32), ceil(in/32)].
+//   F4:      one scale per (row, 32 of K), scale [out, in/32].
+float weight_scale(const LinearWeight& w, int64_t o, int64_t kb) {
+  if (w.dtype == DType::kF8E4M3) return w.scale[static_cast<size_t>((o / kBlock) * ceil_div(w.in, kBlock) + kb)];
+  return w.scale[static_cast<size_t>(o * (w.in / kBlock) + kb)];
+}
+
+// Block-scaled GEMM of fp8/fp4 weights (kernel_cpu _block_scaled_gemm, K41 fp8_gemm/fp4_gemm):
+//   x: [T, in] bf16 -> act_quant -> xq: [T, in] E4M3 values, xs: [T, in/32] E8M0 values
+//   per output: acc (fp32) = 0; for kb in K-block order:
+//     partial = exact sum_{32} xq*w, rounded once to fp32   (dot_f64_f32: exact for these operands)
+//     acc += (partial * xs[kb]) * ws[kb]                    (fp32, left to right as torch does it)
+//   y = bf16(acc)
+Tensor<float> block_scaled_linear(const Tensor<float>& x, const LinearWeight& w) {
+  const int64_t T = x.dim(0), in = w.in, out = w.out, nkb = in / kBlock;
+  Tensor<float> xq({T, in}, w.name + ".x_q");     // E4M3 values
+  Tensor<float> xs({T, nkb}, w.name + ".x_scale");  // E8M0 values
+  parallel_for(T, [&](int64_t t) {
+    try {
+      act_quant_row(x.row(t), in, xq.row(t), xs.row(t));
+    } catch (const Error& e) {
+      DSV41_FAIL("linear '", w.name, "': row ", t, " of '", x.name(), "': ", e.what());
+    }
+  });
+  Tensor<float> y({T, out}, w.name + ".y");  // bf16 values
+  const int64_t chunks = ceil_div(out, kOutChunk);
+  parallel_for(T * chunks, [&](int64_t item) {
+    const int64_t t = item / chunks, o_begin = (item % chunks) * kOutChunk;
+    const int64_t o_end = std::min(out, o_begin + kOutChunk);
+    const float* a = xq.row(t);
+    const float* as = xs.row(t);
+    float* yr = y.row(t);
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      const float* b = w.w.data() + o * in;
+      float acc = 0.0f;
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        const float partial = dot_f64_f32(a + kb * kBlock, b + kb * kBlock, kBlock);
+        const float scaled = (partial * as[kb]) * weight_scale(w, o, kb);
+        acc += scaled;
+      }
+      yr[o] = round_to_bf16(acc);
+    }
+  });
+  return y;
+}
+
+// F.linear: y[t, o] = sum_i x[t, i] * w[o, i], double accumulation in index order, rounded
+// once to fp32 (dot_f64_f32); then to bf16 when `to_bf16`. `wv` holds the weight values.
+Tensor<float> plain_linear(const Tensor<float>& x, const LinearWeight& w, const std::vector<float>& wv,
+                           bool to_bf16) {
+  const int64_t T = x.dim(0), in = w.in, out = w.out;
+  Tensor<float> y({T, out}, w.name + ".y");
+  const int64_t chunks = ceil_div(out, kOutChunk);
+  parallel_for(T * chunks, [&](int64_t item) {
+    const int64_t t = item / chunks, o_begin = (item % chunks) * kOutChunk;
+    const int64_t o_end = std::min(out, o_begin + kOutChunk);
+    const float* a = x.row(t);
+    float* yr = y.row(t);
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      const float v = dot_f64_f32(a, wv.data() + o * in, in);
+      yr[o] = to_bf16 ? round_to_bf16(v) : v;
+    }
+  });
+  return y;
+}
+
+}  // namespace
+
+LinearWeight LinearWeight::load(const safetensors::SafetensorsFile& file, const std::string& prefix,
+                                DType dtype, int64_t out, int64_t in) {
+  DSV41_CHECK(out > 0 && in > 0, "linear '", prefix, "': shape [", out, ", ", in, "] must be positive");
+  LinearWeight lw;
+  lw.name = prefix;
+  lw.dtype = dtype;
+  lw.out = out;
+  lw.in = in;
+  const std::string wname = prefix + ".weight", sname = prefix + ".scale";
+  switch (dtype) {
+    case DType::kF8E4M3:
+      DSV41_CHECK(in % kBlock == 0, "linear '", prefix, "': F8_E4M3 weights need in % 32 == 0 ",
+                  "(act_quant blocks of 32), got in=", in);
+      lw.w = file.get(wname, DType::kF8E4M3, {out, in}).to_f32();
+      lw.scale = file.get(sname, DType::kF8E8M0, {ceil_div(out, kBlock), ceil_div(in, kBlock)}).to_f32();
+      break;
+    case DType::kF4:
+      DSV41_CHECK(in % kBlock == 0, "linear '", prefix, "': F4 weights need in % 32 == 0, got in=", in);
+      lw.w = file.get(wname, DType::kF4, {out, in}).to_f32();
+      lw.scale = file.get(sname, DType::kF8E8M0, {out, in / kBlock}).to_f32();
+      break;
+    case DType::kBF16:
+    case DType::kF32:
+      lw.w = file.get(wname, dtype, {out, in}).to_f32();
+      DSV41_CHECK(!file.contains(sname), "linear '", prefix, "': a ", safetensors::dtype_name(dtype),
+                  " weight has no scale, but the file holds '", sname, "'");
+      break;
+    default:
+      DSV41_FAIL("linear '", prefix, "': weight dtype ", safetensors::dtype_name(dtype),
+                 " is not a linear weight dtype (F8_E4M3, F4, BF16, F32)");
+  }
+  for (size_t i = 0; i < lw.scale.size(); ++i) {
+    DSV41_CHECK(!std::isnan(lw.scale[i]), "linear '", prefix, "': scale element ", i,
+                " is the E8M0 NaN code 0xFF");
+  }
+  return lw;
+}
+
+void act_quant_row(const float* x, int64_t in, float* code_values, float* scales) {
+  DSV41_CHECK(in > 0 && in % kBlock == 0, "act_quant: row length must be a positive multiple of 32, got ", in);
+  uint8_t codes[kBlock];
+  for (int64_t b = 0; b < in / kBlock; ++b) {
+    uint8_t scale = 0;
+    const bool finite = formats::quantize_fp8_block(x + b * kBlock, &scale, codes);
+    DSV41_CHECK(finite, "act_quant: block ", b, " (elements [", b * kBlock, ", ", (b + 1) * kBlock,
+                ")) holds NaN or Inf; the official code has no defined result for it");
+    scales[b] = formats::e8m0_decode(scale);
+    for (int64_t i = 0; i < kBlock; ++i) code_values[b * kBlock + i] = formats::e4m3_decode(codes[i]);
+  }
+}
+
+Tensor<float> linear(const Tensor<float>& x, const LinearWeight& w) {
+  check_input_shape(x, w);
+  switch (w.dtype) {
+    case DType::kF8E4M3:
+    case DType::kF4:
+      DSV41_CHECK(w.in % kBlock == 0, "linear '", w.name, "': in=", w.in, " is not a multiple of 32");
+      check_bf16_input(x, w);
+      return block_scaled_linear(x, w);
+    case DType::kBF16:
+      check_bf16_input(x, w);
+      return plain_linear(x, w, w.w, /*to_bf16=*/true);
+    case DType::kF32:
+      return plain_linear(x, w, w.w, /*to_bf16=*/false);
+    default:
+      DSV41_FAIL("linear '", w.name, "': unsupported weight dtype ", safetensors::dtype_name(w.dtype));
+  }
+}
+
+Tensor<float> linear_fp32(const Tensor<float>& x, const LinearWeight& w) {
+  check_input_shape(x, w);
+  if (w.dtype == DType::kBF16 || w.dtype == DType::kF32) return plain_linear(x, w, w.w, /*to_bf16=*/false);
+  DSV41_CHECK(w.dtype == DType::kF8E4M3 || w.dtype == DType::kF4, "linear_fp32 '", w.name,
+              "': unsupported weight dtype ", safetensors::dtype_name(w.dtype));
+  // Quantized weights: the dequantized value code * scale (exact in fp32). The official code
+  // never takes this path; it is defined so that every LinearWeight has an fp32 product.
+  std::vector<float> deq(w.w.size());
+  for (int64_t o = 0; o < w.out; ++o) {
+    for (int64_t i = 0; i < w.in; ++i) {
+      deq[static_cast<size_t>(o * w.in + i)] =
+          w.w[static_cast<size_t>(o * w.in + i)] * weight_scale(w, o, i / kBlock);
+    }
+  }
+  return plain_linear(x, w, deq, /*to_bf16=*/false);
+}
+
+}  // namespace dsv41::reference

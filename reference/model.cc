@@ -1,0 +1,187 @@
+#include "reference/model.h"
+
+#include <algorithm>
+
+#include "formats/packed.h"
+#include "reference/attention_layer.h"
+#include "reference/linear.h"
+#include "reference/mhc.h"
+#include "reference/moe.h"
+#include "reference/rmsnorm.h"
+
+namespace dsv41::reference {
+
+// ------------------------------------------------------------------------------- SWA ring
+
+void SwaRing::write(int64_t position, const float* kv_row) {
+  const int eb = formats::swa_kv_entry_bytes(static_cast<int>(head_dim));
+  const int64_t slot = position % window;
+  DSV41_CHECK(formats::pack_swa_kv(kv_row, static_cast<int>(head_dim), bytes.data() + slot * eb),
+              "SWA ring: window KV at position ", position, " holds NaN/Inf");
+  positions[static_cast<size_t>(slot)] = position;
+}
+
+Tensor<float> SwaRing::read_all() const {
+  const int eb = formats::swa_kv_entry_bytes(static_cast<int>(head_dim));
+  Tensor<float> out({window, head_dim}, "window_kv_ring");
+  for (int s = 0; s < window; ++s) {
+    if (positions[static_cast<size_t>(s)] < 0) continue;  // never read: its index is -1
+    formats::unpack_swa_kv(bytes.data() + static_cast<int64_t>(s) * eb, static_cast<int>(head_dim), out.row(s));
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------- model
+
+std::vector<int64_t> default_token_map(const ModelConfig& c) {
+  std::vector<int64_t> map(static_cast<size_t>(c.vocab_size));
+  for (int64_t id = 0; id < c.vocab_size; ++id) {
+    map[static_cast<size_t>(id)] = id * c.engram_compressed_vocab_size / c.vocab_size;
+  }
+  return map;
+}
+
+Model::Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> token_map)
+    : config_(std::move(config)), weights_(std::move(weights)), token_map_(std::move(token_map)) {
+  const ModelConfig& c = config_;
+  DSV41_CHECK(static_cast<int64_t>(token_map_.size()) == c.vocab_size, "token map has ",
+              token_map_.size(), " entries, the vocab has ", c.vocab_size);
+  for (size_t i = 0; i < token_map_.size(); ++i) {
+    DSV41_CHECK(c.engram_layer_ids.empty() || (token_map_[i] >= 0 && token_map_[i] < c.engram_compressed_vocab_size),
+                "token map entry ", i, " = ", token_map_[i], " is outside [0, engram_compressed_vocab_size = ",
+                c.engram_compressed_vocab_size, ")");
+  }
+  DSV41_CHECK(c.max_batch_size >= 1, "max_batch_size must be >= 1");
+  schedule_ = layer_schedule(c);
+  for (int l = 0; l < c.n_layers; ++l) rope_.push_back(RopeTable::for_layer(c, l));
+  if (!c.engram_layer_ids.empty()) {
+    engram_ = EngramLayout::build(c);
+    engram_pad_ = engram_pad_id(token_map_, c.engram_pad_id);
+  }
+}
+
+ModelState Model::new_state() const {
+  const ModelConfig& c = config_;
+  ModelState s(engram_pad_);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerInfo& info = schedule_[static_cast<size_t>(l)];
+    LayerState ls;
+    ls.ring.window = c.window_size;
+    ls.ring.head_dim = c.head_dim;
+    ls.ring.bytes.assign(static_cast<size_t>(c.window_size) *
+                             formats::swa_kv_entry_bytes(c.head_dim), 0);
+    ls.ring.positions.assign(static_cast<size_t>(c.window_size), -1);
+    if (info.role == LayerRole::kFull) {
+      const int64_t capacity = c.max_seq_len / info.ratio;
+      if (info.ratio > 1) ls.compressor.emplace(info.ratio, c.head_dim);
+      ls.kv_cache.emplace(l, info.ratio, c.head_dim, capacity);
+      ls.key_cache.emplace(l, info.ratio, c.index_head_dim, capacity);
+    }
+    s.layers.push_back(std::move(ls));
+  }
+  return s;
+}
+
+StepRecord Model::prefill(ModelState& state, const std::vector<int64_t>& tokens) const {
+  DSV41_CHECK(state.pos == 0, "prefill needs a fresh state (at position 0), this one is at ", state.pos);
+  DSV41_CHECK(!tokens.empty(), "prefill needs at least one token");
+  return forward(state, tokens);
+}
+
+StepRecord Model::decode(ModelState& state, int64_t token) const {
+  DSV41_CHECK(state.pos > 0, "decode needs a prefilled state");
+  return forward(state, {token});
+}
+
+StepRecord Model::forward(ModelState& state, const std::vector<int64_t>& tokens) const {
+  const ModelConfig& c = config_;
+  const int64_t T = static_cast<int64_t>(tokens.size()), dim = c.dim, hc = c.hc_mult;
+  const int64_t start = state.pos;
+  DSV41_CHECK(start + T <= c.max_seq_len, "positions ", start, "..", start + T - 1,
+              " exceed max_seq_len ", c.max_seq_len);
+  for (int64_t t = 0; t < T; ++t) {
+    DSV41_CHECK(tokens[static_cast<size_t>(t)] >= 0 && tokens[static_cast<size_t>(t)] < c.vocab_size,
+                "token ", t, " = ", tokens[static_cast<size_t>(t)], " is outside the vocab [0, ", c.vocab_size, ")");
+  }
+  StepRecord rec;
+  rec.start_pos = start;
+  rec.tokens = T;
+
+  // Engram history: the compressed ids of the new tokens.
+  if (!c.engram_layer_ids.empty()) state.engram.write(start, engram_compress_tokens(token_map_, tokens));
+
+  // Embedding, copied to hc streams. stream: [T, hc, dim] bf16.
+  Tensor<float> stream({T, hc, dim}, "stream");
+  for (int64_t t = 0; t < T; ++t) {
+    const float* e = weights_.embed.data() + tokens[static_cast<size_t>(t)] * dim;
+    for (int64_t i = 0; i < hc; ++i) std::copy(e, e + dim, stream.row(t, i));
+  }
+  const auto observe = [&](const char* what, int layer, Tensor<float>& v) {
+    if (!observer_) return;
+    const std::vector<int64_t> shape = v.shape();
+    observer_(what, layer, v);
+    DSV41_CHECK(v.shape() == shape, "forward observer changed the shape of '", what, "' at layer ", layer);
+  };
+  const auto observe_mixes = [&](const std::string& prefix, int layer, HcMixes& m) {
+    observe((prefix + "_pre").c_str(), layer, m.pre);
+    observe((prefix + "_post").c_str(), layer, m.post);
+    observe((prefix + "_comb").c_str(), layer, m.comb);
+  };
+  observe("embed", -1, stream);
+  Tensor<float> pre = hc_identity_pre(T, hc);
+  SharedAttention shared;
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerInfo& info = schedule_[static_cast<size_t>(l)];
+    const BlockWeights& bw = weights_.blocks[static_cast<size_t>(l)];
+    if (bw.has_engram) {
+      const int li = engram_.layer_index(l);
+      Tensor<int64_t> ids = engram_hash_ids(engram_, li, state.engram, start, T);
+      const EngramTableRef table =
+          engram_table(bw.engram.table, bw.engram.table_scale, bw.engram.rows, c.engram_head_dim);
+      const Tensor<float> kv = linear(engram_lookup(table, ids), bw.engram.wkv);
+      stream = engram_gate_residual(stream, kv, bw.engram.q_weight, bw.engram.k_weight, c.norm_eps);
+      rec.engram_ids.emplace(l, std::move(ids));
+      observe("engram_out", l, stream);
+    }
+    // Attention sublayer: its mixes come from the stream before it; it applies the previous pre.
+    HcMixes am = hc_mixes(stream, bw.hc_attn.fn, bw.hc_attn.scale, bw.hc_attn.base, c.norm_eps,
+                          c.hc_sinkhorn_iters, c.hc_eps);
+    observe_mixes("hc_attn", l, am);
+    AttentionRecord arec;
+    Tensor<float> a_in = rms_norm(hc_pre(stream, pre), bw.attn_norm, c.norm_eps);
+    observe("attn_in", l, a_in);
+    Tensor<float> a_out = attention_sublayer(a_in, start, c, info, bw.attn,
+                                             rope_[static_cast<size_t>(l)], state, shared, arec);
+    observe("attn_out", l, a_out);
+    stream = hc_post(a_out, stream, am.post, am.comb);
+    observe("attn_stream", l, stream);
+    if (arec.topk) rec.topk.emplace(l, std::move(*arec.topk));
+    if (arec.candidates) rec.candidates.emplace(l, std::move(*arec.candidates));
+    // FFN sublayer: applies the attention's pre.
+    HcMixes fm = hc_mixes(stream, bw.hc_ffn.fn, bw.hc_ffn.scale, bw.hc_ffn.base, c.norm_eps,
+                          c.hc_sinkhorn_iters, c.hc_eps);
+    observe_mixes("hc_ffn", l, fm);
+    Tensor<float> f_in = rms_norm(hc_pre(stream, am.pre), bw.ffn_norm, c.norm_eps);
+    observe("ffn_in", l, f_in);
+    MoeOutput moe = moe_forward(f_in, bw.ffn, c, l);
+    observe("ffn_out", l, moe.y);
+    stream = hc_post(moe.y, stream, fm.post, fm.comb);
+    observe("out_stream", l, stream);
+    rec.experts.emplace(l, std::move(moe.routing.experts));
+    pre = fm.pre;
+  }
+
+  // Head on the last position: collapse with the last FFN's pre, norm, fp32 head.
+  Tensor<float> last({1, hc, dim}, "last_stream");
+  std::copy(stream.row(T - 1, 0), stream.row(T - 1, 0) + hc * dim, last.row(0, 0));
+  Tensor<float> last_pre({1, hc}, "last_pre");
+  std::copy(pre.row(T - 1), pre.row(T - 1) + hc, last_pre.row(0));
+  Tensor<float> h = rms_norm(hc_pre(last, last_pre), weights_.norm, c.norm_eps);
+  observe("final_norm_out", -1, h);
+  rec.logits = linear_fp32(h, weights_.head).data();
+  state.pos = start + T;
+  return rec;
+}
+
+}  // namespace dsv41::reference

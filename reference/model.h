@@ -1,0 +1,122 @@
+// reference/model.h
+//
+// The DeepSeek-V4.1-Flash backbone forward, as the official Transformer.forward runs it:
+// embed -> hc_mult copies -> for each layer [Engram] -> Block (mHC + attention + MoE) -> hc_pre ->
+// norm -> fp32 head. Two entry points, the official envelope:
+//   prefill(state, tokens)  tokens at positions 0 .. T-1 (start_pos 0), state must be fresh
+//   decode(state, token)    one token at position state.pos
+// Both return the logits of the last position and record every selection a port must agree on.
+//
+// State (ModelState) holds what the official code keeps in module buffers: per layer the SWA ring
+// (packed FP8 entries), per kv source the compressed KV and index-key caches (packed FP4) and the
+// compressor's partial group, and the Engram n-gram history. Shared objects carry their owner
+// layer, ratio and position offset; a consumer that expects another owner gets a dsv41::Error.
+//
+// Not here (yet): the DSpark draft blocks (forward_spec), chunked prefill / multi-token forward at
+// a start position > 0 (a later issue defines them).
+//
+// Example:
+//   Model m(config, ModelWeights::load(path, config), token_map);
+//   ModelState s = m.new_state();
+//   StepRecord r0 = m.prefill(s, prompt);
+//   StepRecord r1 = m.decode(s, next_token);
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "reference/attention.h"
+#include "reference/compressor.h"
+#include "reference/config.h"
+#include "reference/engram.h"
+#include "reference/indexer.h"
+#include "reference/rope.h"
+#include "reference/tensor.h"
+#include "reference/weights.h"
+
+namespace dsv41::reference {
+
+// One layer's SWA ring: window_size slots of packed FP8 entries (formats::pack_swa_kv), slot =
+// position % window_size, with the position each slot holds (-1: empty).
+struct SwaRing {
+  int window = 0;
+  int64_t head_dim = 0;
+  std::vector<uint8_t> bytes;       // [window, swa_kv_entry_bytes(head_dim)]
+  std::vector<int64_t> positions;   // [window]
+  void write(int64_t position, const float* kv_row);
+  Tensor<float> read_all() const;   // [window, head_dim] bf16 (zeros in empty slots)
+};
+
+struct LayerState {
+  SwaRing ring;
+  std::optional<CompressorState> compressor;  // ratio > 1 kv sources
+  std::optional<CompressedKvCache> kv_cache;  // kv sources
+  std::optional<IndexKeyCache> key_cache;     // kv sources that are index sources
+};
+
+struct ModelState {
+  int64_t pos = 0;  // tokens consumed so far
+  std::vector<LayerState> layers;  // [n_layers]
+  EngramHistory engram;
+  explicit ModelState(int64_t engram_pad) : engram(engram_pad) {}
+};
+
+// What one forward call records, per step (positions [start_pos, start_pos + T)).
+struct StepRecord {
+  int64_t start_pos = 0;
+  int64_t tokens = 0;
+  std::vector<float> logits;                       // [vocab] fp32, last position
+  std::map<int, Tensor<int32_t>> topk;             // index-source layer -> [T, k] compressed
+                                                   //   positions ascending, -1 padding (no offset)
+  std::map<int, Tensor<uint8_t>> candidates;       // candidate source -> [T, N] mask
+  std::map<int, Tensor<int64_t>> engram_ids;       // engram layer -> [T, cols]
+  std::map<int, Tensor<int32_t>> experts;          // layer -> [T, k] routed experts
+};
+
+// Sees every intermediate the forward produces, by name and layer (-1 for none), and may replace
+// it (teacher forcing: a side gets another side's value, so a component's own error is separated
+// from inherited error). Names, in order within layer L:
+//   "embed" [T, hc, dim] (layer -1), "engram_out" [T, hc, dim] (Engram layers),
+//   "hc_attn_pre" / "hc_attn_post" [T, hc] fp32, "hc_attn_comb" [T, hc, hc] fp32,
+//   "attn_in" [T, dim], "attn_out" [T, dim], "attn_stream" [T, hc, dim] (after hc_post),
+//   "hc_ffn_pre" / "hc_ffn_post" / "hc_ffn_comb", "ffn_in", "ffn_out", "out_stream" [T, hc, dim],
+//   "final_norm_out" [1, dim] (layer -1, the last position).
+// Values are bf16 unless marked fp32. A replacement must keep the shape (checked).
+using ForwardObserver = std::function<void(const std::string& what, int layer, Tensor<float>& value)>;
+
+class Model {
+ public:
+  // token_map: [vocab] compressed id of every vocab entry (Engram); see default_token_map.
+  Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> token_map);
+
+  const ModelConfig& config() const { return config_; }
+  ModelState new_state() const;
+
+  StepRecord prefill(ModelState& state, const std::vector<int64_t>& tokens) const;
+  StepRecord decode(ModelState& state, int64_t token) const;
+
+  void set_observer(ForwardObserver observer) { observer_ = std::move(observer); }
+
+ private:
+  StepRecord forward(ModelState& state, const std::vector<int64_t>& tokens) const;
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::vector<int64_t> token_map_;
+  std::vector<LayerInfo> schedule_;
+  std::vector<RopeTable> rope_;  // [n_layers], by the layer's kind (window / compressed)
+  EngramLayout engram_;
+  int64_t engram_pad_ = 0;
+  ForwardObserver observer_;
+};
+
+// floor(id * compressed_vocab / vocab): the map of the oracle's stub tokenizer for the tiny
+// config (token 2k and 2k+1 share id k). The real model needs its tokenizer's map (--token-map).
+std::vector<int64_t> default_token_map(const ModelConfig& c);
+
+}  // namespace dsv41::reference

@@ -1,0 +1,359 @@
+#include "reference/weights.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "formats/error.h"
+#include "formats/minifloat.h"
+
+namespace dsv41::reference {
+namespace {
+
+using safetensors::SafetensorsFile;
+using StTensor = safetensors::Tensor;
+
+int64_t cdiv32(int64_t v) { return (v + 31) / 32; }
+
+struct SpecBuilder {
+  std::vector<TensorSpec> specs;
+  void add(const std::string& name, DType d, std::vector<int64_t> shape) {
+    specs.push_back({name, d, std::move(shape)});
+  }
+  // An fp8 linear: weight [out, in] E4M3 + scale [ceil(out/32), ceil(in/32)] E8M0.
+  void fp8(const std::string& p, int64_t out, int64_t in) {
+    add(p + ".weight", DType::kF8E4M3, {out, in});
+    add(p + ".scale", DType::kF8E8M0, {cdiv32(out), cdiv32(in)});
+  }
+  // An fp4 expert linear: weight [out, in] F4 (logical) + scale [out, in/32] E8M0.
+  void fp4(const std::string& p, int64_t out, int64_t in) {
+    add(p + ".weight", DType::kF4, {out, in});
+    add(p + ".scale", DType::kF8E8M0, {out, in / 32});
+  }
+};
+
+std::string block_prefix(const ModelConfig& c, int layer) {
+  return layer < c.n_layers ? "layers." + std::to_string(layer) + "."
+                            : "mtp." + std::to_string(layer - c.n_layers) + ".";
+}
+
+int n_experts(const ModelConfig& c, int layer) {
+  return layer < c.n_layers || c.dspark_n_routed_experts == 0 ? c.n_routed_experts
+                                                              : c.dspark_n_routed_experts;
+}
+
+bool contains(const std::vector<int>& v, int x) {
+  for (int e : v) {
+    if (e == x) return true;
+  }
+  return false;
+}
+
+int engram_index(const ModelConfig& c, int layer) {
+  for (size_t i = 0; i < c.engram_layer_ids.size(); ++i) {
+    if (c.engram_layer_ids[i] == layer) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::vector<float> values_of(const StTensor& t) { return t.to_f32(); }
+
+}  // namespace
+
+std::vector<TensorSpec> expected_tensors(const ModelConfig& c, DType head_dtype) {
+  DSV41_CHECK(head_dtype == DType::kF32 || head_dtype == DType::kBF16, "head dtype must be F32 or BF16");
+  SpecBuilder b;
+  const int64_t dim = c.dim, H = c.n_heads, D = c.head_dim, G = c.o_groups, hc = c.hc_mult;
+  const int64_t mix = (2 + hc) * hc;
+  b.add("embed.weight", DType::kBF16, {c.vocab_size, dim});
+  b.add("norm.weight", DType::kBF16, {dim});
+  b.add("head.weight", head_dtype, {c.vocab_size, dim});
+  for (int l = 0; l < c.total_layers(); ++l) {
+    const std::string p = block_prefix(c, l);
+    const bool backbone = l < c.n_layers;
+    const int ratio = c.compress_ratios[static_cast<size_t>(l)];
+    b.add(p + "attn_norm.weight", DType::kBF16, {dim});
+    b.add(p + "ffn_norm.weight", DType::kBF16, {dim});
+    for (const char* s : {"attn", "ffn"}) {
+      b.add(p + "hc_" + s + "_fn", DType::kF32, {mix, hc * dim});
+      b.add(p + "hc_" + s + "_base", DType::kF32, {mix});
+      b.add(p + "hc_" + s + "_scale", DType::kF32, {3});
+    }
+    b.add(p + "attn.attn_sink", DType::kF32, {H});
+    b.fp8(p + "attn.wq_a", c.q_lora_rank, dim);
+    b.add(p + "attn.q_norm.weight", DType::kBF16, {c.q_lora_rank});
+    b.fp8(p + "attn.wq_b", H * D, c.q_lora_rank);
+    b.fp8(p + "attn.wkv", D, dim);
+    b.add(p + "attn.kv_norm.weight", DType::kBF16, {D});
+    b.add(p + "attn.wo_a.weight", DType::kBF16, {G * c.o_lora_rank, H * D / G});
+    b.fp8(p + "attn.wo_b", dim, G * c.o_lora_rank);
+    const bool kv_source = backbone && contains(c.kv_source_layers, l);
+    const bool index_source = backbone && contains(c.index_source_layers, l);
+    if (kv_source) {
+      b.add(p + "attn.compressor.wkv.weight", ratio > 1 ? DType::kF32 : DType::kBF16, {D, dim});
+      if (ratio > 1) b.add(p + "attn.compressor.wgate.weight", DType::kF32, {D, dim});
+      b.add(p + "attn.compressor.norm.weight", DType::kBF16, {D});
+    }
+    if (index_source) {
+      b.fp8(p + "attn.indexer.wq_b", int64_t{c.index_n_heads} * c.index_head_dim, c.q_lora_rank);
+      b.add(p + "attn.indexer.weights_proj.weight", DType::kBF16, {c.index_n_heads, dim});
+      if (kv_source) {
+        b.add(p + "attn.indexer.wk.weight", DType::kBF16, {c.index_head_dim, D});
+        b.add(p + "attn.indexer.k_norm.weight", DType::kBF16, {c.index_head_dim});
+      }
+    }
+    const int E = n_experts(c, l);
+    b.add(p + "ffn.gate.weight", DType::kBF16, {E, dim});
+    b.add(p + "ffn.gate.bias", DType::kF32, {E});
+    for (int e = 0; e < E; ++e) {
+      const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+      b.fp4(ep + "w1", c.moe_inter_dim, dim);
+      b.fp4(ep + "w2", dim, c.moe_inter_dim);
+      b.fp4(ep + "w3", c.moe_inter_dim, dim);
+    }
+    b.fp8(p + "ffn.shared_experts.w1", c.moe_inter_dim, dim);
+    b.fp8(p + "ffn.shared_experts.w2", dim, c.moe_inter_dim);
+    b.fp8(p + "ffn.shared_experts.w3", c.moe_inter_dim, dim);
+    const int ei = backbone ? engram_index(c, l) : -1;
+    if (ei >= 0) {
+      const int64_t rows = c.engram_num_embeddings[static_cast<size_t>(ei)];
+      const int64_t cols = int64_t{c.engram_max_ngram_size - 1} * c.engram_n_heads;
+      b.add(p + "engram.embed.weight", DType::kF8E4M3, {rows, c.engram_head_dim});
+      b.add(p + "engram.embed.scale", DType::kF8E8M0, {rows, c.engram_head_dim / 32});
+      b.fp8(p + "engram.wkv", (hc + 1) * dim, cols * c.engram_head_dim);
+      b.add(p + "engram.q_weight", DType::kBF16, {hc, dim});
+      b.add(p + "engram.k_weight", DType::kBF16, {hc, dim});
+    }
+    if (!backbone && l == c.n_layers) {
+      b.fp8(p + "main_proj", dim, dim * static_cast<int64_t>(c.dspark_target_layer_ids.size()));
+      b.add(p + "main_norm.weight", DType::kBF16, {dim});
+    }
+    if (!backbone && l == c.total_layers() - 1) {
+      b.add(p + "norm.weight", DType::kBF16, {dim});
+      b.add(p + "markov_head.embed.weight", DType::kBF16, {c.vocab_size, c.dspark_markov_rank});
+      b.add(p + "markov_head.head.weight", DType::kF32, {c.vocab_size, c.dspark_markov_rank});
+      b.add(p + "confidence_head.proj.weight", DType::kF32, {1, dim + c.dspark_markov_rank});
+    }
+  }
+  return b.specs;
+}
+
+ModelWeights ModelWeights::load(const std::string& path, const ModelConfig& c) {
+  const SafetensorsFile f = SafetensorsFile::read(path);
+  const DType head_dtype = f.contains("head.weight") ? f.get("head.weight").dtype : DType::kF32;
+  if (head_dtype != DType::kF32 && head_dtype != DType::kBF16) {
+    DSV41_FAIL("weights file '", path, "': tensor 'head.weight' has dtype ",
+               safetensors::dtype_name(head_dtype), ", expected F32 or BF16");
+  }
+  const std::vector<TensorSpec> specs = expected_tensors(c, head_dtype);
+  std::set<std::string> expected;
+  for (const TensorSpec& s : specs) {
+    f.get(s.name, s.dtype, s.shape);  // throws naming the tensor
+    expected.insert(s.name);
+  }
+  for (const std::string& n : f.names()) {
+    if (!expected.count(n)) {
+      DSV41_FAIL("weights file '", path, "': unexpected tensor '", n,
+                 "' (not part of the model for this config)");
+    }
+  }
+
+  const int64_t dim = c.dim, H = c.n_heads, D = c.head_dim, G = c.o_groups;
+  auto vec = [&](const std::string& n) { return values_of(f.get(n)); };
+  auto lin = [&](const std::string& p, DType d, int64_t out, int64_t in) {
+    return LinearWeight::load(f, p, d, out, in);
+  };
+
+  ModelWeights w;
+  w.embed = vec("embed.weight");
+  w.norm = vec("norm.weight");
+  w.head = lin("head", head_dtype, c.vocab_size, dim);
+  if (head_dtype == DType::kBF16) w.head.dtype = DType::kF32;  // bf16 values widen exactly
+  const std::vector<LayerInfo> schedule = layer_schedule(c);
+  for (int l = 0; l < c.total_layers(); ++l) {
+    const std::string p = block_prefix(c, l);
+    const int ratio = c.compress_ratios[static_cast<size_t>(l)];
+    BlockWeights bw;
+    bw.layer = l;
+    bw.attn_norm = vec(p + "attn_norm.weight");
+    bw.ffn_norm = vec(p + "ffn_norm.weight");
+    bw.hc_attn = {vec(p + "hc_attn_fn"), vec(p + "hc_attn_base"), vec(p + "hc_attn_scale")};
+    bw.hc_ffn = {vec(p + "hc_ffn_fn"), vec(p + "hc_ffn_base"), vec(p + "hc_ffn_scale")};
+    AttentionWeights& a = bw.attn;
+    a.wq_a = lin(p + "attn.wq_a", DType::kF8E4M3, c.q_lora_rank, dim);
+    a.q_norm = vec(p + "attn.q_norm.weight");
+    a.wq_b = lin(p + "attn.wq_b", DType::kF8E4M3, H * D, c.q_lora_rank);
+    a.wkv = lin(p + "attn.wkv", DType::kF8E4M3, D, dim);
+    a.kv_norm = vec(p + "attn.kv_norm.weight");
+    a.wo_a = lin(p + "attn.wo_a", DType::kBF16, G * c.o_lora_rank, H * D / G);
+    a.wo_b = lin(p + "attn.wo_b", DType::kF8E4M3, dim, G * c.o_lora_rank);
+    a.attn_sink = vec(p + "attn.attn_sink");
+    const bool backbone = l < c.n_layers;
+    a.has_compressor = backbone && contains(c.kv_source_layers, l);
+    a.has_indexer = backbone && contains(c.index_source_layers, l);
+    a.has_index_keys = a.has_compressor && a.has_indexer;
+    if (a.has_compressor) {
+      a.comp_wkv = lin(p + "attn.compressor.wkv", ratio > 1 ? DType::kF32 : DType::kBF16, D, dim);
+      if (ratio > 1) a.comp_wgate = lin(p + "attn.compressor.wgate", DType::kF32, D, dim);
+      a.comp_norm = vec(p + "attn.compressor.norm.weight");
+    }
+    if (a.has_indexer) {
+      a.idx_wq_b = lin(p + "attn.indexer.wq_b", DType::kF8E4M3,
+                       int64_t{c.index_n_heads} * c.index_head_dim, c.q_lora_rank);
+      a.idx_weights_proj = lin(p + "attn.indexer.weights_proj", DType::kBF16, c.index_n_heads, dim);
+      if (a.has_index_keys) {
+        a.idx_wk = lin(p + "attn.indexer.wk", DType::kBF16, c.index_head_dim, D);
+        a.idx_k_norm = vec(p + "attn.indexer.k_norm.weight");
+      }
+    }
+    MoeWeights& m = bw.ffn;
+    const int E = n_experts(c, l);
+    m.gate = lin(p + "ffn.gate", DType::kBF16, E, dim);
+    m.gate_bias = vec(p + "ffn.gate.bias");
+    for (int e = 0; e < E; ++e) {
+      const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+      m.w1.push_back(lin(ep + "w1", DType::kF4, c.moe_inter_dim, dim));
+      m.w2.push_back(lin(ep + "w2", DType::kF4, dim, c.moe_inter_dim));
+      m.w3.push_back(lin(ep + "w3", DType::kF4, c.moe_inter_dim, dim));
+    }
+    m.s_w1 = lin(p + "ffn.shared_experts.w1", DType::kF8E4M3, c.moe_inter_dim, dim);
+    m.s_w2 = lin(p + "ffn.shared_experts.w2", DType::kF8E4M3, dim, c.moe_inter_dim);
+    m.s_w3 = lin(p + "ffn.shared_experts.w3", DType::kF8E4M3, c.moe_inter_dim, dim);
+    const int ei = backbone ? engram_index(c, l) : -1;
+    if (ei >= 0) {
+      bw.has_engram = true;
+      EngramWeights& e = bw.engram;
+      e.rows = c.engram_num_embeddings[static_cast<size_t>(ei)];
+      e.table = f.get(p + "engram.embed.weight").bytes;
+      e.table_scale = f.get(p + "engram.embed.scale").bytes;
+      const int64_t cols = int64_t{c.engram_max_ngram_size - 1} * c.engram_n_heads;
+      e.wkv = lin(p + "engram.wkv", DType::kF8E4M3, (c.hc_mult + 1) * dim, cols * c.engram_head_dim);
+      e.q_weight = vec(p + "engram.q_weight");
+      e.k_weight = vec(p + "engram.k_weight");
+    }
+    w.blocks.push_back(std::move(bw));
+  }
+  if (c.n_mtp_layers > 0) {
+    const std::string p0 = block_prefix(c, c.n_layers);
+    const std::string pl = block_prefix(c, c.total_layers() - 1);
+    w.dspark.main_proj = lin(p0 + "main_proj", DType::kF8E4M3, dim,
+                             dim * static_cast<int64_t>(c.dspark_target_layer_ids.size()));
+    w.dspark.main_norm = vec(p0 + "main_norm.weight");
+    w.dspark.norm = vec(pl + "norm.weight");
+    w.dspark.markov_embed = vec(pl + "markov_head.embed.weight");
+    w.dspark.markov_head = lin(pl + "markov_head.head", DType::kF32, c.vocab_size, c.dspark_markov_rank);
+    w.dspark.confidence_proj =
+        lin(pl + "confidence_head.proj", DType::kF32, 1, dim + c.dspark_markov_rank);
+  }
+  (void)schedule;
+  return w;
+}
+
+// ---------------------------------------------------------------- generator
+
+namespace {
+
+// SplitMix64 (Steele, Lea, Flood 2014): a fixed, portable stream.
+struct SplitMix64 {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-1, 1) with 24 random bits: exact in fp32.
+  float uniform() { return static_cast<float>(static_cast<int64_t>(next() >> 40) - (1 << 23)) * 0x1p-23f; }
+};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char ch : s) {
+    h ^= ch;
+    h *= 0x100000001B3ull;
+  }
+  return h;
+}
+
+void put_f32(std::vector<uint8_t>& out, float v) {
+  const uint32_t u = f32_bits(v);
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(u >> (8 * i)));
+}
+void put_bf16(std::vector<uint8_t>& out, float v) {
+  const uint16_t u = formats::bf16_encode(v);
+  out.push_back(static_cast<uint8_t>(u & 0xFF));
+  out.push_back(static_cast<uint8_t>(u >> 8));
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Values for one tensor: the name decides the distribution (norm weights near 1, sinks and
+// biases small, matrices uniform with a 1/sqrt(in) spread; quantized tensors store codes whose
+// scale bytes put the dequantized spread at 1/sqrt(in)).
+StTensor make_tensor(const TensorSpec& s, uint64_t seed) {
+  SplitMix64 rng{seed ^ fnv1a(s.name)};
+  StTensor t;
+  t.name = s.name;
+  t.dtype = s.dtype;
+  t.shape = s.shape;
+  const int64_t n = t.numel();
+  const int64_t in = s.shape.size() >= 2 ? s.shape.back() : 1;
+  const float spread = 1.0f / std::sqrt(static_cast<float>(in));
+  const bool is_norm = ends_with(s.name, "norm.weight") || ends_with(s.name, "q_weight") ||
+                       ends_with(s.name, "k_weight");
+  switch (s.dtype) {
+    case DType::kF32:
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) {
+        float v;
+        if (is_norm) v = 1.0f + 0.25f * rng.uniform();
+        else if (ends_with(s.name, "_scale")) v = 0.5f + 0.25f * rng.uniform();
+        else if (ends_with(s.name, "_base") || ends_with(s.name, "bias") || ends_with(s.name, "attn_sink"))
+          v = 0.5f * rng.uniform();
+        else if (s.name == "embed.weight" || ends_with(s.name, "markov_head.embed.weight"))
+          v = rng.uniform();
+        else v = spread * std::sqrt(3.0f) * rng.uniform();
+        if (s.dtype == DType::kF32) put_f32(t.bytes, v);
+        else put_bf16(t.bytes, v);
+      }
+      break;
+    case DType::kF8E4M3:  // codes of values in about [-448, 448]*2^-6 spread; scale sets magnitude
+      for (int64_t i = 0; i < n; ++i) t.bytes.push_back(formats::e4m3_encode_satfinite(64.0f * rng.uniform()));
+      break;
+    case DType::kF4:
+      for (int64_t i = 0; i < n; i += 2) {
+        const uint8_t lo = formats::e2m1_encode(6.0f * rng.uniform());
+        const uint8_t hi = formats::e2m1_encode(6.0f * rng.uniform());
+        t.bytes.push_back(static_cast<uint8_t>(lo | (hi << 4)));
+      }
+      break;
+    case DType::kF8E8M0: {
+      // Scales for a weight of values ~U(-64, 64) (fp8) or ~U(-6, 6) (fp4): s ~ spread/|v|.
+      const bool fp4 = s.shape.size() == 2 && s.name.find("experts.") != std::string::npos &&
+                       s.name.find("shared_experts") == std::string::npos;
+      const float elem = fp4 ? 3.0f : 32.0f;
+      // The weight's `in` is 32 * (scale columns); the engram table scale covers head_dim.
+      const float w_in = 32.0f * static_cast<float>(s.shape.back());
+      const float target = 1.0f / std::sqrt(w_in) / elem;
+      const int e = static_cast<int>(std::lround(std::log2(target)));
+      for (int64_t i = 0; i < n; ++i) t.bytes.push_back(static_cast<uint8_t>(127 + e + static_cast<int>(rng.next() % 2)));
+      break;
+    }
+    case DType::kI32:
+    case DType::kI64:
+      DSV41_FAIL("generate_weights: no integer tensors expected ('", s.name, "')");
+  }
+  return t;
+}
+
+}  // namespace
+
+std::vector<StTensor> generate_weights(const ModelConfig& c, uint64_t seed) {
+  std::vector<StTensor> out;
+  for (const TensorSpec& s : expected_tensors(c)) out.push_back(make_tensor(s, seed));
+  return out;
+}
+
+}  // namespace dsv41::reference

@@ -1,0 +1,187 @@
+#include "reports/h5_writer.h"
+
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "formats/error.h"
+
+namespace dsv41::reports {
+namespace {
+
+constexpr size_t kCompressAbove = 64 * 1024;  // bytes
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char ch : path) {
+    if (ch == '/') {
+      if (!cur.empty()) parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  if (!cur.empty()) parts.push_back(cur);
+  return parts;
+}
+
+}  // namespace
+
+H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
+  tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by the checks below
+  const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+  file_ = H5Fcreate(tmp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  if (file_ < 0) DSV41_FAIL("cannot create HDF5 file '", tmp_path_, "' (for '", path_, "')");
+}
+
+H5Writer::~H5Writer() {
+  if (!committed_) {
+    if (file_ >= 0) H5Fclose(file_);
+    std::remove(tmp_path_.c_str());
+  }
+}
+
+void H5Writer::ensure_parent_groups(const std::string& path) {
+  const std::vector<std::string> parts = split_path(path);
+  std::string cur;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    cur += "/" + parts[i];
+    if (H5Lexists(file_, cur.c_str(), H5P_DEFAULT) > 0) continue;
+    const hid_t g = H5Gcreate2(file_, cur.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) DSV41_FAIL("'", path_, "': cannot create group '", cur, "'");
+    H5Gclose(g);
+  }
+}
+
+void H5Writer::write_raw(const std::string& path, const void* data, int64_t type, size_t elem,
+                         const std::vector<int64_t>& shape, size_t count) {
+  DSV41_CHECK(!committed_, "'", path_, "': write after commit");
+  int64_t n = 1;
+  std::vector<hsize_t> dims;
+  for (int64_t s : shape) {
+    DSV41_CHECK(s >= 0, "'", path_, "': negative dimension for '", path, "'");
+    dims.push_back(static_cast<hsize_t>(s));
+    n *= s;
+  }
+  DSV41_CHECK(static_cast<size_t>(n) == count, "'", path_, "': dataset '", path, "' has ", count,
+              " values for a shape of ", n);
+  ensure_parent_groups(path);
+  const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (count * elem > kCompressAbove && !dims.empty()) {
+    std::vector<hsize_t> chunk = dims;
+    // Chunks of about 256 KiB along the first dimension.
+    hsize_t row = elem;
+    for (size_t i = 1; i < chunk.size(); ++i) row *= chunk[i];
+    chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], (256 * 1024) / std::max<hsize_t>(row, 1)));
+    H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
+    H5Pset_shuffle(dcpl);
+    H5Pset_deflate(dcpl, 4);
+  }
+  const hid_t ds = H5Dcreate2(file_, path.c_str(), static_cast<hid_t>(type), space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  if (ds < 0) DSV41_FAIL("'", path_, "': cannot create dataset '", path, "' (exists already?)");
+  const herr_t rc = count == 0 ? 0 : H5Dwrite(ds, static_cast<hid_t>(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  H5Dclose(ds);
+  if (rc < 0) DSV41_FAIL("'", path_, "': writing dataset '", path, "' failed");
+}
+
+void H5Writer::write(const std::string& p, const std::vector<float>& d, const std::vector<int64_t>& s) {
+  write_raw(p, d.data(), H5T_NATIVE_FLOAT, sizeof(float), s, d.size());
+}
+void H5Writer::write(const std::string& p, const std::vector<double>& d, const std::vector<int64_t>& s) {
+  write_raw(p, d.data(), H5T_NATIVE_DOUBLE, sizeof(double), s, d.size());
+}
+void H5Writer::write(const std::string& p, const std::vector<int32_t>& d, const std::vector<int64_t>& s) {
+  write_raw(p, d.data(), H5T_NATIVE_INT32, sizeof(int32_t), s, d.size());
+}
+void H5Writer::write(const std::string& p, const std::vector<int64_t>& d, const std::vector<int64_t>& s) {
+  write_raw(p, d.data(), H5T_NATIVE_INT64, sizeof(int64_t), s, d.size());
+}
+void H5Writer::write(const std::string& p, const std::vector<uint8_t>& d, const std::vector<int64_t>& s) {
+  write_raw(p, d.data(), H5T_NATIVE_UINT8, sizeof(uint8_t), s, d.size());
+}
+void H5Writer::write(const std::string& p, const std::vector<uint16_t>& d, const std::vector<int64_t>& s) {
+  write_raw(p, d.data(), H5T_NATIVE_UINT16, sizeof(uint16_t), s, d.size());
+}
+
+void H5Writer::write_strings(const std::string& path, const std::vector<std::string>& data) {
+  std::vector<const char*> ptrs;
+  for (const std::string& s : data) ptrs.push_back(s.c_str());
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  write_raw(path, ptrs.data(), type, sizeof(char*), {static_cast<int64_t>(data.size())}, data.size());
+  H5Tclose(type);
+}
+
+int64_t H5Writer::open_object(const std::string& path) {
+  if (path != "/" && H5Lexists(file_, path.c_str(), H5P_DEFAULT) <= 0) {
+    ensure_parent_groups(path + "/x");
+  }
+  const hid_t obj = H5Oopen(file_, path.c_str(), H5P_DEFAULT);
+  if (obj < 0) DSV41_FAIL("'", path_, "': cannot open object '", path, "' for an attribute");
+  return obj;
+}
+
+void H5Writer::attr(const std::string& object_path, const std::string& name, const std::string& value) {
+  const hid_t obj = static_cast<hid_t>(open_object(object_path));
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, value.empty() ? 1 : value.size());
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t a = H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t rc = a < 0 ? -1 : H5Awrite(a, type, value.empty() ? "" : value.c_str());
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Oclose(obj);
+  if (rc < 0) DSV41_FAIL("'", path_, "': cannot write attribute '", name, "' on '", object_path, "'");
+}
+
+namespace {
+template <typename T>
+void numeric_attr(hid_t obj, const std::string& file, const std::string& object_path,
+                  const std::string& name, hid_t type, T value) {
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t a = H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t rc = a < 0 ? -1 : H5Awrite(a, type, &value);
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(space);
+  H5Oclose(obj);
+  if (rc < 0) DSV41_FAIL("'", file, "': cannot write attribute '", name, "' on '", object_path, "'");
+}
+}  // namespace
+
+void H5Writer::attr(const std::string& object_path, const std::string& name, int64_t value) {
+  numeric_attr(static_cast<hid_t>(open_object(object_path)), path_, object_path, name, H5T_NATIVE_INT64, value);
+}
+void H5Writer::attr(const std::string& object_path, const std::string& name, double value) {
+  numeric_attr(static_cast<hid_t>(open_object(object_path)), path_, object_path, name, H5T_NATIVE_DOUBLE, value);
+}
+
+void H5Writer::commit() {
+  DSV41_CHECK(!committed_, "'", path_, "': committed twice");
+  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0 || H5Fclose(file_) < 0) {
+    file_ = -1;
+    std::remove(tmp_path_.c_str());
+    DSV41_FAIL("'", path_, "': flushing the HDF5 file failed (disk full?)");
+  }
+  file_ = -1;
+  std::error_code ec;
+  std::filesystem::rename(tmp_path_, path_, ec);
+  if (ec) {
+    std::remove(tmp_path_.c_str());
+    DSV41_FAIL("cannot move '", tmp_path_, "' to '", path_, "': ", ec.message());
+  }
+  committed_ = true;
+}
+
+}  // namespace dsv41::reports

@@ -1,0 +1,165 @@
+// `dsv41 forward`: runs the reference forward (prefill from position 0, then one-token decode
+// steps fed from --decode, not sampled) on any config and weights, and writes what a port must
+// agree on to an HDF5 file (docs/forward-output.md).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "formats/error.h"
+#include "formats/minifloat.h"
+#include "formats/packed.h"
+#include "reference/model.h"
+#include "reference/numerics.h"
+#include "reports/h5_writer.h"
+#include "scenarios/cli.h"
+#include "scenarios/id_list.h"
+
+namespace dsv41::scenarios {
+namespace {
+
+using reference::StepRecord;
+using reference::Tensor;
+
+struct ForwardArgs {
+  std::string config, weights, prompt, decode, token_map, output;
+  int threads = 0;
+};
+
+std::string layer_name(int l) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "layer%02d", l);
+  return buf;
+}
+
+// Stacks per-step [T_k, width_k] rows into [sum T_k, max width], padding with `pad`.
+template <typename T>
+void write_stacked(reports::H5Writer& w, const std::string& path, const std::vector<const Tensor<T>*>& parts, T pad) {
+  int64_t rows = 0, width = 0;
+  for (const Tensor<T>* p : parts) {
+    rows += p->dim(0);
+    width = std::max(width, p->dim(1));
+  }
+  std::vector<T> data(static_cast<size_t>(rows * width), pad);
+  int64_t r0 = 0;
+  for (const Tensor<T>* p : parts) {
+    for (int64_t t = 0; t < p->dim(0); ++t) {
+      for (int64_t j = 0; j < p->dim(1); ++j) data[static_cast<size_t>((r0 + t) * width + j)] = p->at(t, j);
+    }
+    r0 += p->dim(0);
+  }
+  w.write(path, data, {rows, width});
+}
+
+template <typename T>
+void write_per_layer(reports::H5Writer& w, const std::string& group, const std::vector<StepRecord>& steps,
+                     std::map<int, Tensor<T>> StepRecord::*member, T pad) {
+  std::map<int, std::vector<const Tensor<T>*>> by_layer;
+  for (const StepRecord& s : steps) {
+    for (const auto& [l, t] : s.*member) by_layer[l].push_back(&t);
+  }
+  for (const auto& [l, parts] : by_layer) write_stacked(w, group + "/" + layer_name(l), parts, pad);
+}
+
+void write_caches(reports::H5Writer& w, const reference::ModelState& s, const reference::ModelConfig& c) {
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    const reference::LayerState& ls = s.layers[l];
+    const std::string g = "/cache/" + layer_name(static_cast<int>(l));
+    const int64_t swa_b = formats::swa_kv_entry_bytes(c.head_dim);
+    w.write(g + "/swa_packed", ls.ring.bytes, {c.window_size, swa_b});
+    w.write(g + "/swa_positions", ls.ring.positions, {c.window_size});
+    if (ls.kv_cache) {
+      const int64_t n = ls.kv_cache->size(), eb = ls.kv_cache->entry_bytes();
+      std::vector<uint8_t> bytes;
+      for (int64_t e = 0; e < n; ++e) bytes.insert(bytes.end(), ls.kv_cache->entry(e), ls.kv_cache->entry(e) + eb);
+      w.write(g + "/compressed_kv_packed", bytes, {n, eb});
+      const Tensor<float> v = ls.kv_cache->read(static_cast<int>(l), ls.kv_cache->ratio(), n);
+      std::vector<uint16_t> bits;
+      for (float x : v.data()) bits.push_back(formats::bf16_encode(x));
+      w.write(g + "/compressed_kv_bf16", bits, {n, c.head_dim});
+    }
+    if (ls.key_cache) {
+      const int64_t n = ls.key_cache->size(), eb = ls.key_cache->entry_bytes();
+      std::vector<uint8_t> bytes;
+      for (int64_t e = 0; e < n; ++e) bytes.insert(bytes.end(), ls.key_cache->entry(e), ls.key_cache->entry(e) + eb);
+      w.write(g + "/index_keys_packed", bytes, {n, eb});
+      const Tensor<float> v = ls.key_cache->read(static_cast<int>(l), ls.key_cache->ratio(), n);
+      std::vector<uint16_t> bits;
+      for (float x : v.data()) bits.push_back(formats::bf16_encode(x));
+      w.write(g + "/index_keys_bf16", bits, {n, c.index_head_dim});
+    }
+    if (ls.compressor) {
+      w.write(g + "/compressor_kv_state", ls.compressor->kv, {ls.compressor->ratio, ls.compressor->dim});
+      w.write(g + "/compressor_score_state", ls.compressor->score, {ls.compressor->ratio, ls.compressor->dim});
+    }
+  }
+}
+
+int run_forward(const ForwardArgs& a, const std::string& command_line) {
+  if (a.threads > 0) reference::set_reference_threads(a.threads);
+  const reference::ModelConfig c = reference::load_config(a.config);
+  const std::vector<int64_t> prompt = parse_id_list(a.prompt, "--prompt");
+  const std::vector<int64_t> decode = a.decode.empty() ? std::vector<int64_t>{} : parse_id_list(a.decode, "--decode");
+  DSV41_CHECK(!prompt.empty(), "--prompt: at least one token is needed");
+  std::vector<int64_t> map = a.token_map.empty() ? reference::default_token_map(c)
+                                                 : parse_id_list("@" + a.token_map, "--token-map");
+  reference::Model model(c, reference::ModelWeights::load(a.weights, c), std::move(map));
+  reference::ModelState state = model.new_state();
+  std::vector<StepRecord> steps;
+  std::fprintf(stderr, "dsv41 forward: prefill of %zu tokens, then %zu decode steps (%d threads)\n",
+               prompt.size(), decode.size(), reference::reference_threads());
+  steps.push_back(model.prefill(state, prompt));
+  for (size_t k = 0; k < decode.size(); ++k) steps.push_back(model.decode(state, decode[k]));
+
+  reports::H5Writer w(a.output);
+  std::vector<float> logits;
+  for (const StepRecord& s : steps) logits.insert(logits.end(), s.logits.begin(), s.logits.end());
+  w.write("/logits", logits, {static_cast<int64_t>(steps.size()), c.vocab_size});
+  std::vector<int64_t> tokens = prompt;
+  tokens.insert(tokens.end(), decode.begin(), decode.end());
+  w.write("/tokens", tokens, {static_cast<int64_t>(tokens.size())});
+  write_per_layer<int32_t>(w, "/topk", steps, &StepRecord::topk, -1);
+  write_per_layer<uint8_t>(w, "/candidates", steps, &StepRecord::candidates, 0);
+  write_per_layer<int64_t>(w, "/engram", steps, &StepRecord::engram_ids, -1);
+  write_per_layer<int32_t>(w, "/experts", steps, &StepRecord::experts, -1);
+  write_caches(w, state, c);
+  w.attr("/", "tool", std::string("dsv41 ") + DSV41_VERSION_STRING);
+  w.attr("/", "git_commit", DSV41_GIT_COMMIT_STRING);
+  w.attr("/", "config_hash", reference::config_hash(c));
+  w.attr("/", "config_json", reference::to_json_string(c, -1));
+  w.attr("/", "weights", a.weights);
+  w.attr("/", "command_line", command_line);
+  w.attr("/", "prompt_len", static_cast<int64_t>(prompt.size()));
+  w.attr("/", "n_decode", static_cast<int64_t>(decode.size()));
+  w.commit();
+  std::fprintf(stderr, "dsv41 forward: wrote %s\n", a.output.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+Verb add_forward_verb(CLI::App& parent) {
+  auto args = std::make_shared<ForwardArgs>();
+  CLI::App* app = parent.add_subcommand("forward", "run the reference forward (prefill + decode steps) and write an HDF5 file");
+  app->add_option("--config", args->config, "config.json path or preset (tiny, full)")->required();
+  app->add_option("--weights", args->weights, "safetensors file with the official tensor names")->required();
+  app->add_option("--prompt", args->prompt, "prompt ids: comma-separated, or @FILE with one id per line")->required();
+  app->add_option("--decode", args->decode, "ids fed one per decode step (not sampled): comma-separated or @FILE");
+  app->add_option("--token-map", args->token_map, "Engram compressed id of every vocab entry, one per line (default: id*C/V)");
+  app->add_option("--threads", args->threads, "worker threads (results do not depend on it; default: all cores)")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("-o,--output", args->output, "output HDF5 file (written atomically)")->required();
+  return {app, [args, &parent] {
+            std::string cmd = "dsv41 forward";
+            for (const CLI::Option* o : parent.get_subcommand("forward")->get_options()) {
+              if (o->count() > 0 && o->get_name() != "--help") cmd += " " + o->get_name() + " " + o->as<std::string>();
+            }
+            return run_forward(*args, cmd);
+          }};
+}
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,57 @@
+#include "scenarios/id_list.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "formats/error.h"
+
+namespace dsv41::scenarios {
+namespace {
+
+int64_t parse_one(const std::string& text, const std::string& where) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == ' ' || t.back() == '\t' || t.back() == '\r')) t.pop_back();
+  size_t b = 0;
+  while (b < t.size() && (t[b] == ' ' || t[b] == '\t')) ++b;
+  t = t.substr(b);
+  if (t.empty()) DSV41_FAIL(where, ": empty id");
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(t.c_str(), &end, 10);
+  if (errno != 0 || end == t.c_str() || *end != '\0' || v < 0) {
+    DSV41_FAIL(where, ": '", t, "' is not a non-negative integer id");
+  }
+  return v;
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_id_list(const std::string& spec, const std::string& option) {
+  std::vector<int64_t> ids;
+  if (!spec.empty() && spec[0] == '@') {
+    const std::string path = spec.substr(1);
+    std::ifstream in(path);
+    if (!in) DSV41_FAIL(option, ": cannot open '", path, "'");
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) {
+      ++n;
+      size_t b = line.find_first_not_of(" \t\r");
+      if (b == std::string::npos || line[b] == '#') continue;
+      ids.push_back(parse_one(line, option + " " + path + ":" + std::to_string(n)));
+    }
+    return ids;
+  }
+  std::stringstream ss(spec);
+  std::string item;
+  int n = 0;
+  while (std::getline(ss, item, ',')) {
+    ++n;
+    ids.push_back(parse_one(item, option + " item " + std::to_string(n)));
+  }
+  return ids;
+}
+
+}  // namespace dsv41::scenarios
