@@ -4,6 +4,7 @@
 #include <ios>
 
 #include "formats/error.h"
+#include "formats/minifloat.h"
 #include "formats/packed.h"
 
 namespace dsv41::formats {
@@ -120,6 +121,14 @@ std::vector<uint8_t> pack_rows(CacheFormat f, const std::vector<float>& x, int r
                     row[i], " at row ", r, ", element ", i, " (block ", i / info(f).block,
                     "); the cache formats have no defined encoding for NaN/Inf blocks");
       }
+      // Every input is finite, yet the entry is not: a finite value beyond the format's range
+      // (bf16 rounds |x| >= 0x1.FFp127 to Inf).
+      for (int i = 0; i < dim; ++i) {
+        DSV41_CHECK(f != CacheFormat::kBf16 || (formats::bf16_encode(row[i]) & 0x7F80u) != 0x7F80u,
+                    "pack_rows(", info(f).name, "): input ", row[i], " at row ", r, ", element ", i,
+                    " overflows bf16 (rounds to Inf)");
+      }
+      DSV41_FAIL("pack_rows(", info(f).name, "): row ", r, " cannot be encoded");
     }
   }
   return out;

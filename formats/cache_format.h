@@ -43,7 +43,8 @@ int entry_bytes(CacheFormat f, int dim);
 
 // x: [rows, dim] fp32 (bf16 values in practice) -> [rows, entry_bytes] packed.
 std::vector<uint8_t> pack_rows(CacheFormat f, const std::vector<float>& x, int rows, int dim);
-// bytes: [rows, entry_bytes] -> [rows, dim] fp32, each exactly a bf16 value.
+// bytes: [rows, entry_bytes] -> [rows, dim] fp32: bf16 values, exact, or +-Inf where an
+// E8M0-scaled value overflows bf16 (formats/qdq.h).
 std::vector<float> unpack_rows(CacheFormat f, const std::vector<uint8_t>& bytes, int rows, int dim);
 // unpack_rows(pack_rows(x)): the value the official code keeps in its bf16 cache.
 std::vector<float> qdq_rows(CacheFormat f, const std::vector<float>& x, int rows, int dim);

@@ -14,8 +14,8 @@
 //
 // pack_*(x, d, out) quantizes d fp32 values (bf16 values in practice) into one entry and returns
 // false if some block held NaN/Inf (bytes are still written, deterministically). unpack_*(in,
-// d, out) writes the d dequantized values (each exactly a bf16 value). unpack(pack(x)) equals
-// the QDQ of x bit for bit. The checked host API is formats/cache_format.h.
+// d, out) writes the d dequantized values: bf16 values, exact, or +-Inf where an E8M0-scaled
+// value overflows bf16 (formats/qdq.h). unpack(pack(x)) equals the QDQ of x bit for bit. The checked host API is formats/cache_format.h.
 #pragma once
 
 #include <cstddef>

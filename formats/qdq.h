@@ -13,7 +13,9 @@
 // Elements: FP4 code = e2m1_rne(clamp(fl32(x / s), -6, 6)); FP8 code = e4m3_rne(clamp(fl32(x / s),
 // -448, 448)). The division is IEEE fp32 division (tilelang disables the a/b -> a*(1/b) rewrite);
 // for the main KV scale, which is not a power of two, this matters. QDQ value = bf16(code * s):
-// the product is exact in fp32 and in bf16 for every reachable pair, so dequantization is exact.
+// the product is exact in fp32; it is exact in bf16 too except at the top of the bf16 range,
+// where the E8M0 recipes' value overflows to +-Inf exactly as in the official code (indexer:
+// |x| >= 1.75*2^127, e.g. bf16 max -> scale 0xFD, code 6 -> Inf; FP8: |x| >= 1.9375*2^127).
 //
 // The SWA KV cache and the activation quantization of fp8 linears are the same function in the
 // official code (act_quant(x, 32, "ue8m0"), in place or not); dsv41 keeps one implementation.
@@ -125,7 +127,8 @@ DSV41_HD inline bool quantize_fp8_block(const float* x, uint8_t* scale, uint8_t*
   return finite;
 }
 
-// Dequantized element value bf16(code * s); exact in fp32 for every reachable (code, scale).
+// Dequantized element value bf16(code * s); the product is exact in fp32, and bf16 rounding only
+// matters where it overflows to +-Inf (see the file comment).
 DSV41_HD inline float dequant_fp4_e4m3(uint8_t code, uint8_t scale) {
   return round_to_bf16(e2m1_decode(code) * e4m3_decode(scale));
 }

@@ -64,7 +64,7 @@ Tensor<float> grouped_wo_a(const Tensor<float>& o, const LinearWeight& wo_a, int
 Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, const ModelConfig& c,
                                  const LayerInfo& info, const AttentionWeights& w,
                                  const RopeTable& rope, ModelState& state, SharedAttention& shared,
-                                 AttentionRecord& record) {
+                                 AttentionRecord& record, const ForwardHooks* hooks) {
   const int64_t T = x.dim(0), H = c.n_heads, D = c.head_dim;
   const int W = c.window_size, ratio = info.ratio, layer = info.layer;
   const bool decode = start_pos > 0;
@@ -133,6 +133,7 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
         if (info.candidate_source) {
           shared.candidates = select_candidate_blocks(scores, reach, c.candidate_topk_blocks,
                                                       c.candidate_block_size, layer);
+          if (hooks) hooks->on("candidates", layer, shared.candidates->mask);
           record.candidates = shared.candidates->mask;
         } else if (info.uses_candidates) {
           DSV41_CHECK(shared.candidates.has_value(), "layer ", layer,
@@ -145,6 +146,13 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
         for (int64_t i = 0; i < raw.numel(); ++i) {
           const int32_t v = top.idxs.data()[static_cast<size_t>(i)];
           raw.data()[static_cast<size_t>(i)] = v < 0 ? -1 : static_cast<int32_t>(v - offset);
+        }
+        if (hooks) {
+          hooks->on("topk", layer, raw);  // may replace the selection (teacher forcing)
+          for (int64_t i = 0; i < raw.numel(); ++i) {
+            const int32_t v = raw.data()[static_cast<size_t>(i)];
+            top.idxs.data()[static_cast<size_t>(i)] = v < 0 ? -1 : static_cast<int32_t>(v + offset);
+          }
         }
         own = std::move(raw);
         shared.topk = std::move(top);

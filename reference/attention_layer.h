@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "reference/config.h"
+#include "reference/hooks.h"
 #include "reference/indexer.h"
 #include "reference/rope.h"
 #include "reference/tensor.h"
@@ -46,6 +47,6 @@ struct AttentionRecord {
 Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, const ModelConfig& c,
                                  const LayerInfo& info, const AttentionWeights& w,
                                  const RopeTable& rope, ModelState& state, SharedAttention& shared,
-                                 AttentionRecord& record);
+                                 AttentionRecord& record, const ForwardHooks* hooks = nullptr);
 
 }  // namespace dsv41::reference

@@ -116,12 +116,7 @@ StepRecord Model::forward(ModelState& state, const std::vector<int64_t>& tokens)
     const float* e = weights_.embed.data() + tokens[static_cast<size_t>(t)] * dim;
     for (int64_t i = 0; i < hc; ++i) std::copy(e, e + dim, stream.row(t, i));
   }
-  const auto observe = [&](const char* what, int layer, Tensor<float>& v) {
-    if (!observer_) return;
-    const std::vector<int64_t> shape = v.shape();
-    observer_(what, layer, v);
-    DSV41_CHECK(v.shape() == shape, "forward observer changed the shape of '", what, "' at layer ", layer);
-  };
+  const auto observe = [&](const char* what, int layer, Tensor<float>& v) { hooks_.on(what, layer, v); };
   const auto observe_mixes = [&](const std::string& prefix, int layer, HcMixes& m) {
     observe((prefix + "_pre").c_str(), layer, m.pre);
     observe((prefix + "_post").c_str(), layer, m.post);
@@ -134,6 +129,8 @@ StepRecord Model::forward(ModelState& state, const std::vector<int64_t>& tokens)
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerInfo& info = schedule_[static_cast<size_t>(l)];
     const BlockWeights& bw = weights_.blocks[static_cast<size_t>(l)];
+    observe("in_stream", l, stream);
+    observe("in_pre", l, pre);
     if (bw.has_engram) {
       const int li = engram_.layer_index(l);
       Tensor<int64_t> ids = engram_hash_ids(engram_, li, state.engram, start, T);
@@ -152,7 +149,7 @@ StepRecord Model::forward(ModelState& state, const std::vector<int64_t>& tokens)
     Tensor<float> a_in = rms_norm(hc_pre(stream, pre), bw.attn_norm, c.norm_eps);
     observe("attn_in", l, a_in);
     Tensor<float> a_out = attention_sublayer(a_in, start, c, info, bw.attn,
-                                             rope_[static_cast<size_t>(l)], state, shared, arec);
+                                             rope_[static_cast<size_t>(l)], state, shared, arec, &hooks_);
     observe("attn_out", l, a_out);
     stream = hc_post(a_out, stream, am.post, am.comb);
     observe("attn_stream", l, stream);
@@ -164,7 +161,7 @@ StepRecord Model::forward(ModelState& state, const std::vector<int64_t>& tokens)
     observe_mixes("hc_ffn", l, fm);
     Tensor<float> f_in = rms_norm(hc_pre(stream, am.pre), bw.ffn_norm, c.norm_eps);
     observe("ffn_in", l, f_in);
-    MoeOutput moe = moe_forward(f_in, bw.ffn, c, l);
+    MoeOutput moe = moe_forward(f_in, bw.ffn, c, l, &hooks_);
     observe("ffn_out", l, moe.y);
     stream = hc_post(moe.y, stream, fm.post, fm.comb);
     observe("out_stream", l, stream);

@@ -34,6 +34,7 @@
 #include "reference/compressor.h"
 #include "reference/config.h"
 #include "reference/engram.h"
+#include "reference/hooks.h"
 #include "reference/indexer.h"
 #include "reference/rope.h"
 #include "reference/tensor.h"
@@ -78,16 +79,6 @@ struct StepRecord {
   std::map<int, Tensor<int32_t>> experts;          // layer -> [T, k] routed experts
 };
 
-// Sees every intermediate the forward produces, by name and layer (-1 for none), and may replace
-// it (teacher forcing: a side gets another side's value, so a component's own error is separated
-// from inherited error). Names, in order within layer L:
-//   "embed" [T, hc, dim] (layer -1), "engram_out" [T, hc, dim] (Engram layers),
-//   "hc_attn_pre" / "hc_attn_post" [T, hc] fp32, "hc_attn_comb" [T, hc, hc] fp32,
-//   "attn_in" [T, dim], "attn_out" [T, dim], "attn_stream" [T, hc, dim] (after hc_post),
-//   "hc_ffn_pre" / "hc_ffn_post" / "hc_ffn_comb", "ffn_in", "ffn_out", "out_stream" [T, hc, dim],
-//   "final_norm_out" [1, dim] (layer -1, the last position).
-// Values are bf16 unless marked fp32. A replacement must keep the shape (checked).
-using ForwardObserver = std::function<void(const std::string& what, int layer, Tensor<float>& value)>;
 
 class Model {
  public:
@@ -100,7 +91,8 @@ class Model {
   StepRecord prefill(ModelState& state, const std::vector<int64_t>& tokens) const;
   StepRecord decode(ModelState& state, int64_t token) const;
 
-  void set_observer(ForwardObserver observer) { observer_ = std::move(observer); }
+  // Hooks that see and may replace intermediates and selections (reference/hooks.h).
+  void set_hooks(ForwardHooks hooks) { hooks_ = std::move(hooks); }
 
  private:
   StepRecord forward(ModelState& state, const std::vector<int64_t>& tokens) const;
@@ -112,7 +104,7 @@ class Model {
   std::vector<RopeTable> rope_;  // [n_layers], by the layer's kind (window / compressed)
   EngramLayout engram_;
   int64_t engram_pad_ = 0;
-  ForwardObserver observer_;
+  ForwardHooks hooks_;
 };
 
 // floor(id * compressed_vocab / vocab): the map of the oracle's stub tokenizer for the tiny

@@ -23,6 +23,24 @@ int activated(const ModelConfig& c, int layer) {
 
 }  // namespace
 
+void moe_routing_weights(MoeRouting& r, const ModelConfig& c) {
+  const int64_t T = r.experts.dim(0), k = r.experts.dim(1), E = r.scores.dim(1);
+  for (int64_t t = 0; t < T; ++t) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = r.experts.at(t, j);
+      DSV41_CHECK(e >= 0 && e < E, "token ", t, ": expert ", e, " outside [0, ", E, ")");
+      sum += r.scores.at(t, e);
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      float wt = r.scores.at(t, r.experts.at(t, j));
+      if (c.norm_topk_prob && k > 1) wt /= (sum + 1e-20f);
+      wt *= static_cast<float>(c.route_scale);
+      r.weights.at(t, j) = wt;
+    }
+  }
+}
+
 MoeRouting moe_gate(const Tensor<float>& x, const MoeWeights& w, const ModelConfig& c, int layer) {
   const int64_t T = x.dim(0);
   const int E = static_cast<int>(w.gate.out);
@@ -30,28 +48,22 @@ MoeRouting moe_gate(const Tensor<float>& x, const MoeWeights& w, const ModelConf
   DSV41_CHECK(c.score_func == ScoreFunc::kSqrtSoftplus, "layer ", layer,
               ": only score_func sqrtsoftplus (the released one) is implemented, got ", name(c.score_func));
   Tensor<float> logits = linear_fp32(x, w.gate);  // [T, E] fp32
-  MoeRouting r{Tensor<int32_t>({T, k}, "moe.experts"), Tensor<float>({T, k}, "moe.weights")};
+  MoeRouting r{Tensor<int32_t>({T, k}, "moe.experts"), Tensor<float>({T, k}, "moe.weights"),
+               Tensor<float>({T, E}, "moe.scores")};
   const float temp = static_cast<float>(c.gate_temp);
   for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> s(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
+    std::vector<float> biased(static_cast<size_t>(E));
     for (int e = 0; e < E; ++e) {
-      s[e] = std::sqrt(softplus(logits.at(t, e) / temp));
-      biased[e] = s[e] + w.gate_bias[static_cast<size_t>(e)];
+      r.scores.at(t, e) = std::sqrt(softplus(logits.at(t, e) / temp));
+      biased[e] = r.scores.at(t, e) + w.gate_bias[static_cast<size_t>(e)];
     }
     std::vector<int> order(static_cast<size_t>(E));
     std::iota(order.begin(), order.end(), 0);
     // Descending biased score; among equal scores the lower expert index first.
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return biased[a] > biased[b]; });
-    float sum = 0.0f;
-    for (int j = 0; j < k; ++j) sum += s[order[j]];
-    for (int j = 0; j < k; ++j) {
-      float wt = s[order[j]];
-      if (c.norm_topk_prob && k > 1) wt /= (sum + 1e-20f);
-      wt *= static_cast<float>(c.route_scale);
-      r.experts.at(t, j) = order[j];
-      r.weights.at(t, j) = wt;
-    }
+    for (int j = 0; j < k; ++j) r.experts.at(t, j) = order[j];
   }
+  moe_routing_weights(r, c);
   return r;
 }
 
@@ -77,9 +89,14 @@ Tensor<float> expert_forward(const Tensor<float>& x, const LinearWeight& w1, con
   return linear(h, w2);
 }
 
-MoeOutput moe_forward(const Tensor<float>& x, const MoeWeights& w, const ModelConfig& c, int layer) {
+MoeOutput moe_forward(const Tensor<float>& x, const MoeWeights& w, const ModelConfig& c, int layer,
+                      const ForwardHooks* hooks) {
   const int64_t T = x.dim(0), dim = x.dim(1);
   MoeOutput out{Tensor<float>({T, dim}, "moe.y"), moe_gate(x, w, c, layer)};
+  if (hooks && hooks->index) {
+    hooks->on("experts", layer, out.routing.experts);
+    moe_routing_weights(out.routing, c);
+  }
   const int k = static_cast<int>(out.routing.experts.dim(1));
   Tensor<float> acc({T, dim}, "moe.acc");  // fp32
   for (int e = 0; e < static_cast<int>(w.w1.size()); ++e) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "reference/config.h"
+#include "reference/hooks.h"
 #include "reference/tensor.h"
 #include "reference/weights.h"
 
@@ -30,7 +31,13 @@ namespace dsv41::reference {
 struct MoeRouting {
   Tensor<int32_t> experts;  // [T, k] chosen experts, by descending biased score
   Tensor<float> weights;    // [T, k] fp32 routing weights (unbiased, normalized, scaled)
+  Tensor<float> scores;     // [T, E] fp32 unbiased gate scores sqrt(softplus(.))
 };
+
+// The official weights of a given expert choice: w = scores[experts], normalized by
+// (sum + 1e-20) when norm_topk_prob and k > 1, times route_scale. Used again when a hook
+// replaces the choice.
+void moe_routing_weights(MoeRouting& r, const ModelConfig& c);
 
 // x: [T, dim] bf16 -> routing of each token.
 MoeRouting moe_gate(const Tensor<float>& x, const MoeWeights& w, const ModelConfig& c, int layer);
@@ -44,7 +51,9 @@ struct MoeOutput {
   MoeRouting routing;
 };
 
-// x: [T, dim] bf16 (the ffn_norm output) -> [T, dim] bf16.
-MoeOutput moe_forward(const Tensor<float>& x, const MoeWeights& w, const ModelConfig& c, int layer);
+// x: [T, dim] bf16 (the ffn_norm output) -> [T, dim] bf16. hooks (optional) see and may replace
+// the expert choice ("experts").
+MoeOutput moe_forward(const Tensor<float>& x, const MoeWeights& w, const ModelConfig& c, int layer,
+                      const ForwardHooks* hooks = nullptr);
 
 }  // namespace dsv41::reference

@@ -4,6 +4,10 @@
 // against bytes it did not produce.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
 #include <hdf5.h>
 
 #include <cmath>
@@ -36,7 +40,8 @@ void write(hid_t file, const char* name, hid_t type, const std::vector<hsize_t>&
 class GoldenIo : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    path_ = ::testing::TempDir() + "dsv41_golden_io_test.h5";
+    // One file per process: ctest runs each test of this suite as its own process, in parallel.
+    path_ = ::testing::TempDir() + "dsv41_golden_io_test." + std::to_string(::getpid()) + ".h5";
     const hid_t f = H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     ASSERT_GE(f, 0);
     H5Gclose(H5Gcreate2(f, "grp", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
@@ -48,6 +53,7 @@ class GoldenIo : public ::testing::Test {
     write<double>(f, "f64", H5T_NATIVE_DOUBLE, {1}, {2.0});
     H5Fclose(f);
   }
+  static void TearDownTestSuite() { std::remove(path_.c_str()); }
 
   static std::string path_;
 };
