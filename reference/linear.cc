@@ -112,8 +112,16 @@ Tensor<float> plain_linear(const Tensor<float>& x, const LinearWeight& w, const 
     const float* a = x.row(t);
     float* yr = y.row(t);
     for (int64_t o = o_begin; o < o_end; ++o) {
-      const float v = dot_f64_f32(a, wv.data() + o * in, in);
-      yr[o] = to_bf16 ? round_to_bf16(v) : v;
+      float v;
+      if (to_bf16) {
+        v = round_to_bf16(dot_f64_f32(a, wv.data() + o * in, in));
+      } else {
+        const float* wr = wv.data() + o * in;
+        float acc = 0.0f;
+        for (int64_t i = 0; i < in; ++i) acc = std::fma(a[i], wr[i], acc);
+        v = acc;
+      }
+      yr[o] = v;
     }
   });
   return y;

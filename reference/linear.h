@@ -9,7 +9,7 @@
 //                                                            K blocks in order); w_s per 32x32
 //   F4 (E2M1)     same act_quant                             same, w_s = E8M0 per (row, 32 of K)  bf16
 //   BF16          x as is (bf16)                             double in index order -> fp32       bf16
-//   F32           x as is (fp32 or bf16 values)              double in index order -> fp32       fp32
+//   F32           x as is (fp32 or bf16 values)              fp32 FMA chain in index order       fp32
 //
 // Exactness (measured against golden/oracle/kernels.h5 gemm/fp8 and gemm/fp4: every output
 // bit-identical, 400/400 and 320/320): the fp8/fp4 per-block partials are the exact value rounded
@@ -59,8 +59,10 @@ struct LinearWeight {
 Tensor<float> linear(const Tensor<float>& x, const LinearWeight& w);
 
 // y = x W^T in fp32 for any weight dtype, output not rounded to bf16: the official
-// `F.linear(x.float(), weight.float())` (MoE gate) and the fp32 head. Accumulation: double in
-// index order, rounded once to fp32. F8/F4 weights (never used this way by the official code)
+// `F.linear(x.float(), weight.float())` (MoE gate) and the fp32 head. Accumulation: an fp32
+// fused multiply-add chain in index order (acc = fma(x_i, w_i, acc)), which is the order of
+// torch's multi-row CPU fp32 GEMM (measured: the ratio-2 compressor's wkv/wgate rows and caches
+// bit-exact); torch's one-row GEMV sums differently (a few fp32 ulps). F8/F4 weights (never used this way by the official code)
 // take their dequantized values code * scale (exact in fp32).
 // x: [T, in] fp32 -> [T, out] fp32.
 Tensor<float> linear_fp32(const Tensor<float>& x, const LinearWeight& w);

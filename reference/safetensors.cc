@@ -9,6 +9,8 @@
 #include <sstream>
 #include <utility>
 
+#include <unistd.h>
+
 #include "formats/error.h"
 #include "formats/minifloat.h"
 
@@ -102,14 +104,22 @@ std::vector<float> Tensor::to_f32() const {
 }
 
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) DSV41_FAIL("weights file '", path, "' is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) DSV41_FAIL("cannot open weights file '", path, "'");
   in.seekg(0, std::ios::end);
-  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  const std::streamoff end_pos = in.tellg();
+  if (!in || end_pos < 0) DSV41_FAIL("weights file '", path, "': cannot determine its size");
+  const uint64_t file_size = static_cast<uint64_t>(end_pos);
   in.seekg(0);
-  if (file_size < 8) DSV41_FAIL("weights file '", path, "' is ", file_size, " bytes: too short for a safetensors header");
+  if (file_size < 8) {
+    DSV41_FAIL("weights file '", path, "' is ", file_size,
+               " bytes: too short for a safetensors header (8-byte length first)");
+  }
   unsigned char len_bytes[8];
   in.read(reinterpret_cast<char*>(len_bytes), 8);
+  if (!in) DSV41_FAIL("weights file '", path, "': reading the header length failed");
   const uint64_t header_len = read_le64(len_bytes);
   if (header_len > kMaxHeaderBytes || header_len > file_size - 8) {
     DSV41_FAIL("weights file '", path, "': header length ", header_len,
@@ -117,36 +127,60 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
   }
   std::string header(header_len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_len));
+  if (!in) DSV41_FAIL("weights file '", path, "': reading the ", header_len, "-byte header failed");
   const uint64_t data_size = file_size - 8 - header_len;
 
+  // Parse, rejecting a duplicated top-level key (a tensor stored twice is ambiguous; nlohmann
+  // would silently keep the last one).
   nlohmann::json j;
+  std::set<std::string> top_keys;
+  std::string duplicate;
+  const nlohmann::json::parser_callback_t on_key = [&](int depth, nlohmann::json::parse_event_t event,
+                                                       nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && parsed.is_string() &&
+        !top_keys.insert(parsed.get<std::string>()).second && duplicate.empty()) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(header);
-  } catch (const nlohmann::json::parse_error& e) {
+    j = nlohmann::json::parse(header, on_key);
+  } catch (const nlohmann::json::exception& e) {
     DSV41_FAIL("weights file '", path, "': header is not valid JSON: ", e.what());
   }
   if (!j.is_object()) DSV41_FAIL("weights file '", path, "': header is not a JSON object");
+  if (!duplicate.empty()) DSV41_FAIL("weights file '", path, "': header names '", duplicate, "' twice");
 
   SafetensorsFile f;
   f.path_ = path;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  std::vector<std::string> range_names;
+  struct Range {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Range> ranges;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& name = it.key();
     const auto ctx = [&] { return "weights file '" + path + "', tensor '" + name + "'"; };
     if (name == "__metadata__") {
       if (!it->is_object()) DSV41_FAIL("weights file '", path, "': __metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) DSV41_FAIL("weights file '", path, "': __metadata__ value '", m.key(), "' is not a string");
+        if (!m->is_string()) {
+          DSV41_FAIL("weights file '", path, "': __metadata__ value of '", m.key(),
+                     "' is not a string (", m->type_name(), ")");
+        }
         f.metadata_[m.key()] = m->get<std::string>();
       }
       continue;
     }
     const nlohmann::json& e = *it;
-    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets") ||
-        !e["dtype"].is_string() || !e["shape"].is_array() || !e["data_offsets"].is_array() ||
-        e["data_offsets"].size() != 2) {
-      DSV41_FAIL(ctx(), ": entry needs dtype (string), shape (array) and data_offsets ([begin, end])");
+    if (!e.is_object()) DSV41_FAIL(ctx(), ": entry is not an object (", e.type_name(), ")");
+    for (const char* key : {"dtype", "shape", "data_offsets"}) {
+      if (!e.contains(key)) DSV41_FAIL(ctx(), ": entry has no '", key, "'");
+    }
+    if (!e["dtype"].is_string()) DSV41_FAIL(ctx(), ": 'dtype' must be a string");
+    if (!e["shape"].is_array()) DSV41_FAIL(ctx(), ": 'shape' must be an array");
+    if (!e["data_offsets"].is_array() || e["data_offsets"].size() != 2) {
+      DSV41_FAIL(ctx(), ": 'data_offsets' must be [begin, end]");
     }
     Tensor t;
     t.name = name;
@@ -155,9 +189,18 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     } catch (const Error& err) {
       DSV41_FAIL(ctx(), ": ", err.what());
     }
+    // The element count, bounded so that it cannot overflow: no tensor holds more elements than
+    // the data section has bytes x 2 (F4).
+    const uint64_t max_numel = 2 * data_size + 2;
+    uint64_t numel = 1;
     for (const auto& s : e["shape"]) {
-      if (!s.is_number_integer() || s.get<int64_t>() < 0) DSV41_FAIL(ctx(), ": shape entries must be non-negative integers");
-      t.shape.push_back(s.get<int64_t>());
+      if (!s.is_number_integer() || s.get<int64_t>() < 0) {
+        DSV41_FAIL(ctx(), ": shape ", e["shape"].dump(), ": entries must be non-negative integers");
+      }
+      const uint64_t extent = s.get<uint64_t>();
+      t.shape.push_back(static_cast<int64_t>(extent));
+      if (numel != 0 && extent > max_numel / numel) numel = max_numel + 1;  // saturate
+      else numel *= extent;
     }
     for (const auto& o : e["data_offsets"]) {
       if (!o.is_number_unsigned()) DSV41_FAIL(ctx(), ": data_offsets must be non-negative integers");
@@ -168,23 +211,34 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
       DSV41_FAIL(ctx(), ": data_offsets [", begin, ", ", end, "] outside the data section of ", data_size,
                  " bytes (truncated file?)");
     }
-    if (t.dtype == DType::kF4 && t.numel() % 2 != 0) DSV41_FAIL(ctx(), ": F4 tensor with an odd element count");
-    const int64_t want = stored_bytes(t.dtype, t.numel());
-    if (static_cast<int64_t>(end - begin) != want) {
+    if (numel > max_numel) {
+      DSV41_FAIL(ctx(), ": shape ", shape_string(t.shape), " holds more elements than the data section (",
+                 data_size, " bytes) can store");
+    }
+    if (t.dtype == DType::kF4 && numel % 2 != 0) {
+      DSV41_FAIL(ctx(), ": F4 tensor of shape ", shape_string(t.shape), " has an odd element count (", numel,
+                 "); two E2M1 codes share a byte");
+    }
+    const uint64_t want = numel * static_cast<uint64_t>(dinfo(t.dtype).bits) / 8;
+    if (end - begin != want) {
       DSV41_FAIL(ctx(), ": ", end - begin, " bytes stored, but ", dtype_name(t.dtype), " ",
                  shape_string(t.shape), " needs ", want);
     }
     t.bytes.resize(end - begin);
     in.seekg(static_cast<std::streamoff>(8 + header_len + begin));
     in.read(reinterpret_cast<char*>(t.bytes.data()), static_cast<std::streamsize>(end - begin));
-    if (!in) DSV41_FAIL(ctx(), ": read failed");
-    ranges.emplace_back(begin, end);
+    if (!in) DSV41_FAIL(ctx(), ": reading its ", end - begin, " bytes failed");
+    if (begin != end) ranges.push_back({begin, end, name});
     f.tensors_.emplace(name, std::move(t));
   }
-  std::sort(ranges.begin(), ranges.end());
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin != b.begin ? a.begin < b.begin : a.name < b.name; });
   for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].first < ranges[i - 1].second) {
-      DSV41_FAIL("weights file '", path, "': tensors overlap at byte ", ranges[i].first, " of the data section");
+    const Range& a = ranges[i - 1];
+    const Range& b = ranges[i];
+    if (b.begin < a.end) {
+      DSV41_FAIL("weights file '", path, "': tensors '", a.name, "' [", a.begin, ", ", a.end, ") and '", b.name,
+                 "' [", b.begin, ", ", b.end, ") overlap in the data section");
     }
   }
   return f;
@@ -221,10 +275,19 @@ void write(const std::string& path, const std::vector<Tensor>& tensors,
   std::vector<const Tensor*> sorted;
   std::set<std::string> seen;
   for (const Tensor& t : tensors) {
-    DSV41_CHECK(seen.insert(t.name).second, "duplicate tensor name '", t.name, "'");
-    DSV41_CHECK(static_cast<int64_t>(t.bytes.size()) == stored_bytes(t.dtype, t.numel()),
-                "tensor '", t.name, "': ", t.bytes.size(), " bytes for ", dtype_name(t.dtype), " ",
-                shape_string(t.shape));
+    const auto ctx = [&] { return "writing '" + path + "': tensor '" + t.name + "'"; };
+    if (t.name.empty() || t.name == "__metadata__") DSV41_FAIL(ctx(), ": reserved or empty name");
+    if (!seen.insert(t.name).second) DSV41_FAIL(ctx(), ": name given twice");
+    for (int64_t s : t.shape) {
+      if (s < 0) DSV41_FAIL(ctx(), ": negative extent in shape ", shape_string(t.shape));
+    }
+    if (t.dtype == DType::kF4 && t.numel() % 2 != 0) {
+      DSV41_FAIL(ctx(), ": F4 tensor of shape ", shape_string(t.shape), " has an odd element count");
+    }
+    if (static_cast<int64_t>(t.bytes.size()) != stored_bytes(t.dtype, t.numel())) {
+      DSV41_FAIL(ctx(), ": ", t.bytes.size(), " bytes, but ", dtype_name(t.dtype), " ", shape_string(t.shape),
+                 " needs ", stored_bytes(t.dtype, t.numel()));
+    }
     sorted.push_back(&t);
   }
   std::sort(sorted.begin(), sorted.end(), [](const Tensor* a, const Tensor* b) { return a->name < b->name; });
@@ -240,27 +303,31 @@ void write(const std::string& path, const std::vector<Tensor>& tensors,
   std::string header = j.dump();
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  const std::string tmp = path + ".tmp";
+  // Written next to the target under a per-process name, then renamed over it; on any failure
+  // the temp file is removed and the target is left as it was.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const auto fail = [&](const std::string& why) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    DSV41_FAIL("cannot write weights file '", path, "': ", why);
+  };
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) DSV41_FAIL("cannot write '", tmp, "'");
+    if (!out) fail("cannot create '" + tmp + "' (missing directory or no permission?)");
     unsigned char len[8];
-    uint64_t n = header.size();
+    const uint64_t n = header.size();
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
     out.write(reinterpret_cast<const char*>(len), 8);
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
     for (const Tensor* t : sorted) {
       out.write(reinterpret_cast<const char*>(t->bytes.data()), static_cast<std::streamsize>(t->bytes.size()));
     }
-    out.flush();
-    if (!out) DSV41_FAIL("writing '", tmp, "' failed (disk full?)");
+    out.close();
+    if (!out) fail("writing '" + tmp + "' failed (disk full?)");
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    DSV41_FAIL("cannot move '", tmp, "' to '", path, "': ", ec.message());
-  }
+  if (ec) fail("cannot move '" + tmp + "' over it: " + ec.message());
 }
 
 }  // namespace dsv41::reference::safetensors

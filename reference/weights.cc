@@ -319,7 +319,7 @@ StTensor make_tensor(const TensorSpec& s, uint64_t seed) {
         else put_bf16(t.bytes, v);
       }
       break;
-    case DType::kF8E4M3:  // codes of values in about [-448, 448]*2^-6 spread; scale sets magnitude
+    case DType::kF8E4M3:  // codes of ~U(-64, 64); the .scale tensor sets the magnitude
       for (int64_t i = 0; i < n; ++i) t.bytes.push_back(formats::e4m3_encode_satfinite(64.0f * rng.uniform()));
       break;
     case DType::kF4:
@@ -330,15 +330,27 @@ StTensor make_tensor(const TensorSpec& s, uint64_t seed) {
       }
       break;
     case DType::kF8E8M0: {
-      // Scales for a weight of values ~U(-64, 64) (fp8) or ~U(-6, 6) (fp4): s ~ spread/|v|.
+      // The scales of a weight whose codes are ~U(-64, 64) (fp8, rms 64/sqrt(3)) or E2M1 codes of
+      // ~U(-6, 6) (fp4, rms ~6/sqrt(3)), so that the dequantized rms is ~1/sqrt(in) (the weight's
+      // `in` is 32 x the scale columns). Each scale is 2^e or 2^(e+1), 2^(e+1) with probability
+      // p, where 2^e <= target < 2^(e+1) and p makes the mean square exact: 2^2e (1 + 3p) =
+      // target^2. The Engram table is an embedding, not a linear: its target rms is that of
+      // embed.weight, 1/sqrt(3).
       const bool fp4 = s.shape.size() == 2 && s.name.find("experts.") != std::string::npos &&
                        s.name.find("shared_experts") == std::string::npos;
-      const float elem = fp4 ? 3.0f : 32.0f;
-      // The weight's `in` is 32 * (scale columns); the engram table scale covers head_dim.
-      const float w_in = 32.0f * static_cast<float>(s.shape.back());
-      const float target = 1.0f / std::sqrt(w_in) / elem;
-      const int e = static_cast<int>(std::lround(std::log2(target)));
-      for (int64_t i = 0; i < n; ++i) t.bytes.push_back(static_cast<uint8_t>(127 + e + static_cast<int>(rng.next() % 2)));
+      const double code_rms = (fp4 ? 6.0 : 64.0) / std::sqrt(3.0);
+      const double w_in = 32.0 * static_cast<double>(s.shape.back());
+      const double target_rms =
+          ends_with(s.name, "engram.embed.scale") ? 1.0 / std::sqrt(3.0) : 1.0 / std::sqrt(w_in);
+      const double target = target_rms / code_rms;
+      int exp2 = 0;
+      const double ratio = 2.0 * std::frexp(target, &exp2);  // target = ratio * 2^(exp2 - 1), exact
+      const int e = exp2 - 1;                                  // ratio in [1, 2)
+      const double p = (ratio * ratio - 1.0) / 3.0;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool up = static_cast<double>(rng.next() >> 11) * 0x1p-53 < p;
+        t.bytes.push_back(static_cast<uint8_t>(127 + e + (up ? 1 : 0)));
+      }
       break;
     }
     case DType::kI32:

@@ -2,6 +2,8 @@
 // steps fed from --decode, not sampled) on any config and weights, and writes what a port must
 // agree on to an HDF5 file (docs/forward-output.md).
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -99,14 +101,43 @@ void write_caches(reports::H5Writer& w, const reference::ModelState& s, const re
   }
 }
 
+// Every id must be a token of the config's vocab: checked here, before the weights are read and
+// the forward runs, so a bad id costs nothing and the message names the option and the item.
+void check_vocab(const std::vector<int64_t>& ids, const std::string& option, const ForwardArgs& a,
+                 const reference::ModelConfig& c) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= c.vocab_size) {
+      DSV41_FAIL(option, ": id ", i + 1, " of ", ids.size(), " is ", ids[i], ", outside the vocab [0, ",
+                 c.vocab_size, ") of config '", a.config, "'");
+    }
+  }
+}
+
 int run_forward(const ForwardArgs& a, const std::string& command_line) {
   if (a.threads > 0) reference::set_reference_threads(a.threads);
+  // 1. Inputs that cost nothing to check: config, ids, token map, output path.
   const reference::ModelConfig c = reference::load_config(a.config);
   const std::vector<int64_t> prompt = parse_id_list(a.prompt, "--prompt");
-  const std::vector<int64_t> decode = a.decode.empty() ? std::vector<int64_t>{} : parse_id_list(a.decode, "--decode");
-  DSV41_CHECK(!prompt.empty(), "--prompt: at least one token is needed");
+  const std::vector<int64_t> decode = parse_id_list(a.decode, "--decode");
+  if (prompt.empty()) DSV41_FAIL("--prompt: at least one token is needed");
+  check_vocab(prompt, "--prompt", a, c);
+  check_vocab(decode, "--decode", a, c);
+  const int64_t positions = static_cast<int64_t>(prompt.size() + decode.size());
+  if (positions > c.max_seq_len) {
+    DSV41_FAIL("--prompt / --decode: ", prompt.size(), " prompt tokens + ", decode.size(), " decode steps = ",
+               positions, " positions, more than max_seq_len ", c.max_seq_len, " of config '", a.config, "'");
+  }
   std::vector<int64_t> map = a.token_map.empty() ? reference::default_token_map(c)
                                                  : parse_id_list("@" + a.token_map, "--token-map");
+  if (static_cast<int64_t>(map.size()) != c.vocab_size) {
+    DSV41_FAIL("--token-map '", a.token_map, "': ", map.size(), " ids, but config '", a.config, "' has a vocab of ",
+               c.vocab_size, " (one compressed id per vocab entry)");
+  }
+  // Created now (as <output>.tmp.<pid>) so an unwritable path fails before the forward; removed
+  // again if anything below throws.
+  reports::H5Writer w(a.output);
+
+  // 2. Weights and the forward.
   reference::Model model(c, reference::ModelWeights::load(a.weights, c), std::move(map));
   reference::ModelState state = model.new_state();
   std::vector<StepRecord> steps;
@@ -115,7 +146,7 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   steps.push_back(model.prefill(state, prompt));
   for (size_t k = 0; k < decode.size(); ++k) steps.push_back(model.decode(state, decode[k]));
 
-  reports::H5Writer w(a.output);
+  // 3. The output file (docs/forward-output.md).
   std::vector<float> logits;
   for (const StepRecord& s : steps) logits.insert(logits.end(), s.logits.begin(), s.logits.end());
   w.write("/logits", logits, {static_cast<int64_t>(steps.size()), c.vocab_size});
@@ -140,6 +171,18 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   return kExitOk;
 }
 
+// `text` as one shell word: unchanged when it has only safe characters, else in single quotes.
+std::string shell_quote(const std::string& text) {
+  bool safe = !text.empty();
+  for (char ch : text) {
+    safe &= std::isalnum(static_cast<unsigned char>(ch)) != 0 || std::strchr("_./,:@=+-%", ch) != nullptr;
+  }
+  if (safe) return text;
+  std::string out = "'";
+  for (char ch : text) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
 }  // namespace
 
 Verb add_forward_verb(CLI::App& parent) {
@@ -154,9 +197,12 @@ Verb add_forward_verb(CLI::App& parent) {
       ->check(CLI::Range(1, 1024));
   app->add_option("-o,--output", args->output, "output HDF5 file (written atomically)")->required();
   return {app, [args, &parent] {
+            // The options as given (in declaration order), values quoted where a shell needs it.
             std::string cmd = "dsv41 forward";
             for (const CLI::Option* o : parent.get_subcommand("forward")->get_options()) {
-              if (o->count() > 0 && o->get_name() != "--help") cmd += " " + o->get_name() + " " + o->as<std::string>();
+              if (o->count() > 0 && o->get_name() != "--help") {
+                cmd += " " + o->get_name() + " " + shell_quote(o->as<std::string>());
+              }
             }
             return run_forward(*args, cmd);
           }};

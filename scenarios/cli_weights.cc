@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "formats/error.h"
 #include "reference/config.h"
 #include "reference/safetensors.h"
 #include "reference/weights.h"
@@ -25,12 +26,11 @@ Verb add_weights_verb(CLI::App& parent) {
   app->add_option("-o,--output", a->output, "write generated weights to this safetensors file");
   app->add_option("--check", a->check, "load this safetensors file and check every tensor against the config");
   return {app, [a] {
-            const reference::ModelConfig c = reference::load_config(a->config);
-            if (!a->check.empty()) {
-              reference::ModelWeights::load(a->check, c);
-              std::cout << "weights: '" << a->check << "' holds every tensor of the config ("
-                        << reference::expected_tensors(c).size() << " tensors), names, dtypes and shapes as expected\n";
+            if (a->check.empty() && a->output.empty()) {
+              DSV41_FAIL("weights: give -o FILE to generate weights or --check FILE to check a file");
             }
+            const reference::ModelConfig c = reference::load_config(a->config);
+            // Generate first, so "-o W --check W" checks what was just written.
             if (!a->output.empty()) {
               std::cerr << "weights: seed " << a->seed << "\n";
               const std::map<std::string, std::string> meta = {
@@ -38,11 +38,14 @@ Verb add_weights_verb(CLI::App& parent) {
                   {"seed", std::to_string(a->seed)},
                   {"config_hash", reference::config_hash(c)}};
               reference::safetensors::write(a->output, reference::generate_weights(c, a->seed), meta);
-              std::cout << "weights: wrote '" << a->output << "'\n";
+              std::cout << "weights: wrote '" << a->output << "' (" << reference::expected_tensors(c).size()
+                        << " tensors, seed " << a->seed << ")\n";
             }
-            if (a->check.empty() && a->output.empty()) {
-              std::cerr << "dsv41: error: weights: give -o FILE to generate or --check FILE to check\n";
-              return kExitBadInput;
+            if (!a->check.empty()) {
+              reference::ModelWeights::load(a->check, c);
+              std::cout << "weights: '" << a->check << "' holds every tensor of the config ("
+                        << reference::expected_tensors(c).size()
+                        << " tensors), names, dtypes and shapes as expected\n";
             }
             return kExitOk;
           }};

@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 #include "formats/error.h"
 
@@ -42,14 +41,19 @@ std::vector<int64_t> parse_id_list(const std::string& spec, const std::string& o
       if (b == std::string::npos || line[b] == '#') continue;
       ids.push_back(parse_one(line, option + " " + path + ":" + std::to_string(n)));
     }
+    if (in.bad()) DSV41_FAIL(option, ": reading '", path, "' failed after line ", n);
     return ids;
   }
-  std::stringstream ss(spec);
-  std::string item;
-  int n = 0;
-  while (std::getline(ss, item, ',')) {
-    ++n;
+  if (spec.empty()) return ids;
+  // Items between commas; every item must hold an id ("5,,7" and "5,7," are errors: getline
+  // alone would drop a trailing empty item).
+  size_t begin = 0;
+  for (int n = 1;; ++n) {
+    const size_t comma = spec.find(',', begin);
+    const std::string item = spec.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
     ids.push_back(parse_one(item, option + " item " + std::to_string(n)));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
   }
   return ids;
 }

@@ -10,6 +10,7 @@
 // Tolerances are named below with their origin.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -49,6 +50,12 @@ std::vector<float> bf16_values(const golden::Array<uint16_t>& a) {
   for (uint16_t b : a.data) v.push_back(formats::bf16_decode(b));
   return v;
 }
+
+// Compressor partial-group state (fp32): the decode GEMV order (see check_final_caches), in
+// fp32 ulps of the slot's largest value. A dim-long fp32 sum in another order errs by up to
+// ~dim * 2^-24 * sum|x w|, which has no bound in terms of the result; measured on this oracle:
+// 3 to 8 ulps of the slot max. The bound is 4x the worst measured value.
+constexpr double kCompressorStateMaxUlps = 32.0;
 
 struct Diff {
   double nmse = 0, max_abs = 0, equal_fraction = 0;
@@ -175,6 +182,66 @@ class TeacherForced : public ::testing::Test {
     EXPECT_LE(d.nmse, kLogitMaxNmse) << step.prefix;
   }
 
+  // The caches after the last step against decode/final_state: values bit for bit (the packed
+  // entries decode to exactly the official bf16 cache values), compressor states exactly.
+  void check_final_caches(const ModelState& s) {
+    const std::string base = "decode/final_state/";
+    int64_t compared = 0;
+    for (int l = 0; l < config_->n_layers; ++l) {
+      const LayerState& ls = s.layers[static_cast<size_t>(l)];
+      const auto ring = decode_->read<uint16_t>(base + lname(l) + "/window_kv_cache/bits");
+      expect_bits(ls.ring.read_all().data(), ring, lname(l) + " window_kv_cache");
+      compared += static_cast<int64_t>(ring.size());
+      if (ls.kv_cache) {
+        const auto ref = decode_->read<uint16_t>(base + lname(l) + "/compress_kv_cache/bits");
+        expect_bits(ls.kv_cache->read(l, ls.kv_cache->ratio(), ref.dim(1)).data(), ref, lname(l) + " compress_kv_cache");
+        compared += static_cast<int64_t>(ref.size());
+      }
+      if (ls.key_cache) {
+        const auto ref = decode_->read<uint16_t>(base + lname(l) + "/index_k_cache/bits");
+        expect_bits(ls.key_cache->read(l, ls.key_cache->ratio(), ref.dim(1)).data(), ref, lname(l) + " index_k_cache");
+        compared += static_cast<int64_t>(ref.size());
+      }
+      if (ls.compressor) {
+        // fp32 wkv/wgate rows of the last decode steps: torch's one-row GEMV sums in an order
+        // the reference does not reproduce (its multi-row GEMM it does: prefill states match).
+        for (const char* what : {"compressor_kv_state", "compressor_score_state"}) {
+          const auto ref = decode_->read<float>(base + lname(l) + "/" + what + "/value");
+          const std::vector<float>& got = std::string(what) == "compressor_kv_state" ? ls.compressor->kv
+                                                                                    : ls.compressor->score;
+          ASSERT_EQ(got.size(), ref.size());
+          const size_t row = static_cast<size_t>(config_->head_dim);
+          double worst = 0;  // max |d| in fp32 ulps of the slot's max |value|
+          for (size_t r0 = 0; r0 < got.size(); r0 += row) {
+            double rmax = 0, dmax = 0;
+            for (size_t i = r0; i < r0 + row; ++i) {
+              rmax = std::max(rmax, std::fabs(double{ref.data[i]}));
+              dmax = std::max(dmax, std::fabs(double{got[i]} - ref.data[i]));
+            }
+            if (rmax > 0) worst = std::max(worst, dmax / std::ldexp(1.0, static_cast<int>(std::floor(std::log2(rmax))) - 23));
+          }
+          std::printf("%s %s: max %.2f fp32 ulp of the slot max\n", lname(l).c_str(), what, worst);
+          EXPECT_LE(worst, kCompressorStateMaxUlps) << lname(l) << " " << what;
+        }
+      }
+    }
+    std::printf("final caches: %lld bf16 values compared bit for bit\n", static_cast<long long>(compared));
+  }
+
+  static void expect_bits(const std::vector<float>& got, const golden::Array<uint16_t>& ref, const std::string& what) {
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    size_t differ = 0, first = ref.size();
+    bool nonzero = false;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      nonzero |= got[i] != 0.0f;
+      if (formats::bf16_encode(got[i]) != ref.data[i]) {
+        if (differ++ == 0) first = i;
+      }
+    }
+    EXPECT_TRUE(nonzero) << what << " is all zero";
+    EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << ref.size() << " values differ, first at " << first;
+  }
+
   static ModelConfig* config_;
   static golden::H5File *prefill_, *streams_, *decode_;
   static Model* model_;
@@ -202,6 +269,54 @@ TEST_F(TeacherForced, EveryLayerOfPrefillAndDecodeMatchesTheOfficialRun) {
     const StepRecord r = model_->decode(s, tok.data[0]);
     check_step(d, r, prefix + "logits/value");
   }
+  check_final_caches(s);
+}
+
+}  // namespace
+}  // namespace dsv41::reference
+
+namespace dsv41::reference {
+namespace {
+
+// Free-running against the tie-rule run: nothing forced. A selection that sits at a near-tie
+// (index scores are bf16, expert scores fp32) flips on a 1-ulp upstream difference and changes
+// everything after it, so this is a measurement with regression bounds (docs/agreement.md):
+// measured NMSE <= 0.084 per step and the argmax equal at 7 of 9 steps.
+constexpr double kFreeRunMaxNmse = 0.2;
+constexpr int kFreeRunMinArgmaxAgree = 6;
+
+TEST(FreeRunning, LogitsAgainstTheTieRuleRun) {
+  const ModelConfig c = load_config_file(kOracle + "config.json");
+  golden::H5File prefill(kOracle + "prefill.h5"), decode(kOracle + "decode.h5");
+  golden::H5File tie(kOracle + "tie_lowest_index.h5");
+  const auto tokens = prefill.read<int64_t>("prefill/tokens/value");
+  const auto map = prefill.read<int64_t>("prefill/state/engram/token_map/value");
+  Model m(c, ModelWeights::load(kOracle + "weights.safetensors", c), map.data);
+  ModelState s = m.new_state();
+  int agree = 0;
+  for (int k = -1; k < 8; ++k) {
+    StepRecord r;
+    std::string ref_path;
+    if (k < 0) {
+      r = m.prefill(s, tokens.data);
+      ref_path = "prefill/logits_last/value";
+    } else {
+      const std::string p = "decode/step" + std::to_string(k) + "/";
+      r = m.decode(s, decode.read<int64_t>(p + "input_token/value").data[0]);
+      ref_path = p + "logits/value";
+    }
+    const auto ref = tie.read<float>(ref_path);
+    const Diff d = compare(r.logits, ref.data, ref.size());
+    const auto argmax = [](const std::vector<float>& v) {
+      return std::max_element(v.begin(), v.end()) - v.begin();
+    };
+    const bool same = argmax(r.logits) == argmax(ref.data);
+    agree += same ? 1 : 0;
+    std::printf("free-running step %d: nmse %.3g max|d| %.3g argmax %s\n", k + 1, d.nmse, d.max_abs,
+                same ? "equal" : "differs");
+    EXPECT_LE(d.nmse, kFreeRunMaxNmse) << ref_path;
+  }
+  EXPECT_GE(agree, kFreeRunMinArgmaxAgree);
 }
 
 }  // namespace
