@@ -59,6 +59,15 @@ Tensor<float> grouped_wo_a(const Tensor<float>& o, const LinearWeight& wo_a, int
   return out;
 }
 
+// idx: [T, k] -> [T, width] (k <= width), the new columns -1.
+Tensor<int32_t> pad_columns(const Tensor<int32_t>& idx, int64_t width) {
+  const int64_t T = idx.dim(0), k = idx.dim(1);
+  DSV41_CHECK(k <= width, "index rows of width ", k, " exceed the canonical width ", width);
+  Tensor<int32_t> out({T, width}, idx.name(), -1);
+  for (int64_t t = 0; t < T; ++t) std::copy(idx.row(t), idx.row(t) + k, out.row(t));
+  return out;
+}
+
 }  // namespace
 
 Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, const ModelConfig& c,
@@ -67,9 +76,6 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
                                  AttentionRecord& record, const ForwardHooks* hooks) {
   const int64_t T = x.dim(0), H = c.n_heads, D = c.head_dim;
   const int W = c.window_size, ratio = info.ratio, layer = info.layer;
-  const bool decode = start_pos > 0;
-  DSV41_CHECK(!decode || T == 1, "layer ", layer, ": a step at start_pos ", start_pos,
-              " must have one token (the official envelope), got ", T);
   LayerState& ls = state.layers[static_cast<size_t>(layer)];
 
   // Queries. qr is shared with the indexer.
@@ -81,18 +87,19 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
   Tensor<float> kv = rms_norm(linear(x, w.wkv), w.kv_norm, c.norm_eps);  // [T, D] bf16
   rope_rows(kv, 1, D, rope, start_pos, 1, false);
   kv = fp8_qdq_rows(kv);
-  Tensor<float> window_kv;
-  Tensor<int32_t> idxs;
-  if (!decode) {
-    for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t) ls.ring.write(t, kv.row(t));
-    window_kv = kv;
-    idxs = window_topk_idxs_prefill(W, 0, T);
-  } else {
-    ls.ring.write(start_pos, kv.row(0));
-    window_kv = ls.ring.read_all();
-    idxs = window_topk_idxs_decode(W, start_pos);
-  }
+  // The window KV rows this chunk reads: the ring's last r positions before the chunk (the most
+  // any query of it can reach back), then the chunk's own rows; row 0 holds position
+  // start_pos - r. Read before the chunk overwrites ring slots.
+  const int64_t r = std::min<int64_t>(start_pos, W - 1);
+  const Tensor<float> window_kv = concat_kv_rows(ls.ring.read_positions(start_pos - r, r), kv);
+  for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t) ls.ring.write(start_pos + t, kv.row(t));
+  // Canonical index rows (docs/sessions.md): query p reads positions max(0, p-W+1) .. p in
+  // ascending order, padded with -1 to width W, so a row depends on p alone, never on how the
+  // tokens were chunked. The official prefill has width min(T, W) and the official decode puts
+  // the -1 slots first; both read the same rows in the same order.
+  Tensor<int32_t> idxs = pad_columns(window_topk_idxs_prefill(W, start_pos, T, start_pos - r), W);
   const int64_t offset = window_kv.dim(0);
+  Tensor<float> kv_all = window_kv;
 
   if (ratio > 0) {
     const int64_t end_pos = start_pos + T;
@@ -134,7 +141,13 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
           shared.candidates = select_candidate_blocks(scores, reach, c.candidate_topk_blocks,
                                                       c.candidate_block_size, layer);
           if (hooks) hooks->on("candidates", layer, shared.candidates->mask);
-          record.candidates = shared.candidates->mask;
+          // Recorded as the reachable part (position < reach): the pinned block may extend past
+          // a query's reach, and how far depends on where the step ends, not on the selection.
+          Tensor<uint8_t> reachable = shared.candidates->mask;
+          for (int64_t t = 0; t < T; ++t) {
+            for (int64_t n = reach[static_cast<size_t>(t)]; n < reachable.dim(1); ++n) reachable.at(t, n) = 0;
+          }
+          record.candidates = std::move(reachable);
         } else if (info.uses_candidates) {
           DSV41_CHECK(shared.candidates.has_value(), "layer ", layer,
                       ": needs the candidate mask of layer ", c.candidate_source_layer,
@@ -170,11 +183,12 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
                 info.topk_owner, ", which has not run in this step");
     const Tensor<int32_t>& cidx = shared.topk->idxs_for(info.topk_owner, ratio, offset);
     const Tensor<float> ckv = owner.kv_cache->read(info.kv_owner, ratio, compress_len);
-    window_kv = concat_kv_rows(window_kv, ckv);
-    idxs = concat_topk_idxs(idxs, cidx);
+    kv_all = concat_kv_rows(window_kv, ckv);
+    // The compressed part padded with -1 to index_topk (canonical width, as the window part).
+    idxs = concat_topk_idxs(idxs, pad_columns(cidx, c.index_topk));
   }
 
-  Tensor<float> o = sparse_attn(as_heads(std::move(q), H), window_kv, w.attn_sink, idxs,
+  Tensor<float> o = sparse_attn(as_heads(std::move(q), H), kv_all, w.attn_sink, idxs,
                                 static_cast<float>(std::pow(static_cast<double>(D), -0.5)));
   Tensor<float> o_flat({T, H * D}, std::move(o.data()), "attn_o");
   rope_rows(o_flat, H, D, rope, start_pos, 1, true);

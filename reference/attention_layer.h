@@ -2,15 +2,17 @@
 //
 // One attention sublayer of the backbone (the official Attention.forward), assembled from the
 // components: linear (reference/linear.h), RMSNorm, RoPE, the SWA ring, the compressor, the
-// indexer and sparse_attn. Runs the official envelope only: a prefill chunk at start_pos 0 or a
-// one-token decode step.
+// indexer and sparse_attn. Runs any chunk of T tokens at any start position (docs/sessions.md):
+// the official prefill (start 0) and one-token decode are special cases with the same bits.
 //
 //   qr = q_norm(wq_a(x)); q = wq_b(qr) as [T, H, D], RoPE on the last rd at the query positions
-//   kv = kv_norm(wkv(x)), RoPE, FP8 QDQ (block 32, ue8m0); prefill: window = the chunk's kv and
-//     the ring keeps the last W; decode: kv into slot pos % W, window = the whole ring
+//   kv = kv_norm(wkv(x)), RoPE, FP8 QDQ (block 32, ue8m0); window KV = the ring's last
+//     min(start, W-1) positions then the chunk's rows; the ring then keeps the last W positions;
+//     index rows canonical: positions ascending, -1 padded to width W
 //   ratio > 0: kv source -> compressor latent; index source -> indexer top-k (published with owner,
 //     ratio and offset); latent -> RoPE at j*ratio -> FP4 QDQ (E4M3/16) into the owner's cache;
-//     kv = [window | owner's compressed cache], indices = [window | top-k + offset]
+//     kv = [window | owner's compressed cache], indices = [window | top-k + offset, -1 padded to
+//     index_topk]
 //   o = sparse_attn(q, kv, sink, indices, D^-0.5); inverse RoPE on o's tail; grouped wo_a (bf16,
 //     per group einsum) then wo_b (fp8) -> [T, dim] bf16
 #pragma once
@@ -39,7 +41,7 @@ struct SharedAttention {
 
 struct AttentionRecord {
   std::optional<Tensor<int32_t>> topk;        // this layer's own indexer: [T, k], no offset
-  std::optional<Tensor<uint8_t>> candidates;  // candidate source: [T, N]
+  std::optional<Tensor<uint8_t>> candidates;  // candidate source: [T, N], positions < reach only
 };
 
 // x: [T, dim] bf16 (attn_norm output) -> [T, dim] bf16. `state` holds every layer's state (a layer

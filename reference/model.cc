@@ -31,6 +31,19 @@ Tensor<float> SwaRing::read_all() const {
   return out;
 }
 
+Tensor<float> SwaRing::read_positions(int64_t first, int64_t count) const {
+  const int eb = formats::swa_kv_entry_bytes(static_cast<int>(head_dim));
+  DSV41_CHECK(count >= 0 && count <= window, "SWA ring: cannot read ", count, " positions from a ring of ", window);
+  Tensor<float> out({count, head_dim}, "window_kv_ring");
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t p = first + i, slot = p % window;
+    DSV41_CHECK(p >= 0 && positions[static_cast<size_t>(slot)] == p, "SWA ring does not hold position ", p,
+                " (slot ", slot, " holds ", positions[static_cast<size_t>(slot)], ")");
+    formats::unpack_swa_kv(bytes.data() + slot * eb, static_cast<int>(head_dim), out.row(i));
+  }
+  return out;
+}
+
 // ------------------------------------------------------------------------------- model
 
 std::vector<int64_t> default_token_map(const ModelConfig& c) {
@@ -85,18 +98,19 @@ ModelState Model::new_state() const {
 StepRecord Model::prefill(ModelState& state, const std::vector<int64_t>& tokens) const {
   DSV41_CHECK(state.pos == 0, "prefill needs a fresh state (at position 0), this one is at ", state.pos);
   DSV41_CHECK(!tokens.empty(), "prefill needs at least one token");
-  return forward(state, tokens);
+  return forward_chunk(state, tokens);
 }
 
 StepRecord Model::decode(ModelState& state, int64_t token) const {
   DSV41_CHECK(state.pos > 0, "decode needs a prefilled state");
-  return forward(state, {token});
+  return forward_chunk(state, {token});
 }
 
-StepRecord Model::forward(ModelState& state, const std::vector<int64_t>& tokens) const {
+StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& tokens) const {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(tokens.size()), dim = c.dim, hc = c.hc_mult;
   const int64_t start = state.pos;
+  DSV41_CHECK(T >= 1, "a forward step needs at least one token");
   DSV41_CHECK(start + T <= c.max_seq_len, "positions ", start, "..", start + T - 1,
               " exceed max_seq_len ", c.max_seq_len);
   for (int64_t t = 0; t < T; ++t) {
@@ -169,14 +183,18 @@ StepRecord Model::forward(ModelState& state, const std::vector<int64_t>& tokens)
     pre = fm.pre;
   }
 
-  // Head on the last position: collapse with the last FFN's pre, norm, fp32 head.
-  Tensor<float> last({1, hc, dim}, "last_stream");
-  std::copy(stream.row(T - 1, 0), stream.row(T - 1, 0) + hc * dim, last.row(0, 0));
-  Tensor<float> last_pre({1, hc}, "last_pre");
-  std::copy(pre.row(T - 1), pre.row(T - 1) + hc, last_pre.row(0));
-  Tensor<float> h = rms_norm(hc_pre(last, last_pre), weights_.norm, c.norm_eps);
+  // Head: collapse with the last FFN's pre, norm, fp32 head (the last position; every position
+  // with set_full_logits).
+  const int64_t first = full_logits_ ? 0 : T - 1;
+  Tensor<float> tail({T - first, hc, dim}, "head_stream");
+  std::copy(stream.row(first, 0), stream.row(first, 0) + (T - first) * hc * dim, tail.row(0, 0));
+  Tensor<float> tail_pre({T - first, hc}, "head_pre");
+  std::copy(pre.row(first), pre.row(first) + (T - first) * hc, tail_pre.row(0));
+  Tensor<float> h = rms_norm(hc_pre(tail, tail_pre), weights_.norm, c.norm_eps);
   observe("final_norm_out", -1, h);
-  rec.logits = linear_fp32(h, weights_.head).data();
+  Tensor<float> logits = linear_fp32(h, weights_.head);  // [T - first, vocab] fp32
+  rec.logits.assign(logits.row(T - first - 1), logits.row(T - first - 1) + c.vocab_size);
+  if (full_logits_) rec.all_logits = std::move(logits);
   state.pos = start + T;
   return rec;
 }

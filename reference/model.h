@@ -12,8 +12,8 @@
 // compressor's partial group, and the Engram n-gram history. Shared objects carry their owner
 // layer, ratio and position offset; a consumer that expects another owner gets a dsv41::Error.
 //
-// Not here (yet): the DSpark draft blocks (forward_spec), chunked prefill / multi-token forward at
-// a start position > 0 (a later issue defines them).
+// Beyond the official envelope, forward_chunk runs any number of tokens at any position with the
+// same bits as one prefill (docs/sessions.md defines it). Not here (yet): the DSpark draft blocks.
 //
 // Example:
 //   Model m(config, ModelWeights::load(path, config), token_map);
@@ -51,6 +51,9 @@ struct SwaRing {
   std::vector<int64_t> positions;   // [window]
   void write(int64_t position, const float* kv_row);
   Tensor<float> read_all() const;   // [window, head_dim] bf16 (zeros in empty slots)
+  // Positions first .. first + count - 1 -> [count, head_dim] bf16; every one must be in the ring
+  // (else a dsv41::Error: e.g. a resumed session without its SWA state).
+  Tensor<float> read_positions(int64_t first, int64_t count) const;
 };
 
 struct LayerState {
@@ -72,6 +75,7 @@ struct StepRecord {
   int64_t start_pos = 0;
   int64_t tokens = 0;
   std::vector<float> logits;                       // [vocab] fp32, last position
+  Tensor<float> all_logits;                        // [T, vocab] fp32 (only with set_full_logits)
   std::map<int, Tensor<int32_t>> topk;             // index-source layer -> [T, k] compressed
                                                    //   positions ascending, -1 padding (no offset)
   std::map<int, Tensor<uint8_t>> candidates;       // candidate source -> [T, N] mask
@@ -90,12 +94,17 @@ class Model {
 
   StepRecord prefill(ModelState& state, const std::vector<int64_t>& tokens) const;
   StepRecord decode(ModelState& state, int64_t token) const;
+  // The general step (docs/sessions.md): any number of tokens at position state.pos. prefill and
+  // decode are its official special cases; any chunking of a sequence gives the same bits.
+  StepRecord forward_chunk(ModelState& state, const std::vector<int64_t>& tokens) const;
+
+  // Also compute the logits of every position of a step (StepRecord::all_logits).
+  void set_full_logits(bool on) { full_logits_ = on; }
 
   // Hooks that see and may replace intermediates and selections (reference/hooks.h).
   void set_hooks(ForwardHooks hooks) { hooks_ = std::move(hooks); }
 
  private:
-  StepRecord forward(ModelState& state, const std::vector<int64_t>& tokens) const;
 
   ModelConfig config_;
   ModelWeights weights_;
@@ -105,6 +114,7 @@ class Model {
   EngramLayout engram_;
   int64_t engram_pad_ = 0;
   ForwardHooks hooks_;
+  bool full_logits_ = false;
 };
 
 // floor(id * compressed_vocab / vocab): the map of the oracle's stub tokenizer for the tiny

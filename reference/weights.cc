@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "formats/error.h"
 #include "formats/minifloat.h"
@@ -332,24 +333,29 @@ StTensor make_tensor(const TensorSpec& s, uint64_t seed) {
     case DType::kF8E8M0: {
       // The scales of a weight whose codes are ~U(-64, 64) (fp8, rms 64/sqrt(3)) or E2M1 codes of
       // ~U(-6, 6) (fp4, rms ~6/sqrt(3)), so that the dequantized rms is ~1/sqrt(in) (the weight's
-      // `in` is 32 x the scale columns). Each scale is 2^e or 2^(e+1), 2^(e+1) with probability
-      // p, where 2^e <= target < 2^(e+1) and p makes the mean square exact: 2^2e (1 + 3p) =
-      // target^2. The Engram table is an embedding, not a linear: its target rms is that of
-      // embed.weight, 1/sqrt(3).
+      // `in` is 32 x the scale columns). The Engram table is an embedding, not a linear: its
+      // target rms is that of embed.weight, 1/sqrt(3). With target = 2^e * r, e the nearest
+      // exponent (r in [1/sqrt(2), sqrt(2))), each scale is 2^(e-1) or 2^(e+1): exactly
+      // round(q n) low ones, q/4 + 4(1 - q) = r^2 (the mean square is the target's), at positions
+      // shuffled by the tensor's stream. So every scale tensor holds two values in a random
+      // pattern (a port that applies the wrong block's scale is caught), whatever the target.
       const bool fp4 = s.shape.size() == 2 && s.name.find("experts.") != std::string::npos &&
                        s.name.find("shared_experts") == std::string::npos;
       const double code_rms = (fp4 ? 6.0 : 64.0) / std::sqrt(3.0);
       const double w_in = 32.0 * static_cast<double>(s.shape.back());
       const double target_rms =
           ends_with(s.name, "engram.embed.scale") ? 1.0 / std::sqrt(3.0) : 1.0 / std::sqrt(w_in);
-      const double target = target_rms / code_rms;
-      int exp2 = 0;
-      const double ratio = 2.0 * std::frexp(target, &exp2);  // target = ratio * 2^(exp2 - 1), exact
-      const int e = exp2 - 1;                                  // ratio in [1, 2)
-      const double p = (ratio * ratio - 1.0) / 3.0;
-      for (int64_t i = 0; i < n; ++i) {
-        const bool up = static_cast<double>(rng.next() >> 11) * 0x1p-53 < p;
-        t.bytes.push_back(static_cast<uint8_t>(127 + e + (up ? 1 : 0)));
+      int x = 0;
+      const double m = std::frexp(target_rms / code_rms, &x);  // target = m 2^x, m in [0.5, 1)
+      const bool below = m * m < 0.5;
+      const int e = below ? x - 1 : x;
+      const double r = below ? 2.0 * m : m;
+      const double q = (4.0 - r * r) / 3.75;  // in (0.53, 0.94]
+      const int64_t low = static_cast<int64_t>(std::floor(q * static_cast<double>(n) + 0.5));
+      for (int64_t i = 0; i < n; ++i) t.bytes.push_back(static_cast<uint8_t>(127 + e + (i < low ? -1 : 1)));
+      for (int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates with the tensor's stream
+        const int64_t j = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(i + 1));
+        std::swap(t.bytes[static_cast<size_t>(i)], t.bytes[static_cast<size_t>(j)]);
       }
       break;
     }

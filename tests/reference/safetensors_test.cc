@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -68,7 +69,9 @@ std::string read_error(const std::string& path) {
 void expect_error(const std::string& path, const std::string& tensor, const std::string& reason) {
   const std::string msg = read_error(path);
   EXPECT_TRUE(has(msg, "'" + path + "'")) << "file not named: " << msg;
-  if (!tensor.empty()) EXPECT_TRUE(has(msg, "tensor '" + tensor + "'")) << "tensor not named: " << msg;
+  if (!tensor.empty()) {
+    EXPECT_TRUE(has(msg, "tensor '" + tensor + "'")) << "tensor not named: " << msg;
+  }
   EXPECT_TRUE(has(msg, reason)) << "reason '" << reason << "' missing: " << msg;
 }
 
@@ -100,99 +103,114 @@ std::vector<std::string> leftovers(const std::string& dir, const std::string& st
   return out;
 }
 
+// Removes the files of the test that just ran (all named by temp_path).
+class SafetensorsTest : public testing::Test {
+ protected:
+  void TearDown() override {
+    const std::string prefix = std::filesystem::path(temp_path("")).filename().string();
+    for (const auto& e : std::filesystem::directory_iterator(testing::TempDir())) {
+      if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove_all(e.path());
+    }
+  }
+};
+class SafetensorsRead : public SafetensorsTest {};
+class SafetensorsGet : public SafetensorsTest {};
+class SafetensorsDecode : public SafetensorsTest {};
+class SafetensorsWrite : public SafetensorsTest {};
+
 // ---- malformed files ----
 
-TEST(SafetensorsRead, MissingFile) {
+TEST_F(SafetensorsRead, MissingFile) {
   const std::string path = temp_path(".absent");
   std::filesystem::remove(path);
   expect_error(path, "", "cannot open");
 }
 
-TEST(SafetensorsRead, ShorterThanTheLength) {
+TEST_F(SafetensorsRead, ShorterThanTheLength) {
   const std::string path = temp_path(".safetensors");
-  write_bytes(path, "\x05\x00\x00\x00\x00");
+  write_bytes(path, std::string("\x05\x00\x00\x00\x00", 5));
   expect_error(path, "", "5 bytes: too short");
 }
 
-TEST(SafetensorsRead, HeaderLengthBeyondTheFile) {
+TEST_F(SafetensorsRead, HeaderLengthBeyondTheFile) {
   const std::string path = temp_path(".safetensors");
   write_bytes(path, le64(1000) + "{}");
   expect_error(path, "", "header length 1000 does not fit the file (10 bytes)");
 }
 
-TEST(SafetensorsRead, HeaderNotJson) {
+TEST_F(SafetensorsRead, HeaderNotJson) {
   expect_error(make_file("{\"a\": {\"dtype\": ", 0), "", "header is not valid JSON");
 }
 
-TEST(SafetensorsRead, HeaderNotAnObject) {
+TEST_F(SafetensorsRead, HeaderNotAnObject) {
   expect_error(make_file("[1, 2, 3]", 0), "", "header is not a JSON object");
 }
 
-TEST(SafetensorsRead, EntryNotAnObject) {
+TEST_F(SafetensorsRead, EntryNotAnObject) {
   expect_error(make_file(R"({"w": [1, 2]})", 0), "w", "entry is not an object");
 }
 
-TEST(SafetensorsRead, EntryWithoutDtype) {
+TEST_F(SafetensorsRead, EntryWithoutDtype) {
   expect_error(make_file(R"({"w": {"shape": [2], "data_offsets": [0, 8]}})", 8), "w", "no 'dtype'");
 }
 
-TEST(SafetensorsRead, EntryWithoutShape) {
+TEST_F(SafetensorsRead, EntryWithoutShape) {
   expect_error(make_file(R"({"w": {"dtype": "F32", "data_offsets": [0, 8]}})", 8), "w", "no 'shape'");
 }
 
-TEST(SafetensorsRead, EntryWithoutDataOffsets) {
+TEST_F(SafetensorsRead, EntryWithoutDataOffsets) {
   expect_error(make_file(R"({"w": {"dtype": "F32", "shape": [2]}})", 8), "w", "no 'data_offsets'");
 }
 
-TEST(SafetensorsRead, DataOffsetsNotAPair) {
+TEST_F(SafetensorsRead, DataOffsetsNotAPair) {
   expect_error(make_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0]}})", 8), "w",
                "'data_offsets' must be [begin, end]");
 }
 
-TEST(SafetensorsRead, UnknownDtype) {
+TEST_F(SafetensorsRead, UnknownDtype) {
   expect_error(make_file(R"({"w": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}})", 4), "w",
                "unsupported safetensors dtype 'F16'");
 }
 
-TEST(SafetensorsRead, NegativeShape) {
+TEST_F(SafetensorsRead, NegativeShape) {
   expect_error(make_file(R"({"w": {"dtype": "F32", "shape": [2, -1], "data_offsets": [0, 8]}})", 8), "w",
                "must be non-negative integers");
 }
 
-TEST(SafetensorsRead, NegativeOffset) {
+TEST_F(SafetensorsRead, NegativeOffset) {
   expect_error(make_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [-8, 0]}})", 8), "w",
                "data_offsets must be non-negative integers");
 }
 
-TEST(SafetensorsRead, TruncatedData) {
+TEST_F(SafetensorsRead, TruncatedData) {
   // The entry claims 64 bytes; the data section has 32 (a copy cut short).
   expect_error(make_file(R"({"w": {"dtype": "F32", "shape": [16], "data_offsets": [0, 64]}})", 32), "w",
                "data_offsets [0, 64] outside the data section of 32 bytes (truncated file?)");
 }
 
-TEST(SafetensorsRead, OffsetsReversed) {
+TEST_F(SafetensorsRead, OffsetsReversed) {
   expect_error(make_file(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", 8), "w",
                "data_offsets [8, 4] outside the data section");
 }
 
-TEST(SafetensorsRead, ByteCountNotDtypeTimesShape) {
+TEST_F(SafetensorsRead, ByteCountNotDtypeTimesShape) {
   expect_error(make_file(R"({"w": {"dtype": "BF16", "shape": [3, 2], "data_offsets": [0, 8]}})", 8), "w",
                "8 bytes stored, but BF16 [3, 2] needs 12");
 }
 
-TEST(SafetensorsRead, HugeShapeDoesNotOverflow) {
+TEST_F(SafetensorsRead, HugeShapeDoesNotOverflow) {
   // 2^32 x 2^32 elements would wrap a 64-bit count to 0 and match an empty byte range.
   expect_error(make_file(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})",
                          8),
                "w", "holds more elements than the data section");
 }
 
-TEST(SafetensorsRead, F4OddElementCount) {
+TEST_F(SafetensorsRead, F4OddElementCount) {
   expect_error(make_file(R"({"w": {"dtype": "F4", "shape": [3, 3], "data_offsets": [0, 5]}})", 5), "w",
                "odd element count (9)");
 }
 
-TEST(SafetensorsRead, OverlappingTensors) {
+TEST_F(SafetensorsRead, OverlappingTensors) {
   const std::string path = make_file(
       R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},)"
       R"( "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})",
@@ -200,7 +218,7 @@ TEST(SafetensorsRead, OverlappingTensors) {
   expect_error(path, "", "tensors 'a' [0, 16) and 'b' [8, 24) overlap");
 }
 
-TEST(SafetensorsRead, DuplicatedName) {
+TEST_F(SafetensorsRead, DuplicatedName) {
   const std::string path = make_file(
       R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
       R"( "a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
@@ -208,23 +226,23 @@ TEST(SafetensorsRead, DuplicatedName) {
   expect_error(path, "", "header names 'a' twice");
 }
 
-TEST(SafetensorsRead, MetadataNotStrings) {
+TEST_F(SafetensorsRead, MetadataNotStrings) {
   expect_error(make_file(R"({"__metadata__": {"format": "pt", "seed": 7}})", 0), "",
                "__metadata__ value of 'seed' is not a string");
 }
 
-TEST(SafetensorsRead, MetadataNotAnObject) {
+TEST_F(SafetensorsRead, MetadataNotAnObject) {
   expect_error(make_file(R"({"__metadata__": ["pt"]})", 0), "", "__metadata__ is not an object");
 }
 
-TEST(SafetensorsRead, DirectoryIsNotAFile) {
+TEST_F(SafetensorsRead, DirectoryIsNotAFile) {
   const std::string path = temp_path(".dir");
   std::filesystem::create_directories(path);
   expect_error(path, "", "is a directory");
   std::filesystem::remove(path);
 }
 
-TEST(SafetensorsRead, GapsBetweenTensorsAreAllowed) {
+TEST_F(SafetensorsRead, GapsBetweenTensorsAreAllowed) {
   // Not required by the format: tensors with unused bytes between them, out of order.
   const std::string path = make_file(
       R"({"b": {"dtype": "BF16", "shape": [2], "data_offsets": [12, 16]},)"
@@ -237,7 +255,7 @@ TEST(SafetensorsRead, GapsBetweenTensorsAreAllowed) {
 
 // ---- the checked accessor ----
 
-TEST(SafetensorsGet, MismatchNamesTheTensorAndBothSides) {
+TEST_F(SafetensorsGet, MismatchNamesTheTensorAndBothSides) {
   const std::string path = temp_path(".safetensors");
   write(path, {make_tensor("w", DType::kBF16, {4, 2}, 0)}, {});
   const SafetensorsFile f = SafetensorsFile::read(path);
@@ -260,7 +278,7 @@ TEST(SafetensorsGet, MismatchNamesTheTensorAndBothSides) {
 
 // ---- decoding ----
 
-TEST(SafetensorsDecode, ValuesOfEveryDtype) {
+TEST_F(SafetensorsDecode, ValuesOfEveryDtype) {
   const std::string path = make_file(
       R"({"f32": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
       R"( "bf16": {"dtype": "BF16", "shape": [2], "data_offsets": [4, 8]},)"
@@ -296,7 +314,7 @@ TEST(SafetensorsDecode, ValuesOfEveryDtype) {
 
 // ---- the writer ----
 
-TEST(SafetensorsWrite, RoundTripKeepsTensorsAndMetadata) {
+TEST_F(SafetensorsWrite, RoundTripKeepsTensorsAndMetadata) {
   const std::string path = temp_path(".safetensors");
   const std::vector<Tensor> tensors = every_dtype();
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"seed", "7"}, {"note", "a \"quoted\" value"}};
@@ -323,7 +341,7 @@ TEST(SafetensorsWrite, RoundTripKeepsTensorsAndMetadata) {
   EXPECT_EQ(header_len % 8, 0u);
 }
 
-TEST(SafetensorsWrite, DeterministicWhateverTheInputOrder) {
+TEST_F(SafetensorsWrite, DeterministicWhateverTheInputOrder) {
   std::vector<Tensor> tensors = every_dtype();
   const std::map<std::string, std::string> meta = {{"b", "2"}, {"a", "1"}};
   const std::string first = temp_path(".1.safetensors"), second = temp_path(".2.safetensors");
@@ -338,7 +356,7 @@ TEST(SafetensorsWrite, DeterministicWhateverTheInputOrder) {
   EXPECT_TRUE(read_bytes(first) == b);
 }
 
-TEST(SafetensorsWrite, AtomicLeavesNoTempFile) {
+TEST_F(SafetensorsWrite, AtomicLeavesNoTempFile) {
   const std::string path = temp_path(".safetensors");
   write(path, every_dtype(), {});
   const std::filesystem::path p(path);
@@ -349,7 +367,7 @@ TEST(SafetensorsWrite, AtomicLeavesNoTempFile) {
   EXPECT_TRUE(leftovers(p.parent_path().string(), p.filename().string()).empty());
 }
 
-TEST(SafetensorsWrite, FailedWriteThrowsAndLeavesNothing) {
+TEST_F(SafetensorsWrite, FailedWriteThrowsAndLeavesNothing) {
   const std::string dir = temp_path(".no_such_dir");
   std::filesystem::remove_all(dir);
   const std::string path = dir + "/w.safetensors";
@@ -364,7 +382,7 @@ TEST(SafetensorsWrite, FailedWriteThrowsAndLeavesNothing) {
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 
-TEST(SafetensorsWrite, FailedWriteKeepsThePreviousFile) {
+TEST_F(SafetensorsWrite, FailedWriteKeepsThePreviousFile) {
   // The target is a directory: the rename fails, the temp file goes, the directory stays.
   const std::string path = temp_path(".target_dir");
   std::filesystem::create_directories(path + "/inside");
@@ -375,7 +393,7 @@ TEST(SafetensorsWrite, FailedWriteKeepsThePreviousFile) {
   std::filesystem::remove_all(path);
 }
 
-TEST(SafetensorsWrite, RejectsInconsistentTensors) {
+TEST_F(SafetensorsWrite, RejectsInconsistentTensors) {
   const std::string path = temp_path(".safetensors");
   const auto error_of = [&](const std::vector<Tensor>& ts) -> std::string {
     try {

@@ -373,7 +373,8 @@ TEST(GenerateWeights, MatchesTheSpecAndLoads) {
 }
 
 // The scales the generator documents: a quantized linear's dequantized rms is ~1/sqrt(in) (the
-// E8M0 scales are powers of two, mixed so the mean square matches), the Engram table's ~1/sqrt(3).
+// E8M0 scales are powers of two, mixed so the mean square matches), the Engram table's ~1/sqrt(3);
+// and every scale tensor holds more than one value (a port using the wrong block's scale shows).
 TEST(GenerateWeights, QuantizedSpreadIsOneOverSqrtIn) {
   const std::string path = temp_path(".safetensors");
   safetensors::write(path, generate_weights(tiny(), 7), {});
@@ -385,6 +386,11 @@ TEST(GenerateWeights, QuantizedSpreadIsOneOverSqrtIn) {
     const std::string prefix = n.substr(0, n.size() - std::string(".weight").size());
     const double target = has(n, "engram.embed") ? 1.0 / std::sqrt(3.0) : 1.0 / std::sqrt(double(t.shape[1]));
     const double got = rms(dequantized(f, prefix));
+    const std::vector<uint8_t>& scales = f.get(prefix + ".scale").bytes;
+    const auto [lo, hi] = std::minmax_element(scales.begin(), scales.end());
+    EXPECT_LT(*lo, *hi) << prefix << ".scale holds one value";
+    EXPECT_GT(*lo, 0) << prefix;      // E8M0 0x00 = 2^-127: no generated scale is that small
+    EXPECT_LT(*hi, 0xFF) << prefix;   // 0xFF is NaN
     EXPECT_GT(got, target / 1.25) << n;
     EXPECT_LT(got, target * 1.25) << n;
     ++checked;
