@@ -107,6 +107,12 @@ class CompressedKvCache {
   // The packed bytes of entry e (< size()).
   const uint8_t* entry(int64_t e) const;
 
+  // Replaces the contents with `count` packed entries (bytes: [count, entry_bytes()], e.g. from
+  // a saved session), after checking each one: every scale byte must be one the quantizer
+  // writes (E4M3 in [main_kv_scale(0), main_kv_scale(FLT_MAX)], so never zero, negative or
+  // NaN), else a dsv41::Error naming the entry and block. count <= capacity.
+  void restore(const uint8_t* bytes, int64_t count);
+
   // Entries [0, count) dequantized, for a consumer that expects this owner and ratio.
   // -> [count, head_dim] bf16 values. count <= size().
   Tensor<float> read(int expected_owner, int expected_ratio, int64_t count) const;

@@ -59,6 +59,20 @@ Tensor<float> grouped_wo_a(const Tensor<float>& o, const LinearWeight& wo_a, int
   return out;
 }
 
+// Canonical window rows: query p = start_pos + t reads positions max(floor, p - W + 1) .. p in
+// ascending order, as rows of a KV tensor whose row 0 holds position kv_first_pos; -1 pads the
+// row to width W. -> [T, W] int32.
+Tensor<int32_t> window_rows(int W, int64_t start_pos, int64_t T, int64_t kv_first_pos, int64_t floor) {
+  Tensor<int32_t> out({T, W}, "window_idxs", -1);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = start_pos + t, first = std::max<int64_t>(floor, p - W + 1);
+    DSV41_CHECK(first >= kv_first_pos, "window row of position ", p, " needs position ", first,
+                " before the first KV row ", kv_first_pos);
+    for (int64_t q = first; q <= p; ++q) out.at(t, q - first) = static_cast<int32_t>(q - kv_first_pos);
+  }
+  return out;
+}
+
 // idx: [T, k] -> [T, width] (k <= width), the new columns -1.
 Tensor<int32_t> pad_columns(const Tensor<int32_t>& idx, int64_t width) {
   const int64_t T = idx.dim(0), k = idx.dim(1);
@@ -73,7 +87,8 @@ Tensor<int32_t> pad_columns(const Tensor<int32_t>& idx, int64_t width) {
 Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, const ModelConfig& c,
                                  const LayerInfo& info, const AttentionWeights& w,
                                  const RopeTable& rope, ModelState& state, SharedAttention& shared,
-                                 AttentionRecord& record, const ForwardHooks* hooks) {
+                                 AttentionRecord& record, const ForwardHooks* hooks,
+                                 const AttentionStepMode& mode) {
   const int64_t T = x.dim(0), H = c.n_heads, D = c.head_dim;
   const int W = c.window_size, ratio = info.ratio, layer = info.layer;
   LayerState& ls = state.layers[static_cast<size_t>(layer)];
@@ -90,14 +105,16 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
   // The window KV rows this chunk reads: the ring's last r positions before the chunk (the most
   // any query of it can reach back), then the chunk's own rows; row 0 holds position
   // start_pos - r. Read before the chunk overwrites ring slots.
-  const int64_t r = std::min<int64_t>(start_pos, W - 1);
+  DSV41_CHECK(mode.window_floor >= 0 && mode.window_floor <= start_pos, "layer ", layer, ": window floor ",
+              mode.window_floor, " beyond the step's start ", start_pos);
+  const int64_t r = std::min<int64_t>(start_pos - mode.window_floor, W - 1);
   const Tensor<float> window_kv = concat_kv_rows(ls.ring.read_positions(start_pos - r, r), kv);
   for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t) ls.ring.write(start_pos + t, kv.row(t));
   // Canonical index rows (docs/sessions.md): query p reads positions max(0, p-W+1) .. p in
   // ascending order, padded with -1 to width W, so a row depends on p alone, never on how the
   // tokens were chunked. The official prefill has width min(T, W) and the official decode puts
   // the -1 slots first; both read the same rows in the same order.
-  Tensor<int32_t> idxs = pad_columns(window_topk_idxs_prefill(W, start_pos, T, start_pos - r), W);
+  Tensor<int32_t> idxs = window_rows(W, start_pos, T, start_pos - r, mode.window_floor);
   const int64_t offset = window_kv.dim(0);
   Tensor<float> kv_all = window_kv;
 
@@ -107,7 +124,7 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
     LayerState& owner = state.layers[static_cast<size_t>(info.kv_owner)];
     // Kv source: the compressor's latent of the groups this step completes (pre-RoPE, post-norm).
     CompressedLatents latents;
-    if (info.role == LayerRole::kFull) {
+    if (info.role == LayerRole::kFull && !mode.local_only) {
       if (ratio > 1) {
         const Tensor<float> kv_c = linear_fp32(x, w.comp_wkv);    // [T, D] fp32
         const Tensor<float> score = linear_fp32(x, w.comp_wgate);  // [T, D] fp32

@@ -39,6 +39,17 @@ struct SharedAttention {
   std::optional<CandidateMask> candidates;
 };
 
+// How a step may depart from the plain forward (docs/sessions.md, bounded replay).
+struct AttentionStepMode {
+  // Window rows never read positions below this (bounded replay truncates windows at the replay
+  // start); the SWA ring need not hold positions below it.
+  int64_t window_floor = 0;
+  // Encoder replay: the global state (compressed KV, index keys, compressor partial group) already
+  // covers this step's positions; only the local state (the SWA ring) is recomputed: no
+  // compressor step and no cache writes. The indexer still selects for the step's queries.
+  bool local_only = false;
+};
+
 struct AttentionRecord {
   std::optional<Tensor<int32_t>> topk;        // this layer's own indexer: [T, k], no offset
   std::optional<Tensor<uint8_t>> candidates;  // candidate source: [T, N], positions < reach only
@@ -49,6 +60,7 @@ struct AttentionRecord {
 Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, const ModelConfig& c,
                                  const LayerInfo& info, const AttentionWeights& w,
                                  const RopeTable& rope, ModelState& state, SharedAttention& shared,
-                                 AttentionRecord& record, const ForwardHooks* hooks = nullptr);
+                                 AttentionRecord& record, const ForwardHooks* hooks = nullptr,
+                                 const AttentionStepMode& mode = {});
 
 }  // namespace dsv41::reference

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "formats/cache_format.h"
 #include "formats/error.h"
 #include "formats/minifloat.h"
+#include "formats/qdq.h"
 #include "reference/numerics.h"
 #include "reference/topk.h"
 
@@ -144,6 +146,31 @@ const uint8_t* IndexKeyCache::entry(int64_t e) const {
   DSV41_CHECK(e >= 0 && e < size_, "index-key cache of layer ", owner_layer_, ": entry ", e,
               " of ", size_);
   return bytes_.data() + e * entry_bytes_;
+}
+
+void IndexKeyCache::restore(const uint8_t* bytes, int64_t count) {
+  DSV41_CHECK(count >= 0 && count <= capacity_, "index-key cache of layer ", owner_layer_,
+              ": restore of ", count, " entries, capacity ", capacity_);
+  // The scales the quantizer can write: from the amax floor to the largest finite amax.
+  const uint8_t lo = formats::index_scale(0.0f);
+  const uint8_t hi = formats::index_scale(std::numeric_limits<float>::max());
+  const auto hex_byte = [](uint8_t v) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "0x%02x", v);
+    return std::string(buf);
+  };
+  for (int64_t e = 0; e < count; ++e) {
+    const uint8_t* scales = bytes + e * entry_bytes_ + dim_ / 2;
+    for (int64_t b = 0; b < dim_ / formats::kIndexBlock; ++b) {
+      if (scales[b] < lo || scales[b] > hi) {
+        DSV41_FAIL("index-key cache of layer ", owner_layer_, ": entry ", e, " block ", b,
+                   " has scale byte ", hex_byte(scales[b]), ", not an E8M0 scale the quantizer writes [",
+                   hex_byte(lo), ", ", hex_byte(hi), "]");
+      }
+    }
+  }
+  std::copy(bytes, bytes + count * entry_bytes_, bytes_.begin());
+  size_ = count;
 }
 
 Tensor<float> IndexKeyCache::read(int expected_owner, int expected_ratio, int64_t count) const {

@@ -113,6 +113,12 @@ class IndexKeyCache {
 
   const uint8_t* entry(int64_t e) const;  // packed bytes of entry e < size()
 
+  // Replaces the contents with `count` packed entries (bytes: [count, entry_bytes()], e.g. from
+  // a saved session), after checking each one: every scale byte must be one the quantizer
+  // writes (E8M0 in [index_scale(0), index_scale(FLT_MAX)], never the NaN code 0xFF), else a
+  // dsv41::Error naming the entry and block. count <= capacity.
+  void restore(const uint8_t* bytes, int64_t count);
+
   // Entries [0, count) as bf16 QDQ values, for a consumer expecting this owner and ratio.
   Tensor<float> read(int expected_owner, int expected_ratio, int64_t count) const;
 

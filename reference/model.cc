@@ -46,6 +46,22 @@ Tensor<float> SwaRing::read_positions(int64_t first, int64_t count) const {
 
 // ------------------------------------------------------------------------------- model
 
+namespace {
+
+// Rows [first, first + count) of a tensor along its first dimension.
+template <typename T>
+Tensor<T> slice_rows(const Tensor<T>& x, int64_t first, int64_t count) {
+  DSV41_CHECK(first >= 0 && count >= 0 && first + count <= x.dim(0), "rows [", first, ", ", first + count,
+              ") outside ", x.dim(0), " rows of '", x.name(), "'");
+  std::vector<int64_t> shape = x.shape();
+  const int64_t row = x.numel() / std::max<int64_t>(x.dim(0), 1);
+  shape[0] = count;
+  std::vector<T> data(x.data().begin() + first * row, x.data().begin() + (first + count) * row);
+  return Tensor<T>(shape, std::move(data), x.name());
+}
+
+}  // namespace
+
 std::vector<int64_t> default_token_map(const ModelConfig& c) {
   std::vector<int64_t> map(static_cast<size_t>(c.vocab_size));
   for (int64_t id = 0; id < c.vocab_size; ++id) {
@@ -106,7 +122,26 @@ StepRecord Model::decode(ModelState& state, int64_t token) const {
   return forward_chunk(state, {token});
 }
 
-StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& tokens) const {
+void Model::replay_local_state(ModelState& state, const std::vector<int64_t>& tail) const {
+  const int64_t n = static_cast<int64_t>(tail.size()), end = state.pos;
+  DSV41_CHECK(n >= 1 && n <= end, "encoder replay of ", n, " tokens needs a state at position >= ", n,
+              ", this one is at ", end);
+  for (LayerState& ls : state.layers) std::fill(ls.ring.positions.begin(), ls.ring.positions.end(), -1);
+  state.pos = end - n;
+  StepOptions o;
+  o.window_floor = end - n;
+  o.local_only = true;
+  try {
+    forward_chunk(state, tail, o);
+  } catch (...) {
+    state.pos = end;
+    throw;
+  }
+  DSV41_CHECK(state.pos == end, "encoder replay ended at ", state.pos, ", expected ", end);
+}
+
+StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& tokens,
+                                const StepOptions& options) const {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(tokens.size()), dim = c.dim, hc = c.hc_mult;
   const int64_t start = state.pos;
@@ -139,6 +174,20 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   observe("embed", -1, stream);
   Tensor<float> pre = hc_identity_pre(T, hc);
   SharedAttention shared;
+  // The rows still running: all of them, or only a tail after the candidate source (decoder
+  // replay). cur_start / cur_T are their first position and count.
+  int64_t cur_start = start, cur_T = T;
+  AttentionStepMode mode;
+  mode.window_floor = options.window_floor;
+  mode.local_only = options.local_only;
+  DSV41_CHECK(options.decoder_replay_rows >= 0, "decoder_replay_rows must be >= 0");
+  if (options.decoder_replay_rows > 0) {
+    DSV41_CHECK(c.candidate_source_layer >= 0, "decoder replay needs a candidate source layer");
+    for (int kv : c.kv_source_layers) {
+      DSV41_CHECK(kv <= c.candidate_source_layer, "decoder replay: kv source ", kv,
+                  " after the candidate source would write its cache from a tail only");
+    }
+  }
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerInfo& info = schedule_[static_cast<size_t>(l)];
@@ -147,7 +196,7 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
     observe("in_pre", l, pre);
     if (bw.has_engram) {
       const int li = engram_.layer_index(l);
-      Tensor<int64_t> ids = engram_hash_ids(engram_, li, state.engram, start, T);
+      Tensor<int64_t> ids = engram_hash_ids(engram_, li, state.engram, cur_start, cur_T);
       const EngramTableRef table =
           engram_table(bw.engram.table, bw.engram.table_scale, bw.engram.rows, c.engram_head_dim);
       const Tensor<float> kv = linear(engram_lookup(table, ids), bw.engram.wkv);
@@ -162,8 +211,8 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
     AttentionRecord arec;
     Tensor<float> a_in = rms_norm(hc_pre(stream, pre), bw.attn_norm, c.norm_eps);
     observe("attn_in", l, a_in);
-    Tensor<float> a_out = attention_sublayer(a_in, start, c, info, bw.attn,
-                                             rope_[static_cast<size_t>(l)], state, shared, arec, &hooks_);
+    Tensor<float> a_out = attention_sublayer(a_in, cur_start, c, info, bw.attn,
+                                             rope_[static_cast<size_t>(l)], state, shared, arec, &hooks_, mode);
     observe("attn_out", l, a_out);
     stream = hc_post(a_out, stream, am.post, am.comb);
     observe("attn_stream", l, stream);
@@ -181,19 +230,33 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
     observe("out_stream", l, stream);
     rec.experts.emplace(l, std::move(moe.routing.experts));
     pre = fm.pre;
+    if (l == c.candidate_source_layer && options.decoder_replay_rows > 0 && cur_T > options.decoder_replay_rows) {
+      const int64_t keep = options.decoder_replay_rows, drop = cur_T - keep;
+      stream = slice_rows(stream, drop, keep);
+      pre = slice_rows(pre, drop, keep);
+      // What the candidate source published is re-addressed to the tail: its rows, and the
+      // top-k offset (= window rows in front of the compressed rows: now the tail's own rows).
+      if (shared.candidates) shared.candidates->mask = slice_rows(shared.candidates->mask, drop, keep);
+      if (shared.topk) {
+        Tensor<int32_t> idxs = slice_rows(shared.topk->idxs, drop, keep);
+        for (int32_t& v : idxs.data()) v = v < 0 ? -1 : static_cast<int32_t>(v - shared.topk->offset + keep);
+        shared.topk->idxs = std::move(idxs);
+        shared.topk->offset = keep;
+      }
+      cur_start += drop;
+      cur_T = keep;
+      mode.window_floor = std::max(mode.window_floor, cur_start);
+    }
   }
 
   // Head: collapse with the last FFN's pre, norm, fp32 head (the last position; every position
   // with set_full_logits).
-  const int64_t first = full_logits_ ? 0 : T - 1;
-  Tensor<float> tail({T - first, hc, dim}, "head_stream");
-  std::copy(stream.row(first, 0), stream.row(first, 0) + (T - first) * hc * dim, tail.row(0, 0));
-  Tensor<float> tail_pre({T - first, hc}, "head_pre");
-  std::copy(pre.row(first), pre.row(first) + (T - first) * hc, tail_pre.row(0));
-  Tensor<float> h = rms_norm(hc_pre(tail, tail_pre), weights_.norm, c.norm_eps);
+  const int64_t first = full_logits_ ? 0 : cur_T - 1;
+  Tensor<float> h = rms_norm(hc_pre(slice_rows(stream, first, cur_T - first), slice_rows(pre, first, cur_T - first)),
+                             weights_.norm, c.norm_eps);
   observe("final_norm_out", -1, h);
-  Tensor<float> logits = linear_fp32(h, weights_.head);  // [T - first, vocab] fp32
-  rec.logits.assign(logits.row(T - first - 1), logits.row(T - first - 1) + c.vocab_size);
+  Tensor<float> logits = linear_fp32(h, weights_.head);  // [cur_T - first, vocab] fp32
+  rec.logits.assign(logits.row(cur_T - first - 1), logits.row(cur_T - first - 1) + c.vocab_size);
   if (full_logits_) rec.all_logits = std::move(logits);
   state.pos = start + T;
   return rec;

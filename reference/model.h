@@ -84,6 +84,20 @@ struct StepRecord {
 };
 
 
+// How a step may depart from the plain forward: the bounded-replay approximations of
+// docs/sessions.md. The default is the plain forward.
+struct StepOptions {
+  // Windows never read positions below this (bounded replay truncates them at the replay start).
+  int64_t window_floor = 0;
+  // Encoder replay: the global state already covers these positions; recompute only the SWA
+  // rings (no compressor step, no global-cache writes).
+  bool local_only = false;
+  // Decoder replay (> 0): layers after the candidate source run only on the last
+  // decoder_replay_rows rows of the step, windows truncated at that tail's start; the layers up
+  // to the candidate source run on every row and write the exact global state.
+  int64_t decoder_replay_rows = 0;
+};
+
 class Model {
  public:
   // token_map: [vocab] compressed id of every vocab entry (Engram); see default_token_map.
@@ -96,7 +110,14 @@ class Model {
   StepRecord decode(ModelState& state, int64_t token) const;
   // The general step (docs/sessions.md): any number of tokens at position state.pos. prefill and
   // decode are its official special cases; any chunking of a sequence gives the same bits.
-  StepRecord forward_chunk(ModelState& state, const std::vector<int64_t>& tokens) const;
+  StepRecord forward_chunk(ModelState& state, const std::vector<int64_t>& tokens,
+                           const StepOptions& options = {}) const;
+
+  // Encoder replay after a global-only resume (docs/sessions.md): recomputes every layer's SWA
+  // ring from `tail`, the tokens at positions state.pos - tail.size() .. state.pos - 1, with
+  // windows truncated at the first of them; reuses the global state as it is. state.pos is
+  // unchanged. The rings are approximate by design (bounded replay).
+  void replay_local_state(ModelState& state, const std::vector<int64_t>& tail) const;
 
   // Also compute the logits of every position of a step (StepRecord::all_logits).
   void set_full_logits(bool on) { full_logits_ = on; }

@@ -251,7 +251,7 @@ TEST(WeightsLoad, FullConfigOnTinyWeightsNamesATensor) {
 
 using SpecKey = std::tuple<std::string, safetensors::DType, std::vector<int64_t>>;
 
-TEST(ExpectedTensors, TinyIsTheOracleFile) {
+TEST(WeightsExpectedTensors, TinyIsTheOracleFile) {
   const std::vector<TensorSpec> specs = expected_tensors(tiny());
   std::set<SpecKey> want;
   for (const TensorSpec& s : specs) want.insert({s.name, s.dtype, s.shape});
@@ -268,7 +268,7 @@ TEST(ExpectedTensors, TinyIsTheOracleFile) {
   for (const SpecKey& k : got) EXPECT_TRUE(want.count(k)) << "not expected: " << std::get<0>(k);
 }
 
-TEST(ExpectedTensors, BF16HeadOption) {
+TEST(WeightsExpectedTensors, BF16HeadOption) {
   const std::vector<TensorSpec> specs = expected_tensors(tiny(), safetensors::DType::kBF16);
   const auto head = std::find_if(specs.begin(), specs.end(), [](const TensorSpec& s) { return s.name == "head.weight"; });
   ASSERT_NE(head, specs.end());
@@ -279,7 +279,7 @@ TEST(ExpectedTensors, BF16HeadOption) {
 // The released config: only the list (full weights are never allocated here). Its structure:
 // unique names, every quantized weight followed by its scale of the documented shape, the
 // expert count per block, and the shapes the config implies.
-TEST(ExpectedTensors, FullPresetStructure) {
+TEST(WeightsExpectedTensors, FullPresetStructure) {
   const ModelConfig c = load_config("full");
   const std::vector<TensorSpec> specs = expected_tensors(c);
   std::map<std::string, const TensorSpec*> by_name;
