@@ -165,13 +165,33 @@ EngramHistory::EngramHistory(int64_t pad_id) : pad_id_(pad_id) {
 void EngramHistory::write(int64_t start_pos, const std::vector<int64_t>& compressed_ids) {
   DSV41_CHECK(start_pos >= 0 && start_pos <= size(), "engram history: write at position ",
               start_pos, " would leave a gap (history holds ", size(), " positions)");
+  DSV41_CHECK(start_pos >= first_, "engram history: write at position ", start_pos,
+              " before the restored tail, which starts at position ", first_);
   for (size_t i = 0; i < compressed_ids.size(); ++i) {
     DSV41_CHECK(compressed_ids[i] >= 0 || compressed_ids[i] == kEngramDead,
                 "engram history: invalid compressed id ", compressed_ids[i], " for position ",
                 start_pos + static_cast<int64_t>(i));
   }
-  ids_.resize(static_cast<size_t>(start_pos));
+  ids_.resize(static_cast<size_t>(start_pos - first_));
   ids_.insert(ids_.end(), compressed_ids.begin(), compressed_ids.end());
+}
+
+void EngramHistory::restore(int64_t first_position, const std::vector<int64_t>& compressed_ids) {
+  DSV41_CHECK(first_position >= 0, "engram history: restore at position ", first_position);
+  for (size_t i = 0; i < compressed_ids.size(); ++i) {
+    DSV41_CHECK(compressed_ids[i] >= 0 || compressed_ids[i] == kEngramDead,
+                "engram history: invalid compressed id ", compressed_ids[i], " for position ",
+                first_position + static_cast<int64_t>(i));
+  }
+  first_ = first_position;
+  ids_ = compressed_ids;
+}
+
+int64_t EngramHistory::at(int64_t position) const {
+  DSV41_CHECK(position >= first_ && position < size(), "engram history: position ", position,
+              " is not held (the history holds positions ", first_, " .. ", size() - 1,
+              first_ > 0 ? "; a restored session keeps only the last max_ngram - 1 ids" : "", ")");
+  return ids_[static_cast<size_t>(position - first_)];
 }
 
 Tensor<int64_t> engram_hash_ids(const EngramLayout& layout, int layer_index,
@@ -199,7 +219,7 @@ Tensor<int64_t> engram_hash_ids(const EngramLayout& layout, int layer_index,
     for (int s = 0; s < n; ++s) {
       int64_t tok = pad;
       if (!blocked && p - s >= 0) {
-        const int64_t src = history.ids()[static_cast<size_t>(p - s)];
+        const int64_t src = history.at(p - s);
         if (src == kEngramDead) {
           blocked = true;
         } else {

@@ -106,22 +106,34 @@ std::vector<int64_t> engram_compress_tokens(const std::vector<int64_t>& token_ma
 int64_t engram_pad_id(const std::vector<int64_t>& token_map, int pad_token);
 
 // The compressed ids of positions 0 .. size()-1 of one sequence (the official NgramHashState
-// cache), carried across prefill chunks and decode steps.
+// cache), carried across prefill chunks and decode steps. A restored history (a resumed session)
+// holds only a tail, positions first_position() .. size()-1; reading before it is an error.
 class EngramHistory {
  public:
   explicit EngramHistory(int64_t pad_id);
 
   // Stores ids for positions [start_pos, start_pos + ids.size()); any history at or after
   // start_pos is replaced (positions beyond the new end are dropped: no later hash reads them
-  // before they are written again). start_pos <= size(); each id is >= 0 or kEngramDead.
+  // before they are written again). first_position() <= start_pos <= size(); each id is >= 0
+  // or kEngramDead.
   void write(int64_t start_pos, const std::vector<int64_t>& compressed_ids);
 
-  int64_t size() const { return static_cast<int64_t>(ids_.size()); }
+  // Replaces the history with the tail `compressed_ids` of positions [first_position,
+  // first_position + ids.size()) (a saved session keeps the last max_ngram - 1 ids: the hash of
+  // a later position never reads further back). Each id is >= 0 or kEngramDead.
+  void restore(int64_t first_position, const std::vector<int64_t>& compressed_ids);
+
+  int64_t size() const { return first_ + static_cast<int64_t>(ids_.size()); }  // positions so far
+  int64_t first_position() const { return first_; }  // 0 unless restored
   int64_t pad_id() const { return pad_id_; }
+  // The id of `position`, in [first_position(), size()); else a dsv41::Error.
+  int64_t at(int64_t position) const;
+  // Ids of positions first_position() .. size()-1 (every position unless restored).
   const std::vector<int64_t>& ids() const { return ids_; }
 
  private:
   int64_t pad_id_;
+  int64_t first_ = 0;
   std::vector<int64_t> ids_;
 };
 

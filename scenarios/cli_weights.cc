@@ -9,6 +9,7 @@
 #include "formats/error.h"
 #include "reference/config.h"
 #include "reference/safetensors.h"
+#include "reference/tensor.h"
 #include "reference/weights.h"
 #include "scenarios/cli.h"
 
@@ -32,6 +33,17 @@ Verb add_weights_verb(CLI::App& parent) {
             const reference::ModelConfig c = reference::load_config(a->config);
             // Generate first, so "-o W --check W" checks what was just written.
             if (!a->output.empty()) {
+              // The generator builds every tensor in memory: refuse sizes this tool cannot hold
+              // (the released config is about 512 GB) instead of exhausting memory.
+              int64_t total = 0;
+              for (const reference::TensorSpec& t : reference::expected_tensors(c)) {
+                total += reference::safetensors::stored_bytes(t.dtype, reference::Tensor<float>::count(t.shape));
+              }
+              constexpr int64_t kMaxGenerateBytes = int64_t{8} << 30;
+              if (total > kMaxGenerateBytes) {
+                DSV41_FAIL("weights: the weights of this config take ", total / 1000000, " MB; generating holds them in "
+                           "memory, so the limit is ", kMaxGenerateBytes >> 20, " MiB (use a smaller config)");
+              }
               std::cerr << "weights: seed " << a->seed << "\n";
               const std::map<std::string, std::string> meta = {
                   {"producer", "dsv41 weights"},

@@ -1,0 +1,586 @@
+#include "reference/session_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <utility>
+
+#include "formats/base.h"
+#include "formats/cache_format.h"
+#include "formats/error.h"
+#include "formats/qdq.h"
+#include "reference/crc32c.h"
+
+namespace dsv41::reference {
+
+using formats::CacheFormat;
+
+const char* name(SessionSection s) {
+  switch (s) {
+    case SessionSection::kCompressedKv: return "compressed KV";
+    case SessionSection::kIndexKeys: return "index keys";
+    case SessionSection::kCompressorPending: return "compressor pending group";
+    case SessionSection::kEngramTail: return "Engram tail";
+    case SessionSection::kSwaRing: return "SWA ring";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Header fields (docs/session-store.md), byte offsets.
+constexpr int64_t kMagicAt = 0, kVersionAt = 8, kFlagsAt = 12, kConfigHashAt = 16, kPosAt = 24,
+                  kFileBytesAt = 32, kSectionCountAt = 40, kHeaderCrcAt = 44;
+// Section table entry fields, byte offsets within the entry.
+constexpr int64_t kKindAt = 0, kLayerAt = 4, kRatioAt = 8, kEntryBytesAt = 12, kFirstPositionAt = 16,
+                  kCountAt = 24, kOffsetAt = 32, kCrcAt = 40;
+static_assert(kHeaderCrcAt + 4 == kSessionHeaderBytes);
+static_assert(kCrcAt + 4 == kSessionTableEntryBytes);
+
+// ---- little-endian fields ----
+
+void put_u32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+void put_u64(std::vector<uint8_t>& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+void put_i64(std::vector<uint8_t>& out, int64_t v) { put_u64(out, static_cast<uint64_t>(v)); }
+uint32_t get_u32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{p[i]} << (8 * i);
+  return v;
+}
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t{p[i]} << (8 * i);
+  return v;
+}
+int64_t get_i64(const uint8_t* p) { return static_cast<int64_t>(get_u64(p)); }
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08" PRIx32, v);
+  return buf;
+}
+std::string hex64(uint64_t v) {  // 16 digits, as config_hash
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+std::string hex8(uint8_t v) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02x", v);
+  return buf;
+}
+// Bytes as a C string literal: printable ASCII kept, the rest \xNN.
+std::string quoted(const uint8_t* p, int64_t n) {
+  std::string out = "\"";
+  for (int64_t i = 0; i < n; ++i) {
+    if (p[i] >= 0x20 && p[i] < 0x7F && p[i] != '"' && p[i] != '\\') {
+      out += static_cast<char>(p[i]);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", p[i]);
+      out += buf;
+    }
+  }
+  return out + "\"";
+}
+
+uint32_t crc_of(const std::vector<uint8_t>& v) { return crc32c(v.data(), v.size()); }
+
+// "section 3 of 19 (index keys of layer 4)".
+std::string describe(const SessionSectionInfo& s, size_t index, size_t n) {
+  std::string what = name(s.kind);
+  if (s.layer >= 0) what += " of layer " + std::to_string(s.layer);
+  return "section " + std::to_string(index + 1) + " of " + std::to_string(n) + " (" + what + ")";
+}
+
+// The position slot `slot` of a W-slot ring holds at position pos: the latest p < pos with
+// p % W == slot, or -1 (never written).
+int64_t ring_position(int64_t pos, int window, int64_t slot) {
+  if (pos <= slot) return -1;
+  return slot + (pos - 1 - slot) / window * window;
+}
+
+template <typename... Args>
+[[noreturn]] void refuse(const std::string& file, Args&&... why) {
+  DSV41_FAIL("session file '", file, "': ", std::forward<Args>(why)...);
+}
+
+// ---- writing ----
+
+// The payload of one section of `state` (checked against the layout it must have).
+std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig& c,
+                                     const SessionSectionInfo& sec) {
+  std::vector<uint8_t> p;
+  p.reserve(static_cast<size_t>(sec.bytes()));
+  const int64_t pos = state.pos;
+  const LayerState* ls = sec.layer >= 0 ? &state.layers[static_cast<size_t>(sec.layer)] : nullptr;
+  switch (sec.kind) {
+    case SessionSection::kCompressedKv: {
+      DSV41_CHECK(ls->kv_cache.has_value(), "save_session: layer ", sec.layer, " has no compressed KV cache");
+      const CompressedKvCache& kv = *ls->kv_cache;
+      DSV41_CHECK(kv.owner_layer() == sec.layer && kv.ratio() == sec.ratio && kv.position_offset() == 0 &&
+                      kv.size() == sec.count && kv.entry_bytes() == sec.entry_bytes,
+                  "save_session: compressed KV cache of layer ", kv.owner_layer(), " (ratio ", kv.ratio(),
+                  ", offset ", kv.position_offset(), ") holds ", kv.size(), " entries; a state at position ",
+                  pos, " needs ", sec.count);
+      for (int64_t e = 0; e < kv.size(); ++e) p.insert(p.end(), kv.entry(e), kv.entry(e) + kv.entry_bytes());
+      break;
+    }
+    case SessionSection::kIndexKeys: {
+      DSV41_CHECK(ls->key_cache.has_value(), "save_session: layer ", sec.layer, " has no index-key cache");
+      const IndexKeyCache& keys = *ls->key_cache;
+      DSV41_CHECK(keys.owner_layer() == sec.layer && keys.ratio() == sec.ratio && keys.position_offset() == 0 &&
+                      keys.size() == sec.count && keys.entry_bytes() == sec.entry_bytes,
+                  "save_session: index-key cache of layer ", keys.owner_layer(), " (ratio ", keys.ratio(),
+                  ", offset ", keys.position_offset(), ") holds ", keys.size(), " entries; a state at position ",
+                  pos, " needs ", sec.count);
+      for (int64_t e = 0; e < keys.size(); ++e) {
+        p.insert(p.end(), keys.entry(e), keys.entry(e) + keys.entry_bytes());
+      }
+      break;
+    }
+    case SessionSection::kCompressorPending: {
+      DSV41_CHECK(ls->compressor.has_value(), "save_session: layer ", sec.layer, " has no compressor");
+      const CompressorState& cs = *ls->compressor;
+      DSV41_CHECK(cs.ratio == sec.ratio && cs.dim == c.head_dim && cs.next_pos == pos,
+                  "save_session: the compressor of layer ", sec.layer, " (ratio ", cs.ratio, ") is at position ",
+                  cs.next_pos, ", the state at ", pos);
+      for (int slot = 0; slot < cs.pending(); ++slot) {  // [kv row][score row] fp32 per slot
+        for (int64_t j = 0; j < cs.dim; ++j) put_u32(p, f32_bits(cs.kv[static_cast<size_t>(slot * cs.dim + j)]));
+        for (int64_t j = 0; j < cs.dim; ++j) put_u32(p, f32_bits(cs.score[static_cast<size_t>(slot * cs.dim + j)]));
+      }
+      break;
+    }
+    case SessionSection::kEngramTail: {
+      if (sec.count == 0) break;
+      DSV41_CHECK(state.engram.size() == pos && state.engram.first_position() <= sec.first_position,
+                  "save_session: the Engram history holds positions ", state.engram.first_position(), " .. ",
+                  state.engram.size() - 1, ", the state is at ", pos);
+      for (int64_t q = sec.first_position; q < pos; ++q) put_i64(p, state.engram.at(q));
+      break;
+    }
+    case SessionSection::kSwaRing: {
+      const SwaRing& ring = ls->ring;
+      const int64_t eb = sec.entry_bytes - 8;
+      DSV41_CHECK(ring.window == c.window_size && ring.head_dim == c.head_dim &&
+                      static_cast<int64_t>(ring.bytes.size()) == ring.window * eb &&
+                      static_cast<int64_t>(ring.positions.size()) == ring.window,
+                  "save_session: the SWA ring of layer ", sec.layer, " has window ", ring.window, " and head_dim ",
+                  ring.head_dim, ", the config ", c.window_size, " and ", c.head_dim);
+      for (int64_t slot = 0; slot < ring.window; ++slot) {
+        const int64_t at = ring.positions[static_cast<size_t>(slot)];
+        DSV41_CHECK(at == ring_position(pos, ring.window, slot), "save_session: SWA ring of layer ", sec.layer,
+                    ": slot ", slot, " holds position ", at, ", a state at position ", pos, " has ",
+                    ring_position(pos, ring.window, slot), " there");
+        put_i64(p, at);
+        const uint8_t* entry = ring.bytes.data() + slot * eb;
+        p.insert(p.end(), entry, entry + eb);
+      }
+      break;
+    }
+  }
+  DSV41_CHECK(static_cast<int64_t>(p.size()) == sec.bytes(), "save_session: ", name(sec.kind), " of layer ",
+              sec.layer, ": ", p.size(), " bytes, the layout says ", sec.bytes());
+  return p;
+}
+
+// Writes bytes to path through "<path>.tmp.<pid>": create exclusively, write, fsync, rename,
+// fsync the directory. On failure removes the temp file (only if it created it) and throws.
+void write_atomically(const std::string& path, const std::vector<uint8_t>& bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    DSV41_FAIL("cannot write session file '", path, "': cannot create '", tmp, "': ", std::strerror(errno));
+  }
+  const auto fail = [&](const char* step, int err) {
+    ::unlink(tmp.c_str());
+    DSV41_FAIL("cannot write session file '", path, "': ", step, " '", tmp, "' failed: ", std::strerror(err));
+  };
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      fail("write to", err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("fsync of", err);
+  }
+  if (::close(fd) != 0) fail("close of", errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename over the target of", errno);
+  // Make the rename itself durable (best effort: not every file system lets a directory sync).
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::vector<uint8_t> read_all(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) DSV41_FAIL("cannot open session file '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    DSV41_FAIL("session file '", path, "' is not a regular file");
+  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      DSV41_FAIL("cannot read session file '", path, "': ", std::strerror(err));
+    }
+    if (n == 0) break;  // shrank while reading: the size check reports it
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(done);
+  return bytes;
+}
+
+// ---- restoring ----
+
+// Fills the part of `state` that section `sec` holds, checking the entries (throws plain
+// dsv41::Errors; the caller adds the file and section).
+void restore_section(ModelState& state, const ModelConfig& c, const SessionSectionInfo& sec, const uint8_t* p) {
+  const int64_t pos = state.pos;
+  LayerState* ls = sec.layer >= 0 ? &state.layers[static_cast<size_t>(sec.layer)] : nullptr;
+  switch (sec.kind) {
+    case SessionSection::kCompressedKv:
+      ls->kv_cache->restore(p, sec.count);
+      break;
+    case SessionSection::kIndexKeys:
+      ls->key_cache->restore(p, sec.count);
+      break;
+    case SessionSection::kCompressorPending: {
+      CompressorState& cs = *ls->compressor;
+      cs.next_pos = pos;
+      for (int64_t slot = 0; slot < sec.count; ++slot) {
+        const uint8_t* row = p + slot * sec.entry_bytes;
+        for (int64_t j = 0; j < 2 * cs.dim; ++j) {
+          const uint32_t bits = get_u32(row + 4 * j);
+          const float v = f32_from_bits(bits);
+          if (!std::isfinite(v)) {
+            DSV41_FAIL("slot ", slot, ": ", j < cs.dim ? "kv" : "score", " channel ", j % cs.dim,
+                       " is not finite (bits ", hex32(bits), "); a pending slot holds finite fp32 projections");
+          }
+          (j < cs.dim ? cs.kv : cs.score)[static_cast<size_t>(slot * cs.dim + j % cs.dim)] = v;
+        }
+      }
+      break;
+    }
+    case SessionSection::kEngramTail: {
+      if (c.engram_layer_ids.empty()) break;
+      std::vector<int64_t> ids(static_cast<size_t>(sec.count));
+      for (int64_t i = 0; i < sec.count; ++i) {
+        const int64_t id = get_i64(p + 8 * i);
+        if (id != kEngramDead && (id < 0 || id >= c.engram_compressed_vocab_size)) {
+          DSV41_FAIL("position ", sec.first_position + i, " holds compressed id ", id,
+                     ", outside [0, engram_compressed_vocab_size ", c.engram_compressed_vocab_size,
+                     ") and not DEAD (-1)");
+        }
+        ids[static_cast<size_t>(i)] = id;
+      }
+      state.engram.restore(sec.first_position, ids);
+      break;
+    }
+    case SessionSection::kSwaRing: {
+      SwaRing& ring = ls->ring;
+      const int64_t eb = sec.entry_bytes - 8, d = c.head_dim;
+      const uint8_t lo = formats::fp8_scale(0.0f), hi = formats::fp8_scale(std::numeric_limits<float>::max());
+      for (int64_t slot = 0; slot < sec.count; ++slot) {
+        const uint8_t* at = p + slot * sec.entry_bytes;
+        const int64_t position = get_i64(at), want = ring_position(pos, ring.window, slot);
+        if (position != want) {
+          DSV41_FAIL("slot ", slot, " holds position ", position, ", but at position ", pos, " slot ", slot,
+                     " holds ", want, " (slot = position % window_size ", ring.window,
+                     ", the latest window_size positions; -1: never written)");
+        }
+        const uint8_t* entry = at + 8;
+        for (int64_t i = 0; i < eb; ++i) {
+          const uint8_t b = entry[i];
+          const bool scale = i >= d;
+          if (position < 0 ? b != 0
+                           : (scale ? (b < lo || b > hi) : (b & 0x7Fu) == 0x7Fu)) {  // E4M3 NaN codes
+            DSV41_FAIL("slot ", slot, " (position ", position, ") byte ", i, " is ", hex8(b), ": ",
+                       position < 0      ? "an empty slot holds zeros"
+                       : scale ? "not an E8M0 scale the quantizer writes [" + hex8(lo) + ", " + hex8(hi) + "]"
+                               : std::string("an E4M3 NaN code (the quantizer saturates)"));
+          }
+        }
+        std::copy(entry, entry + eb, ring.bytes.begin() + slot * eb);
+        ring.positions[static_cast<size_t>(slot)] = position;
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+int64_t session_fixed_bytes(int64_t n_sections) {
+  return kSessionHeaderBytes + n_sections * kSessionTableEntryBytes + kSessionTableCrcBytes;
+}
+
+std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos, bool include_swa) {
+  DSV41_CHECK(pos >= 0 && pos <= c.max_seq_len, "session layout: position ", pos, " outside [0, max_seq_len ",
+              c.max_seq_len, "]");
+  std::vector<SessionSectionInfo> out;
+  const auto add = [&out](SessionSection kind, int layer, int ratio, int64_t entry_bytes, int64_t first,
+                          int64_t count) {
+    SessionSectionInfo s;
+    s.kind = kind;
+    s.layer = layer;
+    s.ratio = ratio;
+    s.entry_bytes = entry_bytes;
+    s.first_position = first;
+    s.count = count;
+    out.push_back(s);
+  };
+  for (const LayerInfo& info : layer_schedule(c)) {
+    if (info.role != LayerRole::kFull) continue;
+    const int r = info.ratio;
+    add(SessionSection::kCompressedKv, info.layer, r, formats::entry_bytes(CacheFormat::kMainKvFp4, c.head_dim), 0,
+        pos / r);
+    add(SessionSection::kIndexKeys, info.layer, r, formats::entry_bytes(CacheFormat::kIndexKeyFp4, c.index_head_dim),
+        0, pos / r);
+    if (r > 1) {
+      add(SessionSection::kCompressorPending, info.layer, r, 2 * c.head_dim * int64_t{sizeof(float)}, pos - pos % r,
+          pos % r);
+    }
+  }
+  const int64_t tail = c.engram_layer_ids.empty() ? 0 : std::min<int64_t>(pos, c.engram_max_ngram_size - 1);
+  add(SessionSection::kEngramTail, -1, 0, int64_t{sizeof(int64_t)}, pos - tail, tail);
+  if (include_swa) {
+    for (int l = 0; l < c.n_layers; ++l) {
+      add(SessionSection::kSwaRing, l, 0, 8 + formats::entry_bytes(CacheFormat::kSwaKvFp8, c.head_dim),
+          std::max<int64_t>(0, pos - c.window_size), c.window_size);
+    }
+  }
+  int64_t offset = session_fixed_bytes(static_cast<int64_t>(out.size()));
+  for (SessionSectionInfo& s : out) {
+    s.offset = offset;
+    offset += s.bytes();
+  }
+  return out;
+}
+
+std::vector<uint8_t> session_bytes(const ModelState& state, const ModelConfig& c, bool include_swa) {
+  DSV41_CHECK(static_cast<int>(state.layers.size()) == c.n_layers, "save_session: the state has ",
+              state.layers.size(), " layers, the config ", c.n_layers);
+  std::vector<SessionSectionInfo> layout = session_layout(c, state.pos, include_swa);
+  std::vector<std::vector<uint8_t>> payloads;
+  for (SessionSectionInfo& sec : layout) {
+    payloads.push_back(section_payload(state, c, sec));
+    sec.crc = crc_of(payloads.back());
+  }
+  const int64_t file_bytes = layout.empty() ? session_fixed_bytes(0) : layout.back().offset + layout.back().bytes();
+
+  std::vector<uint8_t> out;
+  out.reserve(static_cast<size_t>(file_bytes));
+  out.insert(out.end(), kSessionMagic, kSessionMagic + 8);
+  put_u32(out, kSessionFormatVersion);
+  put_u32(out, include_swa ? kSessionFlagSwa : 0u);
+  put_u64(out, std::stoull(config_hash(c), nullptr, 16));
+  put_i64(out, state.pos);
+  put_u64(out, static_cast<uint64_t>(file_bytes));
+  put_u32(out, static_cast<uint32_t>(layout.size()));
+  put_u32(out, crc32c(out.data(), out.size()));
+  for (const SessionSectionInfo& sec : layout) {
+    put_u32(out, static_cast<uint32_t>(sec.kind));
+    put_u32(out, static_cast<uint32_t>(sec.layer));
+    put_u32(out, static_cast<uint32_t>(sec.ratio));
+    put_u32(out, static_cast<uint32_t>(sec.entry_bytes));
+    put_i64(out, sec.first_position);
+    put_i64(out, sec.count);
+    put_u64(out, static_cast<uint64_t>(sec.offset));
+    put_u32(out, sec.crc);
+  }
+  put_u32(out, crc32c(out.data() + kSessionHeaderBytes, out.size() - kSessionHeaderBytes));
+  for (const std::vector<uint8_t>& p : payloads) out.insert(out.end(), p.begin(), p.end());
+  DSV41_CHECK(static_cast<int64_t>(out.size()) == file_bytes, "save_session: wrote ", out.size(),
+              " bytes, the layout says ", file_bytes);
+  return out;
+}
+
+void save_session(const std::string& path, const ModelState& state, const ModelConfig& c, bool include_swa) {
+  write_atomically(path, session_bytes(state, c, include_swa));
+}
+
+SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std::string& file, const ModelConfig& c) {
+  const int64_t size = static_cast<int64_t>(bytes.size());
+  const uint8_t* b = bytes.data();
+  // 1. The header: magic, version, its checksum, then what it says.
+  if (size < kSessionHeaderBytes) {
+    refuse(file, "truncated: ", size, " bytes, the header alone has ", kSessionHeaderBytes);
+  }
+  if (std::memcmp(b + kMagicAt, kSessionMagic, 8) != 0) {
+    refuse(file, "not a dsv41 session file (wrong magic ", quoted(b + kMagicAt, 8), ", want ",
+           quoted(reinterpret_cast<const uint8_t*>(kSessionMagic), 8), ")");
+  }
+  SessionHeader h;
+  h.version = get_u32(b + kVersionAt);
+  if (h.version != kSessionFormatVersion) {
+    refuse(file, "unsupported format version ", h.version, " (this build reads version ", kSessionFormatVersion, ")");
+  }
+  const uint32_t header_crc = crc32c(b, kHeaderCrcAt);
+  if (get_u32(b + kHeaderCrcAt) != header_crc) {
+    refuse(file, "header checksum mismatch (stored ", hex32(get_u32(b + kHeaderCrcAt)), ", computed ",
+           hex32(header_crc), ")");
+  }
+  const uint64_t stated = get_u64(b + kFileBytesAt);
+  if (static_cast<uint64_t>(size) < stated) {
+    refuse(file, "truncated: ", size, " bytes, the header says the file has ", stated);
+  }
+  if (static_cast<uint64_t>(size) > stated) {
+    refuse(file, size, " bytes, but the header says the file has ", stated, " (trailing bytes)");
+  }
+  h.file_bytes = size;
+  const uint32_t flags = get_u32(b + kFlagsAt);
+  if ((flags & ~kSessionFlagSwa) != 0) refuse(file, "unknown header flags ", hex32(flags));
+  h.has_swa = (flags & kSessionFlagSwa) != 0;
+  h.config_hash = hex64(get_u64(b + kConfigHashAt));
+  const std::string want_hash = config_hash(c);
+  if (h.config_hash != want_hash) {
+    refuse(file, "config hash mismatch: the file was saved with config ", h.config_hash,
+           ", the config given has hash ", want_hash);
+  }
+  h.pos = get_i64(b + kPosAt);
+  if (h.pos < 0 || h.pos > c.max_seq_len) {
+    refuse(file, "section table inconsistent: position ", h.pos, " outside [0, max_seq_len ", c.max_seq_len, "]");
+  }
+
+  // 2. The section table: its checksum, then every entry against the layout of (config, pos).
+  const int64_t n = get_u32(b + kSectionCountAt);
+  const int64_t table_end = kSessionHeaderBytes + n * kSessionTableEntryBytes;
+  if (table_end + kSessionTableCrcBytes > size) {
+    refuse(file, "section table inconsistent: ", n, " sections need ", table_end + kSessionTableCrcBytes,
+           " bytes of header and table, the file has ", size);
+  }
+  const uint32_t table_crc = crc32c(b + kSessionHeaderBytes, static_cast<size_t>(table_end - kSessionHeaderBytes));
+  if (get_u32(b + table_end) != table_crc) {
+    refuse(file, "section table checksum mismatch (stored ", hex32(get_u32(b + table_end)), ", computed ",
+           hex32(table_crc), ")");
+  }
+  const std::vector<SessionSectionInfo> want = session_layout(c, h.pos, h.has_swa);
+  if (n != static_cast<int64_t>(want.size())) {
+    refuse(file, "section table inconsistent: ", n, " sections, but a state of this config ",
+           h.has_swa ? "with" : "without", " SWA rings has ", want.size());
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* e = b + kSessionHeaderBytes + i * kSessionTableEntryBytes;
+    const SessionSectionInfo& w = want[static_cast<size_t>(i)];
+    const std::string where = describe(w, static_cast<size_t>(i), want.size());
+    SessionSectionInfo s;
+    const uint32_t kind = get_u32(e + kKindAt);
+    s.layer = static_cast<int32_t>(get_u32(e + kLayerAt));
+    s.ratio = static_cast<int32_t>(get_u32(e + kRatioAt));
+    s.entry_bytes = get_u32(e + kEntryBytesAt);
+    s.first_position = get_i64(e + kFirstPositionAt);
+    s.count = get_i64(e + kCountAt);
+    s.offset = get_i64(e + kOffsetAt);
+    s.crc = get_u32(e + kCrcAt);
+    s.kind = w.kind;
+    if (kind != static_cast<uint32_t>(w.kind)) {
+      refuse(file, "section table inconsistent: ", where, ": the table has kind ", kind,
+             ", the config's layout has kind ", static_cast<uint32_t>(w.kind), " there");
+    }
+    if (s.layer != w.layer || s.ratio != w.ratio) {
+      refuse(file, "section table inconsistent: ", where, ": the table names layer ", s.layer, " with ratio ",
+             s.ratio, ", but the config's schedule has ",
+             w.kind == SessionSection::kSwaRing || w.kind == SessionSection::kEngramTail ? "layer " : "kv source layer ",
+             w.layer, " with ratio ", w.ratio, " there");
+    }
+    if (s.entry_bytes != w.entry_bytes) {
+      refuse(file, "section table inconsistent: ", where, ": entries of ", s.entry_bytes, " bytes, the config's are ",
+             w.entry_bytes);
+    }
+    if (s.count != w.count) {
+      const char* rule = w.kind == SessionSection::kCompressedKv || w.kind == SessionSection::kIndexKeys
+                             ? "pos / ratio"
+                         : w.kind == SessionSection::kCompressorPending ? "pos % ratio"
+                         : w.kind == SessionSection::kEngramTail        ? "min(pos, engram_max_ngram_size - 1)"
+                                                                        : "window_size";
+      refuse(file, "section table inconsistent: ", where, ": holds ", s.count, " entries, but a state at position ",
+             h.pos, " holds exactly ", rule, " = ", w.count);
+    }
+    if (s.first_position != w.first_position) {
+      refuse(file, "section table inconsistent: ", where, ": first position ", s.first_position, ", expected ",
+             w.first_position, " at position ", h.pos);
+    }
+    if (s.offset != w.offset) {
+      refuse(file, "section table inconsistent: ", where, ": starts at byte ", s.offset, ", expected ", w.offset,
+             " (sections follow the table and each other without gaps)");
+    }
+    h.sections.push_back(s);
+  }
+  const int64_t end = want.empty() ? session_fixed_bytes(0) : want.back().offset + want.back().bytes();
+  if (end != size) {
+    refuse(file, "section table inconsistent: the sections end at byte ", end, ", the file has ", size, " bytes");
+  }
+
+  // 3. Every section's checksum.
+  for (size_t i = 0; i < h.sections.size(); ++i) {
+    const SessionSectionInfo& s = h.sections[i];
+    const uint32_t crc = crc32c(b + s.offset, static_cast<size_t>(s.bytes()));
+    if (crc != s.crc) {
+      refuse(file, describe(s, i, h.sections.size()), ": checksum mismatch (stored ", hex32(s.crc), ", computed ",
+             hex32(crc), ")");
+    }
+  }
+  return h;
+}
+
+SessionHeader read_session_header(const std::string& path, const ModelConfig& c) {
+  return parse_session_header(read_all(path), path, c);
+}
+
+LoadedSession load_session_bytes(const std::vector<uint8_t>& bytes, const std::string& file, const ModelConfig& c,
+                                 const Model& model) {
+  SessionHeader h = parse_session_header(bytes, file, c);
+  DSV41_CHECK(config_hash(model.config()) == h.config_hash, "load_session: the model was built from config ",
+              config_hash(model.config()), ", not from the config given (", h.config_hash, ")");
+  LoadedSession out{model.new_state(), h.has_swa, SessionHeader{}};
+  out.state.pos = h.pos;
+  for (size_t i = 0; i < h.sections.size(); ++i) {
+    const SessionSectionInfo& s = h.sections[i];
+    try {
+      restore_section(out.state, c, s, bytes.data() + s.offset);
+    } catch (const Error& e) {
+      refuse(file, describe(s, i, h.sections.size()), ": ", e.what());
+    }
+  }
+  out.header = std::move(h);
+  return out;
+}
+
+LoadedSession load_session(const std::string& path, const ModelConfig& c, const Model& model) {
+  return load_session_bytes(read_all(path), path, c, model);
+}
+
+}  // namespace dsv41::reference

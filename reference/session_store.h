@@ -1,0 +1,127 @@
+// reference/session_store.h
+//
+// The persistent store of one session's state: save_session writes a ModelState to a file,
+// load_session reads it back into a state that continues exactly where the saved one stopped
+// (forward_chunk on it gives the same bits as a run that never paused). docs/session-store.md
+// documents the file byte for byte.
+//
+// What a file holds:
+//   global (always)   per kv source, in layer order: its compressed-KV entries and its index-key
+//                     entries as the PACKED cache bytes (288 / 68 B per entry at the released
+//                     dims), and for ratio > 1 its compressor's pending partial group (the
+//                     pending slots only, fp32 kv and score rows); the Engram n-gram tail (the
+//                     last engram_max_ngram_size - 1 compressed ids before pos: the hash of a
+//                     later position never reads further back); pos; the config hash.
+//   local (optional)  every layer's SWA ring: per slot its position and packed FP8 entry.
+//                     Without it a session cannot resume in full (a global-only resume needs
+//                     SWA bounded replay, not implemented yet).
+// Size: fixed bytes (header, section table, the pending / Engram / SWA sections) plus exactly
+// global_bytes_for_tokens(byte_accounting(c), pos) bytes of cache entries (byte_accounting.h).
+//
+// Integrity: little-endian; a versioned 48-byte header with its own CRC-32C (reference/crc32c.h),
+// a section table with its own CRC-32C, and a CRC-32C per section, so every single-bit error is
+// detected. Loading refuses, with a dsv41::Error "session file '<path>': <reason>", a wrong magic,
+// an unsupported version, a config hash mismatch (both hashes printed), a checksum mismatch
+// (naming the header, the table or the section), a truncated file, a section table that does not
+// match the config and pos (owner layers, ratios, entry sizes, counts: a kv source at position P
+// holds exactly P / ratio entries), and entries the formats cannot have written (a scale byte
+// outside the quantizer's range, an SWA slot holding the wrong position, a non-finite pending
+// value, an Engram id outside the compressed vocab).
+//
+// Writes are atomic: the bytes go to "<path>.tmp.<pid>" (created exclusively), which is fsynced
+// and renamed over <path>; on any failure the temp file is removed and an existing file at
+// <path> is left as it was.
+//
+// Example:
+//   save_session("s.dsv41s", state, config, /*include_swa=*/true);
+//   LoadedSession l = load_session("s.dsv41s", config, model);
+//   StepRecord r = model.forward_chunk(l.state, more_tokens);  // = the uninterrupted run
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reference/config.h"
+#include "reference/model.h"
+
+namespace dsv41::reference {
+
+inline constexpr char kSessionMagic[9] = "DSV41SES";  // the first 8 bytes of every file
+inline constexpr uint32_t kSessionFormatVersion = 1;
+inline constexpr int64_t kSessionHeaderBytes = 48;      // magic .. header CRC
+inline constexpr int64_t kSessionTableEntryBytes = 44;  // one section table entry
+inline constexpr int64_t kSessionTableCrcBytes = 4;     // the CRC after the table
+inline constexpr uint32_t kSessionFlagSwa = 1u;         // header flags bit 0: SWA rings included
+
+enum class SessionSection : uint32_t {
+  kCompressedKv = 1,       // a kv source's compressed-KV entries
+  kIndexKeys = 2,          // a kv source's index-key entries
+  kCompressorPending = 3,  // a ratio > 1 kv source's pending partial group
+  kEngramTail = 4,         // the Engram n-gram tail
+  kSwaRing = 5,            // one layer's SWA ring
+};
+const char* name(SessionSection s);
+
+// One section table entry (docs/session-store.md); a section's payload is count x entry_bytes.
+struct SessionSectionInfo {
+  SessionSection kind = SessionSection::kCompressedKv;
+  int layer = -1;              // owner layer (kv sources), ring layer (SWA), -1 (Engram)
+  int ratio = 0;               // the owner's compress ratio (0 for Engram and SWA)
+  int64_t entry_bytes = 0;     // bytes per entry
+  int64_t first_position = 0;  // see session_layout
+  int64_t count = 0;           // entries
+  int64_t offset = 0;          // byte offset of the payload in the file
+  uint32_t crc = 0;            // CRC-32C of the payload
+
+  int64_t bytes() const { return entry_bytes * count; }
+};
+
+// The sections of a state of config c at position pos, in file order, with offsets (crc unset):
+//   per kv source (layer order): kCompressedKv (first_position 0 = the compressed position of
+//     entry 0, count pos / ratio), kIndexKeys (same), and for ratio > 1 kCompressorPending
+//     (first_position = pos - pos % ratio, the token of slot 0; count pos % ratio);
+//   kEngramTail (count min(pos, engram_max_ngram_size - 1), 0 without Engram layers;
+//     first_position pos - count);
+//   with include_swa, per layer kSwaRing (first_position max(0, pos - window), count window).
+std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos, bool include_swa);
+
+// Header + section table + table CRC of a file with n sections.
+int64_t session_fixed_bytes(int64_t n_sections);
+
+// What the header and section table of a valid file say.
+struct SessionHeader {
+  uint32_t version = 0;
+  bool has_swa = false;
+  std::string config_hash;  // 16 hex digits, as config_hash()
+  int64_t pos = 0;
+  int64_t file_bytes = 0;
+  std::vector<SessionSectionInfo> sections;
+};
+
+// The file's bytes for `state` of config c (the state must be consistent: caches holding
+// pos / ratio entries, the compressor at pos, the Engram history up to pos).
+std::vector<uint8_t> session_bytes(const ModelState& state, const ModelConfig& c, bool include_swa);
+// Writes session_bytes atomically to path.
+void save_session(const std::string& path, const ModelState& state, const ModelConfig& c,
+                  bool include_swa);
+
+// Checks everything but the entries' contents (header, table, checksums, sizes, against c) and
+// returns the header; cheap, so a caller can refuse a bad file before loading weights.
+// `name` names the file in errors.
+SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std::string& name,
+                                   const ModelConfig& c);
+SessionHeader read_session_header(const std::string& path, const ModelConfig& c);
+
+struct LoadedSession {
+  ModelState state;       // at header.pos; SWA rings empty (every slot -1) unless has_swa
+  bool has_swa = false;
+  SessionHeader header;
+};
+
+// model must have been built from c. `name` names the bytes' file in errors.
+LoadedSession load_session_bytes(const std::vector<uint8_t>& bytes, const std::string& name,
+                                  const ModelConfig& c, const Model& model);
+LoadedSession load_session(const std::string& path, const ModelConfig& c, const Model& model);
+
+}  // namespace dsv41::reference
