@@ -403,7 +403,7 @@ std::vector<uint8_t> session_bytes(const ModelState& state, const ModelConfig& c
 
   std::vector<uint8_t> out;
   out.reserve(static_cast<size_t>(file_bytes));
-  out.insert(out.end(), kSessionMagic, kSessionMagic + 8);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(kSessionMagic[i]));
   put_u32(out, kSessionFormatVersion);
   put_u32(out, include_swa ? kSessionFlagSwa : 0u);
   put_u64(out, std::stoull(config_hash(c), nullptr, 16));

@@ -35,6 +35,7 @@ Verb add_bytes_verb(CLI::App& parent);      // scenarios/cli_bytes.cc
 Verb add_selfcheck_verb(CLI::App& parent);  // scenarios/cli_selfcheck.cc
 Verb add_forward_verb(CLI::App& parent);    // scenarios/cli_forward.cc
 Verb add_weights_verb(CLI::App& parent);    // scenarios/cli_weights.cc
+Verb add_replay_study_verb(CLI::App& parent);  // scenarios/cli_replay_study.cc
 
 // The format self-check: one line per check, then "selfcheck: N passed, M failed".
 // Returns kExitOk or kExitCheckFailed. inject_failure adds one failing check (for tests).

@@ -1,10 +1,13 @@
 // `dsv41 forward`: runs the reference forward (prefill from position 0, then one-token decode
 // steps fed from --decode, not sampled) on any config and weights, and writes what a port must
-// agree on to an HDF5 file (docs/forward-output.md).
+// agree on to an HDF5 file (docs/forward-output.md). Sessions (docs/cli.md, docs/sessions.md):
+// --chunk runs the prompt in chunks, --save-state / --resume save and continue a session
+// (reference/session_store.h).
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstring>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -17,6 +20,7 @@
 #include "formats/packed.h"
 #include "reference/model.h"
 #include "reference/numerics.h"
+#include "reference/session_store.h"
 #include "reports/h5_writer.h"
 #include "scenarios/cli.h"
 #include "scenarios/id_list.h"
@@ -30,6 +34,13 @@ using reference::Tensor;
 struct ForwardArgs {
   std::string config, weights, prompt, decode, token_map, output;
   int threads = 0;
+  // Sessions.
+  std::string save_state, resume;
+  std::string resume_mode = "full";
+  bool resume_mode_given = false;
+  bool drop_swa = false;
+  int64_t chunk = 0;       // 0: the prompt in one step
+  int64_t start_pos = -1;  // -1: not given
 };
 
 std::string layer_name(int l) {
@@ -122,10 +133,41 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   if (prompt.empty()) DSV41_FAIL("--prompt: at least one token is needed");
   check_vocab(prompt, "--prompt", a, c);
   check_vocab(decode, "--decode", a, c);
-  const int64_t positions = static_cast<int64_t>(prompt.size() + decode.size());
+  // Session options: the file's header, table and checksums are checked here, before the weights.
+  if (a.drop_swa && a.save_state.empty()) DSV41_FAIL("--drop-swa: only with --save-state");
+  if (a.resume_mode_given && a.resume.empty()) DSV41_FAIL("--resume-mode: only with --resume");
+  if (!a.resume.empty() && a.resume_mode == "global-only") {
+    DSV41_FAIL("--resume-mode global-only: global-only resume needs encoder replay, not implemented yet "
+               "(resume a file saved with its SWA rings in --resume-mode full)");
+  }
+  int64_t start = 0;
+  if (!a.resume.empty()) {
+    const reference::SessionHeader h = reference::read_session_header(a.resume, c);
+    if (!h.has_swa) {
+      DSV41_FAIL("--resume '", a.resume, "': the file holds no SWA state (it was saved with --drop-swa); "
+                 "--resume-mode full needs the SWA rings of every layer");
+    }
+    start = h.pos;
+  }
+  if (a.start_pos >= 0 && a.start_pos != start) {
+    if (a.resume.empty()) {
+      DSV41_FAIL("resuming at a wrong position: --start-pos ", a.start_pos,
+                 ", but a run without --resume starts at position 0");
+    }
+    DSV41_FAIL("resuming at a wrong position: --start-pos ", a.start_pos, ", but the session in '", a.resume,
+               "' is at position ", start);
+  }
+  const int64_t positions = start + static_cast<int64_t>(prompt.size() + decode.size());
   if (positions > c.max_seq_len) {
-    DSV41_FAIL("--prompt / --decode: ", prompt.size(), " prompt tokens + ", decode.size(), " decode steps = ",
-               positions, " positions, more than max_seq_len ", c.max_seq_len, " of config '", a.config, "'");
+    DSV41_FAIL("--prompt / --decode: ", start > 0 ? std::to_string(start) + " resumed positions + " : "",
+               prompt.size(), " prompt tokens + ", decode.size(), " decode steps = ", positions,
+               " positions, more than max_seq_len ", c.max_seq_len, " of config '", a.config, "'");
+  }
+  if (!a.save_state.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(a.save_state).parent_path();
+    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+      DSV41_FAIL("--save-state '", a.save_state, "': directory '", dir.string(), "' does not exist");
+    }
   }
   std::vector<int64_t> map = a.token_map.empty() ? reference::default_token_map(c)
                                                  : parse_id_list("@" + a.token_map, "--token-map");
@@ -139,17 +181,33 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
 
   // 2. Weights and the forward.
   reference::Model model(c, reference::ModelWeights::load(a.weights, c), std::move(map));
-  reference::ModelState state = model.new_state();
+  reference::ModelState state =
+      a.resume.empty() ? model.new_state() : reference::load_session(a.resume, c, model).state;
   std::vector<StepRecord> steps;
-  std::fprintf(stderr, "dsv41 forward: prefill of %zu tokens, then %zu decode steps (%d threads)\n",
-               prompt.size(), decode.size(), reference::reference_threads());
-  steps.push_back(model.prefill(state, prompt));
+  const std::string how = a.chunk > 0 ? " in chunks of " + std::to_string(a.chunk) : std::string();
+  if (a.resume.empty()) {
+    std::fprintf(stderr, "dsv41 forward: prefill of %zu tokens%s, then %zu decode steps (%d threads)\n",
+                 prompt.size(), how.c_str(), decode.size(), reference::reference_threads());
+  } else {
+    std::fprintf(stderr, "dsv41 forward: resumed at position %lld from %s: %zu more tokens%s, then %zu decode steps "
+                 "(%d threads)\n", static_cast<long long>(start), a.resume.c_str(), prompt.size(), how.c_str(),
+                 decode.size(), reference::reference_threads());
+  }
+  // The prompt: one step, or chunks of --chunk tokens (the same bits, docs/sessions.md).
+  const size_t chunk = a.chunk > 0 ? static_cast<size_t>(a.chunk) : prompt.size();
+  for (size_t at = 0; at < prompt.size(); at += chunk) {
+    const size_t end = std::min(prompt.size(), at + chunk);
+    steps.push_back(model.forward_chunk(state, std::vector<int64_t>(prompt.begin() + static_cast<std::ptrdiff_t>(at),
+                                                                    prompt.begin() + static_cast<std::ptrdiff_t>(end))));
+  }
+  const size_t prompt_steps = steps.size();
   for (size_t k = 0; k < decode.size(); ++k) steps.push_back(model.decode(state, decode[k]));
 
-  // 3. The output file (docs/forward-output.md).
-  std::vector<float> logits;
-  for (const StepRecord& s : steps) logits.insert(logits.end(), s.logits.begin(), s.logits.end());
-  w.write("/logits", logits, {static_cast<int64_t>(steps.size()), c.vocab_size});
+  // 3. The output file (docs/forward-output.md). /logits: the prompt's last position (from its
+  // last chunk), then one row per decode step, however the prompt was chunked.
+  std::vector<float> logits = steps[prompt_steps - 1].logits;
+  for (size_t k = prompt_steps; k < steps.size(); ++k) logits.insert(logits.end(), steps[k].logits.begin(), steps[k].logits.end());
+  w.write("/logits", logits, {static_cast<int64_t>(1 + decode.size()), c.vocab_size});
   std::vector<int64_t> tokens = prompt;
   tokens.insert(tokens.end(), decode.begin(), decode.end());
   w.write("/tokens", tokens, {static_cast<int64_t>(tokens.size())});
@@ -166,6 +224,14 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   w.attr("/", "command_line", command_line);
   w.attr("/", "prompt_len", static_cast<int64_t>(prompt.size()));
   w.attr("/", "n_decode", static_cast<int64_t>(decode.size()));
+  w.attr("/", "start_pos", start);
+  if (!a.resume.empty()) w.attr("/", "resumed_from", a.resume);
+  // The session state, before the output is committed: if saving fails, no output is left.
+  if (!a.save_state.empty()) {
+    reference::save_session(a.save_state, state, c, !a.drop_swa);
+    std::fprintf(stderr, "dsv41 forward: saved the session at position %lld to %s%s\n",
+                 static_cast<long long>(state.pos), a.save_state.c_str(), a.drop_swa ? " (without SWA rings)" : "");
+  }
   w.commit();
   std::fprintf(stderr, "dsv41 forward: wrote %s\n", a.output.c_str());
   return kExitOk;
@@ -196,12 +262,27 @@ Verb add_forward_verb(CLI::App& parent) {
   app->add_option("--threads", args->threads, "worker threads (results do not depend on it; default: all cores)")
       ->check(CLI::Range(1, 1024));
   app->add_option("-o,--output", args->output, "output HDF5 file (written atomically)")->required();
+  app->add_option("--chunk", args->chunk, "run the prompt in chunks of N tokens (the same bits as one step)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app->add_option("--save-state", args->save_state,
+                  "after the run, save the session state to FILE (docs/session-store.md; written atomically)");
+  app->add_flag("--drop-swa", args->drop_swa, "with --save-state: save the global state only, without the SWA rings");
+  app->add_option("--resume", args->resume,
+                  "continue the session saved in FILE: --prompt holds the next tokens, run at the saved position");
+  app->add_option("--resume-mode", args->resume_mode,
+                  "full (the file's SWA rings; default) or global-only (needs SWA replay: not implemented yet)")
+      ->check(CLI::IsMember({"full", "global-only"}))
+      ->each([args](const std::string&) { args->resume_mode_given = true; });
+  app->add_option("--start-pos", args->start_pos,
+                  "the position the session is at (checked: a mismatch with --resume's saved position is an error)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   return {app, [args, &parent] {
             // The options as given (in declaration order), values quoted where a shell needs it.
             std::string cmd = "dsv41 forward";
             for (const CLI::Option* o : parent.get_subcommand("forward")->get_options()) {
               if (o->count() > 0 && o->get_name() != "--help") {
-                cmd += " " + o->get_name() + " " + shell_quote(o->as<std::string>());
+                cmd += " " + o->get_name();
+                if (o->get_type_size() != 0) cmd += " " + shell_quote(o->as<std::string>());  // not a flag
               }
             }
             return run_forward(*args, cmd);

@@ -1,0 +1,70 @@
+// `dsv41 replay-study`: the divergence that SWA bounded replay causes, resumed vs uninterrupted
+// (scenarios/replay_study.h, docs/replay-divergence.md).
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "formats/error.h"
+#include "reference/model.h"
+#include "reference/safetensors.h"
+#include "reference/weights.h"
+#include "scenarios/cli.h"
+#include "scenarios/replay_study.h"
+
+namespace dsv41::scenarios {
+
+Verb add_replay_study_verb(CLI::App& parent) {
+  struct Args {
+    std::string config, weights, json;
+    uint64_t seed = 0;
+    bool seed_given = false;
+    ReplayStudyOptions study;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* app = parent.add_subcommand("replay-study", "measure SWA bounded replay: resumed vs uninterrupted sessions");
+  app->add_option("--config", a->config, "config.json path or preset (tiny, full)")->required();
+  app->add_option("--weights", a->weights, "safetensors weights (default: generated from --seed)");
+  app->add_option("--seed", a->seed, "weight generator seed when no --weights is given (printed)");
+  app->add_option("--token-seed", a->study.token_seed, "seed of the random prompt (printed)");
+  app->add_option("--length", a->study.length, "prompt tokens (default: 3 windows)")->check(CLI::PositiveNumber);
+  app->add_option("--resumptions", a->study.resumptions, "resume counts to measure (default 1 2 4 8)")->delimiter(',');
+  app->add_option("--steps", a->study.steps, "decode steps compared after the last resume")->check(CLI::Range(1, 64));
+  app->add_option("--turns", a->study.turns, "follow-up turns, each after a resume")->check(CLI::Range(0, 64));
+  app->add_option("--turn-len", a->study.turn_len, "tokens per follow-up turn")->check(CLI::Range(1, 4096));
+  app->add_option("--json", a->json, "also write the results as JSON to this file");
+  return {app, [a] {
+            const reference::ModelConfig c = reference::load_config(a->config);
+            reference::ModelWeights w;
+            if (!a->weights.empty()) {
+              w = reference::ModelWeights::load(a->weights, c);
+            } else {
+              std::cerr << "replay-study: generated weights, seed " << a->seed << "\n";
+              const std::string tmp = "/tmp/dsv41_replay_study_weights." + std::to_string(::getpid()) + ".safetensors";
+              reference::safetensors::write(tmp, reference::generate_weights(c, a->seed), {});
+              try {
+                w = reference::ModelWeights::load(tmp, c);
+              } catch (...) {
+                std::remove(tmp.c_str());
+                throw;
+              }
+              std::remove(tmp.c_str());
+            }
+            std::cerr << "replay-study: prompt token seed " << a->study.token_seed << "\n";
+            reference::Model model(c, std::move(w), reference::default_token_map(c));
+            const std::vector<ReplayStepResult> r = run_replay_study(model, a->study);
+            std::cout << replay_study_markdown(r);
+            if (!a->json.empty()) {
+              std::ofstream out(a->json);
+              if (!out) DSV41_FAIL("replay-study: cannot write '", a->json, "'");
+              out << replay_study_json(r);
+            }
+            return kExitOk;
+          }};
+}
+
+}  // namespace dsv41::scenarios
