@@ -6,8 +6,10 @@
 // single-bit error, every burst of up to 32 bits and every odd number of bit errors in a message
 // (the session store, docs/session-store.md, protects each section with it).
 //
-// Written to be read: one 256-entry table, one byte per step, little-endian bit order. The same
-// bits on every platform and run (integer arithmetic only).
+// Table-driven, eight bytes per step (slicing-by-8: the byte-at-a-time table loop, unrolled
+// through eight derived tables; tests/reference/crc32c_test.cc checks it against the bit-at-a-time
+// definition). The same bits on every platform and run (integer arithmetic, bytes assembled
+// little-endian explicitly).
 //
 // Example:
 //   uint32_t c = crc32c(bytes.data(), bytes.size());

@@ -166,7 +166,8 @@ void EngramHistory::write(int64_t start_pos, const std::vector<int64_t>& compres
   DSV41_CHECK(start_pos >= 0 && start_pos <= size(), "engram history: write at position ",
               start_pos, " would leave a gap (history holds ", size(), " positions)");
   DSV41_CHECK(start_pos >= first_, "engram history: write at position ", start_pos,
-              " before the restored tail, which starts at position ", first_);
+              " before the restored tail, which starts at position ", first_,
+              " (the hash of a position reads the max_ngram - 1 ids before it)");
   for (size_t i = 0; i < compressed_ids.size(); ++i) {
     DSV41_CHECK(compressed_ids[i] >= 0 || compressed_ids[i] == kEngramDead,
                 "engram history: invalid compressed id ", compressed_ids[i], " for position ",

@@ -1,0 +1,800 @@
+// reference/session_store: a saved and loaded session is the same state byte for byte, and a
+// full resume continues with the same bits as a run that never paused (docs/session-store.md,
+// docs/sessions.md). Every single-bit flip and every truncation of a saved file is refused with a
+// dsv41::Error, as are wrong configs, versions and magics, inconsistent section tables and
+// entries the formats cannot have written. The file size equals the byte accounting.
+//
+// Model: the tiny config with the official oracle weights and the oracle prompt tokens (window
+// 64, kv sources 2 and 4 with ratio 2, 6 with ratio 1). Sizes are chosen per code path: odd
+// saved positions leave a ratio-2 group pending; 37 < 64 leaves ring slots empty, 77 > 64 wraps
+// the ring; the continuation reaches more than index_topk = 32 ratio-2 positions, so the top-k
+// selects for real. Sampled bit flips come from the printed data seed (DSV41_SEED overrides).
+#include "reference/session_store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "formats/base.h"
+#include "formats/cache_format.h"
+#include "formats/error.h"
+#include "golden/golden_io.h"
+#include "reference/byte_accounting.h"
+#include "reference/crc32c.h"
+#include "reference/model.h"
+#include "reference/weights.h"
+#include "tests/support/seed.h"
+
+namespace dsv41::reference {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kOracle = DSV41_SOURCE_DIR "/golden/oracle/";
+constexpr int64_t kTokens = 120;  // oracle prompt tokens used (the longest run: 117 + 3 decode steps)
+
+struct Fixture {
+  ModelConfig config;
+  std::unique_ptr<Model> model;
+  std::vector<int64_t> tokens;
+};
+
+const Fixture& fixture() {
+  static const Fixture f = [] {
+    Fixture x;
+    x.config = load_config_file(kOracle + "config.json");
+    golden::H5File prefill(kOracle + "prefill.h5");
+    const auto all = prefill.read<int64_t>("prefill/tokens/value");
+    x.tokens.assign(all.data.begin(), all.data.begin() + kTokens);
+    const auto map = prefill.read<int64_t>("prefill/state/engram/token_map/value");
+    x.model = std::make_unique<Model>(x.config, ModelWeights::load(kOracle + "weights.safetensors", x.config),
+                                      map.data);
+    x.model->set_full_logits(true);
+    return x;
+  }();
+  return f;
+}
+
+std::vector<int64_t> tokens(int64_t first, int64_t count) {
+  const std::vector<int64_t>& t = fixture().tokens;
+  return std::vector<int64_t>(t.begin() + first, t.begin() + first + count);
+}
+
+// A state after prefilling the first n oracle tokens.
+ModelState prefilled(int64_t n) {
+  ModelState s = fixture().model->new_state();
+  fixture().model->forward_chunk(s, tokens(0, n));
+  return s;
+}
+
+// Copies of one run's state at each of the ascending positions (one forward per gap: chunking
+// gives the same bits as one prefill, model_chunking_test).
+std::vector<ModelState> states_at(const std::vector<int64_t>& positions) {
+  std::vector<ModelState> out;
+  ModelState s = fixture().model->new_state();
+  for (int64_t p : positions) {
+    if (p > s.pos) fixture().model->forward_chunk(s, tokens(s.pos, p - s.pos));
+    out.push_back(s);
+  }
+  return out;
+}
+
+// The bytes of everything a session carries forward: pos; per layer the SWA ring (bytes and
+// positions, with_swa only), the packed compressed-KV and index-key entries, the compressor's
+// pending slots (the others are stale and carry no meaning); the Engram tail (the last
+// max_ngram - 1 ids: the hash of a later position reads no further back).
+std::vector<uint8_t> carried_state(const ModelState& s, const ModelConfig& c, bool with_swa) {
+  std::vector<uint8_t> out;
+  auto put = [&out](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out.insert(out.end(), b, b + n);
+  };
+  put(&s.pos, sizeof s.pos);
+  for (const LayerState& ls : s.layers) {
+    if (with_swa) {
+      put(ls.ring.bytes.data(), ls.ring.bytes.size());
+      put(ls.ring.positions.data(), ls.ring.positions.size() * sizeof(int64_t));
+    }
+    if (ls.kv_cache) {
+      for (int64_t e = 0; e < ls.kv_cache->size(); ++e) put(ls.kv_cache->entry(e), static_cast<size_t>(ls.kv_cache->entry_bytes()));
+    }
+    if (ls.key_cache) {
+      for (int64_t e = 0; e < ls.key_cache->size(); ++e) put(ls.key_cache->entry(e), static_cast<size_t>(ls.key_cache->entry_bytes()));
+    }
+    if (ls.compressor) {
+      const CompressorState& cs = *ls.compressor;
+      put(&cs.next_pos, sizeof cs.next_pos);
+      for (int slot = 0; slot < cs.pending(); ++slot) {
+        put(cs.kv.data() + slot * cs.dim, static_cast<size_t>(cs.dim) * sizeof(float));
+        put(cs.score.data() + slot * cs.dim, static_cast<size_t>(cs.dim) * sizeof(float));
+      }
+    }
+  }
+  const int64_t tail = std::min<int64_t>(s.pos, c.engram_max_ngram_size - 1);
+  for (int64_t p = s.pos - tail; p < s.pos; ++p) {
+    const int64_t id = s.engram.at(p);
+    put(&id, sizeof id);
+  }
+  return out;
+}
+
+// Per-position records of a run, so runs with different step boundaries compare row by row.
+struct Trace {
+  int64_t first = 0;                                          // position of row 0
+  std::vector<std::vector<uint32_t>> logits;                  // [positions][vocab] bits
+  std::map<int, std::vector<std::vector<int32_t>>> topk;      // layer -> [positions][index_topk]
+  std::map<int, std::vector<std::vector<uint8_t>>> candidates;  // layer -> [positions][width]
+  std::map<int, std::vector<std::vector<int64_t>>> engram;    // layer -> [positions][cols]
+  std::map<int, std::vector<std::vector<int32_t>>> experts;   // layer -> [positions][k]
+};
+
+// Appends one step's records; rows padded to fixed widths (top-k: -1 to index_topk;
+// candidates: 0 to `width` compressed positions).
+void record(Trace& tr, const StepRecord& r, const ModelConfig& c, int64_t width) {
+  if (tr.logits.empty()) tr.first = r.start_pos;
+  for (int64_t t = 0; t < r.tokens; ++t) {
+    std::vector<uint32_t> row;
+    for (int64_t v = 0; v < c.vocab_size; ++v) row.push_back(f32_bits(r.all_logits.at(t, v)));
+    tr.logits.push_back(row);
+  }
+  for (const auto& [l, x] : r.topk) {
+    for (int64_t t = 0; t < x.dim(0); ++t) {
+      std::vector<int32_t> row(static_cast<size_t>(c.index_topk), -1);
+      for (int64_t j = 0; j < x.dim(1); ++j) row[static_cast<size_t>(j)] = x.at(t, j);
+      tr.topk[l].push_back(row);
+    }
+  }
+  for (const auto& [l, x] : r.candidates) {
+    for (int64_t t = 0; t < x.dim(0); ++t) {
+      std::vector<uint8_t> row(static_cast<size_t>(width), 0);
+      for (int64_t j = 0; j < x.dim(1); ++j) row[static_cast<size_t>(j)] = x.at(t, j);
+      tr.candidates[l].push_back(row);
+    }
+  }
+  for (const auto& [l, x] : r.engram_ids) {
+    for (int64_t t = 0; t < x.dim(0); ++t) tr.engram[l].emplace_back(x.row(t), x.row(t) + x.dim(1));
+  }
+  for (const auto& [l, x] : r.experts) {
+    for (int64_t t = 0; t < x.dim(0); ++t) tr.experts[l].emplace_back(x.row(t), x.row(t) + x.dim(1));
+  }
+}
+
+// Rows of `a` from position `from` on.
+template <typename Row>
+std::map<int, std::vector<Row>> from_position(const std::map<int, std::vector<Row>>& m, int64_t first, int64_t from) {
+  std::map<int, std::vector<Row>> out;
+  for (const auto& [l, rows] : m) out[l].assign(rows.begin() + (from - first), rows.end());
+  return out;
+}
+
+// ---- scratch files ----
+
+// A per-process directory for the running test, removed when it passes.
+std::string scratch() {
+  const testing::TestInfo* t = testing::UnitTest::GetInstance()->current_test_info();
+  const std::string dir = testing::TempDir() + "/dsv41_session_store_test_" + std::to_string(::getpid()) + "_" +
+                          t->test_suite_name() + "_" + t->name();
+  fs::create_directories(dir);
+  return dir;
+}
+
+class ScratchTest : public testing::Test {
+ protected:
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(scratch());
+  }
+};
+class SessionStore : public ScratchTest {};
+class SessionStoreFiles : public ScratchTest {};
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                              static_cast<std::streamsize>(bytes.size()));
+}
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The message of the dsv41::Error that f throws; "(no error)" if it returns, "(other exception)"
+// for anything that is not a dsv41::Error.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (...) {
+    return "(other exception)";
+  }
+  return "(no error)";
+}
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// ---- the documented layout, for patching files (docs/session-store.md) ----
+
+uint32_t get_u32(const std::vector<uint8_t>& b, size_t at) {
+  return uint32_t{b[at]} | uint32_t{b[at + 1]} << 8 | uint32_t{b[at + 2]} << 16 | uint32_t{b[at + 3]} << 24;
+}
+uint64_t get_u64(const std::vector<uint8_t>& b, size_t at) {
+  return uint64_t{get_u32(b, at)} | uint64_t{get_u32(b, at + 4)} << 32;
+}
+void set_u32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
+}
+void set_u64(std::vector<uint8_t>& b, size_t at, uint64_t v) {
+  set_u32(b, at, static_cast<uint32_t>(v));
+  set_u32(b, at + 4, static_cast<uint32_t>(v >> 32));
+}
+size_t table_entry(size_t i) { return 48 + 44 * i; }
+size_t n_sections(const std::vector<uint8_t>& b) { return get_u32(b, 40); }
+size_t section_offset(const std::vector<uint8_t>& b, size_t i) { return get_u64(b, table_entry(i) + 32); }
+size_t section_bytes(const std::vector<uint8_t>& b, size_t i) {
+  return get_u32(b, table_entry(i) + 12) * get_u64(b, table_entry(i) + 24);
+}
+void fix_header_crc(std::vector<uint8_t>& b) { set_u32(b, 44, crc32c(b.data(), 44)); }
+void fix_table_crc(std::vector<uint8_t>& b) {
+  const size_t n = n_sections(b);
+  set_u32(b, 48 + 44 * n, crc32c(b.data() + 48, 44 * n));
+}
+void fix_section_crc(std::vector<uint8_t>& b, size_t i) {
+  set_u32(b, table_entry(i) + 40, crc32c(b.data() + section_offset(b, i), section_bytes(b, i)));
+  fix_table_crc(b);
+}
+// Index of the first section of `kind` (and `layer`, unless -2).
+size_t find_section(const std::vector<uint8_t>& b, SessionSection kind, int layer = -2) {
+  for (size_t i = 0; i < n_sections(b); ++i) {
+    if (get_u32(b, table_entry(i)) == static_cast<uint32_t>(kind) &&
+        (layer == -2 || static_cast<int32_t>(get_u32(b, table_entry(i) + 4)) == layer)) {
+      return i;
+    }
+  }
+  ADD_FAILURE() << "no section of kind " << name(kind) << " layer " << layer;
+  return 0;
+}
+
+std::string load_error(const std::vector<uint8_t>& bytes, const ModelConfig& c) {
+  return error_of([&] { load_session_bytes(bytes, "patched.dsv41s", c, *fixture().model); });
+}
+
+// ---- save + load ----
+
+TEST_F(SessionStore, SaveLoadGivesTheSameStateByteForByte) {
+  const Fixture& f = fixture();
+  // 1: empty ratio-2 caches; 37: a pending group, empty ring slots; 77: a wrapped ring.
+  const std::vector<int64_t> positions = {1, 12, 37, 77};
+  const std::vector<ModelState> states = states_at(positions);
+  for (size_t k = 0; k < positions.size(); ++k) {
+    const int64_t n = positions[k];
+    SCOPED_TRACE("saved at position " + std::to_string(n));
+    const ModelState& s = states[k];
+    const std::string path = scratch() + "/s" + std::to_string(n) + ".dsv41s";
+    save_session(path, s, f.config, true);
+    const LoadedSession l = load_session(path, f.config, *f.model);
+    EXPECT_TRUE(l.has_swa);
+    EXPECT_EQ(l.header.pos, n);
+    EXPECT_EQ(l.header.config_hash, config_hash(f.config));
+    EXPECT_EQ(carried_state(l.state, f.config, true), carried_state(s, f.config, true));
+    // Saving the loaded state again writes the same file.
+    EXPECT_EQ(session_bytes(l.state, f.config, true), read_file(path));
+
+    // Without the SWA rings: the global state is the same, the rings are empty.
+    save_session(path, s, f.config, false);
+    const LoadedSession g = load_session(path, f.config, *f.model);
+    EXPECT_FALSE(g.has_swa);
+    EXPECT_EQ(carried_state(g.state, f.config, false), carried_state(s, f.config, false));
+    for (const LayerState& ls : g.state.layers) {
+      EXPECT_TRUE(std::all_of(ls.ring.positions.begin(), ls.ring.positions.end(), [](int64_t p) { return p == -1; }));
+    }
+  }
+}
+
+TEST_F(SessionStore, SavedStateIsNotTrivial) {
+  const ModelState s = prefilled(37);
+  ASSERT_EQ(s.layers[2].compressor->pending(), 1);  // 37 is odd: one token of a ratio-2 group waits
+  EXPECT_EQ(s.layers[2].kv_cache->size(), 18);
+  EXPECT_EQ(s.layers[6].kv_cache->size(), 37);
+  const std::vector<uint8_t> bytes = session_bytes(s, fixture().config, true);
+  const size_t pending = find_section(bytes, SessionSection::kCompressorPending, 2);
+  EXPECT_EQ(get_u64(bytes, table_entry(pending) + 24), 1u);
+  EXPECT_EQ(get_u64(bytes, table_entry(pending) + 16), 36u);  // the token of slot 0
+}
+
+// Full resume == never pausing: prefill n1 tokens, save, load into a fresh state, continue with
+// the next tokens up to kPrompt in one step, then kSteps decode steps; the uninterrupted run
+// prefills kPrompt tokens at once and takes the same decode steps.
+TEST_F(SessionStore, FullResumeIsBitIdenticalToNeverPausing) {
+  const Fixture& f = fixture();
+  const ModelConfig& c = f.config;
+  constexpr int64_t kPrompt = 117, kSteps = 3, kEnd = kPrompt + kSteps;
+  const std::vector<int64_t> decode = tokens(kPrompt, kSteps);
+  Trace whole;
+  ModelState a = f.model->new_state();
+  record(whole, f.model->forward_chunk(a, tokens(0, kPrompt)), c, kEnd);
+  for (int64_t tok : decode) record(whole, f.model->decode(a, tok), c, kEnd);
+
+  for (int64_t n1 : {37, 77}) {
+    SCOPED_TRACE("paused at position " + std::to_string(n1));
+    const std::string path = scratch() + "/paused.dsv41s";
+    {
+      ModelState first = prefilled(n1);
+      save_session(path, first, c, true);
+    }
+    LoadedSession l = load_session(path, c, *f.model);
+    Trace resumed;
+    record(resumed, f.model->forward_chunk(l.state, tokens(n1, kPrompt - n1)), c, kEnd);
+    for (int64_t tok : decode) record(resumed, f.model->decode(l.state, tok), c, kEnd);
+
+    ASSERT_EQ(resumed.first, n1);
+    ASSERT_EQ(resumed.logits.size(), static_cast<size_t>(kEnd - n1));
+    const std::vector<std::vector<uint32_t>> whole_logits(whole.logits.begin() + n1, whole.logits.end());
+    bool nonzero = false;
+    for (const auto& row : resumed.logits) {
+      for (uint32_t u : row) {
+        ASSERT_LT(u & 0x7FFFFFFFu, 0x7F800000u) << "non-finite logit";
+        nonzero |= (u & 0x7FFFFFFFu) != 0;
+      }
+    }
+    ASSERT_TRUE(nonzero);
+    EXPECT_EQ(resumed.logits, whole_logits) << "logits";
+    EXPECT_EQ(resumed.topk, from_position(whole.topk, 0, n1)) << "top-k";
+    EXPECT_EQ(resumed.candidates, from_position(whole.candidates, 0, n1)) << "candidates";
+    EXPECT_EQ(resumed.engram, from_position(whole.engram, 0, n1)) << "Engram ids";
+    EXPECT_EQ(resumed.experts, from_position(whole.experts, 0, n1)) << "experts";
+    EXPECT_EQ(carried_state(l.state, c, true), carried_state(a, c, true)) << "final state";
+    // The top-k selected for real: some row has index_topk valid ratio-2 positions.
+    int64_t full_rows = 0;
+    for (const auto& row : resumed.topk.at(2)) full_rows += row.back() >= 0 ? 1 : 0;
+    EXPECT_GT(full_rows, 0);
+  }
+}
+
+TEST_F(SessionStore, StateWithoutSwaCannotContinue) {
+  const Fixture& f = fixture();
+  const std::string path = scratch() + "/global.dsv41s";
+  save_session(path, prefilled(12), f.config, false);
+  LoadedSession l = load_session(path, f.config, *f.model);
+  ASSERT_FALSE(l.has_swa);
+  const std::string e = error_of([&] { f.model->forward_chunk(l.state, tokens(12, 3)); });
+  EXPECT_TRUE(has(e, "SWA ring does not hold position 0 (slot 0 holds -1)")) << e;
+}
+
+// ---- size == byte accounting ----
+
+// file size - fixed bytes (header, table, the constant sections: pending, Engram tail, SWA) ==
+// global_bytes_for_tokens(P) (byte_accounting.h), == global_bytes_per_token x P when P is a
+// multiple of every ratio. The constant sections are computed here from the config.
+TEST_F(SessionStore, FileSizeMatchesTheByteAccounting) {
+  const Fixture& f = fixture();
+  const ModelConfig& c = f.config;
+  const ByteAccounting acc = byte_accounting(c);
+  int64_t lcm_ratio = 1;
+  for (const OwnerBytes& o : acc.owners) lcm_ratio = std::lcm(lcm_ratio, int64_t{o.ratio});
+  const std::vector<int64_t> positions = {12, 13, 37, 64, 77};
+  const std::vector<ModelState> states = states_at(positions);
+  for (size_t k = 0; k < positions.size(); ++k) {
+    const int64_t p = positions[k];
+    const ModelState& s = states[k];
+    for (bool swa : {true, false}) {
+      SCOPED_TRACE("position " + std::to_string(p) + (swa ? " with" : " without") + " SWA");
+      const std::string path = scratch() + "/s.dsv41s";
+      save_session(path, s, c, swa);
+      const int64_t size = static_cast<int64_t>(fs::file_size(path));
+      int64_t sections = 1, pending = 0;  // + the Engram tail
+      for (const OwnerBytes& o : acc.owners) {
+        sections += o.ratio > 1 ? 3 : 2;
+        pending += (p % o.ratio) * c.head_dim * 2 * int64_t{sizeof(float)};
+      }
+      const int64_t engram = std::min<int64_t>(p, c.engram_max_ngram_size - 1) * int64_t{sizeof(int64_t)};
+      const int64_t swa_bytes =
+          swa ? c.n_layers * c.window_size * (8 + formats::entry_bytes(formats::CacheFormat::kSwaKvFp8, c.head_dim)) : 0;
+      if (swa) sections += c.n_layers;
+      const int64_t fixed = session_fixed_bytes(sections) + pending + engram + swa_bytes;
+      EXPECT_EQ(size - fixed, global_bytes_for_tokens(acc, p));
+      if (p % lcm_ratio == 0) {
+        EXPECT_EQ((size - fixed) * acc.global_bytes_per_token.den, acc.global_bytes_per_token.num * p);
+      }
+      std::printf("[session size] position %lld %s SWA: %lld bytes = %lld fixed + %lld cache entries "
+                  "(accounting: %lld)\n",
+                  static_cast<long long>(p), swa ? "with" : "without", static_cast<long long>(size),
+                  static_cast<long long>(fixed), static_cast<long long>(size - fixed),
+                  static_cast<long long>(global_bytes_for_tokens(acc, p)));
+    }
+  }
+}
+
+// The released config: the cache sections of the layout hold exactly the accounting's bytes.
+TEST_F(SessionStore, ReleasedLayoutMatchesTheByteAccounting) {
+  const ModelConfig c = load_config("full");
+  const ByteAccounting acc = byte_accounting(c);
+  for (int64_t p : {0, 1, 2, 999, 1000, 4096}) {
+    int64_t cache = 0;
+    for (const SessionSectionInfo& s : session_layout(c, p, true)) {
+      if (s.kind == SessionSection::kCompressedKv || s.kind == SessionSection::kIndexKeys) cache += s.bytes();
+    }
+    EXPECT_EQ(cache, global_bytes_for_tokens(acc, p)) << "position " << p;
+    if (p % 2 == 0) {
+      EXPECT_EQ(cache * acc.global_bytes_per_token.den, acc.global_bytes_per_token.num * p);
+    }
+  }
+  int64_t owners = 0, pooled = 0;
+  for (const OwnerBytes& o : acc.owners) {
+    ++owners;
+    pooled += o.ratio > 1 ? 1 : 0;
+  }
+  EXPECT_EQ(static_cast<int64_t>(session_layout(c, 10, false).size()), 2 * owners + pooled + 1);
+  EXPECT_EQ(static_cast<int64_t>(session_layout(c, 10, true).size()), 2 * owners + pooled + 1 + c.n_layers);
+  for (const SessionSectionInfo& s : session_layout(c, 10, false)) {
+    if (s.kind == SessionSection::kCompressedKv) {
+      EXPECT_EQ(s.entry_bytes, formats::entry_bytes(formats::CacheFormat::kMainKvFp4, c.head_dim));
+    }
+    if (s.kind == SessionSection::kIndexKeys) {
+      EXPECT_EQ(s.entry_bytes, formats::entry_bytes(formats::CacheFormat::kIndexKeyFp4, c.index_head_dim));
+    }
+  }
+}
+
+// ---- corruption ----
+
+// Flips each bit in `bits` of `file` in turn (flipping it back after) and expects every load to
+// be refused with a dsv41::Error naming the file; a flip inside a section's payload must be
+// reported as that section's checksum mismatch.
+void expect_every_flip_refused(std::vector<uint8_t> file, const std::vector<size_t>& bits) {
+  const Fixture& f = fixture();
+  const size_t n = n_sections(file);
+  const size_t payload_start = 48 + 44 * n + 4;
+  int64_t failures = 0;
+  for (size_t bit : bits) {
+    const size_t byte = bit / 8;
+    file[byte] ^= static_cast<uint8_t>(1u << (bit % 8));
+    const std::string e = error_of([&] { load_session_bytes(file, "flipped.dsv41s", f.config, *f.model); });
+    std::string want = "session file 'flipped.dsv41s': ";
+    if (byte >= payload_start) {
+      size_t i = 0;
+      while (i + 1 < n && section_offset(file, i + 1) <= byte) ++i;
+      want = "section " + std::to_string(i + 1) + " of " + std::to_string(n) + " (";
+    }
+    if (!has(e, want) || (byte >= payload_start && !has(e, "checksum mismatch"))) {
+      if (++failures <= 10) ADD_FAILURE() << "bit " << bit << " (byte " << byte << "): " << e;
+    }
+    file[byte] ^= static_cast<uint8_t>(1u << (bit % 8));
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+std::vector<size_t> all_bits(size_t from_byte, size_t to_byte) {
+  std::vector<size_t> out;
+  for (size_t b = 8 * from_byte; b < 8 * to_byte; ++b) out.push_back(b);
+  return out;
+}
+
+class SessionStoreCorruption : public ScratchTest {};
+
+// The global-only file of a 12-token session (a few KB): every bit.
+TEST_F(SessionStoreCorruption, EveryBitFlipOfAGlobalFileIsRefused) {
+  const std::vector<uint8_t> file = session_bytes(prefilled(12), fixture().config, false);
+  const std::vector<size_t> bits = all_bits(0, file.size());
+  std::printf("[bit flips] global-only file of %zu bytes: all %zu bits flipped\n", file.size(), bits.size());
+  expect_every_flip_refused(file, bits);
+}
+
+// The full file of a 13-token session (~95 KB, most of it SWA rings): every bit of the header,
+// the section table and the global sections (a pending group included), and a sample of the
+// SWA sections' bits (every ring, from the data seed).
+TEST_F(SessionStoreCorruption, BitFlipsOfAFullFileAreRefused) {
+  const std::vector<uint8_t> file = session_bytes(prefilled(13), fixture().config, true);
+  const size_t first_swa = section_offset(file, find_section(file, SessionSection::kSwaRing));
+  std::vector<size_t> bits = all_bits(0, first_swa);
+  const size_t exhaustive = bits.size();
+  constexpr size_t kSampled = 20000;
+  std::mt19937_64 rng(test::seed_for("session_store/swa_bit_flips"));
+  std::uniform_int_distribution<size_t> pick(8 * first_swa, 8 * file.size() - 1);
+  for (size_t k = 0; k < kSampled; ++k) bits.push_back(pick(rng));
+  bits.push_back(8 * file.size() - 1);  // the very last bit
+  std::printf("[bit flips] full file of %zu bytes: all %zu bits of header, table and global sections "
+              "(%zu bytes), %zu sampled bits of the SWA sections\n",
+              file.size(), exhaustive, first_swa, bits.size() - exhaustive);
+  expect_every_flip_refused(file, bits);
+}
+
+// Through real files: a flip in the first and last byte of every section.
+TEST_F(SessionStoreCorruption, FlippedFilesAreRefused) {
+  const Fixture& f = fixture();
+  const std::vector<uint8_t> good = session_bytes(prefilled(13), f.config, true);
+  const std::string path = scratch() + "/flipped.dsv41s";
+  for (size_t i = 0; i < n_sections(good); ++i) {
+    for (size_t at : {section_offset(good, i), section_offset(good, i) + section_bytes(good, i) - 1}) {
+      if (section_bytes(good, i) == 0) continue;
+      std::vector<uint8_t> bad = good;
+      bad[at] ^= 0x10;
+      write_file(path, bad);
+      const std::string e = error_of([&] { load_session(path, f.config, *f.model); });
+      EXPECT_TRUE(has(e, "session file '" + path + "': section " + std::to_string(i + 1) + " of ")) << e;
+      EXPECT_TRUE(has(e, "checksum mismatch")) << e;
+    }
+  }
+}
+
+TEST_F(SessionStoreCorruption, TruncationIsRefused) {
+  const Fixture& f = fixture();
+  const std::vector<uint8_t> file = session_bytes(prefilled(13), f.config, true);
+  const size_t table_end = 48 + 44 * n_sections(file) + 4;
+  std::vector<size_t> lengths;
+  for (size_t len = 0; len <= table_end; ++len) lengths.push_back(len);  // every length of the header and table
+  for (size_t len = table_end + 1; len < file.size(); len += 61) lengths.push_back(len);
+  for (size_t i = 0; i < n_sections(file); ++i) {  // around every section boundary
+    for (size_t d : {0, 1}) lengths.push_back(section_offset(file, i) + d);
+  }
+  lengths.push_back(file.size() - 1);
+  for (size_t len : lengths) {
+    if (len >= file.size()) continue;
+    const std::vector<uint8_t> cut(file.begin(), file.begin() + static_cast<std::ptrdiff_t>(len));
+    const std::string e = error_of([&] { load_session_bytes(cut, "cut.dsv41s", f.config, *f.model); });
+    ASSERT_TRUE(has(e, "session file 'cut.dsv41s': truncated: " + std::to_string(len) + " bytes")) << len << ": " << e;
+  }
+  std::printf("[truncation] %zu lengths of a %zu-byte file refused\n", lengths.size(), file.size());
+  // Through a file, and trailing bytes.
+  const std::string path = scratch() + "/cut.dsv41s";
+  write_file(path, std::vector<uint8_t>(file.begin(), file.begin() + 100));
+  EXPECT_TRUE(has(error_of([&] { load_session(path, f.config, *f.model); }), "truncated: 100 bytes"));
+  std::vector<uint8_t> longer = file;
+  longer.push_back(0);
+  EXPECT_TRUE(has(load_error(longer, f.config), "(trailing bytes)")) << load_error(longer, f.config);
+}
+
+// ---- refusals with clear messages ----
+
+class SessionStoreErrors : public ScratchTest {};
+
+TEST_F(SessionStoreErrors, AnotherConfigIsRefused) {
+  const Fixture& f = fixture();
+  const std::string path = scratch() + "/tiny.dsv41s";
+  save_session(path, prefilled(12), f.config, true);
+  const ModelConfig full = load_config("full");
+  const std::string e = error_of([&] { load_session(path, full, *f.model); });
+  EXPECT_TRUE(has(e, "session file '" + path + "': config hash mismatch: the file was saved with config " +
+                         config_hash(f.config) + ", the config given has hash " + config_hash(full)))
+      << e;
+  EXPECT_TRUE(has(error_of([&] { read_session_header(path, full); }), "config hash mismatch"));
+}
+
+TEST_F(SessionStoreErrors, WrongVersionIsRefused) {
+  std::vector<uint8_t> b = session_bytes(prefilled(12), fixture().config, true);
+  set_u32(b, 8, 2);
+  EXPECT_TRUE(has(load_error(b, fixture().config), "unsupported format version 2 (this build reads version 1)"))
+      << load_error(b, fixture().config);
+  fix_header_crc(b);  // a well-formed header of another version
+  EXPECT_TRUE(has(load_error(b, fixture().config), "unsupported format version 2"));
+}
+
+TEST_F(SessionStoreErrors, WrongMagicIsRefused) {
+  std::vector<uint8_t> b = session_bytes(prefilled(12), fixture().config, true);
+  EXPECT_EQ(std::string(b.begin(), b.begin() + 8), "DSV41SES");
+  b[0] = 'X';
+  EXPECT_TRUE(has(load_error(b, fixture().config),
+                  "session file 'patched.dsv41s': not a dsv41 session file (wrong magic \"XSV41SES\""))
+      << load_error(b, fixture().config);
+  const std::string path = scratch() + "/text.txt";
+  std::ofstream(path) << "this is not a session file at all, but it is long enough for a header\n";
+  EXPECT_TRUE(has(error_of([&] { load_session(path, fixture().config, *fixture().model); }), "wrong magic"));
+  EXPECT_TRUE(has(error_of([&] { load_session(scratch() + "/absent", fixture().config, *fixture().model); }),
+                  "cannot open session file"));
+  EXPECT_TRUE(has(error_of([&] { load_session(scratch(), fixture().config, *fixture().model); }), "not a regular file"));
+}
+
+TEST_F(SessionStoreErrors, HeaderAndTableChecksumsAreNamed) {
+  std::vector<uint8_t> b = session_bytes(prefilled(12), fixture().config, true);
+  std::vector<uint8_t> h = b;
+  h[24] ^= 1;  // pos
+  EXPECT_TRUE(has(load_error(h, fixture().config), "header checksum mismatch (stored 0x")) << load_error(h, fixture().config);
+  std::vector<uint8_t> t = b;
+  t[table_entry(3) + 24] ^= 1;  // a count
+  EXPECT_TRUE(has(load_error(t, fixture().config), "section table checksum mismatch")) << load_error(t, fixture().config);
+}
+
+// Tables with valid checksums that contradict the config or pos.
+TEST_F(SessionStoreErrors, InconsistentSectionTableIsRefused) {
+  const ModelConfig& c = fixture().config;
+  const std::vector<uint8_t> good = session_bytes(prefilled(12), c, true);
+  {  // pos 14 with the entries of pos 12: layer 2 must hold 14 / 2 = 7 entries
+    std::vector<uint8_t> b = good;
+    set_u64(b, 24, 14);
+    fix_header_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "section table inconsistent: section 1 of 19 (compressed KV of layer 2): holds 6 "
+                                      "entries, but a state at position 14 holds exactly pos / ratio = 7"))
+        << load_error(b, c);
+  }
+  {  // the table's own count disagrees
+    std::vector<uint8_t> b = good;
+    set_u64(b, table_entry(1) + 24, 5);
+    fix_table_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "(index keys of layer 2): holds 5 entries")) << load_error(b, c);
+  }
+  {  // another owner
+    std::vector<uint8_t> b = good;
+    set_u32(b, table_entry(0) + 4, 3);
+    fix_table_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "the table names layer 3 with ratio 2, but the config's schedule has kv source "
+                                      "layer 2 with ratio 2 there"))
+        << load_error(b, c);
+  }
+  {  // another ratio
+    std::vector<uint8_t> b = good;
+    set_u32(b, table_entry(0) + 8, 1);
+    fix_table_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "the table names layer 2 with ratio 1")) << load_error(b, c);
+  }
+  {  // another entry size
+    std::vector<uint8_t> b = good;
+    set_u32(b, table_entry(0) + 12, 288);
+    fix_table_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "entries of 288 bytes, the config's are 72")) << load_error(b, c);
+  }
+  {  // a gap between sections
+    std::vector<uint8_t> b = good;
+    set_u64(b, table_entry(2) + 32, section_offset(good, 2) + 1);
+    fix_table_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "starts at byte")) << load_error(b, c);
+  }
+  {  // the SWA flag cleared: the table has 10 sections too many
+    std::vector<uint8_t> b = good;
+    set_u32(b, 12, 0);
+    fix_header_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "19 sections, but a state of this config without SWA rings has 9")) << load_error(b, c);
+  }
+  {  // unknown flags
+    std::vector<uint8_t> b = good;
+    set_u32(b, 12, 3);
+    fix_header_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "unknown header flags 0x00000003")) << load_error(b, c);
+  }
+}
+
+// Entries the formats cannot have written, with every checksum valid.
+TEST_F(SessionStoreErrors, CorruptEntriesAreRefused) {
+  const ModelConfig& c = fixture().config;
+  const std::vector<uint8_t> good = session_bytes(prefilled(13), c, true);
+  const auto patched = [&](SessionSection kind, int layer, size_t at, std::vector<uint8_t> value) {
+    std::vector<uint8_t> b = good;
+    const size_t i = find_section(b, kind, layer);
+    std::copy(value.begin(), value.end(), b.begin() + static_cast<std::ptrdiff_t>(section_offset(b, i) + at));
+    fix_section_crc(b, i);
+    return load_error(b, c);
+  };
+  const size_t kv_scale = static_cast<size_t>(c.head_dim / 2), key_scale = static_cast<size_t>(c.index_head_dim / 2);
+  std::string e = patched(SessionSection::kCompressedKv, 4, 72 + kv_scale + 1, {0xFF});
+  EXPECT_TRUE(has(e, "(compressed KV of layer 4): compressed KV cache of layer 4: entry 1 block 1 has scale byte 0xff, "
+                     "not an E4M3 scale the quantizer writes [0x01, 0x7e]"))
+      << e;
+  e = patched(SessionSection::kCompressedKv, 2, kv_scale, {0x00});
+  EXPECT_TRUE(has(e, "entry 0 block 0 has scale byte 0x00")) << e;
+  e = patched(SessionSection::kIndexKeys, 6, key_scale, {0xFF});
+  EXPECT_TRUE(has(e, "(index keys of layer 6): index-key cache of layer 6: entry 0 block 0 has scale byte 0xff")) << e;
+  e = patched(SessionSection::kSwaRing, 3, 0, {1});  // slot 0 claims position 1
+  EXPECT_TRUE(has(e, "(SWA ring of layer 3): slot 0 holds position 1, but at position 13 slot 0 holds 0")) << e;
+  e = patched(SessionSection::kSwaRing, 3, 8 + 5, {0x7F});
+  EXPECT_TRUE(has(e, "slot 0 (position 0) byte 5 is 0x7f: an E4M3 NaN code")) << e;
+  e = patched(SessionSection::kSwaRing, 3, 8 + static_cast<size_t>(c.head_dim), {0xFF});
+  EXPECT_TRUE(has(e, "is 0xff: not an E8M0 scale the quantizer writes")) << e;
+  const size_t empty_slot = 20 * (8 + static_cast<size_t>(c.head_dim + c.head_dim / 32));
+  e = patched(SessionSection::kSwaRing, 3, empty_slot + 8, {0x01});
+  EXPECT_TRUE(has(e, "slot 20 (position -1) byte 0 is 0x01: an empty slot holds zeros")) << e;
+  e = patched(SessionSection::kEngramTail, -1, 8, {0x00, 0x10, 0, 0, 0, 0, 0, 0});
+  EXPECT_TRUE(has(e, "(Engram tail): position 11 holds compressed id 4096, outside [0, engram_compressed_vocab_size 512)"))
+      << e;
+  e = patched(SessionSection::kCompressorPending, 4, 4 * 7, {0x00, 0x00, 0xC0, 0x7F});
+  EXPECT_TRUE(has(e, "(compressor pending group of layer 4): slot 0: kv channel 7 is not finite (bits 0x7fc00000)")) << e;
+}
+
+// ---- the restore methods ----
+
+TEST(SessionStoreRestore, CacheRestoreChecksScales) {
+  CompressedKvCache kv(2, 2, 32, 4);
+  std::vector<uint8_t> bytes(static_cast<size_t>(2 * kv.entry_bytes()), 0x11);
+  // Entries of 18 bytes: 16 nibble bytes, then 2 E4M3 scales.
+  for (size_t i : {16, 17, 34, 35}) bytes[i] = 0x30;
+  kv.restore(bytes.data(), 2);
+  EXPECT_EQ(kv.size(), 2);
+  EXPECT_EQ(kv.entry(1)[0], 0x11);
+  EXPECT_EQ(kv.read(2, 2, 2).dim(0), 2);
+  bytes[35] = 0x7F;  // E4M3 NaN
+  EXPECT_TRUE(has(error_of([&] { kv.restore(bytes.data(), 2); }), "entry 1 block 1 has scale byte 0x7f"));
+  EXPECT_TRUE(has(error_of([&] { kv.restore(bytes.data(), 5); }), "restore of 5 entries, capacity 4"));
+
+  IndexKeyCache keys(4, 2, 32, 3);
+  std::vector<uint8_t> kb(static_cast<size_t>(keys.entry_bytes()), 0x22);
+  kb[16] = 0x7F;
+  keys.restore(kb.data(), 1);
+  EXPECT_EQ(keys.size(), 1);
+  kb[16] = 0xFF;  // E8M0 NaN
+  EXPECT_TRUE(has(error_of([&] { keys.restore(kb.data(), 1); }), "entry 0 block 0 has scale byte 0xff"));
+}
+
+TEST(SessionStoreRestore, EngramTailRefusesEarlierReads) {
+  EngramHistory h(2);
+  h.restore(10, {5, 6, 7});
+  EXPECT_EQ(h.size(), 13);
+  EXPECT_EQ(h.first_position(), 10);
+  EXPECT_EQ(h.at(12), 7);
+  EXPECT_TRUE(has(error_of([&] { h.at(9); }), "position 9 is not held (the history holds positions 10 .. 12"));
+  EXPECT_TRUE(has(error_of([&] { h.write(14, {1}); }), "would leave a gap"));
+  h.write(13, {8, 9});
+  EXPECT_EQ(h.ids(), (std::vector<int64_t>{5, 6, 7, 8, 9}));
+  h.write(11, {4});  // rewrite inside the tail
+  EXPECT_EQ(h.ids(), (std::vector<int64_t>{5, 4}));
+  EXPECT_EQ(h.size(), 12);
+  EXPECT_TRUE(has(error_of([&] { h.write(9, {1}); }), "write at position 9 before the restored tail"));
+}
+
+// ---- atomic writes ----
+
+TEST_F(SessionStoreFiles, AtomicWriteLeavesOnlyTheFile) {
+  const std::string dir = scratch(), path = dir + "/s.dsv41s";
+  save_session(path, prefilled(12), fixture().config, true);
+  EXPECT_EQ(files_in(dir), std::vector<std::string>{"s.dsv41s"});
+  // Overwriting replaces the file, again without leftovers.
+  save_session(path, prefilled(13), fixture().config, false);
+  EXPECT_EQ(files_in(dir), std::vector<std::string>{"s.dsv41s"});
+  EXPECT_EQ(read_session_header(path, fixture().config).pos, 13);
+}
+
+TEST_F(SessionStoreFiles, FailedWritesKeepTheExistingFile) {
+  const ModelConfig& c = fixture().config;
+  const std::string dir = scratch(), path = dir + "/s.dsv41s";
+  const ModelState s = prefilled(12);
+  save_session(path, s, c, true);
+  const std::vector<uint8_t> good = read_file(path);
+  const ModelState other = prefilled(13);
+
+  // The temp file cannot be created (something is in its place): nothing written, nothing removed.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  fs::create_directories(tmp);
+  std::string e = error_of([&] { save_session(path, other, c, true); });
+  EXPECT_TRUE(has(e, "cannot write session file '" + path + "': cannot create '" + tmp + "'")) << e;
+  EXPECT_EQ(read_file(path), good);
+  EXPECT_EQ(files_in(dir), (std::vector<std::string>{"s.dsv41s", "s.dsv41s.tmp." + std::to_string(::getpid())}));
+  fs::remove(tmp);
+
+  // An inconsistent state fails before any file is touched.
+  ModelState broken = prefilled(13);
+  broken.pos = 14;
+  EXPECT_TRUE(has(error_of([&] { save_session(path, broken, c, true); }), "save_session:"));
+  EXPECT_EQ(read_file(path), good);
+  EXPECT_EQ(files_in(dir), std::vector<std::string>{"s.dsv41s"});
+
+  // The rename fails (the target is a directory): the temp file is removed.
+  const std::string target = dir + "/target";
+  fs::create_directories(target + "/inside");
+  e = error_of([&] { save_session(target, other, c, true); });
+  EXPECT_TRUE(has(e, "cannot write session file '" + target + "': rename")) << e;
+  EXPECT_TRUE(fs::is_directory(target + "/inside"));
+  EXPECT_EQ(files_in(dir), (std::vector<std::string>{"s.dsv41s", "target"}));
+
+  // A directory that does not exist.
+  e = error_of([&] { save_session(dir + "/absent/s.dsv41s", other, c, true); });
+  EXPECT_TRUE(has(e, "cannot create")) << e;
+  EXPECT_FALSE(fs::exists(dir + "/absent"));
+}
+
+}  // namespace
+}  // namespace dsv41::reference
