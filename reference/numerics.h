@@ -5,7 +5,7 @@
 //     threads (parallel_for) only ever split independent outputs, never one sum.
 //   - Dot products of quantized operands (fp8 x fp8, fp4 x fp8 within one 32-wide K block) are
 //     EXACT: every product and every partial sum fits a double, so the block result is the true
-//     value rounded once to fp32 (dot_exact_f32). It is order-free, hence what any correct
+//     value rounded once to fp32 (dot_f64_f32 on such operands). It is order-free, hence what any correct
 //     kernel should approach.
 //   - Other dot products (bf16 and fp32 weights) accumulate in double in index order and round
 //     once to fp32 (dot_f64_f32); the error bound is documented in docs/numerics.md and checked
