@@ -62,6 +62,10 @@ Tensor<T> slice_rows(const Tensor<T>& x, int64_t first, int64_t count) {
 
 }  // namespace
 
+int64_t recent_token_count(const ModelConfig& c) {
+  return c.window_size + (c.engram_layer_ids.empty() ? 0 : c.engram_max_ngram_size - 1);
+}
+
 std::vector<int64_t> default_token_map(const ModelConfig& c) {
   std::vector<int64_t> map(static_cast<size_t>(c.vocab_size));
   for (int64_t id = 0; id < c.vocab_size; ++id) {
@@ -92,6 +96,7 @@ Model::Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> toke
 ModelState Model::new_state() const {
   const ModelConfig& c = config_;
   ModelState s(engram_pad_);
+  s.recent_tokens.assign(static_cast<size_t>(recent_token_count(c)), -1);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerInfo& info = schedule_[static_cast<size_t>(l)];
     LayerState ls;
@@ -155,6 +160,14 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   StepRecord rec;
   rec.start_pos = start;
   rec.tokens = T;
+
+  // The raw tokens of the last positions (encoder replay reads them after a global-only resume).
+  const int64_t kept = static_cast<int64_t>(state.recent_tokens.size());
+  DSV41_CHECK(kept == recent_token_count(c), "the state keeps ", kept, " recent tokens, the config ",
+              recent_token_count(c), " (a state comes from Model::new_state)");
+  for (int64_t t = 0; t < T; ++t) {
+    state.recent_tokens[static_cast<size_t>((start + t) % kept)] = tokens[static_cast<size_t>(t)];
+  }
 
   // Engram history: the compressed ids of the new tokens.
   if (!c.engram_layer_ids.empty()) state.engram.write(start, engram_compress_tokens(token_map_, tokens));

@@ -9,7 +9,8 @@
 //
 // State (ModelState) holds what the official code keeps in module buffers: per layer the SWA ring
 // (packed FP8 entries), per kv source the compressed KV and index-key caches (packed FP4) and the
-// compressor's partial group, and the Engram n-gram history. Shared objects carry their owner
+// compressor's partial group, the Engram n-gram history, and the raw tokens of the last positions
+// (what encoder replay reads after a global-only resume). Shared objects carry their owner
 // layer, ratio and position offset; a consumer that expects another owner gets a dsv41::Error.
 //
 // Beyond the official envelope, forward_chunk runs any number of tokens at any position with the
@@ -67,6 +68,9 @@ struct ModelState {
   int64_t pos = 0;  // tokens consumed so far
   std::vector<LayerState> layers;  // [n_layers]
   EngramHistory engram;
+  // [recent_token_count(config)] the raw token id of position p at slot p % size, for the last
+  // positions (-1: not written yet). What encoder replay reads after a global-only resume.
+  std::vector<int64_t> recent_tokens;
   explicit ModelState(int64_t engram_pad) : engram(engram_pad) {}
 };
 
@@ -104,6 +108,7 @@ class Model {
   Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> token_map);
 
   const ModelConfig& config() const { return config_; }
+  const std::vector<int64_t>& token_map() const { return token_map_; }  // [vocab] Engram compressed ids
   ModelState new_state() const;
 
   StepRecord prefill(ModelState& state, const std::vector<int64_t>& tokens) const;
@@ -137,6 +142,11 @@ class Model {
   ForwardHooks hooks_;
   bool full_logits_ = false;
 };
+
+// The raw tokens an encoder replay at any position needs: window_size (the replayed tail) +
+// engram_max_ngram_size - 1 (the n-grams of its first positions reach back that far; 0 without
+// Engram layers).
+int64_t recent_token_count(const ModelConfig& c);
 
 // floor(id * compressed_vocab / vocab): the map of the oracle's stub tokenizer for the tiny
 // config (token 2k and 2k+1 share id k). The real model needs its tokenizer's map (--token-map).

@@ -30,6 +30,7 @@ const char* name(SessionSection s) {
     case SessionSection::kIndexKeys: return "index keys";
     case SessionSection::kCompressorPending: return "compressor pending group";
     case SessionSection::kEngramTail: return "Engram tail";
+    case SessionSection::kTokenTail: return "token tail";
     case SessionSection::kSwaRing: return "SWA ring";
   }
   return "unknown";
@@ -172,6 +173,18 @@ std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig&
       for (int64_t q = sec.first_position; q < pos; ++q) put_i64(p, state.engram.at(q));
       break;
     }
+    case SessionSection::kTokenTail: {
+      const int64_t kept = static_cast<int64_t>(state.recent_tokens.size());
+      DSV41_CHECK(kept == recent_token_count(c), "save_session: the state keeps ", kept, " recent tokens, the config ",
+                  recent_token_count(c));
+      for (int64_t q = sec.first_position; q < pos; ++q) {
+        const int64_t token = state.recent_tokens[static_cast<size_t>(q % kept)];
+        DSV41_CHECK(token >= 0 && token < c.vocab_size, "save_session: the recent tokens hold ", token,
+                    " for position ", q, ", not a token of the vocab [0, ", c.vocab_size, ")");
+        put_i64(p, token);
+      }
+      break;
+    }
     case SessionSection::kSwaRing: {
       const SwaRing& ring = ls->ring;
       const int64_t eb = sec.entry_bytes - 8;
@@ -309,6 +322,17 @@ void restore_section(ModelState& state, const ModelConfig& c, const SessionSecti
       state.engram.restore(sec.first_position, ids);
       break;
     }
+    case SessionSection::kTokenTail: {
+      const int64_t kept = static_cast<int64_t>(state.recent_tokens.size());
+      for (int64_t i = 0; i < sec.count; ++i) {
+        const int64_t q = sec.first_position + i, token = get_i64(p + 8 * i);
+        if (token < 0 || token >= c.vocab_size) {
+          DSV41_FAIL("position ", q, " holds token id ", token, ", outside the vocab [0, ", c.vocab_size, ")");
+        }
+        state.recent_tokens[static_cast<size_t>(q % kept)] = token;
+      }
+      break;
+    }
     case SessionSection::kSwaRing: {
       SwaRing& ring = ls->ring;
       const int64_t eb = sec.entry_bytes - 8, d = c.head_dim;
@@ -339,6 +363,42 @@ void restore_section(ModelState& state, const ModelConfig& c, const SessionSecti
       break;
     }
   }
+}
+
+// A global-only resume (docs/sessions.md, encoder replay) of a loaded state: the rings (the file's,
+// if it had any) are discarded; the Engram history is rebuilt from the token tail, compressed
+// through the model's token map (it must agree with the stored Engram tail); then the last
+// min(pos, window_size) tokens are replayed with windows truncated at the first of them.
+// Returns the number of tokens replayed.
+int64_t replay_rings(ModelState& state, const ModelConfig& c, const Model& model, const std::string& file) {
+  const int64_t pos = state.pos, kept = static_cast<int64_t>(state.recent_tokens.size());
+  for (LayerState& ls : state.layers) {
+    std::fill(ls.ring.bytes.begin(), ls.ring.bytes.end(), uint8_t{0});
+    std::fill(ls.ring.positions.begin(), ls.ring.positions.end(), int64_t{-1});
+  }
+  if (pos == 0) return 0;
+  const int64_t first = pos - std::min(pos, kept);
+  std::vector<int64_t> tail;  // [pos - first] raw tokens of positions first .. pos - 1
+  for (int64_t q = first; q < pos; ++q) tail.push_back(state.recent_tokens[static_cast<size_t>(q % kept)]);
+  if (!c.engram_layer_ids.empty()) {
+    const std::vector<int64_t> ids = engram_compress_tokens(model.token_map(), tail);
+    for (int64_t q = state.engram.first_position(); q < pos; ++q) {
+      const int64_t stored = state.engram.at(q), want = ids[static_cast<size_t>(q - first)];
+      if (stored != want) {
+        refuse(file, "global-only resume: the Engram tail holds compressed id ", stored, " at position ", q,
+               ", but its token ", tail[static_cast<size_t>(q - first)], " maps to ", want,
+               " (was the session saved with another token map?)");
+      }
+    }
+    state.engram.restore(first, ids);
+  }
+  const int64_t n = std::min<int64_t>(pos, c.window_size);
+  try {
+    model.replay_local_state(state, std::vector<int64_t>(tail.end() - n, tail.end()));
+  } catch (const Error& e) {
+    refuse(file, "global-only resume: encoder replay of the last ", n, " tokens failed: ", e.what());
+  }
+  return n;
 }
 
 }  // namespace
@@ -376,6 +436,8 @@ std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos
   }
   const int64_t tail = c.engram_layer_ids.empty() ? 0 : std::min<int64_t>(pos, c.engram_max_ngram_size - 1);
   add(SessionSection::kEngramTail, -1, 0, int64_t{sizeof(int64_t)}, pos - tail, tail);
+  const int64_t recent = std::min<int64_t>(pos, recent_token_count(c));
+  add(SessionSection::kTokenTail, -1, 0, int64_t{sizeof(int64_t)}, pos - recent, recent);
   if (include_swa) {
     for (int l = 0; l < c.n_layers; ++l) {
       add(SessionSection::kSwaRing, l, 0, 8 + formats::entry_bytes(CacheFormat::kSwaKvFp8, c.head_dim),
@@ -445,6 +507,11 @@ SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std:
   }
   SessionHeader h;
   h.version = get_u32(b + kVersionAt);
+  if (h.version == 1) {
+    refuse(file, "session file format 1 is not read by this build (it reads format ", kSessionFormatVersion,
+           ", which adds the token tail that a global-only resume replays); re-save with this version "
+           "(run the session again and save it)");
+  }
   if (h.version != kSessionFormatVersion) {
     refuse(file, "unsupported format version ", h.version, " (this build reads version ", kSessionFormatVersion, ")");
   }
@@ -513,7 +580,7 @@ SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std:
     if (s.layer != w.layer || s.ratio != w.ratio) {
       refuse(file, "section table inconsistent: ", where, ": the table names layer ", s.layer, " with ratio ",
              s.ratio, ", but the config's schedule has ",
-             w.kind == SessionSection::kSwaRing || w.kind == SessionSection::kEngramTail ? "layer " : "kv source layer ",
+             w.layer < 0 || w.kind == SessionSection::kSwaRing ? "layer " : "kv source layer ",
              w.layer, " with ratio ", w.ratio, " there");
     }
     if (s.entry_bytes != w.entry_bytes) {
@@ -525,7 +592,10 @@ SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std:
                              ? "pos / ratio"
                          : w.kind == SessionSection::kCompressorPending ? "pos % ratio"
                          : w.kind == SessionSection::kEngramTail        ? "min(pos, engram_max_ngram_size - 1)"
-                                                                        : "window_size";
+                         : w.kind == SessionSection::kTokenTail
+                             ? (c.engram_layer_ids.empty() ? "min(pos, window_size)"
+                                                           : "min(pos, window_size + engram_max_ngram_size - 1)")
+                             : "window_size";
       refuse(file, "section table inconsistent: ", where, ": holds ", s.count, " entries, but a state at position ",
              h.pos, " holds exactly ", rule, " = ", w.count);
     }
@@ -561,11 +631,11 @@ SessionHeader read_session_header(const std::string& path, const ModelConfig& c)
 }
 
 LoadedSession load_session_bytes(const std::vector<uint8_t>& bytes, const std::string& file, const ModelConfig& c,
-                                 const Model& model) {
+                                 const Model& model, ResumeMode mode) {
   SessionHeader h = parse_session_header(bytes, file, c);
   DSV41_CHECK(config_hash(model.config()) == h.config_hash, "load_session: the model was built from config ",
               config_hash(model.config()), ", not from the config given (", h.config_hash, ")");
-  LoadedSession out{model.new_state(), h.has_swa, SessionHeader{}};
+  LoadedSession out{model.new_state(), h.has_swa, mode, 0, SessionHeader{}};
   out.state.pos = h.pos;
   for (size_t i = 0; i < h.sections.size(); ++i) {
     const SessionSectionInfo& s = h.sections[i];
@@ -575,12 +645,13 @@ LoadedSession load_session_bytes(const std::vector<uint8_t>& bytes, const std::s
       refuse(file, describe(s, i, h.sections.size()), ": ", e.what());
     }
   }
+  if (mode == ResumeMode::kGlobalOnly) out.replayed_tokens = replay_rings(out.state, c, model, file);
   out.header = std::move(h);
   return out;
 }
 
-LoadedSession load_session(const std::string& path, const ModelConfig& c, const Model& model) {
-  return load_session_bytes(read_all(path), path, c, model);
+LoadedSession load_session(const std::string& path, const ModelConfig& c, const Model& model, ResumeMode mode) {
+  return load_session_bytes(read_all(path), path, c, model, mode);
 }
 
 }  // namespace dsv41::reference

@@ -2,8 +2,9 @@
 //
 // The persistent store of one session's state: save_session writes a ModelState to a file,
 // load_session reads it back into a state that continues exactly where the saved one stopped
-// (forward_chunk on it gives the same bits as a run that never paused). docs/session-store.md
-// documents the file byte for byte.
+// (forward_chunk on it gives the same bits as a run that never paused), or, in global-only mode,
+// into a state whose SWA rings are rebuilt by encoder replay (approximate by design,
+// docs/sessions.md). docs/session-store.md documents the file byte for byte.
 //
 // What a file holds:
 //   global (always)   per kv source, in layer order: its compressed-KV entries and its index-key
@@ -11,12 +12,14 @@
 //                     dims), and for ratio > 1 its compressor's pending partial group (the
 //                     pending slots only, fp32 kv and score rows); the Engram n-gram tail (the
 //                     last engram_max_ngram_size - 1 compressed ids before pos: the hash of a
-//                     later position never reads further back); pos; the config hash.
+//                     later position never reads further back); the token tail (the raw ids of
+//                     the last min(pos, recent_token_count(c)) positions: what encoder replay
+//                     reads); pos; the config hash.
 //   local (optional)  every layer's SWA ring: per slot its position and packed FP8 entry.
-//                     Without it a session cannot resume in full (a global-only resume needs
-//                     SWA bounded replay, not implemented yet).
-// Size: fixed bytes (header, section table, the pending / Engram / SWA sections) plus exactly
-// global_bytes_for_tokens(byte_accounting(c), pos) bytes of cache entries (byte_accounting.h).
+//                     Without it a session resumes only in global-only mode (encoder replay).
+// Size: fixed bytes (header, section table, the pending / Engram / token / SWA sections) plus
+// exactly global_bytes_for_tokens(byte_accounting(c), pos) bytes of cache entries
+// (byte_accounting.h).
 //
 // Integrity: little-endian; a versioned 48-byte header with its own CRC-32C (reference/crc32c.h),
 // a section table with its own CRC-32C, and a CRC-32C per section, so every single-bit error is
@@ -26,7 +29,8 @@
 // match the config and pos (owner layers, ratios, entry sizes, counts: a kv source at position P
 // holds exactly P / ratio entries), and entries the formats cannot have written (a scale byte
 // outside the quantizer's range, an SWA slot holding the wrong position, a non-finite pending
-// value, an Engram id outside the compressed vocab).
+// value, an Engram id outside the compressed vocab, a token id outside the vocab); format 1 files
+// (no token tail) are refused: re-save them with this version.
 //
 // Writes are atomic: the bytes go to "<path>.tmp.<pid>" (created exclusively), which is fsynced
 // and renamed over <path>; on any failure the temp file is removed and an existing file at
@@ -36,6 +40,8 @@
 //   save_session("s.dsv41s", state, config, /*include_swa=*/true);
 //   LoadedSession l = load_session("s.dsv41s", config, model);
 //   StepRecord r = model.forward_chunk(l.state, more_tokens);  // = the uninterrupted run
+//   LoadedSession g = load_session("s.dsv41s", config, model, ResumeMode::kGlobalOnly);
+//   model.forward_chunk(g.state, more_tokens);  // approximate unless pos <= window_size
 #pragma once
 
 #include <cstdint>
@@ -48,7 +54,7 @@
 namespace dsv41::reference {
 
 inline constexpr char kSessionMagic[9] = "DSV41SES";  // the first 8 bytes of every file
-inline constexpr uint32_t kSessionFormatVersion = 1;
+inline constexpr uint32_t kSessionFormatVersion = 2;  // 2: + the token tail
 inline constexpr int64_t kSessionHeaderBytes = 48;      // magic .. header CRC
 inline constexpr int64_t kSessionTableEntryBytes = 44;  // one section table entry
 inline constexpr int64_t kSessionTableCrcBytes = 4;     // the CRC after the table
@@ -60,14 +66,15 @@ enum class SessionSection : uint32_t {
   kCompressorPending = 3,  // a ratio > 1 kv source's pending partial group
   kEngramTail = 4,         // the Engram n-gram tail
   kSwaRing = 5,            // one layer's SWA ring
+  kTokenTail = 6,          // the raw token ids of the last positions (format 2)
 };
 const char* name(SessionSection s);
 
 // One section table entry (docs/session-store.md); a section's payload is count x entry_bytes.
 struct SessionSectionInfo {
   SessionSection kind = SessionSection::kCompressedKv;
-  int layer = -1;              // owner layer (kv sources), ring layer (SWA), -1 (Engram)
-  int ratio = 0;               // the owner's compress ratio (0 for Engram and SWA)
+  int layer = -1;              // owner layer (kv sources), ring layer (SWA), -1 (Engram, tokens)
+  int ratio = 0;               // the owner's compress ratio (0 for Engram, tokens and SWA)
   int64_t entry_bytes = 0;     // bytes per entry
   int64_t first_position = 0;  // see session_layout
   int64_t count = 0;           // entries
@@ -83,6 +90,7 @@ struct SessionSectionInfo {
 //     (first_position = pos - pos % ratio, the token of slot 0; count pos % ratio);
 //   kEngramTail (count min(pos, engram_max_ngram_size - 1), 0 without Engram layers;
 //     first_position pos - count);
+//   kTokenTail (count min(pos, recent_token_count(c)), first_position pos - count);
 //   with include_swa, per layer kSwaRing (first_position max(0, pos - window), count window).
 std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos, bool include_swa);
 
@@ -100,7 +108,8 @@ struct SessionHeader {
 };
 
 // The file's bytes for `state` of config c (the state must be consistent: caches holding
-// pos / ratio entries, the compressor at pos, the Engram history up to pos).
+// pos / ratio entries, the compressor at pos, the Engram history up to pos, the recent tokens
+// of the token tail's positions).
 std::vector<uint8_t> session_bytes(const ModelState& state, const ModelConfig& c, bool include_swa);
 // Writes session_bytes atomically to path.
 void save_session(const std::string& path, const ModelState& state, const ModelConfig& c,
@@ -113,15 +122,27 @@ SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std:
                                    const ModelConfig& c);
 SessionHeader read_session_header(const std::string& path, const ModelConfig& c);
 
+// How a session's local state (the SWA rings) is rebuilt on loading (docs/sessions.md).
+enum class ResumeMode {
+  kFull,        // the file's rings; without them every slot is empty and a step fails
+  kGlobalOnly,  // encoder replay: the file's rings, if any, are ignored; the Engram history is
+                // rebuilt from the token tail and Model::replay_local_state replays its last
+                // min(pos, window_size) tokens. Exact when pos <= window_size.
+};
+
 struct LoadedSession {
-  ModelState state;       // at header.pos; SWA rings empty (every slot -1) unless has_swa
-  bool has_swa = false;
+  ModelState state;       // at header.pos. kFull: SWA rings empty (every slot -1) unless has_swa;
+                          // kGlobalOnly: the replayed rings
+  bool has_swa = false;   // the file holds the rings
+  ResumeMode mode = ResumeMode::kFull;
+  int64_t replayed_tokens = 0;  // kGlobalOnly: the tokens encoder replay ran (min(pos, window_size))
   SessionHeader header;
 };
 
 // model must have been built from c. `name` names the bytes' file in errors.
 LoadedSession load_session_bytes(const std::vector<uint8_t>& bytes, const std::string& name,
-                                  const ModelConfig& c, const Model& model);
-LoadedSession load_session(const std::string& path, const ModelConfig& c, const Model& model);
+                                  const ModelConfig& c, const Model& model, ResumeMode mode = ResumeMode::kFull);
+LoadedSession load_session(const std::string& path, const ModelConfig& c, const Model& model,
+                           ResumeMode mode = ResumeMode::kFull);
 
 }  // namespace dsv41::reference

@@ -78,9 +78,8 @@ class Tensor {
   }
 
  private:
-  size_t offset(std::initializer_list<int64_t> idx) const {
-    DSV41_CHECK(static_cast<int>(idx.size()) == rank(), "tensor '", name_, "': ", idx.size(),
-                " indices for rank ", rank());
+  // Row-major offset of the leading idx.size() indices, each checked against its dimension.
+  int64_t leading_offset(std::initializer_list<int64_t> idx) const {
     int64_t off = 0;
     int d = 0;
     for (int64_t i : idx) {
@@ -89,20 +88,17 @@ class Tensor {
       off = off * shape_[static_cast<size_t>(d)] + i;
       ++d;
     }
-    return static_cast<size_t>(off);
+    return off;
+  }
+  size_t offset(std::initializer_list<int64_t> idx) const {
+    DSV41_CHECK(static_cast<int>(idx.size()) == rank(), "tensor '", name_, "': ", idx.size(),
+                " indices for rank ", rank());
+    return static_cast<size_t>(leading_offset(idx));
   }
   size_t row_offset(std::initializer_list<int64_t> idx) const {
     DSV41_CHECK(static_cast<int>(idx.size()) == rank() - 1, "tensor '", name_, "': row() takes ",
                 rank() - 1, " indices, got ", idx.size());
-    int64_t off = 0;
-    int d = 0;
-    for (int64_t i : idx) {
-      DSV41_CHECK(i >= 0 && i < shape_[static_cast<size_t>(d)], "tensor '", name_, "': index ", i,
-                  " out of range [0, ", shape_[static_cast<size_t>(d)], ") in dimension ", d);
-      off = off * shape_[static_cast<size_t>(d)] + i;
-      ++d;
-    }
-    return static_cast<size_t>(off * (rank() ? shape_.back() : 1));
+    return static_cast<size_t>(leading_offset(idx) * (rank() ? shape_.back() : 1));
   }
 
   std::vector<int64_t> shape_;

@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/error.h"
@@ -136,16 +137,13 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   // Session options: the file's header, table and checksums are checked here, before the weights.
   if (a.drop_swa && a.save_state.empty()) DSV41_FAIL("--drop-swa: only with --save-state");
   if (a.resume_mode_given && a.resume.empty()) DSV41_FAIL("--resume-mode: only with --resume");
-  if (!a.resume.empty() && a.resume_mode == "global-only") {
-    DSV41_FAIL("--resume-mode global-only: global-only resume needs encoder replay, not implemented yet "
-               "(resume a file saved with its SWA rings in --resume-mode full)");
-  }
+  const bool global_only = a.resume_mode == "global-only";
   int64_t start = 0;
   if (!a.resume.empty()) {
     const reference::SessionHeader h = reference::read_session_header(a.resume, c);
-    if (!h.has_swa) {
+    if (!h.has_swa && !global_only) {
       DSV41_FAIL("--resume '", a.resume, "': the file holds no SWA state (it was saved with --drop-swa); "
-                 "--resume-mode full needs the SWA rings of every layer");
+                 "--resume-mode full needs the SWA rings of every layer (--resume-mode global-only rebuilds them)");
     }
     start = h.pos;
   }
@@ -181,17 +179,27 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
 
   // 2. Weights and the forward.
   reference::Model model(c, reference::ModelWeights::load(a.weights, c), std::move(map));
-  reference::ModelState state =
-      a.resume.empty() ? model.new_state() : reference::load_session(a.resume, c, model).state;
+  // A global-only resume rebuilds the SWA rings by encoder replay (docs/sessions.md).
+  const reference::ResumeMode mode = global_only ? reference::ResumeMode::kGlobalOnly : reference::ResumeMode::kFull;
+  reference::ModelState state = model.new_state();
+  int64_t replayed = 0;
+  if (!a.resume.empty()) {
+    reference::LoadedSession loaded = reference::load_session(a.resume, c, model, mode);
+    state = std::move(loaded.state);
+    replayed = loaded.replayed_tokens;
+  }
   std::vector<StepRecord> steps;
   const std::string how = a.chunk > 0 ? " in chunks of " + std::to_string(a.chunk) : std::string();
   if (a.resume.empty()) {
     std::fprintf(stderr, "dsv41 forward: prefill of %zu tokens%s, then %zu decode steps (%d threads)\n",
                  prompt.size(), how.c_str(), decode.size(), reference::reference_threads());
   } else {
-    std::fprintf(stderr, "dsv41 forward: resumed at position %lld from %s: %zu more tokens%s, then %zu decode steps "
-                 "(%d threads)\n", static_cast<long long>(start), a.resume.c_str(), prompt.size(), how.c_str(),
-                 decode.size(), reference::reference_threads());
+    const std::string replay = global_only ? " (global-only: SWA rings rebuilt by encoder replay of the last " +
+                                                 std::to_string(replayed) + " tokens)"
+                                           : std::string();
+    std::fprintf(stderr, "dsv41 forward: resumed at position %lld from %s%s: %zu more tokens%s, then %zu decode "
+                 "steps (%d threads)\n", static_cast<long long>(start), a.resume.c_str(), replay.c_str(),
+                 prompt.size(), how.c_str(), decode.size(), reference::reference_threads());
   }
   // The prompt: one step, or chunks of --chunk tokens (the same bits, docs/sessions.md).
   const size_t chunk = a.chunk > 0 ? static_cast<size_t>(a.chunk) : prompt.size();
@@ -270,7 +278,8 @@ Verb add_forward_verb(CLI::App& parent) {
   app->add_option("--resume", args->resume,
                   "continue the session saved in FILE: --prompt holds the next tokens, run at the saved position");
   app->add_option("--resume-mode", args->resume_mode,
-                  "full (the file's SWA rings; default) or global-only (needs SWA replay: not implemented yet)")
+                  "full (the file's SWA rings; default) or global-only (rebuild them by encoder replay of the "
+                  "last window_size tokens: approximate by design)")
       ->check(CLI::IsMember({"full", "global-only"}))
       ->each([args](const std::string&) { args->resume_mode_given = true; });
   app->add_option("--start-pos", args->start_pos,

@@ -1,19 +1,24 @@
 // reference/session_store: a saved and loaded session is the same state byte for byte, and a
 // full resume continues with the same bits as a run that never paused (docs/session-store.md,
-// docs/sessions.md). Every single-bit flip and every truncation of a saved file is refused with a
-// dsv41::Error, as are wrong configs, versions and magics, inconsistent section tables and
-// entries the formats cannot have written. The file size equals the byte accounting.
+// docs/sessions.md). A global-only resume is encoder replay from the file: exact for a session no
+// longer than the window, else the same rings and continuation as Model::replay_local_state on
+// the in-memory state. Every single-bit flip and every truncation of a saved file is refused with
+// a dsv41::Error, as are wrong configs, versions (format 1 included) and magics, inconsistent
+// section tables and entries the formats cannot have written. The file size equals the byte
+// accounting.
 //
 // Model: the tiny config with the official oracle weights and the oracle prompt tokens (window
 // 64, kv sources 2 and 4 with ratio 2, 6 with ratio 1). Sizes are chosen per code path: odd
 // saved positions leave a ratio-2 group pending; 37 < 64 leaves ring slots empty, 77 > 64 wraps
-// the ring; the continuation reaches more than index_topk = 32 ratio-2 positions, so the top-k
-// selects for real. Sampled bit flips come from the printed data seed (DSV41_SEED overrides).
+// the ring (and 77, 100 > 64 + 3 wrap the token tail of 67 ids); the continuation reaches more
+// than index_topk = 32 ratio-2 positions, so the top-k selects for real. Sampled bit flips come
+// from the printed data seed (DSV41_SEED overrides).
 #include "reference/session_store.h"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -96,7 +101,8 @@ std::vector<ModelState> states_at(const std::vector<int64_t>& positions) {
 // The bytes of everything a session carries forward: pos; per layer the SWA ring (bytes and
 // positions, with_swa only), the packed compressed-KV and index-key entries, the compressor's
 // pending slots (the others are stale and carry no meaning); the Engram tail (the last
-// max_ngram - 1 ids: the hash of a later position reads no further back).
+// max_ngram - 1 ids: the hash of a later position reads no further back); the raw tokens of the
+// token tail's positions (the ring's other slots are never read).
 std::vector<uint8_t> carried_state(const ModelState& s, const ModelConfig& c, bool with_swa) {
   std::vector<uint8_t> out;
   auto put = [&out](const void* p, size_t n) {
@@ -128,6 +134,21 @@ std::vector<uint8_t> carried_state(const ModelState& s, const ModelConfig& c, bo
   for (int64_t p = s.pos - tail; p < s.pos; ++p) {
     const int64_t id = s.engram.at(p);
     put(&id, sizeof id);
+  }
+  const int64_t kept = static_cast<int64_t>(s.recent_tokens.size());
+  for (int64_t p = s.pos - std::min(s.pos, kept); p < s.pos; ++p) {
+    put(&s.recent_tokens[static_cast<size_t>(p % kept)], sizeof(int64_t));
+  }
+  return out;
+}
+
+// Every layer's SWA ring: bytes and positions.
+std::vector<uint8_t> ring_bytes(const ModelState& s) {
+  std::vector<uint8_t> out;
+  for (const LayerState& ls : s.layers) {
+    out.insert(out.end(), ls.ring.bytes.begin(), ls.ring.bytes.end());
+    const auto* b = reinterpret_cast<const uint8_t*>(ls.ring.positions.data());
+    out.insert(out.end(), b, b + ls.ring.positions.size() * sizeof(int64_t));
   }
   return out;
 }
@@ -281,7 +302,8 @@ std::string load_error(const std::vector<uint8_t>& bytes, const ModelConfig& c) 
 
 TEST_F(SessionStore, SaveLoadGivesTheSameStateByteForByte) {
   const Fixture& f = fixture();
-  // 1: empty ratio-2 caches; 37: a pending group, empty ring slots; 77: a wrapped ring.
+  // 1: empty ratio-2 caches; 37: a pending group, empty ring slots; 77: a wrapped ring and token
+  // tail.
   const std::vector<int64_t> positions = {1, 12, 37, 77};
   const std::vector<ModelState> states = states_at(positions);
   for (size_t k = 0; k < positions.size(); ++k) {
@@ -292,7 +314,20 @@ TEST_F(SessionStore, SaveLoadGivesTheSameStateByteForByte) {
     save_session(path, s, f.config, true);
     const LoadedSession l = load_session(path, f.config, *f.model);
     EXPECT_TRUE(l.has_swa);
+    EXPECT_EQ(l.header.version, 2u);
     EXPECT_EQ(l.header.pos, n);
+    {  // the token tail: the raw ids of the last min(n, 64 + 3) positions
+      const std::vector<uint8_t> file = read_file(path);
+      const size_t i = find_section(file, SessionSection::kTokenTail);
+      const int64_t kept = std::min<int64_t>(n, f.config.window_size + f.config.engram_max_ngram_size - 1);
+      ASSERT_EQ(static_cast<int64_t>(get_u64(file, table_entry(i) + 24)), kept);
+      EXPECT_EQ(static_cast<int64_t>(get_u64(file, table_entry(i) + 16)), n - kept);
+      std::vector<int64_t> ids;
+      for (int64_t k = 0; k < kept; ++k) {
+        ids.push_back(static_cast<int64_t>(get_u64(file, section_offset(file, i) + 8 * static_cast<size_t>(k))));
+      }
+      EXPECT_EQ(ids, tokens(n - kept, kept));
+    }
     EXPECT_EQ(l.header.config_hash, config_hash(f.config));
     EXPECT_EQ(carried_state(l.state, f.config, true), carried_state(s, f.config, true));
     // Saving the loaded state again writes the same file.
@@ -320,53 +355,171 @@ TEST_F(SessionStore, SavedStateIsNotTrivial) {
   EXPECT_EQ(get_u64(bytes, table_entry(pending) + 16), 36u);  // the token of slot 0
 }
 
-// Full resume == never pausing: prefill n1 tokens, save, load into a fresh state, continue with
-// the next tokens up to kPrompt in one step, then kSteps decode steps; the uninterrupted run
-// prefills kPrompt tokens at once and takes the same decode steps.
+// The continuation every resume test runs: from the state's position up to kPrompt in one step,
+// then kSteps decode steps (kEnd positions in all).
+constexpr int64_t kPrompt = 117, kSteps = 3, kEnd = kPrompt + kSteps;
+
+Trace continue_session(ModelState& s) {
+  const Fixture& f = fixture();
+  Trace tr;
+  record(tr, f.model->forward_chunk(s, tokens(s.pos, kPrompt - s.pos)), f.config, kEnd);
+  for (int64_t tok : tokens(kPrompt, kSteps)) record(tr, f.model->decode(s, tok), f.config, kEnd);
+  return tr;
+}
+
+// The run that never pauses: kPrompt tokens in one step, then the decode steps.
+struct Run {
+  Trace trace;
+  ModelState state;  // at kEnd
+};
+const Run& uninterrupted() {
+  static const Run r = [] {
+    ModelState s = fixture().model->new_state();
+    Trace tr = continue_session(s);
+    return Run{std::move(tr), std::move(s)};
+  }();
+  return r;
+}
+
+// `resumed` (a continuation from position n1) has the uninterrupted run's rows from n1 on, bit
+// for bit; its logits are finite and not all zero, and the top-k selected for real.
+void expect_rows_of_uninterrupted(const Trace& resumed, int64_t n1) {
+  const Trace& whole = uninterrupted().trace;
+  ASSERT_EQ(resumed.first, n1);
+  ASSERT_EQ(resumed.logits.size(), static_cast<size_t>(kEnd - n1));
+  const std::vector<std::vector<uint32_t>> whole_logits(whole.logits.begin() + n1, whole.logits.end());
+  bool nonzero = false;
+  for (const auto& row : resumed.logits) {
+    for (uint32_t u : row) {
+      ASSERT_LT(u & 0x7FFFFFFFu, 0x7F800000u) << "non-finite logit";
+      nonzero |= (u & 0x7FFFFFFFu) != 0;
+    }
+  }
+  ASSERT_TRUE(nonzero);
+  EXPECT_EQ(resumed.logits, whole_logits) << "logits";
+  EXPECT_EQ(resumed.topk, from_position(whole.topk, 0, n1)) << "top-k";
+  EXPECT_EQ(resumed.candidates, from_position(whole.candidates, 0, n1)) << "candidates";
+  EXPECT_EQ(resumed.engram, from_position(whole.engram, 0, n1)) << "Engram ids";
+  EXPECT_EQ(resumed.experts, from_position(whole.experts, 0, n1)) << "experts";
+  // The top-k selected for real: some row has index_topk valid ratio-2 positions.
+  int64_t full_rows = 0;
+  for (const auto& row : resumed.topk.at(2)) full_rows += row.back() >= 0 ? 1 : 0;
+  EXPECT_GT(full_rows, 0);
+}
+
+// Full resume == never pausing: prefill n1 tokens, save, load into a fresh state, continue; the
+// uninterrupted run prefills kPrompt tokens at once and takes the same decode steps.
 TEST_F(SessionStore, FullResumeIsBitIdenticalToNeverPausing) {
   const Fixture& f = fixture();
   const ModelConfig& c = f.config;
-  constexpr int64_t kPrompt = 117, kSteps = 3, kEnd = kPrompt + kSteps;
-  const std::vector<int64_t> decode = tokens(kPrompt, kSteps);
-  Trace whole;
-  ModelState a = f.model->new_state();
-  record(whole, f.model->forward_chunk(a, tokens(0, kPrompt)), c, kEnd);
-  for (int64_t tok : decode) record(whole, f.model->decode(a, tok), c, kEnd);
-
   for (int64_t n1 : {37, 77}) {
     SCOPED_TRACE("paused at position " + std::to_string(n1));
     const std::string path = scratch() + "/paused.dsv41s";
-    {
-      ModelState first = prefilled(n1);
-      save_session(path, first, c, true);
-    }
+    save_session(path, prefilled(n1), c, true);
     LoadedSession l = load_session(path, c, *f.model);
-    Trace resumed;
-    record(resumed, f.model->forward_chunk(l.state, tokens(n1, kPrompt - n1)), c, kEnd);
-    for (int64_t tok : decode) record(resumed, f.model->decode(l.state, tok), c, kEnd);
-
-    ASSERT_EQ(resumed.first, n1);
-    ASSERT_EQ(resumed.logits.size(), static_cast<size_t>(kEnd - n1));
-    const std::vector<std::vector<uint32_t>> whole_logits(whole.logits.begin() + n1, whole.logits.end());
-    bool nonzero = false;
-    for (const auto& row : resumed.logits) {
-      for (uint32_t u : row) {
-        ASSERT_LT(u & 0x7FFFFFFFu, 0x7F800000u) << "non-finite logit";
-        nonzero |= (u & 0x7FFFFFFFu) != 0;
-      }
-    }
-    ASSERT_TRUE(nonzero);
-    EXPECT_EQ(resumed.logits, whole_logits) << "logits";
-    EXPECT_EQ(resumed.topk, from_position(whole.topk, 0, n1)) << "top-k";
-    EXPECT_EQ(resumed.candidates, from_position(whole.candidates, 0, n1)) << "candidates";
-    EXPECT_EQ(resumed.engram, from_position(whole.engram, 0, n1)) << "Engram ids";
-    EXPECT_EQ(resumed.experts, from_position(whole.experts, 0, n1)) << "experts";
-    EXPECT_EQ(carried_state(l.state, c, true), carried_state(a, c, true)) << "final state";
-    // The top-k selected for real: some row has index_topk valid ratio-2 positions.
-    int64_t full_rows = 0;
-    for (const auto& row : resumed.topk.at(2)) full_rows += row.back() >= 0 ? 1 : 0;
-    EXPECT_GT(full_rows, 0);
+    expect_rows_of_uninterrupted(continue_session(l.state), n1);
+    EXPECT_EQ(carried_state(l.state, c, true), carried_state(uninterrupted().state, c, true)) << "final state";
   }
+}
+
+// A global-only resume of a session no longer than the window replays all of it: nothing is
+// truncated, so the rings, the continuation and the final state are those of a full resume and
+// of never pausing, bit for bit; from a file with or without its rings (global-only ignores them).
+TEST_F(SessionStore, GlobalOnlyResumeOfAShortSessionIsExact) {
+  const Fixture& f = fixture();
+  const ModelConfig& c = f.config;
+  for (int64_t n1 : {37, 64}) {  // 64 = window_size: the longest session replayed whole
+    SCOPED_TRACE("paused at position " + std::to_string(n1));
+    const ModelState first = prefilled(n1);
+    const std::string global = scratch() + "/global.dsv41s", full = scratch() + "/full.dsv41s";
+    save_session(global, first, c, false);
+    save_session(full, first, c, true);
+    LoadedSession g = load_session(global, c, *f.model, ResumeMode::kGlobalOnly);
+    EXPECT_EQ(g.mode, ResumeMode::kGlobalOnly);
+    EXPECT_EQ(g.replayed_tokens, n1);
+    EXPECT_EQ(carried_state(g.state, c, true), carried_state(first, c, true)) << "the replayed rings";
+    // The same state from the file with rings (ignored) and from a full resume of it.
+    EXPECT_EQ(carried_state(load_session(full, c, *f.model, ResumeMode::kGlobalOnly).state, c, true),
+              carried_state(g.state, c, true));
+    EXPECT_EQ(carried_state(load_session(full, c, *f.model).state, c, true), carried_state(g.state, c, true));
+    expect_rows_of_uninterrupted(continue_session(g.state), n1);
+    EXPECT_EQ(carried_state(g.state, c, true), carried_state(uninterrupted().state, c, true)) << "final state";
+  }
+}
+
+// A longer session: the file path adds nothing to encoder replay. The loaded state has exactly
+// the rings of Model::replay_local_state on an in-memory copy (whether the file had rings or
+// not), the same continuation bit for bit, the global caches as saved, and layer 0's ring equal
+// to the uninterrupted one (its KV depends on the token alone). The continuation differs from the
+// uninterrupted run (approximate by design): measured and printed.
+TEST_F(SessionStore, GlobalOnlyResumeOfALongSessionIsEncoderReplay) {
+  const Fixture& f = fixture();
+  const ModelConfig& c = f.config;
+  const int64_t P = 100, W = c.window_size;  // 100 > W + 3: the token tail wraps its 67 slots
+  const ModelState first = prefilled(P);
+  ModelState replayed = first;
+  f.model->replay_local_state(replayed, tokens(P - W, W));
+  EXPECT_NE(ring_bytes(replayed), ring_bytes(first)) << "truncated windows must show";
+
+  std::vector<ModelState> loaded;
+  for (bool with_swa : {false, true}) {
+    SCOPED_TRACE(with_swa ? "file with SWA rings" : "file without SWA rings");
+    const std::string path = scratch() + (with_swa ? "/full.dsv41s" : "/global.dsv41s");
+    save_session(path, first, c, with_swa);
+    LoadedSession g = load_session(path, c, *f.model, ResumeMode::kGlobalOnly);
+    EXPECT_EQ(g.replayed_tokens, W);
+    EXPECT_EQ(ring_bytes(g.state), ring_bytes(replayed)) << "rings = in-memory encoder replay";
+    EXPECT_EQ(carried_state(g.state, c, false), carried_state(first, c, false)) << "global state as saved";
+    EXPECT_EQ(g.state.layers[0].ring.bytes, first.layers[0].ring.bytes) << "layer 0's ring";
+    EXPECT_EQ(g.state.layers[0].ring.positions, first.layers[0].ring.positions);
+    loaded.push_back(std::move(g.state));
+  }
+  const Trace want = continue_session(replayed);
+  for (ModelState& s : loaded) {
+    const Trace got = continue_session(s);
+    EXPECT_EQ(got.logits, want.logits) << "logits";
+    EXPECT_EQ(got.topk, want.topk) << "top-k";
+    EXPECT_EQ(got.candidates, want.candidates) << "candidates";
+    EXPECT_EQ(got.engram, want.engram) << "Engram ids";
+    EXPECT_EQ(got.experts, want.experts) << "experts";
+    EXPECT_EQ(carried_state(s, c, true), carried_state(replayed, c, true)) << "final state";
+  }
+  // Against never pausing: the Engram ids are exact (they depend on the tokens alone), the
+  // logits are not.
+  const Trace& whole = uninterrupted().trace;
+  EXPECT_EQ(want.engram, from_position(whole.engram, 0, P));
+  double worst = 0;
+  for (size_t t = 0; t < want.logits.size(); ++t) {
+    for (size_t v = 0; v < want.logits[t].size(); ++v) {
+      const double d = std::fabs(double{f32_from_bits(want.logits[t][v])} -
+                                 double{f32_from_bits(whole.logits[static_cast<size_t>(P) + t][v])});
+      worst = std::max(worst, d);
+    }
+  }
+  std::printf("[global-only resume] P=%lld, W=%lld: max |logit diff| vs never pausing over %zu positions %.4g\n",
+              static_cast<long long>(P), static_cast<long long>(W), want.logits.size(), worst);
+  EXPECT_GT(worst, 0.0);
+}
+
+// The token tail must compress to the stored Engram tail (a file saved with another token map
+// cannot be replayed); a full resume does not read the token tail's ids into the Engram history.
+TEST_F(SessionStore, GlobalOnlyResumeChecksTheTokenTailAgainstTheEngramTail) {
+  const Fixture& f = fixture();
+  std::vector<uint8_t> b = session_bytes(prefilled(12), f.config, false);
+  const size_t i = find_section(b, SessionSection::kTokenTail);
+  ASSERT_EQ(get_u64(b, table_entry(i) + 24), 12u);
+  const size_t last = section_offset(b, i) + 8 * 11;  // position 11
+  const uint64_t token = get_u64(b, last), other = (token + 2) % static_cast<uint64_t>(f.config.vocab_size);
+  ASSERT_NE(f.model->token_map()[other], f.model->token_map()[token]);
+  set_u64(b, last, other);
+  fix_section_crc(b, i);
+  const std::string e = error_of([&] {
+    load_session_bytes(b, "patched.dsv41s", f.config, *f.model, ResumeMode::kGlobalOnly);
+  });
+  EXPECT_TRUE(has(e, "session file 'patched.dsv41s': global-only resume: the Engram tail holds compressed id ")) << e;
+  EXPECT_TRUE(has(e, " at position 11, but its token " + std::to_string(other) + " maps to ")) << e;
+  EXPECT_TRUE(has(e, "(was the session saved with another token map?)")) << e;
+  EXPECT_EQ(load_error(b, f.config), "(no error)");
 }
 
 TEST_F(SessionStore, StateWithoutSwaCannotContinue) {
@@ -381,7 +534,8 @@ TEST_F(SessionStore, StateWithoutSwaCannotContinue) {
 
 // ---- size == byte accounting ----
 
-// file size - fixed bytes (header, table, the constant sections: pending, Engram tail, SWA) ==
+// file size - fixed bytes (header, table, the constant sections: pending, Engram tail, token
+// tail, SWA) ==
 // global_bytes_for_tokens(P) (byte_accounting.h), == global_bytes_per_token x P when P is a
 // multiple of every ratio. The constant sections are computed here from the config.
 TEST_F(SessionStore, FileSizeMatchesTheByteAccounting) {
@@ -400,16 +554,18 @@ TEST_F(SessionStore, FileSizeMatchesTheByteAccounting) {
       const std::string path = scratch() + "/s.dsv41s";
       save_session(path, s, c, swa);
       const int64_t size = static_cast<int64_t>(fs::file_size(path));
-      int64_t sections = 1, pending = 0;  // + the Engram tail
+      int64_t sections = 2, pending = 0;  // + the Engram tail and the token tail
       for (const OwnerBytes& o : acc.owners) {
         sections += o.ratio > 1 ? 3 : 2;
         pending += (p % o.ratio) * c.head_dim * 2 * int64_t{sizeof(float)};
       }
       const int64_t engram = std::min<int64_t>(p, c.engram_max_ngram_size - 1) * int64_t{sizeof(int64_t)};
+      const int64_t token_tail =
+          std::min<int64_t>(p, c.window_size + c.engram_max_ngram_size - 1) * int64_t{sizeof(int64_t)};
       const int64_t swa_bytes =
           swa ? c.n_layers * c.window_size * (8 + formats::entry_bytes(formats::CacheFormat::kSwaKvFp8, c.head_dim)) : 0;
       if (swa) sections += c.n_layers;
-      const int64_t fixed = session_fixed_bytes(sections) + pending + engram + swa_bytes;
+      const int64_t fixed = session_fixed_bytes(sections) + pending + engram + token_tail + swa_bytes;
       EXPECT_EQ(size - fixed, global_bytes_for_tokens(acc, p));
       if (p % lcm_ratio == 0) {
         EXPECT_EQ((size - fixed) * acc.global_bytes_per_token.den, acc.global_bytes_per_token.num * p);
@@ -442,8 +598,13 @@ TEST_F(SessionStore, ReleasedLayoutMatchesTheByteAccounting) {
     ++owners;
     pooled += o.ratio > 1 ? 1 : 0;
   }
-  EXPECT_EQ(static_cast<int64_t>(session_layout(c, 10, false).size()), 2 * owners + pooled + 1);
-  EXPECT_EQ(static_cast<int64_t>(session_layout(c, 10, true).size()), 2 * owners + pooled + 1 + c.n_layers);
+  EXPECT_EQ(static_cast<int64_t>(session_layout(c, 10, false).size()), 2 * owners + pooled + 2);
+  EXPECT_EQ(static_cast<int64_t>(session_layout(c, 10, true).size()), 2 * owners + pooled + 2 + c.n_layers);
+  for (int64_t p : {10, 4096}) {  // the token tail: window_size + engram_max_ngram_size - 1 = 131 ids at most
+    const SessionSectionInfo& t = session_layout(c, p, false).back();
+    EXPECT_EQ(t.kind, SessionSection::kTokenTail);
+    EXPECT_EQ(t.count, std::min<int64_t>(p, c.window_size + c.engram_max_ngram_size - 1));
+  }
   for (const SessionSectionInfo& s : session_layout(c, 10, false)) {
     if (s.kind == SessionSection::kCompressedKv) {
       EXPECT_EQ(s.entry_bytes, formats::entry_bytes(formats::CacheFormat::kMainKvFp4, c.head_dim));
@@ -490,17 +651,18 @@ std::vector<size_t> all_bits(size_t from_byte, size_t to_byte) {
 
 class SessionStoreCorruption : public ScratchTest {};
 
-// The global-only file of a 12-token session (a few KB): every bit.
+// The global-only file of a 12-token session (a few KB): every bit, the token tail's included.
 TEST_F(SessionStoreCorruption, EveryBitFlipOfAGlobalFileIsRefused) {
   const std::vector<uint8_t> file = session_bytes(prefilled(12), fixture().config, false);
+  ASSERT_EQ(section_bytes(file, find_section(file, SessionSection::kTokenTail)), 12u * 8);
   const std::vector<size_t> bits = all_bits(0, file.size());
   std::printf("[bit flips] global-only file of %zu bytes: all %zu bits flipped\n", file.size(), bits.size());
   expect_every_flip_refused(file, bits);
 }
 
 // The full file of a 13-token session (~95 KB, most of it SWA rings): every bit of the header,
-// the section table and the global sections (a pending group included), and a sample of the
-// SWA sections' bits (every ring, from the data seed).
+// the section table and the global sections (a pending group and the token tail included), and a
+// sample of the SWA sections' bits (every ring, from the data seed).
 TEST_F(SessionStoreCorruption, BitFlipsOfAFullFileAreRefused) {
   const std::vector<uint8_t> file = session_bytes(prefilled(13), fixture().config, true);
   const size_t first_swa = section_offset(file, find_section(file, SessionSection::kSwaRing));
@@ -578,13 +740,57 @@ TEST_F(SessionStoreErrors, AnotherConfigIsRefused) {
   EXPECT_TRUE(has(error_of([&] { read_session_header(path, full); }), "config hash mismatch"));
 }
 
+// A format 1 file as the previous version wrote it: no token tail section, version 1.
+std::vector<uint8_t> as_format_1(const std::vector<uint8_t>& v2) {
+  const size_t n = n_sections(v2), drop = find_section(v2, SessionSection::kTokenTail);
+  const size_t dropped = section_bytes(v2, drop), payloads = 48 + 44 * n + 4;
+  std::vector<uint8_t> out(v2.begin(), v2.begin() + 48);
+  for (size_t i = 0; i < n; ++i) {
+    if (i == drop) continue;
+    std::vector<uint8_t> e(v2.begin() + static_cast<std::ptrdiff_t>(table_entry(i)),
+                           v2.begin() + static_cast<std::ptrdiff_t>(table_entry(i) + 44));
+    set_u64(e, 32, section_offset(v2, i) - 44 - (i > drop ? dropped : 0));
+    out.insert(out.end(), e.begin(), e.end());
+  }
+  out.resize(out.size() + 4);
+  out.insert(out.end(), v2.begin() + static_cast<std::ptrdiff_t>(payloads),
+             v2.begin() + static_cast<std::ptrdiff_t>(section_offset(v2, drop)));
+  out.insert(out.end(), v2.begin() + static_cast<std::ptrdiff_t>(section_offset(v2, drop) + dropped), v2.end());
+  set_u32(out, 8, 1);
+  set_u64(out, 32, out.size());
+  set_u32(out, 40, static_cast<uint32_t>(n - 1));
+  fix_header_crc(out);
+  fix_table_crc(out);
+  return out;
+}
+
 TEST_F(SessionStoreErrors, WrongVersionIsRefused) {
-  std::vector<uint8_t> b = session_bytes(prefilled(12), fixture().config, true);
-  set_u32(b, 8, 2);
-  EXPECT_TRUE(has(load_error(b, fixture().config), "unsupported format version 2 (this build reads version 1)"))
-      << load_error(b, fixture().config);
+  const ModelConfig& c = fixture().config;
+  std::vector<uint8_t> b = session_bytes(prefilled(12), c, true);
+  EXPECT_EQ(get_u32(b, 8), 2u);
+  set_u32(b, 8, 3);
+  EXPECT_TRUE(has(load_error(b, c), "unsupported format version 3 (this build reads version 2)")) << load_error(b, c);
   fix_header_crc(b);  // a well-formed header of another version
-  EXPECT_TRUE(has(load_error(b, fixture().config), "unsupported format version 2"));
+  EXPECT_TRUE(has(load_error(b, c), "unsupported format version 3"));
+
+  // Format 1 (no token tail): refused with what to do, in both modes and by the header check.
+  for (bool swa : {false, true}) {
+    const std::vector<uint8_t> v1 = as_format_1(session_bytes(prefilled(12), c, swa));
+    const std::string path = scratch() + "/v1.dsv41s";
+    write_file(path, v1);
+    const std::string want = "session file '" + path + "': session file format 1 is not read by this build (it reads "
+                             "format 2, which adds the token tail that a global-only resume replays); re-save with "
+                             "this version";
+    EXPECT_TRUE(has(error_of([&] { load_session(path, c, *fixture().model); }), want))
+        << error_of([&] { load_session(path, c, *fixture().model); });
+    EXPECT_TRUE(has(error_of([&] { load_session(path, c, *fixture().model, ResumeMode::kGlobalOnly); }), want));
+    EXPECT_TRUE(has(error_of([&] { read_session_header(path, c); }), want));
+    // The same bytes as format 2 would be a valid file but for the missing section.
+    std::vector<uint8_t> relabelled = v1;
+    set_u32(relabelled, 8, 2);
+    fix_header_crc(relabelled);
+    EXPECT_TRUE(has(load_error(relabelled, c), "section table inconsistent")) << load_error(relabelled, c);
+  }
 }
 
 TEST_F(SessionStoreErrors, WrongMagicIsRefused) {
@@ -620,7 +826,7 @@ TEST_F(SessionStoreErrors, InconsistentSectionTableIsRefused) {
     std::vector<uint8_t> b = good;
     set_u64(b, 24, 14);
     fix_header_crc(b);
-    EXPECT_TRUE(has(load_error(b, c), "section table inconsistent: section 1 of 19 (compressed KV of layer 2): holds 6 "
+    EXPECT_TRUE(has(load_error(b, c), "section table inconsistent: section 1 of 20 (compressed KV of layer 2): holds 6 "
                                       "entries, but a state at position 14 holds exactly pos / ratio = 7"))
         << load_error(b, c);
   }
@@ -660,7 +866,32 @@ TEST_F(SessionStoreErrors, InconsistentSectionTableIsRefused) {
     std::vector<uint8_t> b = good;
     set_u32(b, 12, 0);
     fix_header_crc(b);
-    EXPECT_TRUE(has(load_error(b, c), "19 sections, but a state of this config without SWA rings has 9")) << load_error(b, c);
+    EXPECT_TRUE(has(load_error(b, c), "20 sections, but a state of this config without SWA rings has 10")) << load_error(b, c);
+  }
+  {  // the token tail: 12 ids at position 12, first position 0
+    std::vector<uint8_t> b = good;
+    const size_t i = find_section(b, SessionSection::kTokenTail);
+    EXPECT_EQ(i, 9u);
+    set_u64(b, table_entry(i) + 24, 11);
+    fix_table_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "section 10 of 20 (token tail): holds 11 entries, but a state at position 12 "
+                                      "holds exactly min(pos, window_size + engram_max_ngram_size - 1) = 12"))
+        << load_error(b, c);
+    b = good;
+    set_u64(b, table_entry(i) + 16, 1);
+    fix_table_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "(token tail): first position 1, expected 0 at position 12")) << load_error(b, c);
+    b = good;
+    set_u32(b, table_entry(i) + 4, 0);
+    fix_table_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "(token tail): the table names layer 0 with ratio 0, but the config's schedule "
+                                      "has layer -1 with ratio 0 there"))
+        << load_error(b, c);
+    b = good;
+    set_u32(b, table_entry(i), 4);
+    fix_table_crc(b);
+    EXPECT_TRUE(has(load_error(b, c), "(token tail): the table has kind 4, the config's layout has kind 6 there"))
+        << load_error(b, c);
   }
   {  // unknown flags
     std::vector<uint8_t> b = good;
@@ -702,6 +933,10 @@ TEST_F(SessionStoreErrors, CorruptEntriesAreRefused) {
   e = patched(SessionSection::kEngramTail, -1, 8, {0x00, 0x10, 0, 0, 0, 0, 0, 0});
   EXPECT_TRUE(has(e, "(Engram tail): position 11 holds compressed id 4096, outside [0, engram_compressed_vocab_size 512)"))
       << e;
+  e = patched(SessionSection::kTokenTail, -1, 8 * 12, {0x00, 0x04, 0, 0, 0, 0, 0, 0});
+  EXPECT_TRUE(has(e, "section 10 of 20 (token tail): position 12 holds token id 1024, outside the vocab [0, 1024)")) << e;
+  e = patched(SessionSection::kTokenTail, -1, 0, {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF});
+  EXPECT_TRUE(has(e, "(token tail): position 0 holds token id -1, outside the vocab [0, 1024)")) << e;
   e = patched(SessionSection::kCompressorPending, 4, 4 * 7, {0x00, 0x00, 0xC0, 0x7F});
   EXPECT_TRUE(has(e, "(compressor pending group of layer 4): slot 0: kv channel 7 is not finite (bits 0x7fc00000)")) << e;
 }
