@@ -42,6 +42,7 @@ struct ForwardArgs {
   bool drop_swa = false;
   int64_t chunk = 0;       // 0: the prompt in one step
   int64_t start_pos = -1;  // -1: not given
+  int64_t decoder_replay = 0;  // > 0: decoder replay rows for each prompt step (docs/sessions.md)
 };
 
 std::string layer_name(int l) {
@@ -205,8 +206,11 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   const size_t chunk = a.chunk > 0 ? static_cast<size_t>(a.chunk) : prompt.size();
   for (size_t at = 0; at < prompt.size(); at += chunk) {
     const size_t end = std::min(prompt.size(), at + chunk);
+    reference::StepOptions options;
+    options.decoder_replay_rows = a.decoder_replay;
     steps.push_back(model.forward_chunk(state, std::vector<int64_t>(prompt.begin() + static_cast<std::ptrdiff_t>(at),
-                                                                    prompt.begin() + static_cast<std::ptrdiff_t>(end))));
+                                                                    prompt.begin() + static_cast<std::ptrdiff_t>(end)),
+                                        options));
   }
   const size_t prompt_steps = steps.size();
   for (size_t k = 0; k < decode.size(); ++k) steps.push_back(model.decode(state, decode[k]));
@@ -270,6 +274,10 @@ Verb add_forward_verb(CLI::App& parent) {
   app->add_option("--threads", args->threads, "worker threads (results do not depend on it; default: all cores)")
       ->check(CLI::Range(1, 1024));
   app->add_option("-o,--output", args->output, "output HDF5 file (written atomically)")->required();
+  app->add_option("--decoder-replay", args->decoder_replay,
+                  "SWA decoder replay: layers after the candidate source run only the last N rows of each prompt "
+                  "step (approximate by design; docs/sessions.md)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app->add_option("--chunk", args->chunk, "run the prompt in chunks of N tokens (the same bits as one step)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app->add_option("--save-state", args->save_state,
