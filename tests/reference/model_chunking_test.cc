@@ -12,37 +12,24 @@
 #include <vector>
 
 #include "formats/base.h"
-#include "golden/golden_io.h"
 #include "reference/model.h"
-#include "reference/weights.h"
+#include "tests/support/oracle_model.h"
 #include "tests/support/seed.h"
 
 namespace dsv41::reference {
 namespace {
 
-const std::string kOracle = DSV41_SOURCE_DIR "/golden/oracle/";
 constexpr int64_t kTokens = 150;
 
 struct Fixture {
-  ModelConfig config;
-  std::unique_ptr<Model> model;
+  const ModelConfig& config;
+  const Model* model;
   std::vector<int64_t> tokens;
 };
 
-const Fixture& fixture() {
-  static const Fixture f = [] {
-    Fixture x;
-    x.config = load_config_file(kOracle + "config.json");
-    golden::H5File prefill(kOracle + "prefill.h5");
-    const auto all = prefill.read<int64_t>("prefill/tokens/value");
-    x.tokens.assign(all.data.begin(), all.data.begin() + kTokens);
-    const auto map = prefill.read<int64_t>("prefill/state/engram/token_map/value");
-    x.model = std::make_unique<Model>(x.config, ModelWeights::load(kOracle + "weights.safetensors", x.config),
-                                      map.data);
-    x.model->set_full_logits(true);
-    return x;
-  }();
-  return f;
+Fixture fixture() {
+  const test::OracleModel& m = test::oracle_model();
+  return {m.config, m.model.get(), test::oracle_tokens(0, kTokens)};
 }
 
 // Everything a run produced, flattened per position so runs with different chunkings compare.
@@ -83,7 +70,7 @@ void append_state(const ModelState& s, std::vector<uint8_t>& out) {
 
 // Runs the fixture's tokens in chunks of the given sizes (summing to kTokens).
 Trace run(const std::vector<int64_t>& chunks) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const ModelConfig& c = f.config;
   ModelState s = f.model->new_state();
   Trace tr;

@@ -11,33 +11,21 @@
 #include <string>
 #include <vector>
 
-#include "golden/golden_io.h"
 #include "reference/model.h"
-#include "reference/weights.h"
+#include "tests/support/oracle_model.h"
 
 namespace dsv41::reference {
 namespace {
 
-const std::string kOracle = DSV41_SOURCE_DIR "/golden/oracle/";
-
 struct Fixture {
-  ModelConfig config;
-  std::unique_ptr<Model> model;
-  std::vector<int64_t> tokens;  // the 333 oracle prompt tokens
+  const ModelConfig& config;
+  const Model* model;
+  const std::vector<int64_t>& tokens;  // the 333 oracle prompt tokens
 };
 
-const Fixture& fixture() {
-  static const Fixture f = [] {
-    Fixture x;
-    x.config = load_config_file(kOracle + "config.json");
-    golden::H5File prefill(kOracle + "prefill.h5");
-    x.tokens = prefill.read<int64_t>("prefill/tokens/value").data;
-    const auto map = prefill.read<int64_t>("prefill/state/engram/token_map/value");
-    x.model = std::make_unique<Model>(x.config, ModelWeights::load(kOracle + "weights.safetensors", x.config),
-                                      map.data);
-    return x;
-  }();
-  return f;
+Fixture fixture() {
+  const test::OracleModel& m = test::oracle_model();
+  return {m.config, m.model.get(), m.tokens};
 }
 
 std::vector<int64_t> slice(const std::vector<int64_t>& v, int64_t first, int64_t n) {
@@ -64,15 +52,7 @@ std::vector<uint8_t> global_bytes(const ModelState& s) {
   return out;
 }
 
-std::vector<uint8_t> ring_bytes(const ModelState& s) {
-  std::vector<uint8_t> out;
-  for (const LayerState& ls : s.layers) {
-    out.insert(out.end(), ls.ring.bytes.begin(), ls.ring.bytes.end());
-    const auto* b = reinterpret_cast<const uint8_t*>(ls.ring.positions.data());
-    out.insert(out.end(), b, b + ls.ring.positions.size() * sizeof(int64_t));
-  }
-  return out;
-}
+using test::ring_bytes;
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -90,7 +70,7 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // A session shorter than the window: replaying all of it truncates nothing, so the rings and
 // what follows are bit-identical to never having lost them.
 TEST(EncoderReplay, WholeShortSessionIsExact) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   ModelState a = f.model->new_state();
   f.model->prefill(a, slice(f.tokens, 0, 41));
   ModelState b = a;
@@ -106,7 +86,7 @@ TEST(EncoderReplay, WholeShortSessionIsExact) {
 // global state is untouched; layer 0's ring is exact (its KV depends on the token alone); the
 // continuation differs by a measured amount.
 TEST(EncoderReplay, LongSessionKeepsGlobalStateAndLayerZeroExact) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const int64_t W = f.config.window_size, P = 201;
   ModelState a = f.model->new_state();
   f.model->prefill(a, slice(f.tokens, 0, P));
@@ -129,7 +109,7 @@ TEST(EncoderReplay, LongSessionKeepsGlobalStateAndLayerZeroExact) {
 
 // Decoder replay with a tail covering every row is the plain prefill.
 TEST(DecoderReplay, TailOfAllRowsIsExact) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   ModelState a = f.model->new_state(), b = f.model->new_state();
   const StepRecord ra = f.model->prefill(a, slice(f.tokens, 0, 120));
   StepOptions o;
@@ -142,7 +122,7 @@ TEST(DecoderReplay, TailOfAllRowsIsExact) {
 // A short tail: layers up to the candidate source run on every row, so the global state is
 // exact; the last-token logits differ by a measured amount.
 TEST(DecoderReplay, ShortTailKeepsGlobalStateExact) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const int64_t T = 333, tail = f.config.window_size + 5;  // ring = W + spec (DSpark block 5)
   ModelState a = f.model->new_state(), b = f.model->new_state();
   const StepRecord ra = f.model->prefill(a, f.tokens);

@@ -42,6 +42,7 @@
 #include "reference/crc32c.h"
 #include "reference/model.h"
 #include "reference/weights.h"
+#include "tests/support/oracle_model.h"
 #include "tests/support/seed.h"
 
 namespace dsv41::reference {
@@ -53,30 +54,18 @@ const std::string kOracle = DSV41_SOURCE_DIR "/golden/oracle/";
 constexpr int64_t kTokens = 120;  // oracle prompt tokens used (the longest run: 117 + 3 decode steps)
 
 struct Fixture {
-  ModelConfig config;
-  std::unique_ptr<Model> model;
-  std::vector<int64_t> tokens;
+  const ModelConfig& config;
+  const Model* model;
 };
 
-const Fixture& fixture() {
-  static const Fixture f = [] {
-    Fixture x;
-    x.config = load_config_file(kOracle + "config.json");
-    golden::H5File prefill(kOracle + "prefill.h5");
-    const auto all = prefill.read<int64_t>("prefill/tokens/value");
-    x.tokens.assign(all.data.begin(), all.data.begin() + kTokens);
-    const auto map = prefill.read<int64_t>("prefill/state/engram/token_map/value");
-    x.model = std::make_unique<Model>(x.config, ModelWeights::load(kOracle + "weights.safetensors", x.config),
-                                      map.data);
-    x.model->set_full_logits(true);
-    return x;
-  }();
-  return f;
+Fixture fixture() {
+  const test::OracleModel& m = test::oracle_model();
+  return {m.config, m.model.get()};
 }
 
 std::vector<int64_t> tokens(int64_t first, int64_t count) {
-  const std::vector<int64_t>& t = fixture().tokens;
-  return std::vector<int64_t>(t.begin() + first, t.begin() + first + count);
+  EXPECT_LE(first + count, kTokens);
+  return test::oracle_tokens(first, count);
 }
 
 // A state after prefilling the first n oracle tokens.
@@ -142,16 +131,7 @@ std::vector<uint8_t> carried_state(const ModelState& s, const ModelConfig& c, bo
   return out;
 }
 
-// Every layer's SWA ring: bytes and positions.
-std::vector<uint8_t> ring_bytes(const ModelState& s) {
-  std::vector<uint8_t> out;
-  for (const LayerState& ls : s.layers) {
-    out.insert(out.end(), ls.ring.bytes.begin(), ls.ring.bytes.end());
-    const auto* b = reinterpret_cast<const uint8_t*>(ls.ring.positions.data());
-    out.insert(out.end(), b, b + ls.ring.positions.size() * sizeof(int64_t));
-  }
-  return out;
-}
+using test::ring_bytes;
 
 // Per-position records of a run, so runs with different step boundaries compare row by row.
 struct Trace {
@@ -301,7 +281,7 @@ std::string load_error(const std::vector<uint8_t>& bytes, const ModelConfig& c) 
 // ---- save + load ----
 
 TEST_F(SessionStore, SaveLoadGivesTheSameStateByteForByte) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   // 1: empty ratio-2 caches; 37: a pending group, empty ring slots; 77: a wrapped ring and token
   // tail.
   const std::vector<int64_t> positions = {1, 12, 37, 77};
@@ -360,7 +340,7 @@ TEST_F(SessionStore, SavedStateIsNotTrivial) {
 constexpr int64_t kPrompt = 117, kSteps = 3, kEnd = kPrompt + kSteps;
 
 Trace continue_session(ModelState& s) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   Trace tr;
   record(tr, f.model->forward_chunk(s, tokens(s.pos, kPrompt - s.pos)), f.config, kEnd);
   for (int64_t tok : tokens(kPrompt, kSteps)) record(tr, f.model->decode(s, tok), f.config, kEnd);
@@ -410,7 +390,7 @@ void expect_rows_of_uninterrupted(const Trace& resumed, int64_t n1) {
 // Full resume == never pausing: prefill n1 tokens, save, load into a fresh state, continue; the
 // uninterrupted run prefills kPrompt tokens at once and takes the same decode steps.
 TEST_F(SessionStore, FullResumeIsBitIdenticalToNeverPausing) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const ModelConfig& c = f.config;
   for (int64_t n1 : {37, 77}) {
     SCOPED_TRACE("paused at position " + std::to_string(n1));
@@ -426,7 +406,7 @@ TEST_F(SessionStore, FullResumeIsBitIdenticalToNeverPausing) {
 // truncated, so the rings, the continuation and the final state are those of a full resume and
 // of never pausing, bit for bit; from a file with or without its rings (global-only ignores them).
 TEST_F(SessionStore, GlobalOnlyResumeOfAShortSessionIsExact) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const ModelConfig& c = f.config;
   for (int64_t n1 : {37, 64}) {  // 64 = window_size: the longest session replayed whole
     SCOPED_TRACE("paused at position " + std::to_string(n1));
@@ -453,7 +433,7 @@ TEST_F(SessionStore, GlobalOnlyResumeOfAShortSessionIsExact) {
 // to the uninterrupted one (its KV depends on the token alone). The continuation differs from the
 // uninterrupted run (approximate by design): measured and printed.
 TEST_F(SessionStore, GlobalOnlyResumeOfALongSessionIsEncoderReplay) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const ModelConfig& c = f.config;
   const int64_t P = 100, W = c.window_size;  // 100 > W + 3: the token tail wraps its 67 slots
   const ModelState first = prefilled(P);
@@ -504,7 +484,7 @@ TEST_F(SessionStore, GlobalOnlyResumeOfALongSessionIsEncoderReplay) {
 // The token tail must compress to the stored Engram tail (a file saved with another token map
 // cannot be replayed); a full resume does not read the token tail's ids into the Engram history.
 TEST_F(SessionStore, GlobalOnlyResumeChecksTheTokenTailAgainstTheEngramTail) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   std::vector<uint8_t> b = session_bytes(prefilled(12), f.config, false);
   const size_t i = find_section(b, SessionSection::kTokenTail);
   ASSERT_EQ(get_u64(b, table_entry(i) + 24), 12u);
@@ -523,7 +503,7 @@ TEST_F(SessionStore, GlobalOnlyResumeChecksTheTokenTailAgainstTheEngramTail) {
 }
 
 TEST_F(SessionStore, StateWithoutSwaCannotContinue) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const std::string path = scratch() + "/global.dsv41s";
   save_session(path, prefilled(12), f.config, false);
   LoadedSession l = load_session(path, f.config, *f.model);
@@ -539,7 +519,7 @@ TEST_F(SessionStore, StateWithoutSwaCannotContinue) {
 // global_bytes_for_tokens(P) (byte_accounting.h), == global_bytes_per_token x P when P is a
 // multiple of every ratio. The constant sections are computed here from the config.
 TEST_F(SessionStore, FileSizeMatchesTheByteAccounting) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const ModelConfig& c = f.config;
   const ByteAccounting acc = byte_accounting(c);
   int64_t lcm_ratio = 1;
@@ -621,7 +601,7 @@ TEST_F(SessionStore, ReleasedLayoutMatchesTheByteAccounting) {
 // be refused with a dsv41::Error naming the file; a flip inside a section's payload must be
 // reported as that section's checksum mismatch.
 void expect_every_flip_refused(std::vector<uint8_t> file, const std::vector<size_t>& bits) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const size_t n = n_sections(file);
   const size_t payload_start = 48 + 44 * n + 4;
   int64_t failures = 0;
@@ -681,7 +661,7 @@ TEST_F(SessionStoreCorruption, BitFlipsOfAFullFileAreRefused) {
 
 // Through real files: a flip in the first and last byte of every section.
 TEST_F(SessionStoreCorruption, FlippedFilesAreRefused) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const std::vector<uint8_t> good = session_bytes(prefilled(13), f.config, true);
   const std::string path = scratch() + "/flipped.dsv41s";
   for (size_t i = 0; i < n_sections(good); ++i) {
@@ -698,7 +678,7 @@ TEST_F(SessionStoreCorruption, FlippedFilesAreRefused) {
 }
 
 TEST_F(SessionStoreCorruption, TruncationIsRefused) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const std::vector<uint8_t> file = session_bytes(prefilled(13), f.config, true);
   const size_t table_end = 48 + 44 * n_sections(file) + 4;
   std::vector<size_t> lengths;
@@ -729,7 +709,7 @@ TEST_F(SessionStoreCorruption, TruncationIsRefused) {
 class SessionStoreErrors : public ScratchTest {};
 
 TEST_F(SessionStoreErrors, AnotherConfigIsRefused) {
-  const Fixture& f = fixture();
+  const Fixture f = fixture();
   const std::string path = scratch() + "/tiny.dsv41s";
   save_session(path, prefilled(12), f.config, true);
   const ModelConfig full = load_config("full");
