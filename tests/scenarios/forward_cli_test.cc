@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "golden/golden_io.h"
+#include "tests/support/run_cli.h"
 
 namespace {
 
@@ -50,38 +51,11 @@ int ratio_of(int layer) {  // compress_ratios of the tiny config
   return r[layer];
 }
 
-struct Result {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// A per-process scratch directory for the running test (ctest runs tests side by side).
-std::string scratch() {
-  const testing::TestInfo* t = testing::UnitTest::GetInstance()->current_test_info();
-  const std::string dir = testing::TempDir() + "/dsv41_forward_cli_test_" + std::to_string(::getpid()) + "_" +
-                          t->test_suite_name() + "_" + t->name();
-  fs::create_directories(dir);
-  return dir;
-}
-
-Result run(const std::string& args) {
-  const std::string out = scratch() + "/stdout", err = scratch() + "/stderr";
-  const std::string cmd = std::string("'") + DSV41_EXE + "' " + args + " >'" + out + "' 2>'" + err + "'";
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_bytes(out);
-  r.err = read_bytes(err);
-  return r;
-}
+using Result = dsv41::test::CliResult;
+using dsv41::test::has;
+using dsv41::test::read_bytes;
+using dsv41::test::scratch;
+Result run(const std::string& args) { return dsv41::test::run_dsv41(args); }
 
 // Files in `dir` other than the test's own stdout / stderr and `keep`.
 std::vector<std::string> other_files(const std::string& dir, const std::vector<std::string>& keep = {}) {
