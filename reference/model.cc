@@ -122,6 +122,33 @@ StepRecord Model::prefill(ModelState& state, const std::vector<int64_t>& tokens)
   return forward_chunk(state, tokens);
 }
 
+std::vector<StepRecord> Model::prefill_batch(std::vector<ModelState>& states,
+                                             const std::vector<std::vector<int64_t>>& tokens) const {
+  DSV41_CHECK(!states.empty() && states.size() == tokens.size(), "prefill_batch: ", states.size(), " states for ",
+              tokens.size(), " sequences");
+  DSV41_CHECK(static_cast<int>(states.size()) <= config_.max_batch_size, "prefill_batch: batch of ", states.size(),
+              " exceeds max_batch_size ", config_.max_batch_size);
+  for (size_t b = 0; b < states.size(); ++b) {
+    DSV41_CHECK(tokens[b].size() == tokens[0].size(), "prefill_batch: sequence ", b, " has ", tokens[b].size(),
+                " tokens, sequence 0 has ", tokens[0].size(), " (the official batch needs equal lengths)");
+  }
+  std::vector<StepRecord> out;
+  for (size_t b = 0; b < states.size(); ++b) out.push_back(prefill(states[b], tokens[b]));
+  return out;
+}
+
+std::vector<StepRecord> Model::decode_batch(std::vector<ModelState>& states, const std::vector<int64_t>& tokens) const {
+  DSV41_CHECK(!states.empty() && states.size() == tokens.size(), "decode_batch: ", states.size(), " states for ",
+              tokens.size(), " tokens");
+  for (size_t b = 0; b < states.size(); ++b) {
+    DSV41_CHECK(states[b].pos == states[0].pos, "decode_batch: sequence ", b, " is at position ", states[b].pos,
+                ", sequence 0 at ", states[0].pos);
+  }
+  std::vector<StepRecord> out;
+  for (size_t b = 0; b < states.size(); ++b) out.push_back(decode(states[b], tokens[b]));
+  return out;
+}
+
 StepRecord Model::decode(ModelState& state, int64_t token) const {
   DSV41_CHECK(state.pos > 0, "decode needs a prefilled state");
   return forward_chunk(state, {token});

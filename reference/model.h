@@ -113,6 +113,12 @@ class Model {
 
   StepRecord prefill(ModelState& state, const std::vector<int64_t>& tokens) const;
   StepRecord decode(ModelState& state, int64_t token) const;
+  // A batch of sequences of equal length, as the official forward takes one ([B, T] tokens):
+  // its rows never interact, so row b is exactly prefill / decode of states[b] alone.
+  std::vector<StepRecord> prefill_batch(std::vector<ModelState>& states,
+                                        const std::vector<std::vector<int64_t>>& tokens) const;
+  std::vector<StepRecord> decode_batch(std::vector<ModelState>& states, const std::vector<int64_t>& tokens) const;
+
   // The general step (docs/sessions.md): any number of tokens at position state.pos. prefill and
   // decode are its official special cases; any chunking of a sequence gives the same bits.
   StepRecord forward_chunk(ModelState& state, const std::vector<int64_t>& tokens,

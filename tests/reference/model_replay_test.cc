@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "reference/model.h"
+#include "reference/weights.h"
 #include "tests/support/oracle_model.h"
 
 namespace dsv41::reference {
@@ -137,6 +138,37 @@ TEST(DecoderReplay, ShortTailKeepsGlobalStateExact) {
   std::printf("decoder replay (T=%lld, tail %lld): max |last-token logit diff| %.4g\n",
               static_cast<long long>(T), static_cast<long long>(tail), d);
   EXPECT_EQ(rb.topk.at(8).dim(0), tail);  // the Reindex layer selected for the tail only
+}
+
+}  // namespace
+}  // namespace dsv41::reference
+
+namespace dsv41::reference {
+namespace {
+
+// The official batch: rows of equal length that never interact. Row b equals its own run.
+TEST(ModelBatch, RowsEqualSeparateRuns) {
+  const test::OracleModel& o = test::oracle_model();
+  ModelConfig c2 = o.config;
+  c2.max_batch_size = 2;  // the tiny config's is 1
+  const Model m2(c2, ModelWeights::load(test::kOracleDir + "weights.safetensors", c2), o.token_map);
+  const Fixture f{c2, &m2, o.tokens};
+  EXPECT_THROW(o.model->prefill_batch(*std::make_unique<std::vector<ModelState>>(2, o.model->new_state()),
+                                      {slice(f.tokens, 0, 5), slice(f.tokens, 5, 5)}),
+               Error) << "a batch beyond max_batch_size";
+  std::vector<ModelState> states = {f.model->new_state(), f.model->new_state()};
+  const std::vector<std::vector<int64_t>> prompts = {slice(f.tokens, 0, 70), slice(f.tokens, 100, 70)};
+  const std::vector<StepRecord> p = f.model->prefill_batch(states, prompts);
+  const std::vector<StepRecord> d = f.model->decode_batch(states, {5, 723});
+  for (size_t b = 0; b < 2; ++b) {
+    ModelState alone = f.model->new_state();
+    EXPECT_EQ(max_abs_diff(p[b].logits, f.model->prefill(alone, prompts[b]).logits), 0.0) << b;
+    EXPECT_EQ(max_abs_diff(d[b].logits, f.model->decode(alone, b == 0 ? 5 : 723).logits), 0.0) << b;
+    EXPECT_EQ(test::ring_bytes(alone), test::ring_bytes(states[b])) << b;
+  }
+  EXPECT_NE(p[0].logits, p[1].logits);
+  std::vector<ModelState> uneven = {f.model->new_state(), f.model->new_state()};
+  EXPECT_THROW(f.model->prefill_batch(uneven, {slice(f.tokens, 0, 5), slice(f.tokens, 0, 6)}), Error);
 }
 
 }  // namespace
