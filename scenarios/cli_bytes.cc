@@ -96,7 +96,7 @@ void print_table(const reference::ModelConfig& c, const std::string& source,
       << "  compressor partial groups (persistent): " << b.compressor_partial_bytes_per_session
       << " B = sum over ratio>1 owners of (ratio-1) x " << c.head_dim
       << " x 2 (kv, score) x 4 B (fp32)\n"
-      << "  SWA rings (not persisted; bounded replay recomputes them): "
+      << "  SWA rings (local state, outside the global store; bounded replay recomputes them): "
       << b.swa_bytes_per_session << " B = " << b.swa_layers << " layers x " << b.swa_window
       << " slots x " << b.swa_entry_bytes << " B ("
       << formats::info(CacheFormat::kSwaKvFp8).name << ") = "
