@@ -136,45 +136,31 @@ void launch_sweep(uint64_t begin, uint64_t count, void* out, void* stream) {
 // Block recipes. A recipe maps kBlock inputs to kValueBytes payload bytes plus, if kHasScale,
 // one scale byte. Entry layout (formats/packed.h): [payloads of all blocks][scales of all blocks].
 
-struct MainKvRecipe {
-  static constexpr int kBlock = formats::kMainKvBlock;
+// The two FP4 recipes differ only in block size, block quantizer and element dequantizer.
+template <int kBlockSize, bool (*kQuantize)(const float*, uint8_t*, uint8_t*),
+          float (*kDequant)(uint8_t, uint8_t)>
+struct Fp4Recipe {
+  static constexpr int kBlock = kBlockSize;
   static constexpr int kValueBytes = kBlock / 2;
   static constexpr bool kHasScale = true;
   __device__ static bool pack(const float (&x)[kBlock], uint8_t (&values)[kValueBytes],
                               uint8_t* scale) {
     uint8_t codes[kBlock];
-    const bool finite = formats::quantize_main_kv_block(x, scale, codes);
+    const bool finite = kQuantize(x, scale, codes);
     formats::pack_nibbles(codes, kBlock, values);
     return finite;
   }
   __device__ static void unpack(const uint8_t (&values)[kValueBytes], uint8_t scale,
                                 float (&out)[kBlock]) {
 #pragma unroll
-    for (int i = 0; i < kBlock; ++i) {
-      out[i] = formats::dequant_fp4_e4m3(formats::nibble_at(values, i), scale);
-    }
+    for (int i = 0; i < kBlock; ++i) out[i] = kDequant(formats::nibble_at(values, i), scale);
   }
 };
 
-struct IndexKeyRecipe {
-  static constexpr int kBlock = formats::kIndexBlock;
-  static constexpr int kValueBytes = kBlock / 2;
-  static constexpr bool kHasScale = true;
-  __device__ static bool pack(const float (&x)[kBlock], uint8_t (&values)[kValueBytes],
-                              uint8_t* scale) {
-    uint8_t codes[kBlock];
-    const bool finite = formats::quantize_index_block(x, scale, codes);
-    formats::pack_nibbles(codes, kBlock, values);
-    return finite;
-  }
-  __device__ static void unpack(const uint8_t (&values)[kValueBytes], uint8_t scale,
-                                float (&out)[kBlock]) {
-#pragma unroll
-    for (int i = 0; i < kBlock; ++i) {
-      out[i] = formats::dequant_fp4_e8m0(formats::nibble_at(values, i), scale);
-    }
-  }
-};
+using MainKvRecipe = Fp4Recipe<formats::kMainKvBlock, formats::quantize_main_kv_block,
+                               formats::dequant_fp4_e4m3>;
+using IndexKeyRecipe = Fp4Recipe<formats::kIndexBlock, formats::quantize_index_block,
+                                 formats::dequant_fp4_e8m0>;
 
 struct SwaKvRecipe {
   static constexpr int kBlock = formats::kFp8Block;
