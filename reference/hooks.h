@@ -10,7 +10,8 @@
 //           "hc_attn_pre" / "hc_attn_post" [T, hc] fp32, "hc_attn_comb" [T, hc, hc] fp32,
 //           "attn_in" [T, dim], "attn_out" [T, dim], "attn_stream" [T, hc, dim],
 //           "hc_ffn_pre" / "hc_ffn_post" / "hc_ffn_comb", "ffn_in" [T, dim], "ffn_out" [T, dim],
-//           "out_stream" [T, hc, dim]; "final_norm_out" [1, dim] (layer -1)
+//           "out_stream" [T, hc, dim]; "final_norm_out" [1, dim] (layer -1; [T, dim] with
+//           Model::set_full_logits)
 //   index:  "topk" [T, k] compressed positions ascending, -1 padding (an index source's own
 //           selection, before it is published), "experts" [T, k] routed experts
 //   mask:   "candidates" [T, N] (the candidate source's mask, before it is published)

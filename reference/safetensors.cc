@@ -244,6 +244,21 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
   return f;
 }
 
+SafetensorsFile SafetensorsFile::from_tensors(const std::string& label, std::vector<Tensor> tensors,
+                                              std::map<std::string, std::string> metadata) {
+  SafetensorsFile f;
+  f.path_ = label;
+  f.metadata_ = std::move(metadata);
+  for (Tensor& t : tensors) {
+    DSV41_CHECK(static_cast<int64_t>(t.bytes.size()) == stored_bytes(t.dtype, t.numel()), "'", label,
+                "': tensor '", t.name, "' has ", t.bytes.size(), " bytes for ", dtype_name(t.dtype), " ",
+                shape_string(t.shape));
+    const std::string name = t.name;
+    DSV41_CHECK(f.tensors_.emplace(name, std::move(t)).second, "'", label, "': duplicate tensor '", name, "'");
+  }
+  return f;
+}
+
 std::vector<std::string> SafetensorsFile::names() const {
   std::vector<std::string> out;
   for (const auto& [k, v] : tensors_) out.push_back(k);

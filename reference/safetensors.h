@@ -49,6 +49,10 @@ struct Tensor {
 class SafetensorsFile {
  public:
   static SafetensorsFile read(const std::string& path);
+  // The same object from tensors in memory (e.g. generate_weights), with the same checks on
+  // names and byte counts; `label` names it in error messages.
+  static SafetensorsFile from_tensors(const std::string& label, std::vector<Tensor> tensors,
+                                      std::map<std::string, std::string> metadata = {});
 
   const std::string& path() const { return path_; }
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }

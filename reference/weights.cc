@@ -140,7 +140,11 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c, DType head_dtype)
 }
 
 ModelWeights ModelWeights::load(const std::string& path, const ModelConfig& c) {
-  const SafetensorsFile f = SafetensorsFile::read(path);
+  return load(SafetensorsFile::read(path), c);
+}
+
+ModelWeights ModelWeights::load(const SafetensorsFile& f, const ModelConfig& c) {
+  const std::string& path = f.path();
   const DType head_dtype = f.contains("head.weight") ? f.get("head.weight").dtype : DType::kF32;
   if (head_dtype != DType::kF32 && head_dtype != DType::kBF16) {
     DSV41_FAIL("weights file '", path, "': tensor 'head.weight' has dtype ",
@@ -170,7 +174,6 @@ ModelWeights ModelWeights::load(const std::string& path, const ModelConfig& c) {
   w.norm = vec("norm.weight");
   w.head = lin("head", head_dtype, c.vocab_size, dim);
   if (head_dtype == DType::kBF16) w.head.dtype = DType::kF32;  // bf16 values widen exactly
-  const std::vector<LayerInfo> schedule = layer_schedule(c);
   for (int l = 0; l < c.total_layers(); ++l) {
     const std::string p = block_prefix(c, l);
     const int ratio = c.compress_ratios[static_cast<size_t>(l)];
@@ -246,7 +249,6 @@ ModelWeights ModelWeights::load(const std::string& path, const ModelConfig& c) {
     w.dspark.confidence_proj =
         lin(pl + "confidence_head.proj", DType::kF32, 1, dim + c.dspark_markov_rank);
   }
-  (void)schedule;
   return w;
 }
 

@@ -110,6 +110,7 @@ struct ModelWeights {
 
   // Loads and checks every tensor; extra tensors are an error.
   static ModelWeights load(const std::string& path, const ModelConfig& c);
+  static ModelWeights load(const safetensors::SafetensorsFile& file, const ModelConfig& c);
 };
 
 // Deterministic random weights for `c` in the official format (same names, shapes, dtypes):

@@ -1,9 +1,6 @@
 // `dsv41 replay-study`: the divergence that SWA bounded replay causes, resumed vs uninterrupted
 // (scenarios/replay_study.h, docs/replay-divergence.md).
 #include <CLI/CLI.hpp>
-#include <unistd.h>
-
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -44,15 +41,10 @@ Verb add_replay_study_verb(CLI::App& parent) {
               w = reference::ModelWeights::load(a->weights, c);
             } else {
               std::cerr << "replay-study: generated weights, seed " << a->seed << "\n";
-              const std::string tmp = "/tmp/dsv41_replay_study_weights." + std::to_string(::getpid()) + ".safetensors";
-              reference::safetensors::write(tmp, reference::generate_weights(c, a->seed), {});
-              try {
-                w = reference::ModelWeights::load(tmp, c);
-              } catch (...) {
-                std::remove(tmp.c_str());
-                throw;
-              }
-              std::remove(tmp.c_str());
+              w = reference::ModelWeights::load(
+                  reference::safetensors::SafetensorsFile::from_tensors("generated weights",
+                                                                       reference::generate_weights(c, a->seed)),
+                  c);
             }
             std::cerr << "replay-study: prompt token seed " << a->study.token_seed << "\n";
             reference::Model model(c, std::move(w), reference::default_token_map(c));

@@ -150,13 +150,18 @@ std::pair<uint32_t, uint32_t> one_hot_block(Quantize quantize, float amax) {
   return {scale, codes[0]};
 }
 
-std::string index_golden() {
-  struct Case { float amax; uint32_t scale; int code; };  // code -1: not published
-  const Case cases[] = {{3.0f, 0x7e, 0x7}, {3.015625f, 0x7f, 0x5}, {6.0f, 0x7f, -1},
-                        {1e-38f, 0x01, -1}};
+// Published {amax -> scale byte, element-0 code} cases of an E8M0-scaled 32-block recipe.
+struct ScaleCase {
+  float amax;
+  uint32_t scale;
+  int code;  // -1: not published
+};
+
+template <typename Quantize, size_t N>
+std::string scale_cases(Quantize quantize, const ScaleCase (&cases)[N]) {
   Report r;
-  for (const Case& k : cases) {
-    const auto [scale, code] = one_hot_block(quantize_index_block, k.amax);
+  for (const ScaleCase& k : cases) {
+    const auto [scale, code] = one_hot_block(quantize, k.amax);
     r.expect(scale == k.scale, "amax ", k.amax, ": scale ", hex(scale), ", want ", hex(k.scale));
     r.expect(k.code < 0 || code == static_cast<uint32_t>(k.code), "amax ", k.amax, ": code ",
              hex(code));
@@ -164,18 +169,16 @@ std::string index_golden() {
   return r.str();
 }
 
+std::string index_golden() {
+  const ScaleCase cases[] = {{3.0f, 0x7e, 0x7}, {3.015625f, 0x7f, 0x5}, {6.0f, 0x7f, -1},
+                             {1e-38f, 0x01, -1}};
+  return scale_cases(quantize_index_block, cases);
+}
+
 std::string window_golden() {
-  struct Case { float amax; uint32_t scale; int code; };
-  const Case cases[] = {{448.0f, 0x7f, 0x7e}, {1.0f, 0x77, 0x78}, {1e-5f, 0x69, -1},
-                        {3000.0f, 0x82, 0x7c}};
-  Report r;
-  for (const Case& k : cases) {
-    const auto [scale, code] = one_hot_block(quantize_fp8_block, k.amax);
-    r.expect(scale == k.scale, "amax ", k.amax, ": scale ", hex(scale), ", want ", hex(k.scale));
-    r.expect(k.code < 0 || code == static_cast<uint32_t>(k.code), "amax ", k.amax, ": code ",
-             hex(code));
-  }
-  return r.str();
+  const ScaleCase cases[] = {{448.0f, 0x7f, 0x7e}, {1.0f, 0x77, 0x78}, {1e-5f, 0x69, -1},
+                             {3000.0f, 0x82, 0x7c}};
+  return scale_cases(quantize_fp8_block, cases);
 }
 
 std::string entry_sizes() {

@@ -113,8 +113,7 @@ ReplayStepResult compare(const Captured& ref, const Captured& got, int n_layers)
 
 }  // namespace
 
-std::vector<ReplayStepResult> run_replay_study(const Model& model, const ReplayStudyOptions& opt) {
-  Model& m = const_cast<Model&>(model);  // only its hooks are set, and reset after each step
+std::vector<ReplayStepResult> run_replay_study(Model& model, const ReplayStudyOptions& opt) {
   const reference::ModelConfig& c = model.config();
   const int64_t L = opt.length > 0 ? opt.length : 3 * int64_t{c.window_size};
   const int64_t total = L + std::max<int64_t>(opt.steps, opt.turns * opt.turn_len);
@@ -136,7 +135,7 @@ std::vector<ReplayStepResult> run_replay_study(const Model& model, const ReplayS
     }
     for (int sidx = 0; sidx < opt.steps; ++sidx) {
       const std::vector<int64_t> t = slice(tokens, L + sidx, 1);
-      const Captured a = step(m, ref, t), b = step(m, res, t);
+      const Captured a = step(model, ref, t), b = step(model, res, t);
       ReplayStepResult r = compare(a, b, c.n_layers);
       r.experiment = "resumptions";
       r.resumptions = k;
@@ -151,7 +150,7 @@ std::vector<ReplayStepResult> run_replay_study(const Model& model, const ReplayS
   for (int turn = 0; turn < opt.turns; ++turn) {
     resume(model, res, tokens);
     const std::vector<int64_t> t = slice(tokens, L + turn * opt.turn_len, opt.turn_len);
-    const Captured a = step(m, ref, t), b = step(m, res, t);
+    const Captured a = step(model, ref, t), b = step(model, res, t);
     ReplayStepResult r = compare(a, b, c.n_layers);
     r.experiment = "turns";
     r.resumptions = turn + 1;

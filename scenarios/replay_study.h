@@ -41,7 +41,7 @@ struct ReplayStepResult {
   std::vector<double> stream_nmse;                   // [n_layers]
 };
 
-std::vector<ReplayStepResult> run_replay_study(const reference::Model& model, const ReplayStudyOptions& o);
+std::vector<ReplayStepResult> run_replay_study(reference::Model& model, const ReplayStudyOptions& o);
 
 // The results as a Markdown table (one row per compared step) and as JSON.
 std::string replay_study_markdown(const std::vector<ReplayStepResult>& r);
