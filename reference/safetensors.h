@@ -9,10 +9,11 @@
 //   nibble; its header shape is LOGICAL ([out, in]), so it holds numel/2 bytes.
 //
 // Contract: read() validates the whole file before returning (header length within the file,
-// JSON object, every entry's dtype known, shape non-negative, offsets in range, byte count =
-// dtype size x numel, no overlaps, no gaps between tensors is NOT required) and every error names
-// the file and, where there is one, the tensor. write() is deterministic (entries sorted by name,
-// metadata sorted, header padded with spaces to a multiple of 8) and atomic (temp file + rename).
+// JSON object, no duplicate names, every entry's dtype known, shape non-negative, offsets in
+// range, byte count = dtype size x numel, no overlaps; gaps between tensors are allowed) and every
+// error names the file and, where there is one, the tensor. write() is deterministic (entries
+// sorted by name, metadata sorted, header padded with spaces to a multiple of 8) and atomic
+// (temp file "<path>.tmp.<pid>", then rename; nothing is left behind on failure).
 //
 // Example:
 //   SafetensorsFile f = SafetensorsFile::read("weights.safetensors");
