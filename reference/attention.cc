@@ -157,13 +157,16 @@ Tensor<float> fp4_qdq_main_kv(const Tensor<float>& x) {
 }
 
 CompressedKvCache::CompressedKvCache(int owner_layer, int ratio, int64_t head_dim,
-                                     int64_t capacity, int64_t position_offset)
+                                     int64_t capacity, int64_t position_offset,
+                                     CachePrecision precision)
     : owner_layer_(owner_layer),
       ratio_(ratio),
       head_dim_(head_dim),
       capacity_(capacity),
       position_offset_(position_offset),
-      entry_bytes_(formats::entry_bytes(formats::CacheFormat::kMainKvFp4, static_cast<int>(head_dim))) {
+      precision_(precision),
+      format_(stored_format(precision, formats::CacheFormat::kMainKvFp4)),
+      entry_bytes_(formats::entry_bytes(format_, static_cast<int>(head_dim))) {
   DSV41_CHECK(owner_layer >= 0 && ratio >= 1 && capacity >= 0 && position_offset >= 0,
               "compressed KV cache: owner ", owner_layer, ", ratio ", ratio, ", capacity ",
               capacity, ", position_offset ", position_offset);
@@ -178,9 +181,8 @@ void CompressedKvCache::write(int64_t first_entry, const Tensor<float>& roped_la
   DSV41_CHECK(first_entry >= 0 && first_entry <= size_ && first_entry + n <= capacity_,
               "compressed KV cache of layer ", owner_layer_, ": write of ", n, " entries at ",
               first_entry, " (size ", size_, ", capacity ", capacity_, ")");
-  const std::vector<uint8_t> packed =
-      formats::pack_rows(formats::CacheFormat::kMainKvFp4, roped_latent.data(),
-                         static_cast<int>(n), static_cast<int>(head_dim_));
+  const std::vector<uint8_t> packed =  // kMainKvFp4: the QDQ happens here; kBf16: none
+      formats::pack_rows(format_, roped_latent.data(), static_cast<int>(n), static_cast<int>(head_dim_));
   std::copy(packed.begin(), packed.end(), bytes_.begin() + first_entry * entry_bytes_);
   size_ = first_entry + n;
 }
@@ -194,6 +196,17 @@ const uint8_t* CompressedKvCache::entry(int64_t e) const {
 void CompressedKvCache::restore(const uint8_t* bytes, int64_t count) {
   DSV41_CHECK(count >= 0 && count <= capacity_, "compressed KV cache of layer ", owner_layer_,
               ": restore of ", count, " entries, capacity ", capacity_);
+  if (precision_ == CachePrecision::kBf16) {  // raw bf16: finite values are all it can hold
+    try {
+      formats::unpack_rows(format_, std::vector<uint8_t>(bytes, bytes + count * entry_bytes_),
+                           static_cast<int>(count), static_cast<int>(head_dim_));
+    } catch (const Error& e) {
+      DSV41_FAIL("compressed KV cache of layer ", owner_layer_, " (bf16): ", e.what());
+    }
+    std::copy(bytes, bytes + count * entry_bytes_, bytes_.begin());
+    size_ = count;
+    return;
+  }
   // The scales the quantizer can write: from the amax floor to the saturated top (E4M3 codes
   // of positive finite values are ordered like their values).
   const uint8_t lo = formats::main_kv_scale(0.0f);
@@ -228,8 +241,8 @@ Tensor<float> CompressedKvCache::read(int expected_owner, int expected_ratio, in
               ": read of ", count, " entries, ", size_, " written");
   const std::vector<uint8_t> bytes(bytes_.begin(), bytes_.begin() + count * entry_bytes_);
   return Tensor<float>({count, head_dim_},
-                       formats::unpack_rows(formats::CacheFormat::kMainKvFp4, bytes,
-                                            static_cast<int>(count), static_cast<int>(head_dim_)),
+                       formats::unpack_rows(format_, bytes, static_cast<int>(count),
+                                            static_cast<int>(head_dim_)),
                        "compress_kv");
 }
 

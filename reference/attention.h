@@ -9,7 +9,8 @@
 //   window_topk_idxs_*      which window KV rows each query reads (prefill rows, decode ring)
 //   concat_*                window part first, compressed part after it (offset = window rows)
 //   CompressedKvCache       the shared compressed KV cache of a kv-source layer, stored PACKED
-//                           (FP4 E2M1 + E4M3 scale per 16; 288 B per entry at head_dim 512)
+//                           (FP4 E2M1 + E4M3 scale per 16; 288 B per entry at head_dim 512), or
+//                           raw bf16 under the CachePrecision::kBf16 ablation
 //
 // Exactness (measured against golden/oracle, see docs/attention.md): sparse_attn is bit-exact on
 // kernels.h5 and on every recorded decode row, and equal to the official CPU run on 99.998% of
@@ -26,6 +27,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "reference/cache_precision.h"
 #include "reference/tensor.h"
 
 namespace dsv41::reference {
@@ -86,10 +88,12 @@ Tensor<float> fp4_qdq_main_kv(const Tensor<float>& x);
 // bytes per entry); read() returns exactly the official cache values.
 // Ownership is explicit: a consumer (a Reuse layer, or the owner itself) names the owner layer
 // and ratio it expects, and a mismatch is a dsv41::Error.
+// With CachePrecision::kBf16 (the ablation, reference/cache_precision.h) write() skips the QDQ and
+// stores the rows' bf16 bit patterns (2 * head_dim bytes per entry); read() returns them as written.
 class CompressedKvCache {
  public:
   CompressedKvCache(int owner_layer, int ratio, int64_t head_dim, int64_t capacity,
-                    int64_t position_offset = 0);
+                    int64_t position_offset = 0, CachePrecision precision = CachePrecision::kPacked);
 
   int owner_layer() const { return owner_layer_; }
   int ratio() const { return ratio_; }
@@ -98,22 +102,27 @@ class CompressedKvCache {
   int64_t position_offset() const { return position_offset_; }
   int64_t size() const { return size_; }  // entries written: [0, size) are valid
   int64_t entry_bytes() const { return entry_bytes_; }
+  CachePrecision precision() const { return precision_; }
+  formats::CacheFormat format() const { return format_; }  // kMainKvFp4, or kBf16 (ablation)
 
-  // Quantizes and stores rows as entries first_entry .. first_entry + n - 1.
+  // Quantizes (kPacked; kBf16: stores as is) and stores rows as entries
+  // first_entry .. first_entry + n - 1.
   // roped_latent: [n, head_dim] bf16 (post-RoPE, pre-QDQ). first_entry <= size() (appends, or
   // rewrites a tail: entries after the written range are dropped); fits in capacity.
   void write(int64_t first_entry, const Tensor<float>& roped_latent);
 
-  // The packed bytes of entry e (< size()).
+  // The stored bytes of entry e (< size()): packed, or bf16 (kBf16).
   const uint8_t* entry(int64_t e) const;
 
-  // Replaces the contents with `count` packed entries (bytes: [count, entry_bytes()], e.g. from
+  // Replaces the contents with `count` stored entries (bytes: [count, entry_bytes()], e.g. from
   // a saved session), after checking each one: every scale byte must be one the quantizer
   // writes (E4M3 in [main_kv_scale(0), main_kv_scale(FLT_MAX)], so never zero, negative or
-  // NaN), else a dsv41::Error naming the entry and block. count <= capacity.
+  // NaN), else a dsv41::Error naming the entry and block; kBf16 entries must hold no NaN/Inf.
+  // count <= capacity.
   void restore(const uint8_t* bytes, int64_t count);
 
-  // Entries [0, count) dequantized, for a consumer that expects this owner and ratio.
+  // Entries [0, count) dequantized (kBf16: as written), for a consumer that expects this owner
+  // and ratio.
   // -> [count, head_dim] bf16 values. count <= size().
   Tensor<float> read(int expected_owner, int expected_ratio, int64_t count) const;
 
@@ -123,6 +132,8 @@ class CompressedKvCache {
   int64_t head_dim_;
   int64_t capacity_;
   int64_t position_offset_;
+  CachePrecision precision_;
+  formats::CacheFormat format_;
   int64_t entry_bytes_;
   int64_t size_ = 0;
   std::vector<uint8_t> bytes_;  // [capacity, entry_bytes]

@@ -92,6 +92,8 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
   const int64_t T = x.dim(0), H = c.n_heads, D = c.head_dim;
   const int W = c.window_size, ratio = info.ratio, layer = info.layer;
   LayerState& ls = state.layers[static_cast<size_t>(layer)];
+  // kBf16 (the precision ablation): no FP8 / FP4 QDQ; the caches store bf16 (their write skips it).
+  const bool packed = state.precision == CachePrecision::kPacked;
 
   // Queries. qr is shared with the indexer.
   const Tensor<float> qr = rms_norm(linear(x, w.wq_a), w.q_norm, c.norm_eps);  // [T, q_lora] bf16
@@ -101,7 +103,7 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
   // Window KV: RoPE then FP8 QDQ of all D channels (rope tail included).
   Tensor<float> kv = rms_norm(linear(x, w.wkv), w.kv_norm, c.norm_eps);  // [T, D] bf16
   rope_rows(kv, 1, D, rope, start_pos, 1, false);
-  kv = fp8_qdq_rows(kv);
+  if (packed) kv = fp8_qdq_rows(kv);
   // The window KV rows this chunk reads: the ring's last r positions before the chunk (the most
   // any query of it can reach back), then the chunk's own rows; row 0 holds position
   // start_pos - r. Read before the chunk overwrites ring slots.
@@ -148,7 +150,8 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
         }
         Tensor<float> qi = linear(qr, w.idx_wq_b);  // [T, Hi*Di] bf16
         rope_rows(qi, c.index_n_heads, c.index_head_dim, rope, start_pos, 1, false);
-        qi = fp4_qdq_index(as_heads(std::move(qi), c.index_n_heads));
+        qi = as_heads(std::move(qi), c.index_n_heads);  // [T, Hi, Di] bf16
+        if (packed) qi = fp4_qdq_index(qi);
         const Tensor<float> keys =
             owner.key_cache->read(info.kv_owner, ratio, compress_len);  // [N, Di] bf16
         const Tensor<float> weights = index_weights(linear(x, w.idx_weights_proj), c.index_head_dim);
@@ -171,6 +174,9 @@ Tensor<float> attention_sublayer(const Tensor<float>& x, int64_t start_pos, cons
                       ", which has not run in this step");
           apply_candidate_mask(scores, *shared.candidates, c.candidate_source_layer);
         }
+        // The scores the top-k is taken from; a replacement changes the selection (the candidate
+        // source's mask was already selected above).
+        if (hooks) hooks->on("index_scores", layer, scores);
         PublishedTopk top = select_index_topk(scores, reach, c.index_topk, offset, layer, ratio);
         Tensor<int32_t> raw({T, top.idxs.dim(1)}, "topk");
         for (int64_t i = 0; i < raw.numel(); ++i) {

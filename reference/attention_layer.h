@@ -15,6 +15,11 @@
 //     index_topk]
 //   o = sparse_attn(q, kv, sink, indices, D^-0.5); inverse RoPE on o's tail; grouped wo_a (bf16,
 //     per group einsum) then wo_b (fp8) -> [T, dim] bf16
+// With a CachePrecision::kBf16 state (the precision ablation, reference/cache_precision.h) every
+// FP8 / FP4 QDQ above (window KV, index queries, index keys, compressed KV) is skipped and the
+// caches store bf16; everything else is unchanged.
+// Hooks: "index_scores" [T, N] (N = end_pos / ratio, -inf where unreachable or masked by the
+// candidates) just before an index layer's top-k, when N > 0; "candidates", "topk".
 #pragma once
 
 #include <cstdint>

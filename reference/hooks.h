@@ -4,14 +4,21 @@
 // divergence run uses them to read every component's output, and teacher forcing uses them to
 // give one side another side's values (so a component's own error is separated from the error
 // it inherits). Names and shapes (T tokens of this step, L the layer):
-//   tensor: "in_stream" [T, hc, dim] (layer input, before Engram), "in_pre" [T, hc] fp32 (the
+//   tensor: "embed" [T, hc, dim] (layer -1: the embedding copied to the hc streams),
+//           "in_stream" [T, hc, dim] (layer input, before Engram), "in_pre" [T, hc] fp32 (the
 //           pre this layer's attention applies: the previous layer's FFN mixes; layer 0 one-hot),
 //           "engram_out" [T, hc, dim],
 //           "hc_attn_pre" / "hc_attn_post" [T, hc] fp32, "hc_attn_comb" [T, hc, hc] fp32,
-//           "attn_in" [T, dim], "attn_out" [T, dim], "attn_stream" [T, hc, dim],
+//           "attn_in" [T, dim],
+//           "index_scores" [T, N] (an index layer's scores, N = end_pos / ratio compressed
+//           positions, -inf where unreachable and, after the candidate source, outside its
+//           mask: what the top-k is taken from, seen just before it; every Full index source
+//           and Reindex layer, not when N = 0; a replacement changes the selection),
+//           "attn_out" [T, dim], "attn_stream" [T, hc, dim],
 //           "hc_ffn_pre" / "hc_ffn_post" / "hc_ffn_comb", "ffn_in" [T, dim], "ffn_out" [T, dim],
 //           "out_stream" [T, hc, dim]; "final_norm_out" [1, dim] (layer -1; [T, dim] with
-//           Model::set_full_logits)
+//           Model::set_full_logits), "logits" [1, vocab] fp32 (layer -1, after the head;
+//           [T, vocab] with Model::set_full_logits; a replacement changes what StepRecord holds)
 //   index:  "topk" [T, k] compressed positions ascending, -1 padding (an index source's own
 //           selection, before it is published), "experts" [T, k] routed experts
 //   mask:   "candidates" [T, N] (the candidate source's mask, before it is published)

@@ -113,14 +113,15 @@ const Tensor<uint8_t>& CandidateMask::mask_for(int expected_owner) const {
 }
 
 IndexKeyCache::IndexKeyCache(int owner_layer, int ratio, int64_t index_head_dim, int64_t capacity,
-                             int64_t position_offset)
+                             int64_t position_offset, CachePrecision precision)
     : owner_layer_(owner_layer),
       ratio_(ratio),
       dim_(index_head_dim),
       capacity_(capacity),
       position_offset_(position_offset),
-      entry_bytes_(formats::entry_bytes(formats::CacheFormat::kIndexKeyFp4,
-                                        static_cast<int>(index_head_dim))) {
+      precision_(precision),
+      format_(stored_format(precision, formats::CacheFormat::kIndexKeyFp4)),
+      entry_bytes_(formats::entry_bytes(format_, static_cast<int>(index_head_dim))) {
   DSV41_CHECK(owner_layer >= 0 && ratio >= 1 && capacity >= 0 && position_offset >= 0,
               "index-key cache: owner ", owner_layer, ", ratio ", ratio, ", capacity ", capacity,
               ", position_offset ", position_offset);
@@ -135,9 +136,8 @@ void IndexKeyCache::write(int64_t first_entry, const Tensor<float>& roped_keys) 
   DSV41_CHECK(first_entry >= 0 && first_entry <= size_ && first_entry + n <= capacity_,
               "index-key cache of layer ", owner_layer_, ": write of ", n, " entries at ",
               first_entry, " (size ", size_, ", capacity ", capacity_, ")");
-  const std::vector<uint8_t> packed =
-      formats::pack_rows(formats::CacheFormat::kIndexKeyFp4, roped_keys.data(),
-                         static_cast<int>(n), static_cast<int>(dim_));
+  const std::vector<uint8_t> packed =  // kIndexKeyFp4: the QDQ happens here; kBf16: none
+      formats::pack_rows(format_, roped_keys.data(), static_cast<int>(n), static_cast<int>(dim_));
   std::copy(packed.begin(), packed.end(), bytes_.begin() + first_entry * entry_bytes_);
   size_ = first_entry + n;
 }
@@ -151,6 +151,17 @@ const uint8_t* IndexKeyCache::entry(int64_t e) const {
 void IndexKeyCache::restore(const uint8_t* bytes, int64_t count) {
   DSV41_CHECK(count >= 0 && count <= capacity_, "index-key cache of layer ", owner_layer_,
               ": restore of ", count, " entries, capacity ", capacity_);
+  if (precision_ == CachePrecision::kBf16) {  // raw bf16: finite values are all it can hold
+    try {
+      formats::unpack_rows(format_, std::vector<uint8_t>(bytes, bytes + count * entry_bytes_),
+                           static_cast<int>(count), static_cast<int>(dim_));
+    } catch (const Error& e) {
+      DSV41_FAIL("index-key cache of layer ", owner_layer_, " (bf16): ", e.what());
+    }
+    std::copy(bytes, bytes + count * entry_bytes_, bytes_.begin());
+    size_ = count;
+    return;
+  }
   // The scales the quantizer can write: from the amax floor to the largest finite amax.
   const uint8_t lo = formats::index_scale(0.0f);
   const uint8_t hi = formats::index_scale(std::numeric_limits<float>::max());
@@ -183,8 +194,7 @@ Tensor<float> IndexKeyCache::read(int expected_owner, int expected_ratio, int64_
               ": read of ", count, " entries, ", size_, " written");
   const std::vector<uint8_t> bytes(bytes_.begin(), bytes_.begin() + count * entry_bytes_);
   return Tensor<float>({count, dim_},
-                       formats::unpack_rows(formats::CacheFormat::kIndexKeyFp4, bytes,
-                                            static_cast<int>(count), static_cast<int>(dim_)),
+                       formats::unpack_rows(format_, bytes, static_cast<int>(count), static_cast<int>(dim_)),
                        "index_k");
 }
 

@@ -7,6 +7,7 @@
 //                      last rope_head_dim channels at position j * ratio; then fp4_qdq_index (here)
 //   query:             q = wq_b(qr) as [T, Hi, Di], RoPE at the query positions; fp4_qdq_index
 //   weights_proj:      proj = weights_proj(x) [T, Hi] bf16; index_weights (here) scales it
+// (The CachePrecision::kBf16 ablation skips both fp4_qdq_index steps and keeps bf16 index keys.)
 //
 // Scores (every step a bf16 tensor, as in the official code; bit-exact against the oracle):
 //   dot[t,h,n]   = bf16(q[t,h] . k[n])          exact sum in double, rounded once to fp32, then bf16
@@ -39,6 +40,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "reference/cache_precision.h"
 #include "reference/tensor.h"
 
 namespace dsv41::reference {
@@ -93,10 +95,12 @@ struct CandidateMask {
 // PACKED (formats::pack_index_key: Di/2 + Di/32 bytes, 68 B at Di = 128). read() returns exactly
 // the official bf16 cache values. Reindex and Reuse layers read the cache of their kv source and
 // must name the owner and ratio they expect; a mismatch is a dsv41::Error.
+// With CachePrecision::kBf16 (the ablation, reference/cache_precision.h) write() skips the QDQ and
+// stores the keys' bf16 bit patterns (2 * Di bytes per entry); read() returns them as written.
 class IndexKeyCache {
  public:
   IndexKeyCache(int owner_layer, int ratio, int64_t index_head_dim, int64_t capacity,
-                int64_t position_offset = 0);
+                int64_t position_offset = 0, CachePrecision precision = CachePrecision::kPacked);
 
   int owner_layer() const { return owner_layer_; }
   int ratio() const { return ratio_; }
@@ -105,8 +109,11 @@ class IndexKeyCache {
   int64_t position_offset() const { return position_offset_; }
   int64_t size() const { return size_; }
   int64_t entry_bytes() const { return entry_bytes_; }
+  CachePrecision precision() const { return precision_; }
+  formats::CacheFormat format() const { return format_; }  // kIndexKeyFp4, or kBf16 (ablation)
 
-  // Quantizes (fp4_qdq_index's format) and stores rows as entries first_entry .. first_entry + n - 1.
+  // Quantizes (fp4_qdq_index's format; kBf16: stores as is) and stores rows as entries
+  // first_entry .. first_entry + n - 1.
   // roped_keys: [n, Di] bf16 (post-RoPE, pre-QDQ). first_entry <= size() (append, or rewrite a
   // tail; later entries are dropped); fits in capacity.
   void write(int64_t first_entry, const Tensor<float>& roped_keys);
@@ -128,6 +135,8 @@ class IndexKeyCache {
   int64_t dim_;
   int64_t capacity_;
   int64_t position_offset_;
+  CachePrecision precision_;
+  formats::CacheFormat format_;
   int64_t entry_bytes_;
   int64_t size_ = 0;
   std::vector<uint8_t> bytes_;  // [capacity, entry_bytes]

@@ -13,33 +13,103 @@ namespace dsv41::reference {
 
 // ------------------------------------------------------------------------------- SWA ring
 
+int64_t SwaRing::entry_bytes() const { return formats::entry_bytes(format(), static_cast<int>(head_dim)); }
+
+namespace {
+
+// One slot's entry: kPacked formats::pack_swa_kv (FP8), kBf16 formats::pack_bf16. false on a
+// value the format cannot hold (NaN/Inf, or a bf16 overflow).
+bool pack_swa_entry(CachePrecision p, const float* row, int d, uint8_t* out) {
+  return p == CachePrecision::kBf16 ? formats::pack_bf16(row, d, out) : formats::pack_swa_kv(row, d, out);
+}
+
+void unpack_swa_entry(CachePrecision p, const uint8_t* in, int d, float* out) {
+  if (p == CachePrecision::kBf16) {
+    formats::unpack_bf16(in, d, out);
+  } else {
+    formats::unpack_swa_kv(in, d, out);
+  }
+}
+
+}  // namespace
+
 void SwaRing::write(int64_t position, const float* kv_row) {
-  const int eb = formats::swa_kv_entry_bytes(static_cast<int>(head_dim));
+  const int64_t eb = entry_bytes();
   const int64_t slot = position % window;
-  DSV41_CHECK(formats::pack_swa_kv(kv_row, static_cast<int>(head_dim), bytes.data() + slot * eb),
+  DSV41_CHECK(pack_swa_entry(precision, kv_row, static_cast<int>(head_dim), bytes.data() + slot * eb),
               "SWA ring: window KV at position ", position, " holds NaN/Inf");
   positions[static_cast<size_t>(slot)] = position;
 }
 
 Tensor<float> SwaRing::read_all() const {
-  const int eb = formats::swa_kv_entry_bytes(static_cast<int>(head_dim));
+  const int64_t eb = entry_bytes();
   Tensor<float> out({window, head_dim}, "window_kv_ring");
   for (int s = 0; s < window; ++s) {
     if (positions[static_cast<size_t>(s)] < 0) continue;  // never read: its index is -1
-    formats::unpack_swa_kv(bytes.data() + static_cast<int64_t>(s) * eb, static_cast<int>(head_dim), out.row(s));
+    unpack_swa_entry(precision, bytes.data() + s * eb, static_cast<int>(head_dim), out.row(s));
   }
   return out;
 }
 
 Tensor<float> SwaRing::read_positions(int64_t first, int64_t count) const {
-  const int eb = formats::swa_kv_entry_bytes(static_cast<int>(head_dim));
+  const int64_t eb = entry_bytes();
   DSV41_CHECK(count >= 0 && count <= window, "SWA ring: cannot read ", count, " positions from a ring of ", window);
   Tensor<float> out({count, head_dim}, "window_kv_ring");
   for (int64_t i = 0; i < count; ++i) {
     const int64_t p = first + i, slot = p % window;
     DSV41_CHECK(p >= 0 && positions[static_cast<size_t>(slot)] == p, "SWA ring does not hold position ", p,
                 " (slot ", slot, " holds ", positions[static_cast<size_t>(slot)], ")");
-    formats::unpack_swa_kv(bytes.data() + slot * eb, static_cast<int>(head_dim), out.row(i));
+    unpack_swa_entry(precision, bytes.data() + slot * eb, static_cast<int>(head_dim), out.row(i));
+  }
+  return out;
+}
+
+std::vector<CacheView> cache_views(const ModelState& state) {
+  std::vector<CacheView> out;
+  for (size_t l = 0; l < state.layers.size(); ++l) {
+    const SwaRing& ring = state.layers[l].ring;
+    CacheView v;
+    v.kind = "swa";
+    v.layer = static_cast<int>(l);
+    v.format = ring.format();
+    v.dim = ring.head_dim;
+    v.entry_bytes = ring.entry_bytes();
+    std::vector<int64_t> slots;  // occupied slots, by ascending position
+    for (int s = 0; s < ring.window; ++s) {
+      if (ring.positions[static_cast<size_t>(s)] >= 0) slots.push_back(s);
+    }
+    std::sort(slots.begin(), slots.end(), [&ring](int64_t a, int64_t b) {
+      return ring.positions[static_cast<size_t>(a)] < ring.positions[static_cast<size_t>(b)];
+    });
+    for (int64_t s : slots) {
+      const uint8_t* e = ring.bytes.data() + s * v.entry_bytes;
+      v.bytes.insert(v.bytes.end(), e, e + v.entry_bytes);
+      v.positions.push_back(ring.positions[static_cast<size_t>(s)]);
+    }
+    v.entries = static_cast<int64_t>(slots.size());
+    out.push_back(std::move(v));
+  }
+  // The two packed caches share their interface (size, entry, entry_bytes, format, position_offset).
+  const auto view_of = [](const char* kind, int layer, const auto& cache, int64_t dim) {
+    CacheView v;
+    v.kind = kind;
+    v.layer = layer;
+    v.format = cache.format();
+    v.dim = dim;
+    v.entry_bytes = cache.entry_bytes();
+    v.entries = cache.size();
+    for (int64_t e = 0; e < cache.size(); ++e) {
+      v.bytes.insert(v.bytes.end(), cache.entry(e), cache.entry(e) + cache.entry_bytes());
+      v.positions.push_back(cache.position_offset() + e);
+    }
+    return v;
+  };
+  for (size_t l = 0; l < state.layers.size(); ++l) {
+    const LayerState& ls = state.layers[l];
+    if (ls.kv_cache) out.push_back(view_of("compressed_kv", static_cast<int>(l), *ls.kv_cache, ls.kv_cache->head_dim()));
+    if (ls.key_cache) {
+      out.push_back(view_of("index_keys", static_cast<int>(l), *ls.key_cache, ls.key_cache->index_head_dim()));
+    }
   }
   return out;
 }
@@ -96,20 +166,21 @@ Model::Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> toke
 ModelState Model::new_state() const {
   const ModelConfig& c = config_;
   ModelState s(engram_pad_);
+  s.precision = precision_;
   s.recent_tokens.assign(static_cast<size_t>(recent_token_count(c)), -1);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerInfo& info = schedule_[static_cast<size_t>(l)];
     LayerState ls;
     ls.ring.window = c.window_size;
     ls.ring.head_dim = c.head_dim;
-    ls.ring.bytes.assign(static_cast<size_t>(c.window_size) *
-                             formats::swa_kv_entry_bytes(c.head_dim), 0);
+    ls.ring.precision = precision_;
+    ls.ring.bytes.assign(static_cast<size_t>(c.window_size * ls.ring.entry_bytes()), 0);
     ls.ring.positions.assign(static_cast<size_t>(c.window_size), -1);
     if (info.role == LayerRole::kFull) {
       const int64_t capacity = c.max_seq_len / info.ratio;
       if (info.ratio > 1) ls.compressor.emplace(info.ratio, c.head_dim);
-      ls.kv_cache.emplace(l, info.ratio, c.head_dim, capacity);
-      ls.key_cache.emplace(l, info.ratio, c.index_head_dim, capacity);
+      ls.kv_cache.emplace(l, info.ratio, c.head_dim, capacity, 0, precision_);
+      ls.key_cache.emplace(l, info.ratio, c.index_head_dim, capacity, 0, precision_);
     }
     s.layers.push_back(std::move(ls));
   }
@@ -154,7 +225,15 @@ StepRecord Model::decode(ModelState& state, int64_t token) const {
   return forward_chunk(state, {token});
 }
 
+void Model::check_precision(const ModelState& state) const {
+  if (state.precision != precision_) {
+    DSV41_FAIL("a ", name(state.precision), "-cache state given to a model set to ", name(precision_),
+               " caches (Model::set_cache_precision); make the state with this model's new_state()");
+  }
+}
+
 void Model::replay_local_state(ModelState& state, const std::vector<int64_t>& tail) const {
+  check_precision(state);
   const int64_t n = static_cast<int64_t>(tail.size()), end = state.pos;
   DSV41_CHECK(n >= 1 && n <= end, "encoder replay of ", n, " tokens needs a state at position >= ", n,
               ", this one is at ", end);
@@ -177,6 +256,7 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(tokens.size()), dim = c.dim, hc = c.hc_mult;
   const int64_t start = state.pos;
+  check_precision(state);
   DSV41_CHECK(T >= 1, "a forward step needs at least one token");
   DSV41_CHECK(start + T <= c.max_seq_len, "positions ", start, "..", start + T - 1,
               " exceed max_seq_len ", c.max_seq_len);
@@ -296,6 +376,7 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
                              weights_.norm, c.norm_eps);
   observe("final_norm_out", -1, h);
   Tensor<float> logits = linear_fp32(h, weights_.head);  // [cur_T - first, vocab] fp32
+  observe("logits", -1, logits);
   rec.logits.assign(logits.row(cur_T - first - 1), logits.row(cur_T - first - 1) + c.vocab_size);
   if (full_logits_) rec.all_logits = std::move(logits);
   state.pos = start + T;

@@ -16,6 +16,12 @@
 // Beyond the official envelope, forward_chunk runs any number of tokens at any position with the
 // same bits as one prefill (docs/sessions.md defines it). Not here (yet): the DSpark draft blocks.
 //
+// Cache precision (reference/cache_precision.h): by default the caches hold the official packed
+// formats. set_cache_precision(CachePrecision::kBf16) makes a deliberately perturbed reference for
+// precision ablations: no FP4/FP8 QDQ anywhere, caches of raw bf16 (docs/attention.md, "Cache
+// precision ablation"). A state records its precision; a model refuses a state of the other one.
+// cache_views() reads every cache's stored bytes, uniformly for both precisions.
+//
 // Example:
 //   Model m(config, ModelWeights::load(path, config), token_map);
 //   ModelState s = m.new_state();
@@ -32,6 +38,7 @@
 #include <vector>
 
 #include "reference/attention.h"
+#include "reference/cache_precision.h"
 #include "reference/compressor.h"
 #include "reference/config.h"
 #include "reference/engram.h"
@@ -43,13 +50,19 @@
 
 namespace dsv41::reference {
 
-// One layer's SWA ring: window_size slots of packed FP8 entries (formats::pack_swa_kv), slot =
-// position % window_size, with the position each slot holds (-1: empty).
+// One layer's SWA ring: window_size slots of packed FP8 entries (formats::pack_swa_kv; raw bf16
+// with CachePrecision::kBf16), slot = position % window_size, with the position each slot holds
+// (-1: empty).
 struct SwaRing {
   int window = 0;
   int64_t head_dim = 0;
-  std::vector<uint8_t> bytes;       // [window, swa_kv_entry_bytes(head_dim)]
+  CachePrecision precision = CachePrecision::kPacked;
+  std::vector<uint8_t> bytes;       // [window, entry_bytes()]
   std::vector<int64_t> positions;   // [window]
+  // kSwaKvFp8 (swa_kv_entry_bytes(head_dim) per slot), or kBf16 (2 * head_dim per slot).
+  formats::CacheFormat format() const { return stored_format(precision, formats::CacheFormat::kSwaKvFp8); }
+  int64_t entry_bytes() const;
+  // kv_row: [head_dim] bf16 (kPacked: already FP8 QDQ values, stored packed; kBf16: stored as is).
   void write(int64_t position, const float* kv_row);
   Tensor<float> read_all() const;   // [window, head_dim] bf16 (zeros in empty slots)
   // Positions first .. first + count - 1 -> [count, head_dim] bf16; every one must be in the ring
@@ -64,8 +77,10 @@ struct LayerState {
   std::optional<IndexKeyCache> key_cache;     // kv sources that are index sources
 };
 
+// Copyable: a copy is an independent snapshot of a session (what a scenario runner keeps).
 struct ModelState {
   int64_t pos = 0;  // tokens consumed so far
+  CachePrecision precision = CachePrecision::kPacked;  // of every cache below (Model::new_state)
   std::vector<LayerState> layers;  // [n_layers]
   EngramHistory engram;
   // [recent_token_count(config)] the raw token id of position p at slot p % size, for the last
@@ -109,6 +124,14 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const std::vector<int64_t>& token_map() const { return token_map_; }  // [vocab] Engram compressed ids
+
+  // The precision of the caches of the states this model makes and accepts (default kPacked,
+  // the official path). kBf16 is the precision ablation (reference/cache_precision.h).
+  void set_cache_precision(CachePrecision p) { precision_ = p; }
+  CachePrecision cache_precision() const { return precision_; }
+
+  // A fresh state (position 0) whose caches are in cache_precision(). forward_chunk and
+  // replay_local_state refuse (dsv41::Error) a state of another precision.
   ModelState new_state() const;
 
   StepRecord prefill(ModelState& state, const std::vector<int64_t>& tokens) const;
@@ -137,6 +160,8 @@ class Model {
   void set_hooks(ForwardHooks hooks) { hooks_ = std::move(hooks); }
 
  private:
+  // A dsv41::Error unless state.precision == precision_.
+  void check_precision(const ModelState& state) const;
 
   ModelConfig config_;
   ModelWeights weights_;
@@ -147,7 +172,29 @@ class Model {
   int64_t engram_pad_ = 0;
   ForwardHooks hooks_;
   bool full_logits_ = false;
+  CachePrecision precision_ = CachePrecision::kPacked;
 };
+
+// The stored bytes of one cache, for a reader that compares two runs' caches after a step
+// (a scenario runner) without knowing the precision.
+struct CacheView {
+  std::string kind;             // "swa", "compressed_kv" or "index_keys"
+  int layer = -1;               // the ring's layer, or the caches' owner (kv source) layer
+  formats::CacheFormat format = formats::CacheFormat::kBf16;  // how `bytes` decode (unpack_rows)
+  int64_t dim = 0;              // values per entry (head_dim, or index_head_dim)
+  int64_t entry_bytes = 0;      // bytes per entry in `format`
+  int64_t entries = 0;          // entries in `bytes`
+  std::vector<uint8_t> bytes;   // [entries, entry_bytes] as stored (packed, or bf16 little-endian)
+  // [entries] the position of each entry: the token position (swa), the compressed position
+  // (compressed_kv, index_keys: position_offset + e).
+  std::vector<int64_t> positions;
+};
+
+// Every cache of `state`, in layer order: first the "swa" ring of every layer (its occupied slots
+// only, in ASCENDING POSITION order, not slot order: empty slots are left out, so the view does not
+// depend on bytes no step reads), then per kv source its "compressed_kv" and "index_keys" caches
+// (entries [0, size()) in entry order). Bytes are copies.
+std::vector<CacheView> cache_views(const ModelState& state);
 
 // The raw tokens an encoder replay at any position needs: window_size (the replayed tail) +
 // engram_max_ngram_size - 1 (the n-grams of its first positions reach back that far; 0 without

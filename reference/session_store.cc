@@ -453,6 +453,10 @@ std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos
 }
 
 std::vector<uint8_t> session_bytes(const ModelState& state, const ModelConfig& c, bool include_swa) {
+  if (state.precision != CachePrecision::kPacked) {
+    DSV41_FAIL("save_session: the state has ", name(state.precision),
+               " caches (the cache precision ablation); session files hold the official packed formats only");
+  }
   DSV41_CHECK(static_cast<int>(state.layers.size()) == c.n_layers, "save_session: the state has ",
               state.layers.size(), " layers, the config ", c.n_layers);
   std::vector<SessionSectionInfo> layout = session_layout(c, state.pos, include_swa);
@@ -632,6 +636,10 @@ SessionHeader read_session_header(const std::string& path, const ModelConfig& c)
 
 LoadedSession load_session_bytes(const std::vector<uint8_t>& bytes, const std::string& file, const ModelConfig& c,
                                  const Model& model, ResumeMode mode) {
+  if (model.cache_precision() != CachePrecision::kPacked) {
+    refuse(file, "the model is set to ", name(model.cache_precision()),
+           " caches (the cache precision ablation); session files hold the official packed formats only");
+  }
   SessionHeader h = parse_session_header(bytes, file, c);
   DSV41_CHECK(config_hash(model.config()) == h.config_hash, "load_session: the model was built from config ",
               config_hash(model.config()), ", not from the config given (", h.config_hash, ")");

@@ -32,6 +32,10 @@
 // value, an Engram id outside the compressed vocab, a token id outside the vocab); format 1 files
 // (no token tail) are refused: re-save them with this version.
 //
+// Session files hold the official packed formats only: saving a CachePrecision::kBf16 state, or
+// loading into a model set to kBf16 caches, is a dsv41::Error (the ablation's states are kept in
+// memory: ModelState is copyable).
+//
 // Writes are atomic: the bytes go to "<path>.tmp.<pid>" (created exclusively), which is fsynced
 // and renamed over <path>; on any failure the temp file is removed and an existing file at
 // <path> is left as it was.

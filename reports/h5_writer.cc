@@ -3,15 +3,18 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <type_traits>
 
 #include "formats/error.h"
 
 namespace dsv41::reports {
 namespace {
 
-constexpr size_t kCompressAbove = 64 * 1024;  // bytes
+static_assert(std::is_same_v<hid_t, int64_t>, "H5Writer stores hid_t as int64_t");
 
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
@@ -28,6 +31,14 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
+// A variable-length UTF-8 string type (close with H5Tclose).
+hid_t vlen_utf8() {
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  return type;
+}
+
 }  // namespace
 
 H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
@@ -35,12 +46,18 @@ H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by the checks below
   const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
-  file_ = H5Fcreate(tmp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  const hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+  H5Pset_obj_track_times(fcpl, false);  // the root group: no timestamps
+  file_ = H5Fcreate(tmp_path_.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
+  H5Pclose(fcpl);
   H5Pclose(fapl);
   if (file_ < 0) DSV41_FAIL("cannot create HDF5 file '", tmp_path_, "' (for '", path_, "')");
+  gcpl_ = H5Pcreate(H5P_GROUP_CREATE);
+  H5Pset_obj_track_times(gcpl_, false);
 }
 
 H5Writer::~H5Writer() {
+  if (gcpl_ >= 0) H5Pclose(gcpl_);
   if (!committed_) {
     if (file_ >= 0) H5Fclose(file_);
     std::remove(tmp_path_.c_str());
@@ -53,7 +70,7 @@ void H5Writer::ensure_parent_groups(const std::string& path) {
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     cur += "/" + parts[i];
     if (H5Lexists(file_, cur.c_str(), H5P_DEFAULT) > 0) continue;
-    const hid_t g = H5Gcreate2(file_, cur.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t g = H5Gcreate2(file_, cur.c_str(), H5P_DEFAULT, gcpl_, H5P_DEFAULT);
     if (g < 0) DSV41_FAIL("'", path_, "': cannot create group '", cur, "'");
     H5Gclose(g);
   }
@@ -61,6 +78,11 @@ void H5Writer::ensure_parent_groups(const std::string& path) {
 
 void H5Writer::write_raw(const std::string& path, const void* data, int64_t type, size_t elem,
                          const std::vector<int64_t>& shape, size_t count) {
+  write_typed(path, data, type, type, elem, shape, count);
+}
+
+void H5Writer::write_typed(const std::string& path, const void* data, int64_t mem_type, int64_t file_type,
+                           size_t elem, const std::vector<int64_t>& shape, size_t count) {
   DSV41_CHECK(!committed_, "'", path_, "': write after commit");
   int64_t n = 1;
   std::vector<hsize_t> dims;
@@ -74,7 +96,8 @@ void H5Writer::write_raw(const std::string& path, const void* data, int64_t type
   ensure_parent_groups(path);
   const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
   const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  if (count * elem > kCompressAbove && !dims.empty()) {
+  H5Pset_obj_track_times(dcpl, false);
+  if (count > 0 && count * elem > compress_above_ && !dims.empty()) {
     std::vector<hsize_t> chunk = dims;
     // Chunks of about 256 KiB along the first dimension.
     hsize_t row = elem;
@@ -84,11 +107,13 @@ void H5Writer::write_raw(const std::string& path, const void* data, int64_t type
     H5Pset_shuffle(dcpl);
     H5Pset_deflate(dcpl, 4);
   }
-  const hid_t ds = H5Dcreate2(file_, path.c_str(), static_cast<hid_t>(type), space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  const hid_t ds = H5Dcreate2(file_, path.c_str(), static_cast<hid_t>(file_type), space, H5P_DEFAULT, dcpl,
+                              H5P_DEFAULT);
   H5Pclose(dcpl);
   H5Sclose(space);
   if (ds < 0) DSV41_FAIL("'", path_, "': cannot create dataset '", path, "' (exists already?)");
-  const herr_t rc = count == 0 ? 0 : H5Dwrite(ds, static_cast<hid_t>(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  const herr_t rc =
+      count == 0 ? 0 : H5Dwrite(ds, static_cast<hid_t>(mem_type), H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
   H5Dclose(ds);
   if (rc < 0) DSV41_FAIL("'", path_, "': writing dataset '", path, "' failed");
 }
@@ -111,15 +136,107 @@ void H5Writer::write(const std::string& p, const std::vector<uint8_t>& d, const 
 void H5Writer::write(const std::string& p, const std::vector<uint16_t>& d, const std::vector<int64_t>& s) {
   write_raw(p, d.data(), H5T_NATIVE_UINT16, sizeof(uint16_t), s, d.size());
 }
+void H5Writer::write(const std::string& p, const std::vector<uint64_t>& d, const std::vector<int64_t>& s) {
+  write_raw(p, d.data(), H5T_NATIVE_UINT64, sizeof(uint64_t), s, d.size());
+}
 
 void H5Writer::write_strings(const std::string& path, const std::vector<std::string>& data) {
   std::vector<const char*> ptrs;
   for (const std::string& s : data) ptrs.push_back(s.c_str());
-  const hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, H5T_VARIABLE);
-  H5Tset_cset(type, H5T_CSET_UTF8);
-  write_raw(path, ptrs.data(), type, sizeof(char*), {static_cast<int64_t>(data.size())}, data.size());
+  const hid_t type = vlen_utf8();
+  try {
+    write_raw(path, ptrs.data(), type, sizeof(char*), {static_cast<int64_t>(data.size())}, data.size());
+  } catch (...) {
+    H5Tclose(type);
+    throw;
+  }
   H5Tclose(type);
+}
+
+void H5Writer::write_columns(const std::string& group, const std::vector<TableColumn>& columns) {
+  for (const TableColumn& c : columns) {
+    DSV41_CHECK(c.size() == columns.front().size(), "'", path_, "': table '", group, "': column '", c.name,
+                "' has ", c.size(), " rows, column '", columns.front().name, "' ", columns.front().size());
+    const std::string p = group + "/" + c.name;
+    const std::vector<int64_t> shape = {static_cast<int64_t>(c.size())};
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+            write_strings(p, v);
+          } else {
+            write(p, v, shape);
+          }
+        },
+        c.values);
+  }
+  if (columns.empty()) ensure_parent_groups(group + "/x");
+}
+
+void H5Writer::write_table(const std::string& path, const std::vector<TableColumn>& columns) {
+  DSV41_CHECK(!columns.empty(), "'", path_, "': table '", path, "' has no columns");
+  const size_t rows = columns.front().size();
+  // The in-memory row: each member at its natural alignment.
+  std::vector<size_t> offsets;
+  std::vector<hid_t> types;
+  size_t size = 0;
+  for (const TableColumn& c : columns) {
+    DSV41_CHECK(c.size() == rows, "'", path_, "': table '", path, "': column '", c.name, "' has ", c.size(),
+                " rows, column '", columns.front().name, "' ", rows);
+    const auto [type, width] = std::visit(
+        [](const auto& v) -> std::pair<hid_t, size_t> {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, std::vector<std::string>>) return {vlen_utf8(), sizeof(char*)};
+          if constexpr (std::is_same_v<V, std::vector<double>>) return {H5Tcopy(H5T_NATIVE_DOUBLE), 8};
+          if constexpr (std::is_same_v<V, std::vector<int64_t>>) return {H5Tcopy(H5T_NATIVE_INT64), 8};
+          if constexpr (std::is_same_v<V, std::vector<uint64_t>>) return {H5Tcopy(H5T_NATIVE_UINT64), 8};
+          return {H5Tcopy(H5T_NATIVE_UINT8), 1};
+        },
+        c.values);
+    size = (size + width - 1) / width * width;
+    offsets.push_back(size);
+    types.push_back(type);
+    size += width;
+  }
+  size = (size + 7) / 8 * 8;
+  const hid_t mem = H5Tcreate(H5T_COMPOUND, size);
+  for (size_t i = 0; i < columns.size(); ++i) H5Tinsert(mem, columns[i].name.c_str(), offsets[i], types[i]);
+  const hid_t file = H5Tcopy(mem);
+  H5Tpack(file);
+  std::vector<unsigned char> buf(rows * size);
+  for (size_t i = 0; i < columns.size(); ++i) {
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          for (size_t r = 0; r < rows; ++r) {
+            unsigned char* at = buf.data() + r * size + offsets[i];
+            if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+              const char* p = v[r].c_str();
+              std::memcpy(at, &p, sizeof p);
+            } else {
+              std::memcpy(at, &v[r], sizeof v[r]);
+            }
+          }
+        },
+        columns[i].values);
+  }
+  const auto close_types = [&] {
+    for (hid_t t : types) H5Tclose(t);
+    H5Tclose(mem);
+    H5Tclose(file);
+  };
+  try {
+    write_typed(path, buf.data(), mem, file, size, {static_cast<int64_t>(rows)}, rows);
+  } catch (...) {
+    close_types();
+    throw;
+  }
+  close_types();
+}
+
+void H5Writer::group(const std::string& path) {
+  DSV41_CHECK(!committed_, "'", path_, "': write after commit");
+  ensure_parent_groups(path + "/x");
 }
 
 int64_t H5Writer::open_object(const std::string& path) {
@@ -146,25 +263,50 @@ void H5Writer::attr(const std::string& object_path, const std::string& name, con
   if (rc < 0) DSV41_FAIL("'", path_, "': cannot write attribute '", name, "' on '", object_path, "'");
 }
 
-namespace {
-template <typename T>
-void numeric_attr(hid_t obj, const std::string& file, const std::string& object_path,
-                  const std::string& name, hid_t type, T value) {
+void H5Writer::text_attr(const std::string& object_path, const std::string& name, const std::string& value) {
+  const hid_t type = vlen_utf8();
+  const char* p = value.c_str();
+  try {
+    scalar_attr(object_path, name, type, &p);
+  } catch (...) {
+    H5Tclose(type);
+    throw;
+  }
+  H5Tclose(type);
+}
+
+void H5Writer::scalar_attr(const std::string& object_path, const std::string& name, int64_t type,
+                           const void* value) {
+  const hid_t obj = static_cast<hid_t>(open_object(object_path));
   const hid_t space = H5Screate(H5S_SCALAR);
-  const hid_t a = H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
-  const herr_t rc = a < 0 ? -1 : H5Awrite(a, type, &value);
+  const hid_t a = H5Acreate2(obj, name.c_str(), static_cast<hid_t>(type), space, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t rc = a < 0 ? -1 : H5Awrite(a, static_cast<hid_t>(type), value);
   if (a >= 0) H5Aclose(a);
   H5Sclose(space);
   H5Oclose(obj);
-  if (rc < 0) DSV41_FAIL("'", file, "': cannot write attribute '", name, "' on '", object_path, "'");
+  if (rc < 0) DSV41_FAIL("'", path_, "': cannot write attribute '", name, "' on '", object_path, "'");
 }
-}  // namespace
 
 void H5Writer::attr(const std::string& object_path, const std::string& name, int64_t value) {
-  numeric_attr(static_cast<hid_t>(open_object(object_path)), path_, object_path, name, H5T_NATIVE_INT64, value);
+  scalar_attr(object_path, name, H5T_NATIVE_INT64, &value);
 }
 void H5Writer::attr(const std::string& object_path, const std::string& name, double value) {
-  numeric_attr(static_cast<hid_t>(open_object(object_path)), path_, object_path, name, H5T_NATIVE_DOUBLE, value);
+  scalar_attr(object_path, name, H5T_NATIVE_DOUBLE, &value);
+}
+void H5Writer::attr(const std::string& object_path, const std::string& name, uint64_t value) {
+  scalar_attr(object_path, name, H5T_NATIVE_UINT64, &value);
+}
+
+void H5Writer::attr(const std::string& object_path, const std::string& name, const std::vector<int64_t>& value) {
+  const hid_t obj = static_cast<hid_t>(open_object(object_path));
+  const hsize_t n = value.size();
+  const hid_t space = H5Screate_simple(1, &n, nullptr);
+  const hid_t a = H5Acreate2(obj, name.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t rc = a < 0 ? -1 : (n == 0 ? 0 : H5Awrite(a, H5T_NATIVE_INT64, value.data()));
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(space);
+  H5Oclose(obj);
+  if (rc < 0) DSV41_FAIL("'", path_, "': cannot write attribute '", name, "' on '", object_path, "'");
 }
 
 void H5Writer::commit() {

@@ -2,7 +2,9 @@
 //
 // H5Writer: writes HDF5 files that an engineer opens with h5py — groups created on demand from
 // '/'-separated paths, typed datasets with their shape (chunked + gzip above 64 KiB), and string
-// or numeric attributes. Writes are atomic: everything goes to "<path>.tmp.<pid>", and commit()
+// or numeric attributes, tables (reports/table.h) as compound datasets or as groups of column
+// datasets. Object timestamps are off, so the same writes give the same file contents (what
+// h5diff compares). Writes are atomic: everything goes to "<path>.tmp.<pid>", and commit()
 // flushes, closes and renames it over <path>; a writer destroyed without commit() removes its
 // temp file, so a failed run never leaves a half-written or truncated report behind.
 //
@@ -13,9 +15,12 @@
 //   w.commit();
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "reports/table.h"
 
 namespace dsv41::reports {
 
@@ -32,12 +37,30 @@ class H5Writer {
   void write(const std::string& path, const std::vector<int64_t>& data, const std::vector<int64_t>& shape);
   void write(const std::string& path, const std::vector<uint8_t>& data, const std::vector<int64_t>& shape);
   void write(const std::string& path, const std::vector<uint16_t>& data, const std::vector<int64_t>& shape);
+  void write(const std::string& path, const std::vector<uint64_t>& data, const std::vector<int64_t>& shape);
   // A 1-D dataset of variable-length UTF-8 strings.
   void write_strings(const std::string& path, const std::vector<std::string>& data);
+  // A 1-D compound dataset, one member per column in the given order, one element per row
+  // (columns of equal length; strings variable-length UTF-8). pandas reads it in one call:
+  // pd.DataFrame(f[path][()]).
+  void write_table(const std::string& path, const std::vector<TableColumn>& columns);
+  // A group of 1-D datasets <group>/<column name>, all of the same length.
+  void write_columns(const std::string& group, const std::vector<TableColumn>& columns);
+  // The group `path` and its parents (no-op when it exists).
+  void group(const std::string& path);
+  // Datasets of more than `bytes` bytes are chunked and gzip-compressed (default 64 KiB; 0:
+  // every non-empty dataset).
+  void set_compress_above(size_t bytes) { compress_above_ = bytes; }
 
   void attr(const std::string& object_path, const std::string& name, const std::string& value);
   void attr(const std::string& object_path, const std::string& name, int64_t value);
   void attr(const std::string& object_path, const std::string& name, double value);
+  void attr(const std::string& object_path, const std::string& name, uint64_t value);
+  // A 1-D int64 attribute (e.g. a shape).
+  void attr(const std::string& object_path, const std::string& name, const std::vector<int64_t>& value);
+  // A variable-length UTF-8 string attribute (h5py reads it as str; attr() above writes a
+  // fixed-length one, which h5py reads as bytes).
+  void text_attr(const std::string& object_path, const std::string& name, const std::string& value);
 
   // Flushes, closes and atomically renames the temp file to the final path.
   void commit();
@@ -48,11 +71,17 @@ class H5Writer {
   void ensure_parent_groups(const std::string& path);
   void write_raw(const std::string& path, const void* data, int64_t type, size_t elem,
                  const std::vector<int64_t>& shape, size_t count);
+  // As write_raw, with a stored type that differs from the memory type.
+  void write_typed(const std::string& path, const void* data, int64_t mem_type, int64_t file_type,
+                   size_t elem, const std::vector<int64_t>& shape, size_t count);
+  void scalar_attr(const std::string& object_path, const std::string& name, int64_t type, const void* value);
   int64_t open_object(const std::string& path);
 
   std::string path_;
   std::string tmp_path_;
   int64_t file_ = -1;
+  int64_t gcpl_ = -1;  // group creation: no timestamps
+  size_t compress_above_ = 64 * 1024;
   bool committed_ = false;
 };
 

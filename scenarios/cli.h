@@ -3,7 +3,8 @@
 // The verbs of the `dsv41` tool. Each verb file adds one subcommand to the top-level CLI11 app
 // and returns what to run when that subcommand was given; main.cc parses and dispatches.
 //
-// Exit codes (docs/cli.md): 0 ok, 1 a check failed, 2 bad arguments or bad input. Verbs throw
+// Exit codes (docs/cli.md): 0 ok, 1 a check failed, 2 bad arguments or bad input, 3 inconclusive
+// (`dsv41 run`: evidence missing). Verbs throw
 // dsv41::Error for bad input; main.cc prints it as "dsv41: error: ..." and exits 2.
 //
 // Example:
@@ -25,6 +26,7 @@ namespace dsv41::scenarios {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitCheckFailed = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitInconclusive = 3;  // evidence missing (reports::exit_code)
 
 struct Verb {
   CLI::App* app = nullptr;   // the subcommand
@@ -36,6 +38,8 @@ Verb add_selfcheck_verb(CLI::App& parent);  // scenarios/cli_selfcheck.cc
 Verb add_forward_verb(CLI::App& parent);    // scenarios/cli_forward.cc
 Verb add_weights_verb(CLI::App& parent);    // scenarios/cli_weights.cc
 Verb add_replay_study_verb(CLI::App& parent);  // scenarios/cli_replay_study.cc
+Verb add_run_verb(CLI::App& parent);        // scenarios/cli_run.cc
+Verb add_report_verb(CLI::App& parent);        // scenarios/cli_report.cc
 
 // The format self-check: one line per check, then "selfcheck: N passed, M failed".
 // Returns kExitOk or kExitCheckFailed. inject_failure adds one failing check (for tests).

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The main job (README, first command): set up and build, then run dsv41 on the built-in tiny
-# and released configs. Exit code: that of the first failing step.
+# The main job (README, first command): set up and build, check the formats, then run the
+# built-in scenario suite on the tiny config (CPU reference, official oracle weights) and print
+# its summary. The HDF5 report goes to build/report.h5 (JUnit: build/report.xml); its schema is
+# checked. Exit code: that of `dsv41 run` (0 pass, 1 divergence beyond tolerance, 2 error,
+# 3 inconclusive), or of the first step that failed before it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 build_dir=${DSV41_BUILD_DIR:-build}
 "$build_dir/dsv41" selfcheck
 "$build_dir/dsv41" bytes --config full
-"$build_dir/dsv41" bytes --config tiny
-# The reference forward on the tiny config with the official oracle weights: a 64-token prompt
-# (ids 1, 3, ..., 127), then 4 decode steps; prints where the HDF5 output went.
-"$build_dir/dsv41" forward --config tiny --weights golden/oracle/weights.safetensors \
-  --prompt "$(seq -s, 1 2 127)" --decode 5,723,380,584 -o "$build_dir/main-forward.h5"
+status=0
+"$build_dir/dsv41" run -o "$build_dir/report.h5" --junit "$build_dir/report.xml" || status=$?
+"$build_dir/dsv41" report check "$build_dir/report.h5"
+echo "main: open the report with: $build_dir/dsv41 report show $build_dir/report.h5  (h5py: docs/report-schema.md)"
+exit "$status"

@@ -1,0 +1,214 @@
+// reports/report.h
+//
+// The divergence report of a scenario run (docs/report-schema.md): what the runner
+// (scenarios/runner.h) measured, in memory, and its HDF5 form. The runner fills a RunReport;
+// write_report stores it atomically; read_report loads one back (for `dsv41 report show` and
+// the schema check); check_report_schema validates a file written by any version.
+//
+// Verdicts: pass (every checked metric within its tolerance), fail (one beyond it), measured
+// (approximate by design: metrics recorded, nothing asserted), inconclusive (evidence missing:
+// nothing compared, a side without the component, all outputs zero or non-finite on both sides),
+// error (the run could not complete). A run passes only when no comparison is fail, error or
+// inconclusive; missing evidence never passes.
+//
+// Example:
+//   RunReport r = runner_output;                 // scenarios/runner.h fills it
+//   r.verdict = roll_up(r.scenarios);
+//   write_report("report.h5", r);                // atomic; /meta/volatile holds what varies
+//   std::cout << format_summary(read_report("report.h5"));
+//   if (!check_report_schema("report.h5").empty()) ...;
+//   return exit_code(r.verdict);                 // 0 pass/measured, 1 fail, 2 error, 3 inconclusive
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsv41::reports {
+
+enum class Verdict { kPass = 0, kFail = 1, kMeasured = 2, kInconclusive = 3, kError = 4 };
+const char* name(Verdict v);              // "pass", "fail", "measured", "inconclusive", "error"
+Verdict parse_verdict(const std::string& s);  // inverse of name(); a dsv41::Error otherwise
+// The worse of two verdicts for a roll-up: error > fail > inconclusive > measured > pass.
+Verdict worse(Verdict a, Verdict b);
+// The exit code of a run with this verdict (docs/cli.md): pass and measured 0, fail 1, error 2,
+// inconclusive 3.
+int exit_code(Verdict v);
+
+// Where a threshold comes from (the report records it next to every checked value).
+//   stated:   by the design (e.g. "same backend, exact cache path: bit-exact", docs/sessions.md)
+//   analytic: derived (e.g. from the storage type's rounding)
+//   measured: from a recorded measurement (the document and numbers named in `note`)
+//   none:     nothing asserted (a measured-only value)
+struct Tolerance {
+  double bound = 0;           // the value must be <= bound (or >= for metrics where higher is better)
+  bool higher_is_better = false;
+  std::string origin = "stated";
+  std::string note;
+};
+
+// Whether a larger value of a metric is better (fractions equal, recalls, Jaccard, agreement:
+// *_frac, jaccard*, recall*, *_recall*, top1_agree, tie_equivalent, present). The summary's
+// "worst" of an unchecked metric is its minimum for these and its maximum otherwise.
+bool metric_higher_is_better(const std::string& metric);
+
+// One metric value of one component at one step of one comparison.
+struct MetricRow {
+  int64_t step = 0;        // the scenario's step index (a forward call of one session)
+  int session = 0;         // the session the step belongs to
+  int64_t position = 0;    // the first token position of the step
+  int layer = -1;          // -1: not a layer's (logits, final norm)
+  std::string component;   // e.g. "attn_out", "topk", "logits", "cache.compressed_kv"
+  std::string metric;      // e.g. "nmse", "bit_equal_frac", "jaccard_min"
+  double value = 0;
+  std::optional<Tolerance> tolerance;  // none: recorded only
+  Verdict verdict = Verdict::kMeasured;  // kPass / kFail for checked rows, kMeasured otherwise
+};
+
+// The earliest (step, layer, component) beyond its tolerance, in execution order.
+struct Divergence {
+  int64_t step = 0;
+  int session = 0;
+  int64_t position = 0;
+  int layer = -1;
+  std::string component, metric;
+  double value = 0;
+  Tolerance tolerance;
+  std::string detail;  // e.g. "first mismatch at [3, 1, 17] byte 0: a=0.125 b=0.1259"
+  std::string rerun;   // one command line that reruns just this case
+};
+
+// A tensor kept in the report (a failure's two sides, or on request).
+struct StoredTensor {
+  int64_t step = 0;
+  int layer = -1;
+  std::string component;
+  std::string side;                 // "a" or "b"
+  std::string logical_dtype;        // "bf16", "fp32", "int32", "uint8", "int64"
+  std::vector<int64_t> shape;
+  std::vector<double> values;       // the values (exact in double for every logical dtype)
+};
+
+// One step as the scenario ran it.
+struct StepInfo {
+  int64_t step = 0;
+  int session = 0;
+  std::string phase;          // "prefill", "decode", "resume", "replay"
+  int64_t start_pos = 0;
+  int64_t tokens = 0;
+  std::vector<std::string> boundaries;  // e.g. "resume", "window_edge", "chunk_edge"
+};
+
+// One pair of sides under one comparison mode.
+struct Comparison {
+  std::string side_a, side_b;       // e.g. "ref@cold", "ref-bf16kv@global"
+  std::string mode;                 // "free-running" or "teacher-forced"
+  std::string expectation;          // "bitexact", "tolerance" or "measured"
+  std::string expectation_origin;   // why (stated / measured, with the document)
+  Verdict verdict = Verdict::kInconclusive;
+  std::optional<Divergence> first_divergence;
+  int64_t steps_compared = 0;
+  int64_t items_compared = 0;       // (step, layer, component) outputs compared
+  std::vector<std::string> notes;   // e.g. "caches not compared: the formats differ"
+  std::vector<MetricRow> rows;
+  std::vector<StoredTensor> tensors;
+  double seconds = 0;               // wall time (volatile)
+};
+
+struct ScenarioResult {
+  std::string name;
+  std::string kind;          // "cold_prefill", "cache_hit", "resume", "boundary_facts", ...
+  std::string description;
+  std::string source;        // the scenario file, or "builtin:<name>"
+  std::string scenario_json; // the scenario as run (after defaults), JSON text
+  uint64_t seed = 0;
+  Verdict verdict = Verdict::kInconclusive;
+  std::vector<StepInfo> steps;
+  std::vector<Comparison> comparisons;
+  std::string error;         // verdict kError: what went wrong
+};
+
+// Run-level metadata. Stable fields go to /meta; volatile ones to /meta/volatile.
+struct RunMeta {
+  std::string config_name;          // "tiny", a path
+  std::string config_hash;          // reference::config_hash
+  std::string config_json;
+  std::string weights;              // "oracle:<path>" or "generated:seed=<n>"
+  std::string weights_sha256;       // of the file, "" for generated weights
+  std::map<std::string, uint64_t> seeds;  // every seed the run used, by name
+  std::vector<std::string> sides;   // as given
+  // volatile
+  std::string tool_version, git_commit, command_line, created_utc, host;
+  int threads = 1;
+  double seconds = 0;
+};
+
+struct RunReport {
+  RunMeta meta;
+  Verdict verdict = Verdict::kInconclusive;
+  std::vector<ScenarioResult> scenarios;
+};
+
+// The run's verdict from its scenarios' verdicts (measured counts as pass; no scenario at all
+// is inconclusive).
+Verdict roll_up(const std::vector<ScenarioResult>& scenarios);
+
+// How far a checked value lies beyond its bound, relative to the bound: (value - bound) / |bound|
+// (bound - value for higher_is_better; divided by 1 when the bound is 0). > 0: beyond, <= 0:
+// within; +inf for a NaN value. Orders the worst metrics in the summary and format_summary.
+double excess(double value, const Tolerance& t);
+
+// One row of the summary table (/summary): one (scenario, comparison, component, metric) with
+// its worst value over the comparison's rows (steps, layers, positions): the largest excess()
+// among the checked rows, or the largest value when no row is checked (NaN counts as largest).
+struct SummaryRow {
+  std::string scenario;
+  int64_t comparison = 0;  // index in the scenario's comparisons (the NN of its group)
+  std::string side_a, side_b, mode, component, metric;
+  double value = 0;        // the worst value
+  int64_t step = 0;        // where it is
+  int64_t layer = -1;
+  double bound = 0;        // its bound (NaN: none)
+  bool higher_is_better = false;
+  std::string origin;      // its tolerance's origin ("": none)
+  Verdict verdict = Verdict::kMeasured;  // the worst verdict of the aggregated rows
+  int64_t rows = 0;        // how many MetricRows were aggregated
+};
+
+// The summary table of a report, in run order (scenario, comparison, first appearance of the
+// (component, metric) pair in its rows).
+std::vector<SummaryRow> summarize(const RunReport& report);
+
+// Writes the report (schema docs/report-schema.md) atomically to path. Refuses (dsv41::Error,
+// nothing written, an existing file at path left as it was) an empty scenario name, a name
+// containing '/' or equal to "." or "..", duplicate scenario names, a tolerance without an
+// origin, a step boundary containing ',', and a stored tensor whose values do not fit its
+// logical dtype or shape.
+void write_report(const std::string& path, const RunReport& report);
+
+// Reads a report written by write_report (a dsv41::Error naming the file and what is wrong when it
+// is not one: not HDF5, truncated, not a dsv41 report, another schema_version, a missing object).
+// Tensors are loaded only with load_tensors.
+RunReport read_report(const std::string& path, bool load_tensors = false);
+
+// Checks a file against the schema: every required group, dataset and attribute, their types and
+// lengths, the summary table's columns, verdict names, and that the stored verdicts are consistent
+// (a comparison with a failing row is "fail"; a scenario's verdict is the worst of its
+// comparisons unless "error"; the root verdict is roll_up of the scenarios'). Returns the problems
+// found (empty: valid). Throws dsv41::Error only when the file cannot be opened as HDF5.
+std::vector<std::string> check_report_schema(const std::string& path);
+
+// The readable summary `dsv41 report show` prints: one line per comparison, worst first, then the
+// worst metrics (by how far beyond tolerance), the first divergences with their rerun commands.
+std::string format_summary(const RunReport& report, int max_rows = 20);
+
+// JUnit XML: one testsuite per scenario, one testcase per comparison named "<a> vs <b> [<mode>]":
+// fail -> <failure type="fail"> (first divergence, rerun command), error -> <error>,
+// inconclusive -> <failure type="inconclusive"> (missing evidence never looks like a pass),
+// measured -> passed with a <system-out> note; a scenario that errored adds a testcase "(scenario)"
+// with <error>. For CI dashboards. Written atomically ("<path>.tmp.<pid>", renamed).
+void write_junit(const std::string& path, const RunReport& report);
+
+}  // namespace dsv41::reports

@@ -1,0 +1,175 @@
+#include "scenarios/backend.h"
+
+#include <utility>
+
+#include "formats/error.h"
+#include "scenarios/mutants.h"
+
+namespace dsv41::scenarios {
+namespace {
+
+using reference::CachePrecision;
+using reference::ModelState;
+
+struct RefSession final : BackendSession {
+  explicit RefSession(ModelState s) : state(std::move(s)) {}
+  int64_t pos() const override { return state.pos; }
+  ModelState state;
+};
+
+RefSession& as_ref(BackendSession& s) {
+  RefSession* r = dynamic_cast<RefSession*>(&s);
+  DSV41_CHECK(r != nullptr, "a session of another backend was passed to a reference backend");
+  return *r;
+}
+const RefSession& as_ref(const BackendSession& s) { return as_ref(const_cast<BackendSession&>(s)); }
+
+// The reference (official formats or the bf16 ablation), optionally with one planted defect.
+class ReferenceBackend final : public Backend {
+ public:
+  ReferenceBackend(std::string name, const BackendResources& r, CachePrecision precision,
+                   std::optional<Mutation> mutation)
+      : name_(std::move(name)),
+        model_(r.config, r.weights, r.token_map),
+        precision_(precision),
+        mutation_(std::move(mutation)) {
+    model_.set_cache_precision(precision);
+  }
+
+  std::string name() const override { return name_; }
+  Claim claim() const override {
+    return precision_ == CachePrecision::kPacked ? Claim::kBitExact : Claim::kApproximate;
+  }
+  const reference::ModelConfig& config() const override { return model_.config(); }
+
+  std::unique_ptr<BackendSession> new_session() override {
+    return std::make_unique<RefSession>(model_.new_state());
+  }
+
+  reference::StepRecord step(BackendSession& s, const std::vector<int64_t>& tokens,
+                             const reference::StepOptions& options, const reference::ForwardHooks& hooks,
+                             int64_t step) override {
+    ModelState& state = as_ref(s).state;
+    if (!mutation_ || mutation_->is_cache()) {
+      model_.set_hooks(hooks);
+    } else {
+      model_.set_hooks(mutated_hooks(hooks, state.pos, static_cast<int64_t>(tokens.size()), step));
+    }
+    reference::StepRecord rec;
+    try {
+      rec = model_.forward_chunk(state, tokens, options);
+    } catch (...) {
+      model_.set_hooks({});
+      throw;
+    }
+    model_.set_hooks({});
+    if (mutation_ && mutation_->is_cache()) mutate_cache(*mutation_, step, state);
+    return rec;
+  }
+
+  SavedState save(const BackendSession& s, bool include_swa) override {
+    const ModelState& state = as_ref(s).state;
+    SavedState out;
+    out.pos = state.pos;
+    out.has_swa = include_swa;
+    if (precision_ == CachePrecision::kPacked) {
+      out.bytes = reference::session_bytes(state, model_.config(), include_swa);
+    } else {
+      // Session files hold the official formats only: the ablation keeps its state in memory.
+      ModelState copy = state;
+      if (!include_swa) {
+        for (reference::LayerState& ls : copy.layers) std::fill(ls.ring.positions.begin(), ls.ring.positions.end(), -1);
+      }
+      out.snapshot = std::make_shared<ModelState>(std::move(copy));
+    }
+    return out;
+  }
+
+  std::unique_ptr<BackendSession> restore(const SavedState& saved, reference::ResumeMode mode) override {
+    if (precision_ == CachePrecision::kPacked) {
+      DSV41_CHECK(!saved.bytes.empty(), "backend ", name_, ": the saved state holds no session bytes");
+      reference::LoadedSession l =
+          reference::load_session_bytes(saved.bytes, "saved session", model_.config(), model_, mode);
+      return std::make_unique<RefSession>(std::move(l.state));
+    }
+    const auto* snap = std::any_cast<std::shared_ptr<ModelState>>(&saved.snapshot);
+    DSV41_CHECK(snap != nullptr && *snap, "backend ", name_, ": the saved state holds no snapshot");
+    ModelState state = **snap;
+    if (mode == reference::ResumeMode::kFull) {
+      DSV41_CHECK(saved.has_swa, "backend ", name_, ": a full resume needs the SWA rings, saved without them");
+    } else {
+      const int64_t n = std::min<int64_t>(state.pos, model_.config().window_size);
+      std::vector<int64_t> tail;
+      const int64_t kept = static_cast<int64_t>(state.recent_tokens.size());
+      for (int64_t p = state.pos - n; p < state.pos; ++p) tail.push_back(state.recent_tokens[static_cast<size_t>(p % kept)]);
+      // The Engram history is part of the global state the snapshot keeps.
+      model_.replay_local_state(state, tail);
+    }
+    return std::make_unique<RefSession>(std::move(state));
+  }
+
+  std::vector<reference::CacheView> caches(const BackendSession& s) const override {
+    return reference::cache_views(as_ref(s).state);
+  }
+
+ private:
+  reference::ForwardHooks mutated_hooks(const reference::ForwardHooks& inner, int64_t start, int64_t T,
+                                        int64_t step) const {
+    reference::ForwardHooks h;
+    const Mutation m = *mutation_;
+    const reference::ModelConfig& c = model_.config();
+    h.tensor = [inner, m, step](const std::string& what, int layer, reference::Tensor<float>& v) {
+      mutate_tensor(m, what, layer, step, v);
+      if (inner.tensor) inner.tensor(what, layer, v);
+    };
+    h.index = [inner, m, step, &c, start, T](const std::string& what, int layer, reference::Tensor<int32_t>& v) {
+      int64_t choices = c.n_routed_experts;
+      if (what == "topk") {
+        const int ratio = c.compress_ratios[static_cast<size_t>(layer)];
+        choices = ratio > 0 ? (start + T) / ratio : 0;
+      }
+      mutate_index(m, what, layer, step, v, choices);
+      if (inner.index) inner.index(what, layer, v);
+    };
+    h.mask = [inner, m, step, &c](const std::string& what, int layer, reference::Tensor<uint8_t>& v) {
+      mutate_mask(m, what, layer, step, v, c.candidate_block_size);
+      if (inner.mask) inner.mask(what, layer, v);
+    };
+    return h;
+  }
+
+  std::string name_;
+  reference::Model model_;
+  CachePrecision precision_;
+  std::optional<Mutation> mutation_;
+};
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> backend_catalog() {
+  return {
+      {"ref", "the CPU reference, official cache formats (FP4/FP8 packed); claims the reference's bits"},
+      {"ref-bf16kv", "the reference with every cache in bf16 (no FP4/FP8 QDQ): a precision ablation, "
+                     "approximate by design"},
+      {"mutant:<component>:L<layer>:S<step>", "the reference with one planted defect (scenarios/mutants.h): "
+                                               "the verifier's self-test; claims the reference's bits"},
+  };
+}
+
+void validate_backend_name(const std::string& spec) {
+  if (spec == "ref" || spec == "ref-bf16kv") return;
+  if (spec.rfind("mutant:", 0) == 0) {
+    parse_mutation(spec.substr(7));
+    return;
+  }
+  DSV41_FAIL("unknown backend '", spec, "' (known: ref, ref-bf16kv, mutant:<component>:L<layer>:S<step>)");
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendResources& r) {
+  validate_backend_name(spec);
+  if (spec == "ref") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::nullopt);
+  if (spec == "ref-bf16kv") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kBf16, std::nullopt);
+  return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, parse_mutation(spec.substr(7)));
+}
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,101 @@
+// scenarios/backend.h
+//
+// Backend: what the scenario runner drives. A backend runs sessions of one model: a step of any
+// number of tokens at the session's position (a prefill chunk, a one-token decode step, a verify
+// step of several tokens), saves a session and restores it (full, or global state only), and shows
+// every component's output of a step through ForwardHooks (reference/hooks.h: per layer stream,
+// attention output, mHC coefficients, top-k, candidate mask, MoE experts, index scores, ...), which
+// may also replace them (teacher forcing). After a step it shows its caches as raw bytes.
+//
+// Backends (make_backend; docs/scenarios.md lists them):
+//   ref            the CPU reference (reference/model.h), official cache formats
+//   ref-bf16kv     the reference with every cache kept in bf16 (no FP4/FP8 QDQ): a deliberately
+//                  perturbed reference for precision ablations; approximate by design
+//   mutant:<kind>:L<layer>:S<step>
+//                  the reference with one planted defect (scenarios/mutants.h): what the
+//                  verifier's self-test and tests use to prove a divergence is caught and located
+// The CUDA path plugs in later as another implementation of this interface.
+//
+// Example:
+//   std::unique_ptr<Backend> b = make_backend("ref", resources);
+//   std::unique_ptr<BackendSession> s = b->new_session();
+//   reference::StepRecord r = b->step(*s, prompt, {}, {});
+//   SavedState saved = b->save(*s, /*include_swa=*/false);
+//   std::unique_ptr<BackendSession> resumed = b->restore(saved, reference::ResumeMode::kGlobalOnly);
+#pragma once
+
+#include <any>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "reference/cache_precision.h"
+#include "reference/config.h"
+#include "reference/hooks.h"
+#include "reference/model.h"
+#include "reference/session_store.h"
+#include "reference/weights.h"
+
+namespace dsv41::scenarios {
+
+// What a backend claims about itself relative to the reference: "bitexact" (it must give the
+// reference's bits) or "approximate" (it differs by design; measured only).
+enum class Claim { kBitExact, kApproximate };
+
+// One session of a backend (opaque to the runner).
+class BackendSession {
+ public:
+  virtual ~BackendSession() = default;
+  virtual int64_t pos() const = 0;  // tokens consumed
+};
+
+// A saved session. `bytes` is the backend's serialized form when it has one (the reference: a
+// session file, docs/session-store.md); `snapshot` holds a state that has no file format (the
+// bf16 ablation keeps its state in memory).
+struct SavedState {
+  int64_t pos = 0;
+  bool has_swa = false;
+  std::vector<uint8_t> bytes;
+  std::any snapshot;
+};
+
+// What every backend of a run is built from.
+struct BackendResources {
+  reference::ModelConfig config;
+  reference::ModelWeights weights;
+  std::vector<int64_t> token_map;  // [vocab] Engram compressed ids
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Claim claim() const = 0;
+  virtual const reference::ModelConfig& config() const = 0;
+
+  virtual std::unique_ptr<BackendSession> new_session() = 0;
+  // Runs tokens at s.pos(). hooks (may be empty) see, and may replace, every component's output;
+  // a backend calls them in the reference's order (reference/hooks.h) with the same shapes.
+  // `step` counts the backend's steps of this session's run (a planted defect keys on it).
+  virtual reference::StepRecord step(BackendSession& s, const std::vector<int64_t>& tokens,
+                                     const reference::StepOptions& options,
+                                     const reference::ForwardHooks& hooks, int64_t step) = 0;
+  virtual SavedState save(const BackendSession& s, bool include_swa) = 0;
+  // A session continuing from `saved`: kFull needs has_swa; kGlobalOnly rebuilds the SWA rings by
+  // encoder replay (approximate by design, docs/sessions.md).
+  virtual std::unique_ptr<BackendSession> restore(const SavedState& saved, reference::ResumeMode mode) = 0;
+  // Every cache of the session as raw bytes, in a fixed order (reference::cache_views).
+  virtual std::vector<reference::CacheView> caches(const BackendSession& s) const = 0;
+};
+
+// The backends make_backend knows, with one line each (for --help and docs).
+std::vector<std::pair<std::string, std::string>> backend_catalog();
+
+// A backend by name (see above); a dsv41::Error naming the spec and the known names otherwise.
+std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendResources& resources);
+
+// Checks a backend name without building it (the runner validates --sides before any work).
+void validate_backend_name(const std::string& spec);
+
+}  // namespace dsv41::scenarios

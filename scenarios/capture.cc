@@ -1,0 +1,124 @@
+#include "scenarios/capture.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/error.h"
+
+namespace dsv41::scenarios {
+namespace {
+
+using reference::Tensor;
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// The forced value of (layer, what) from `forced`, checked against the shape the side produced.
+template <typename T>
+bool tail_fits(const Tensor<T>& a, const Tensor<T>& own) {
+  if (a.rank() != own.rank() || a.rank() == 0 || own.dim(0) >= a.dim(0)) return false;
+  for (int d = 1; d < a.rank(); ++d) {
+    if (a.dim(d) != own.dim(d)) return false;
+  }
+  return true;
+}
+
+template <typename T>
+const Tensor<T>* forced_value(const StepCapture* forced, int layer, const std::string& what,
+                              const Tensor<T>& own, const Tensor<T> CapturedItem::*member, Tensor<T>& scratch) {
+  if (forced == nullptr || what == "index_scores" || what == "logits") return nullptr;
+  const CapturedItem* it = forced->find(layer, what);
+  if (it == nullptr) return nullptr;
+  const Tensor<T>& v = (*it).*member;
+  if (v.shape() != own.shape() && tail_fits(v, own)) {
+    // Decoder replay: side B runs this layer on the last rows only; it takes A's last rows.
+    const int64_t width = v.numel() / v.dim(0);
+    scratch = Tensor<T>(own.shape(), std::vector<T>(v.data().end() - own.dim(0) * width, v.data().end()), v.name());
+    return &scratch;
+  }
+  DSV41_CHECK(v.shape() == own.shape(), "teacher forcing: side A's '", what, "' at layer ", layer,
+              " has shape ", shape_str(v.shape()), ", side B's ", shape_str(own.shape()));
+  return &v;
+}
+
+}  // namespace
+
+const CapturedItem* StepCapture::find(int layer, const std::string& component) const {
+  for (const CapturedItem& it : items) {
+    if (it.layer == layer && it.component == component) return &it;
+  }
+  return nullptr;
+}
+
+ValueType hook_value_type(const std::string& c) {
+  if (c == "in_pre" || c == "logits") return ValueType::kFp32;
+  if (c.rfind("hc_", 0) == 0) return ValueType::kFp32;  // hc_attn_pre/post/comb, hc_ffn_*
+  return ValueType::kBf16;
+}
+
+reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced) {
+  reference::ForwardHooks h;
+  h.tensor = [&into, forced](const std::string& what, int layer, Tensor<float>& v) {
+    if (what == "logits") return;  // compared from the StepRecord (finish_capture)
+    CapturedItem it;
+    it.layer = layer;
+    it.component = what;
+    it.kind = CapturedItem::kFloat;
+    it.type = hook_value_type(what);
+    it.f = v;
+    into.items.push_back(std::move(it));
+    Tensor<float> scratch;
+    if (const Tensor<float>* f = forced_value(forced, layer, what, v, &CapturedItem::f, scratch)) v = *f;
+  };
+  h.index = [&into, forced](const std::string& what, int layer, Tensor<int32_t>& v) {
+    CapturedItem it;
+    it.layer = layer;
+    it.component = what;
+    it.kind = CapturedItem::kIndex;
+    it.i = v;
+    into.items.push_back(std::move(it));
+    Tensor<int32_t> scratch;
+    if (const Tensor<int32_t>* f = forced_value(forced, layer, what, v, &CapturedItem::i, scratch)) v = *f;
+  };
+  h.mask = [&into, forced](const std::string& what, int layer, Tensor<uint8_t>& v) {
+    CapturedItem it;
+    it.layer = layer;
+    it.component = what;
+    it.kind = CapturedItem::kMask;
+    it.m = v;
+    into.items.push_back(std::move(it));
+    Tensor<uint8_t> scratch;
+    if (const Tensor<uint8_t>* f = forced_value(forced, layer, what, v, &CapturedItem::m, scratch)) v = *f;
+  };
+  return h;
+}
+
+void finish_capture(StepCapture& cap, const reference::StepRecord& rec, std::vector<reference::CacheView> caches) {
+  cap.start_pos = rec.start_pos;
+  cap.tokens = rec.tokens;
+  // Engram ids: integer outputs, placed right before the layer's Engram output.
+  for (const auto& [layer, ids] : rec.engram_ids) {
+    CapturedItem it;
+    it.layer = layer;
+    it.component = "engram_ids";
+    it.kind = CapturedItem::kIds;
+    it.ids = ids.data();
+    it.ids_shape = ids.shape();
+    std::vector<CapturedItem>::iterator at = cap.items.end();
+    for (auto i = cap.items.begin(); i != cap.items.end(); ++i) {
+      if (i->layer == layer && i->component == "engram_out") {
+        at = i;
+        break;
+      }
+    }
+    cap.items.insert(at, std::move(it));
+  }
+  cap.logits = rec.logits;
+  cap.caches = std::move(caches);
+}
+
+}  // namespace dsv41::scenarios

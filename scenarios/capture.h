@@ -1,0 +1,60 @@
+// scenarios/capture.h
+//
+// StepCapture: everything one side showed of one step, in the order the forward produced it:
+// every hooked component output (reference/hooks.h), the Engram ids, the last position's logits,
+// and the caches after the step. The runner compares two captures item by item
+// (scenarios/compare.h); the item order is the order "first divergence" follows.
+//
+// Example:
+//   StepCapture cap;
+//   reference::ForwardHooks h = capture_hooks(cap, nullptr);   // record only
+//   reference::StepRecord r = backend.step(session, tokens, {}, h, step);
+//   finish_capture(cap, r, backend.caches(session));
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reference/hooks.h"
+#include "reference/model.h"
+#include "scenarios/metrics.h"
+
+namespace dsv41::scenarios {
+
+struct CapturedItem {
+  enum Kind { kFloat, kIndex, kMask, kIds };
+  int layer = -1;
+  std::string component;
+  Kind kind = kFloat;
+  ValueType type = ValueType::kBf16;  // kFloat
+  reference::Tensor<float> f;         // kFloat
+  reference::Tensor<int32_t> i;       // kIndex: [T, k] (-1 padding)
+  reference::Tensor<uint8_t> m;       // kMask: [T, N]
+  std::vector<int64_t> ids;           // kIds (flattened)
+  std::vector<int64_t> ids_shape;
+};
+
+struct StepCapture {
+  int64_t start_pos = 0, tokens = 0;
+  std::vector<CapturedItem> items;
+  std::vector<float> logits;                  // [vocab] fp32, last position
+  std::vector<reference::CacheView> caches;   // after the step
+  const CapturedItem* find(int layer, const std::string& component) const;
+};
+
+// The storage type of a hook's values (fp32 for in_pre and the mHC mixes, bf16 otherwise).
+ValueType hook_value_type(const std::string& component);
+
+// Values a teacher-forced side continues with: after recording its own output of a component,
+// the side takes `forced`'s value of the same (layer, component), when it has one of the same
+// shape (else a dsv41::Error: the sides disagree on structure). index_scores is never forced
+// (it is internal to the indexer; the selection it makes is).
+// The returned hooks record into `into` and, when forced != nullptr, replace the values.
+reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced);
+
+// Adds the StepRecord's Engram ids (before each Engram layer's "engram_out" item), the logits and
+// the caches.
+void finish_capture(StepCapture& cap, const reference::StepRecord& rec, std::vector<reference::CacheView> caches);
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,238 @@
+// dsv41 run: replays scenarios on two sides and writes the HDF5 divergence report
+// (docs/scenarios.md, docs/report-schema.md). Exit codes: 0 pass (or measured only), 1 a
+// divergence beyond tolerance, 2 bad input or an error, 3 inconclusive (missing evidence).
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+#include "formats/error.h"
+#include "reference/config.h"
+#include "reference/numerics.h"
+#include "reference/safetensors.h"
+#include "reports/report.h"
+#include "scenarios/cli.h"
+#include "scenarios/id_list.h"
+#include "scenarios/runner.h"
+
+namespace dsv41::scenarios {
+namespace {
+
+struct RunArgs {
+  std::vector<std::string> scenarios;
+  std::string sides;
+  std::vector<std::string> modes;
+  std::string config = "tiny";
+  std::string weights;
+  uint64_t weight_seed = 0;
+  std::optional<uint64_t> seed;
+  std::string token_map;
+  std::string output = "dsv41-report.h5";
+  std::string junit;
+  int64_t stop_after_step = -1;
+  std::string save_tensors;
+  int threads = 0;
+  bool list = false;
+  bool quiet = false;
+  int rows = 20;
+};
+
+std::string quote_arg(const std::string& s) {
+  if (!s.empty() && s.find_first_of(" \t'\"$\\;&|<>()*?") == std::string::npos) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string default_oracle_weights() {
+  return std::string(DSV41_SOURCE_DIR_STRING) + "/golden/oracle/weights.safetensors";
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+int verdict_exit_code(reports::Verdict v) {
+  switch (v) {
+    case reports::Verdict::kPass:
+    case reports::Verdict::kMeasured: return kExitOk;
+    case reports::Verdict::kFail: return kExitCheckFailed;
+    case reports::Verdict::kInconclusive: return kExitInconclusive;
+    case reports::Verdict::kError: return kExitBadInput;
+  }
+  return kExitBadInput;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, ',')) out.push_back(part);
+  return out;
+}
+
+int run(const RunArgs& a, const std::string& command_line) {
+  if (a.list) {
+    std::cout << "built-in scenarios (scenarios/suite/):\n";
+    for (const std::string& n : builtin_scenario_names()) {
+      const Scenario s = builtin_scenario(n);
+      std::cout << "  " << n << " [" << s.kind << "]: " << s.description << "\n";
+    }
+    std::cout << "backends:\n";
+    for (const auto& [n, d] : backend_catalog()) std::cout << "  " << n << ": " << d << "\n";
+    std::cout << "cache paths: cold, full, global, decoder:N, alone (docs/scenarios.md)\n";
+    return kExitOk;
+  }
+  if (a.threads > 0) reference::set_reference_threads(a.threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  // 1. Everything cheap to check, before the weights are read.
+  RunOptions opt;
+  if (!a.sides.empty()) {
+    opt.sides = split_commas(a.sides);
+    DSV41_CHECK(opt.sides.size() == 2, "--sides '", a.sides, "': expected two sides A,B");
+    for (const std::string& s : opt.sides) parse_side(s);
+  }
+  for (const std::string& m : a.modes) {
+    for (const std::string& x : split_commas(m)) {
+      DSV41_CHECK(x == "free-running" || x == "teacher-forced", "--mode '", x,
+                  "': not free-running or teacher-forced");
+      opt.modes.push_back(x);
+    }
+  }
+  opt.stop_after_step = a.stop_after_step;
+  if (!a.save_tensors.empty()) opt.save_tensors = parse_focus(a.save_tensors);
+  std::vector<Scenario> scenarios;
+  for (const std::string& n : a.scenarios.empty() ? builtin_scenario_names() : a.scenarios) {
+    scenarios.push_back(load_scenario(n));
+    if (a.seed) scenarios.back().seed = *a.seed;
+  }
+  const std::filesystem::path out_dir = std::filesystem::path(a.output).parent_path();
+  DSV41_CHECK(out_dir.empty() || std::filesystem::is_directory(out_dir), "-o '", a.output, "': directory '",
+              out_dir.string(), "' does not exist");
+  const reference::ModelConfig c = reference::load_config(a.config);
+  std::vector<int64_t> map = a.token_map.empty() ? reference::default_token_map(c)
+                                                 : parse_id_list("@" + a.token_map, "--token-map");
+  DSV41_CHECK(static_cast<int64_t>(map.size()) == c.vocab_size, "--token-map '", a.token_map, "': ", map.size(),
+              " ids, but the config has a vocab of ", c.vocab_size);
+
+  // 2. Weights: given, the oracle's for the tiny config, or generated (seed printed).
+  reports::RunReport report;
+  reports::RunMeta& meta = report.meta;
+  std::string weights = a.weights;
+  if (weights.empty() && a.config == "tiny" && std::filesystem::exists(default_oracle_weights())) {
+    weights = default_oracle_weights();
+  }
+  BackendResources res{c, {}, map};
+  if (!weights.empty()) {
+    res.weights = reference::ModelWeights::load(weights, c);
+    meta.weights = "file:" + weights;
+  } else {
+    res.weights = reference::ModelWeights::load(
+        reference::safetensors::SafetensorsFile::from_tensors("generated weights",
+                                                             reference::generate_weights(c, a.weight_seed)),
+        c);
+    meta.weights = "generated:seed=" + std::to_string(a.weight_seed);
+    meta.seeds["weights"] = a.weight_seed;
+  }
+  meta.config_name = a.config;
+  meta.config_hash = reference::config_hash(c);
+  meta.sides = opt.sides;
+  meta.tool_version = DSV41_VERSION_STRING;
+  meta.git_commit = DSV41_GIT_COMMIT_STRING;
+  meta.command_line = command_line;
+  meta.created_utc = utc_now();
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  meta.host = host;
+  meta.threads = reference::reference_threads();
+  std::cerr << "dsv41 run: config " << a.config << " (hash " << meta.config_hash << "), weights " << meta.weights
+            << ", " << scenarios.size() << " scenario(s), " << meta.threads << " thread(s)\n";
+
+  // 3. The rerun line of a failure repeats what selects the model.
+  std::ostringstream prefix;
+  prefix << "dsv41 run --config " << a.config;
+  if (!a.weights.empty()) prefix << " --weights " << a.weights;
+  if (weights.empty()) prefix << " --weight-seed " << a.weight_seed;
+  if (!a.token_map.empty()) prefix << " --token-map " << a.token_map;
+  opt.rerun_prefix = prefix.str();
+  if (!a.quiet) {
+    opt.progress = [t0](const std::string& line) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "[%7.1fs] %s\n", s, line.c_str());
+    };
+  }
+  for (const Scenario& s : scenarios) {
+    meta.seeds["scenario:" + s.name] = s.seed;
+    std::cerr << "dsv41 run: scenario " << s.name << " (seed " << s.seed << ")\n";
+    RunOptions o = opt;
+    if (a.seed) o.rerun_prefix += " --seed " + std::to_string(*a.seed);
+    report.scenarios.push_back(run_scenario(s, res, o));
+    std::cerr << "dsv41 run: scenario " << s.name << ": " << reports::name(report.scenarios.back().verdict) << "\n";
+  }
+  meta.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report.verdict = reports::roll_up(report.scenarios);
+  reports::write_report(a.output, report);
+  if (!a.junit.empty()) reports::write_junit(a.junit, report);
+  std::cout << reports::format_summary(report, a.rows);
+  std::cout << "report: " << a.output << (a.junit.empty() ? "" : ", junit: " + a.junit) << "\n";
+  return verdict_exit_code(report.verdict);
+}
+
+}  // namespace
+
+Verb add_run_verb(CLI::App& parent) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* app = parent.add_subcommand(
+      "run", "replay scenarios on two sides and write the HDF5 divergence report (default: the built-in suite "
+             "on the tiny config, CPU reference)");
+  app->add_option("scenarios", a->scenarios, "built-in scenario names or scenario .json files (default: the suite)");
+  app->add_option("--sides", a->sides,
+                  "A,B: the pair to run instead of each scenario's pairs; a side is <backend>[@<cache path>] "
+                  "(see --list)");
+  app->add_option("--mode", a->modes, "free-running and/or teacher-forced (default: the scenario's modes)")
+      ->delimiter(',');
+  app->add_option("--config", a->config, "config.json path or preset (tiny, full)");
+  app->add_option("--weights", a->weights,
+                  "safetensors weights (default for tiny: the official oracle weights; otherwise generated)");
+  app->add_option("--weight-seed", a->weight_seed, "seed of generated weights (printed)");
+  app->add_option("--seed", a->seed, "override every scenario's token seed (each one is printed)");
+  app->add_option("--token-map", a->token_map, "Engram compressed id of every vocab entry, one per line");
+  app->add_option("-o,--output", a->output, "the HDF5 report (written atomically)");
+  app->add_option("--junit", a->junit, "also write JUnit XML here");
+  app->add_option("--stop-after-step", a->stop_after_step, "stop each comparison after this step")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--save-tensors", a->save_tensors,
+                  "keep both sides' tensors of step=S,layer=L,component=C (any subset) in the report");
+  app->add_option("--threads", a->threads, "reference threads (default: DSV41_THREADS or the cores)")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--rows", a->rows, "worst metrics shown in the summary")->check(CLI::Range(0, 100000));
+  app->add_flag("--list", a->list, "list the built-in scenarios, backends and cache paths, then exit");
+  app->add_flag("-q,--quiet", a->quiet, "no progress lines");
+  return {app, [a, app] {
+            // The options as given, values quoted where a shell needs it.
+            std::string cmd = "dsv41 run";
+            for (const CLI::Option* o : app->get_options()) {
+              if (o->count() == 0 || o->get_name() == "--help") continue;
+              if (o->get_type_size() == 0) {
+                cmd += " " + o->get_name();
+                continue;
+              }
+              for (const std::string& v : o->as<std::vector<std::string>>()) {
+                cmd += (o->get_name() == "scenarios" ? " " : " " + o->get_name() + " ") + quote_arg(v);
+              }
+            }
+            return run(*a, cmd);
+          }};
+}
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,372 @@
+#include "scenarios/compare.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <sstream>
+
+#include "formats/error.h"
+#include "scenarios/metrics.h"
+
+namespace dsv41::scenarios {
+namespace {
+
+using reference::Tensor;
+using reports::MetricRow;
+using reports::Tolerance;
+using reports::Verdict;
+
+Tolerance tol(double bound, bool higher, const std::string& origin, const std::string& note) {
+  Tolerance t;
+  t.bound = bound;
+  t.higher_is_better = higher;
+  t.origin = origin;
+  t.note = note;
+  return t;
+}
+
+bool matches(const std::string& pattern, const std::string& component) {
+  if (pattern == "*") return true;
+  if (!pattern.empty() && pattern.back() == '*') return component.rfind(pattern.substr(0, pattern.size() - 1), 0) == 0;
+  return pattern == component;
+}
+
+bool within(double v, const Tolerance& t) {
+  if (std::isnan(v)) return false;
+  return t.higher_is_better ? v >= t.bound : v <= t.bound;
+}
+
+std::string coord_str(const std::vector<int64_t>& c) {
+  std::string s = "[";
+  for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + std::to_string(c[i]);
+  return s + "]";
+}
+
+// Rows of one step, with the tolerance each gets under the pair's expectation.
+class Rows {
+ public:
+  Rows(const CompareContext& ctx, StepComparison& out, int64_t position)
+      : ctx_(ctx), out_(out), position_(position) {}
+
+  // Adds a row. `exact` is the bitexact tolerance of this metric (none: not asserted under
+  // bitexact); under tolerance the rules decide; `always` holds for every checked pair.
+  void add(int layer, const std::string& component, const std::string& metric, double value,
+           std::optional<Tolerance> exact, std::optional<Tolerance> always = std::nullopt,
+           const std::string& detail = "") {
+    MetricRow r;
+    r.step = ctx_.step;
+    r.session = ctx_.session;
+    r.position = position_;
+    r.layer = layer;
+    r.component = component;
+    r.metric = metric;
+    r.value = value;
+    std::optional<Tolerance> t;
+    if (ctx_.expect == Expectation::kBitExact) {
+      t = exact ? exact : always;
+    } else if (ctx_.expect == Expectation::kTolerance) {
+      t = always;
+      if (!t && ctx_.rules) {
+        for (const ToleranceRule& rule : *ctx_.rules) {
+          if (rule.metric == metric && matches(rule.component, component)) {
+            t = rule.tolerance;
+            covered_ = true;
+            break;
+          }
+        }
+      }
+    }
+    r.tolerance = t;
+    r.verdict = t ? (within(value, *t) ? Verdict::kPass : Verdict::kFail) : Verdict::kMeasured;
+    if (r.verdict == Verdict::kFail && out_.first_failure_row < 0) {
+      out_.first_failure_row = static_cast<int>(out_.rows.size());
+      out_.first_failure_detail = detail;
+    }
+    out_.rows.push_back(std::move(r));
+  }
+
+  // Under "tolerance", an output that no rule covers is an error (never a silent pass).
+  void begin_item() { covered_ = false; }
+  void end_item(int layer, const std::string& component, bool needs_rule) {
+    if (ctx_.expect == Expectation::kTolerance && needs_rule && !covered_) {
+      DSV41_FAIL("tolerance pair: no tolerance rule covers '", component, "' (layer ", layer,
+                 "); add one to the scenario's tolerances (docs/scenarios.md)");
+    }
+  }
+
+  Tolerance stated_exact(bool higher, double bound) const {
+    return tol(bound, higher, "stated", ctx_.why.empty() ? "bit-exact pair" : ctx_.why);
+  }
+
+ private:
+  const CompareContext& ctx_;
+  StepComparison& out_;
+  int64_t position_;
+  bool covered_ = false;
+};
+
+// The last `rows` rows of x (decoder replay runs the layers after the candidate source on a tail).
+template <typename T>
+Tensor<T> tail_rows(const Tensor<T>& x, int64_t rows) {
+  const int64_t width = x.numel() / std::max<int64_t>(1, x.dim(0));
+  std::vector<int64_t> shape = x.shape();
+  shape[0] = rows;
+  std::vector<T> data(x.data().end() - rows * width, x.data().end());
+  return Tensor<T>(shape, std::move(data), x.name());
+}
+
+template <typename T>
+bool align(Tensor<T>& a, const Tensor<T>& b) {
+  if (a.shape() == b.shape() || a.rank() == 0 || b.rank() != a.rank() || b.dim(0) >= a.dim(0)) return false;
+  for (int d = 1; d < a.rank(); ++d) {
+    if (a.dim(d) != b.dim(d)) return false;
+  }
+  a = tail_rows(a, b.dim(0));
+  return true;
+}
+
+std::string float_detail(const TensorMetrics& m) {
+  std::ostringstream s;
+  if (m.nan_mismatch + m.inf_mismatch > 0) s << m.nan_mismatch << " NaN / " << m.inf_mismatch << " Inf masks differ; ";
+  if (m.first_mismatch >= 0) {
+    s.precision(9);
+    s << "first mismatch at " << coord_str(m.first_mismatch_coord) << " byte " << m.first_mismatch_byte
+      << ": a=" << m.a_at_first << " b=" << m.b_at_first << "; " << (m.count - m.bit_equal) << " of " << m.count
+      << " differ, max ulp " << m.max_ulp << ", nmse " << m.nmse;
+  }
+  return s.str();
+}
+
+void compare_float(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, StepComparison& out,
+                   const CompareContext& ctx) {
+  Tensor<float> a = ia.f;
+  if (align(a, ib.f)) out.notes.push_back(ia.component + " layer " + std::to_string(ia.layer) + ": rows aligned by tail");
+  const std::string what = ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")";
+  const TensorMetrics m = compare_tensors(a, ib.f, ia.type, what);
+  if (m.a_all_zero && m.b_all_zero) ++out.vacuous;
+  const std::string d = float_detail(m);
+  const int L = ia.layer;
+  const std::string& c = ia.component;
+  rows.begin_item();
+  rows.add(L, c, "nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch), rows.stated_exact(false, 0),
+           tol(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"), d);
+  rows.add(L, c, "bit_equal_frac", m.bit_equal_frac, rows.stated_exact(true, 1.0), std::nullopt, d);
+  rows.add(L, c, "max_ulp", m.max_ulp, std::nullopt, std::nullopt, d);
+  rows.add(L, c, "max_abs", m.max_abs, std::nullopt, std::nullopt, d);
+  rows.add(L, c, "nmse", m.nmse, std::nullopt, std::nullopt, d);
+  rows.end_item(L, c, true);
+}
+
+void compare_logits_item(const StepCapture& a, const StepCapture& b, Rows& rows, const CompareContext& ctx,
+                         StepComparison& out) {
+  const int64_t V = static_cast<int64_t>(a.logits.size());
+  DSV41_CHECK(V > 0 && b.logits.size() == a.logits.size(), "step ", ctx.step, ": logits of ", a.logits.size(),
+              " and ", b.logits.size(), " entries");
+  const Tensor<float> ta({1, V}, a.logits, "logits"), tb({1, V}, b.logits, "logits");
+  const TensorMetrics m = compare_tensors(ta, tb, ValueType::kFp32, "logits (step " + std::to_string(ctx.step) + ")");
+  if (m.a_all_zero && m.b_all_zero) ++out.vacuous;
+  // The perturbation a pair is allowed: a flip where A's top-2 margin is within twice the allowed
+  // max |d| can come from a perturbation inside the tolerance (near tie); 0 for bitexact pairs.
+  double bound = 0;
+  if (ctx.expect != Expectation::kBitExact && ctx.rules) {
+    for (const ToleranceRule& r : *ctx.rules) {
+      if (r.metric == "max_abs" && matches(r.component, "logits")) {
+        bound = 2 * r.tolerance.bound;
+        break;
+      }
+    }
+  }
+  const LogitMetrics lm = compare_logits(a.logits, b.logits, bound);
+  std::ostringstream d;
+  d << "top-1 a=" << lm.top1_a << " b=" << lm.top1_b << ", A's top-2 margin " << lm.margin_a << ", max |d| "
+    << m.max_abs << ", KL " << lm.kl << "; " << float_detail(m);
+  rows.begin_item();
+  rows.add(-1, "logits", "nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch),
+           rows.stated_exact(false, 0), tol(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"),
+           d.str());
+  rows.add(-1, "logits", "bit_equal_frac", m.bit_equal_frac, rows.stated_exact(true, 1.0), std::nullopt, d.str());
+  rows.add(-1, "logits", "max_abs", m.max_abs, std::nullopt, std::nullopt, d.str());
+  rows.add(-1, "logits", "nmse", m.nmse, std::nullopt, std::nullopt, d.str());
+  rows.add(-1, "logits", "kl", lm.kl, std::nullopt, std::nullopt, d.str());
+  rows.add(-1, "logits", "top1_agree", lm.top1_agree ? 1.0 : 0.0, std::nullopt, std::nullopt, d.str());
+  rows.add(-1, "logits", "margin_a", lm.margin_a, std::nullopt, std::nullopt, d.str());
+  rows.add(-1, "logits", "flip_class", static_cast<double>(lm.flip), std::nullopt, std::nullopt, d.str());
+  rows.end_item(-1, "logits", true);
+}
+
+void compare_index(const CapturedItem& ia, const CapturedItem& ib, const StepCapture& a, const StepCapture& b,
+                   Rows& rows, StepComparison& out, const CompareContext& ctx) {
+  Tensor<int32_t> ta = ia.i;
+  if (align(ta, ib.i)) out.notes.push_back(ia.component + " layer " + std::to_string(ia.layer) + ": rows aligned by tail");
+  const CapturedItem* scores = ia.component == "topk" ? a.find(ia.layer, "index_scores") : nullptr;
+  Tensor<float> sa;
+  if (scores != nullptr) {
+    sa = scores->f;
+    if (sa.dim(0) != ta.dim(0)) sa = tail_rows(sa, ta.dim(0));
+  }
+  const std::string what = ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")";
+  const IndexMetrics m = compare_index_sets(ta, ib.i, scores ? &sa : nullptr, 0.0, what);
+  std::ostringstream d;
+  if (m.first_row_differs >= 0) {
+    const IndexRowMetrics& r = m.per_row[static_cast<size_t>(m.first_row_differs)];
+    d << "first differing row " << m.first_row_differs << ": jaccard " << r.jaccard << ", recall " << r.recall
+      << ", tie band " << r.tie_band << (r.tie_equivalent ? " (every difference inside it)" : "");
+  }
+  const int L = ia.layer;
+  const std::string& c = ia.component;
+  const double rows_equal = m.rows ? static_cast<double>(m.rows_equal) / static_cast<double>(m.rows) : 1.0;
+  rows.begin_item();
+  rows.add(L, c, "rows_equal_frac", rows_equal, rows.stated_exact(true, 1.0), std::nullopt, d.str());
+  rows.add(L, c, "jaccard_min", m.min_jaccard, std::nullopt, std::nullopt, d.str());
+  rows.add(L, c, "recall_min", m.min_recall, std::nullopt, std::nullopt, d.str());
+  rows.add(L, c, "recall_mean", m.mean_recall, std::nullopt, std::nullopt, d.str());
+  if (scores != nullptr) {
+    rows.add(L, c, "tie_band_max", static_cast<double>(m.max_tie_band), std::nullopt, std::nullopt, d.str());
+    rows.add(L, c, "tie_equivalent", m.tie_equivalent ? 1.0 : 0.0, std::nullopt, std::nullopt, d.str());
+  }
+  // Level 2 of the hierarchical indexer: recall inside B's own candidate pool, so that a wrong
+  // pool (level 1) does not count against this layer. Free-running only (forced B uses A's pool).
+  if (c == "topk" && !ctx.teacher_forced && ctx.candidate_source_layer >= 0 && L > ctx.candidate_source_layer) {
+    const CapturedItem* mb = b.find(ctx.candidate_source_layer, "candidates");
+    if (mb != nullptr && mb->m.dim(0) == ib.i.dim(0)) {
+      rows.add(L, c, "recall_within_candidates", recall_within_candidates(ta, ib.i, mb->m), std::nullopt,
+               std::nullopt, d.str());
+    }
+  }
+  rows.end_item(L, c, true);
+}
+
+void compare_mask(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, StepComparison& out,
+                  const CompareContext& ctx) {
+  Tensor<uint8_t> ta = ia.m;
+  if (align(ta, ib.m)) out.notes.push_back(ia.component + " layer " + std::to_string(ia.layer) + ": rows aligned by tail");
+  const CandidateMetrics m = compare_candidates(
+      ta, ib.m, ctx.candidate_block_size,
+      ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")");
+  const std::string d = m.first_row_differs >= 0 ? "first differing row " + std::to_string(m.first_row_differs) : "";
+  const int L = ia.layer;
+  const std::string& c = ia.component;
+  rows.begin_item();
+  rows.add(L, c, "rows_equal_frac", m.rows ? static_cast<double>(m.rows_equal) / static_cast<double>(m.rows) : 1.0,
+           rows.stated_exact(true, 1.0), std::nullopt, d);
+  rows.add(L, c, "block_recall_min", m.min_block_recall, std::nullopt, std::nullopt, d);
+  rows.add(L, c, "token_recall_min", m.min_token_recall, std::nullopt, std::nullopt, d);
+  rows.end_item(L, c, true);
+}
+
+void compare_ids(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, const CompareContext& ctx) {
+  std::vector<int64_t> a = ia.ids;
+  if (a.size() > ib.ids.size() && !ib.ids.empty() && ia.ids_shape.size() == 2 && ib.ids_shape.size() == 2 &&
+      ia.ids_shape[1] == ib.ids_shape[1]) {
+    a.erase(a.begin(), a.end() - static_cast<std::ptrdiff_t>(ib.ids.size()));
+  }
+  const IntMetrics m = compare_ints(
+      a, ib.ids, ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")");
+  const std::string d = m.first_mismatch >= 0 ? "first mismatch at flat index " + std::to_string(m.first_mismatch) : "";
+  rows.begin_item();
+  rows.add(ia.layer, ia.component, "equal_frac",
+           m.count ? static_cast<double>(m.equal) / static_cast<double>(m.count) : 1.0, rows.stated_exact(true, 1.0),
+           tol(1.0, true, "analytic", "Engram ids are an integer hash of the token ids: exact on every backend"), d);
+  rows.end_item(ia.layer, ia.component, false);
+}
+
+void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, StepComparison& out) {
+  if (a.caches.size() != b.caches.size()) {
+    out.notes.push_back("caches not compared: " + std::to_string(a.caches.size()) + " vs " +
+                        std::to_string(b.caches.size()) + " caches");
+    return;
+  }
+  for (size_t i = 0; i < a.caches.size(); ++i) {
+    const reference::CacheView& ca = a.caches[i];
+    const reference::CacheView& cb = b.caches[i];
+    const std::string c = "cache." + ca.kind;
+    if (ca.kind != cb.kind || ca.layer != cb.layer || ca.entry_bytes != cb.entry_bytes) {
+      out.notes.push_back(c + " layer " + std::to_string(ca.layer) + " not compared: the formats differ (" +
+                          std::to_string(ca.entry_bytes) + " vs " + std::to_string(cb.entry_bytes) + " bytes per entry)");
+      continue;
+    }
+    if (ca.bytes.size() != cb.bytes.size()) {
+      rows.add(ca.layer, c, "entries_equal_frac", 0.0, rows.stated_exact(true, 1.0), std::nullopt,
+               std::to_string(ca.entries) + " vs " + std::to_string(cb.entries) + " entries");
+      continue;
+    }
+    const BytesMetrics m = compare_bytes(ca.bytes, cb.bytes, ca.entry_bytes, c + " layer " + std::to_string(ca.layer));
+    std::string d;
+    if (m.first_mismatch_entry >= 0) {
+      d = "first mismatch in entry " + std::to_string(m.first_mismatch_entry) + " byte " +
+          std::to_string(m.first_mismatch_byte);
+      if (!ca.positions.empty() && m.first_mismatch_entry < static_cast<int64_t>(ca.positions.size())) {
+        d += " (position " + std::to_string(ca.positions[static_cast<size_t>(m.first_mismatch_entry)]) + ")";
+      }
+    }
+    rows.add(ca.layer, c, "bytes_equal_frac",
+             m.bytes ? static_cast<double>(m.bytes_equal) / static_cast<double>(m.bytes) : 1.0,
+             rows.stated_exact(true, 1.0), std::nullopt, d);
+  }
+}
+
+}  // namespace
+
+std::vector<ToleranceRule> default_tolerance_rules() {
+  const auto rule = [](const char* component, const char* metric, double bound, bool higher, const char* origin,
+                       const char* note) {
+    ToleranceRule r;
+    r.component = component;
+    r.metric = metric;
+    r.tolerance = tol(bound, higher, origin, note);
+    return r;
+  };
+  return {
+      rule("logits", "flip_class", 1, false, "analytic",
+           "a top-1 flip is allowed only where A's top-2 margin is within twice the logits max |d| bound (near tie)"),
+      rule("logits", "max_abs", 0.05, false, "stated",
+           "order-variant profile v1: no port measured yet; calibrate per port (docs/scenarios.md)"),
+      rule("topk", "jaccard_min", 0.9, true, "measured",
+           "docs/agreement.md: tie-aware top-k against the official default run, min Jaccard 0.939"),
+      rule("experts", "jaccard_min", 0.5, true, "stated",
+           "order-variant profile v1: one of 3 routed experts may flip on a near-tie gate score"),
+      rule("candidates", "block_recall_min", 0.8, true, "stated",
+           "order-variant profile v1: no port measured yet; calibrate per port (docs/scenarios.md)"),
+      rule("*", "nmse", 1e-6, false, "measured",
+           "docs/agreement.md: reference vs the official run, teacher-forced prefill streams NMSE <= 2.2e-7 "
+           "(bound 4.5x that)"),
+  };
+}
+
+StepComparison compare_step(const StepCapture& a, const StepCapture& b, const CompareContext& ctx) {
+  StepComparison out;
+  Rows rows(ctx, out, a.start_pos);
+  for (const CapturedItem& ia : a.items) {
+    const CapturedItem* ib = b.find(ia.layer, ia.component);
+    if (ib == nullptr || ib->kind != ia.kind) {
+      rows.add(ia.layer, ia.component, "present", 0.0, rows.stated_exact(true, 1.0),
+               tol(1.0, true, "stated", "both sides must produce every component output"),
+               "side B has no '" + ia.component + "' at layer " + std::to_string(ia.layer));
+      ++out.items;
+      continue;
+    }
+    ++out.items;
+    switch (ia.kind) {
+      case CapturedItem::kFloat: compare_float(ia, *ib, rows, out, ctx); break;
+      case CapturedItem::kIndex: compare_index(ia, *ib, a, b, rows, out, ctx); break;
+      case CapturedItem::kMask: compare_mask(ia, *ib, rows, out, ctx); break;
+      case CapturedItem::kIds: compare_ids(ia, *ib, rows, ctx); break;
+    }
+  }
+  for (const CapturedItem& ib : b.items) {
+    if (a.find(ib.layer, ib.component) == nullptr) {
+      rows.add(ib.layer, ib.component, "present", 0.0, rows.stated_exact(true, 1.0),
+               tol(1.0, true, "stated", "both sides must produce every component output"),
+               "side A has no '" + ib.component + "' at layer " + std::to_string(ib.layer));
+      ++out.items;
+    }
+  }
+  if (!a.logits.empty() || !b.logits.empty()) {
+    compare_logits_item(a, b, rows, ctx, out);
+    ++out.items;
+  }
+  compare_caches(a, b, rows, out);
+  return out;
+}
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,154 @@
+#include "scenarios/mutants.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "formats/base.h"
+#include "formats/error.h"
+
+namespace dsv41::scenarios {
+namespace {
+
+using reference::Tensor;
+
+int64_t parse_number(const std::string& text, const std::string& spec, const char* what) {
+  DSV41_CHECK(!text.empty(), "mutant '", spec, "': ", what, " is empty");
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  DSV41_CHECK(used == text.size(), "mutant '", spec, "': ", what, " '", text, "' is not an integer");
+  return v;
+}
+
+bool matches(const Mutation& m, const std::string& what, int layer, int64_t step) {
+  return m.component == what && m.layer == layer && m.step == step;
+}
+
+// The defect of a float value: its exponent one higher (the value doubled, exact in both storage
+// types); a zero becomes the smallest normal.
+float doubled(float x) {
+  if (x == 0.0f) return f32_from_bits(0x00800000u);  // 2^-126: a bf16 and an fp32 value
+  return x * 2.0f;
+}
+
+}  // namespace
+
+Mutation parse_mutation(const std::string& spec) {
+  // <component>:L<layer>:S<step>
+  const size_t s2 = spec.rfind(':');
+  const size_t s1 = s2 == std::string::npos || s2 == 0 ? std::string::npos : spec.rfind(':', s2 - 1);
+  DSV41_CHECK(s1 != std::string::npos && s1 > 0,
+              "mutant '", spec, "': expected <component>:L<layer>:S<step>, e.g. attn_out:L3:S2");
+  Mutation m;
+  m.component = spec.substr(0, s1);
+  const std::string l = spec.substr(s1 + 1, s2 - s1 - 1), s = spec.substr(s2 + 1);
+  DSV41_CHECK(!l.empty() && l[0] == 'L', "mutant '", spec, "': the layer must be written L<n>, got '", l, "'");
+  DSV41_CHECK(!s.empty() && s[0] == 'S', "mutant '", spec, "': the step must be written S<n>, got '", s, "'");
+  m.layer = static_cast<int>(parse_number(l.substr(1), spec, "the layer"));
+  m.step = parse_number(s.substr(1), spec, "the step");
+  DSV41_CHECK(m.layer >= -1, "mutant '", spec, "': layer ", m.layer, " < -1");
+  DSV41_CHECK(m.step >= 0, "mutant '", spec, "': step ", m.step, " < 0");
+  static const std::set<std::string> kCaches = {"cache.compressed_kv", "cache.index_keys", "cache.swa"};
+  DSV41_CHECK(m.component.rfind("cache.", 0) != 0 || kCaches.count(m.component) > 0, "mutant '", spec,
+              "': unknown cache '", m.component, "' (cache.compressed_kv, cache.index_keys, cache.swa)");
+  return m;
+}
+
+bool mutate_tensor(const Mutation& m, const std::string& what, int layer, int64_t step, Tensor<float>& v) {
+  if (!matches(m, what, layer, step) || v.numel() == 0) return false;
+  const int64_t last_row = v.dim(0) - 1;
+  float& x = v.data()[static_cast<size_t>(last_row * (v.numel() / v.dim(0)))];
+  x = doubled(x);
+  return true;
+}
+
+bool mutate_index(const Mutation& m, const std::string& what, int layer, int64_t step, Tensor<int32_t>& v,
+                  int64_t n_choices) {
+  if (!matches(m, what, layer, step) || v.numel() == 0) return false;
+  int32_t* row = v.row(v.dim(0) - 1);
+  const int64_t k = v.dim(1);
+  std::set<int32_t> chosen;
+  int64_t at = -1;
+  for (int64_t j = 0; j < k; ++j) {
+    if (row[j] < 0) continue;
+    chosen.insert(row[j]);
+    if (at < 0 || row[j] > row[at]) at = j;
+  }
+  if (at < 0) return false;
+  for (int32_t cand = 0; cand < n_choices; ++cand) {
+    if (chosen.count(cand) == 0) {
+      row[at] = cand;
+      if (what == "topk") std::sort(row, row + k, [](int32_t a, int32_t b) {  // ascending, -1 last
+        return (a < 0 ? INT32_MAX : a) < (b < 0 ? INT32_MAX : b);
+      });
+      return true;
+    }
+  }
+  return false;
+}
+
+bool mutate_mask(const Mutation& m, const std::string& what, int layer, int64_t step, Tensor<uint8_t>& v,
+                 int block_size) {
+  if (!matches(m, what, layer, step) || v.numel() == 0 || block_size <= 0) return false;
+  uint8_t* row = v.row(v.dim(0) - 1);
+  const int64_t n = v.dim(1), nblocks = (n + block_size - 1) / block_size;
+  int64_t newest = -1;
+  for (int64_t b = 0; b < nblocks; ++b) {
+    for (int64_t j = b * block_size; j < std::min(n, (b + 1) * block_size); ++j) {
+      if (row[j]) newest = b;
+    }
+  }
+  for (int64_t b = 0; b < newest; ++b) {
+    bool kept = false;
+    for (int64_t j = b * block_size; j < std::min(n, (b + 1) * block_size); ++j) kept = kept || row[j];
+    if (kept) {
+      for (int64_t j = b * block_size; j < std::min(n, (b + 1) * block_size); ++j) row[j] = 0;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state) {
+  if (!m.is_cache() || m.step != step) return false;
+  DSV41_CHECK(m.layer >= 0 && m.layer < static_cast<int>(state.layers.size()), "mutant ", m.component,
+              ": layer ", m.layer, " is not a layer of this model");
+  reference::LayerState& ls = state.layers[static_cast<size_t>(m.layer)];
+  if (m.component == "cache.swa") {
+    // The newest position's slot.
+    int64_t slot = -1;
+    for (size_t s = 0; s < ls.ring.positions.size(); ++s) {
+      if (ls.ring.positions[s] >= 0 && (slot < 0 || ls.ring.positions[s] > ls.ring.positions[static_cast<size_t>(slot)])) {
+        slot = static_cast<int64_t>(s);
+      }
+    }
+    if (slot < 0) return false;
+    const size_t eb = ls.ring.bytes.size() / ls.ring.positions.size();
+    ls.ring.bytes[static_cast<size_t>(slot) * eb] ^= 1u;
+    return true;
+  }
+  const auto flip_newest = [](auto& cache) {
+    const int64_t n = cache.size(), eb = cache.entry_bytes();
+    if (n == 0) return false;
+    std::vector<uint8_t> bytes(static_cast<size_t>(n * eb));
+    for (int64_t e = 0; e < n; ++e) std::memcpy(bytes.data() + e * eb, cache.entry(e), static_cast<size_t>(eb));
+    bytes[static_cast<size_t>((n - 1) * eb)] ^= 1u;  // the first byte of the newest entry: FP4 codes
+    cache.restore(bytes.data(), n);
+    return true;
+  };
+  if (m.component == "cache.compressed_kv") {
+    DSV41_CHECK(ls.kv_cache.has_value(), "mutant cache.compressed_kv: layer ", m.layer, " is not a kv source");
+    return flip_newest(*ls.kv_cache);
+  }
+  DSV41_CHECK(ls.key_cache.has_value(), "mutant cache.index_keys: layer ", m.layer, " has no index-key cache");
+  return flip_newest(*ls.key_cache);
+}
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,49 @@
+// scenarios/mutants.h
+//
+// Planted defects: the reference with one wrong value, at one (step, layer, component). They are
+// the verifier's self-test (a verifier that cannot find a planted defect proves nothing) and what
+// the tests use to check that a divergence is caught and located to the right place.
+//
+// Spec: mutant:<component>:L<layer>:S<step>   (layer -1 is written L-1: final_norm_out)
+//   a float component (any tensor hook of reference/hooks.h, e.g. attn_out, hc_ffn_comb, ffn_in):
+//       the first element of the step's LAST row is doubled (its exponent one higher: exact in
+//       bf16 and fp32; a zero becomes the smallest normal): one wrong value in one row, large
+//       enough to propagate (a one-ulp change is often absorbed by the next rounding)
+//   topk:        the last row's largest selected position is replaced by the lowest reachable
+//                position it did not select (nothing happens when every position is selected)
+//   experts:     the last row's last routed expert is replaced by the lowest expert not routed
+//   candidates:  the last row's lowest kept block that is not its newest block is dropped
+//   cache.compressed_kv / cache.index_keys / cache.swa: after the step, one bit of the layer's
+//       newest entry (the lowest bit of its first byte) flips in the stored cache
+// The defect fires once, at exactly that step; what it changes propagates as a real bug would.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "reference/hooks.h"
+#include "reference/model.h"
+
+namespace dsv41::scenarios {
+
+struct Mutation {
+  std::string component;
+  int layer = 0;
+  int64_t step = 0;
+  bool is_cache() const { return component.rfind("cache.", 0) == 0; }
+};
+
+// Parses the text after "mutant:" (e.g. "attn_out:L3:S2"); a dsv41::Error names what is wrong.
+Mutation parse_mutation(const std::string& spec);
+
+// Applies the defect to a hook value when (component, layer, step) match; returns whether it did.
+bool mutate_tensor(const Mutation& m, const std::string& what, int layer, int64_t step,
+                   reference::Tensor<float>& value);
+bool mutate_index(const Mutation& m, const std::string& what, int layer, int64_t step,
+                  reference::Tensor<int32_t>& value, int64_t n_choices);
+bool mutate_mask(const Mutation& m, const std::string& what, int layer, int64_t step,
+                 reference::Tensor<uint8_t>& value, int block_size);
+// Flips the bit in the state's cache after the step (cache mutations only).
+bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state);
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,62 @@
+// scenarios/runner.h
+//
+// Runs a scenario: for each pair of sides and each comparison mode, both sides replay the
+// scenario's events in lockstep (side A's step, then side B's same step), every step's captures
+// are compared item by item (scenarios/compare.h), and the result is a reports::ScenarioResult
+// with every metric row, the verdict and the first divergence with a command that reruns it.
+//
+//   free-running    each side runs on its own outputs: the error a side accumulates
+//   teacher-forced  side B records each component's own output, then continues with side A's
+//                   value of it (every hooked output: layer streams, mHC mixes, attention and FFN
+//                   inputs/outputs, top-k, candidate mask, experts, final norm): each comparison
+//                   measures that component's own error given identical inputs. B's caches are
+//                   still its own (written from the forced inputs).
+// Both sides always consume the same tokens (decode tokens are side A's argmax).
+//
+// Example:
+//   RunOptions o;
+//   reports::ScenarioResult r = run_scenario(load_scenario("cold_prefill"), resources, o);
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reports/report.h"
+#include "scenarios/backend.h"
+#include "scenarios/scenario.h"
+
+namespace dsv41::scenarios {
+
+// One (step, layer, component) whose tensors the report keeps (--save-tensors).
+struct Focus {
+  int64_t step = -1;
+  int layer = -2;          // -2: any layer
+  std::string component;   // "": any
+  bool matches(int64_t s, int l, const std::string& c) const;
+};
+// "step=3,layer=6,component=topk" (any subset); a dsv41::Error otherwise.
+Focus parse_focus(const std::string& text);
+
+struct RunOptions {
+  std::vector<std::string> sides;   // "A,B" given: this one pair replaces the scenario's pairs
+  std::vector<std::string> modes;   // given: replaces the scenario's modes
+  int64_t stop_after_step = -1;     // >= 0: stop after this step
+  std::optional<Focus> save_tensors;  // keep these tensors (both sides)
+  bool save_failure_tensors = true;   // keep the first divergence's tensors
+  // The command prefix a rerun line starts with (e.g. "dsv41 run --config tiny --weights W").
+  std::string rerun_prefix = "dsv41 run";
+  std::function<void(const std::string&)> progress;  // one line per event (may be empty)
+};
+
+// The expectation of a pair given on the command line (not in the scenario): bitexact when both
+// backends claim the reference's bits and neither path replays (cold/full/alone) or the scenario
+// never resumes; measured otherwise. `why` receives the origin.
+Expectation default_expectation(const Side& a, const Side& b, const Scenario& s, std::string* why);
+
+reports::ScenarioResult run_scenario(const Scenario& scenario, const BackendResources& resources,
+                                     const RunOptions& options);
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,388 @@
+#include "scenarios/scenario.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/error.h"
+#include "scenarios/backend.h"
+
+namespace dsv41::scenarios {
+namespace {
+
+using nlohmann::json;
+
+// Checks that an object has only the given keys (a typo never silently does nothing).
+void only_keys(const json& j, const std::string& where, const std::set<std::string>& keys) {
+  DSV41_CHECK(j.is_object(), where, ": must be a JSON object, got ", j.type_name());
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (keys.count(it.key()) == 0) {
+      std::string known;
+      for (const std::string& k : keys) known += (known.empty() ? "" : ", ") + k;
+      DSV41_FAIL(where, ": unknown key '", it.key(), "' (known: ", known, ")");
+    }
+  }
+}
+
+int64_t positive(const json& j, const std::string& where, bool allow_zero = false) {
+  DSV41_CHECK(j.is_number_integer(), where, ": must be an integer, got ", j.dump());
+  const int64_t v = j.get<int64_t>();
+  DSV41_CHECK(allow_zero ? v >= 0 : v > 0, where, ": must be ", allow_zero ? ">= 0" : "> 0", ", got ", v);
+  return v;
+}
+
+std::string text(const json& j, const std::string& where) {
+  DSV41_CHECK(j.is_string(), where, ": must be a string, got ", j.dump());
+  return j.get<std::string>();
+}
+
+std::vector<TokenSegment> parse_segments(const json& j, const std::string& where) {
+  std::vector<TokenSegment> out;
+  DSV41_CHECK(j.is_array() && !j.empty(), where, ": must be a non-empty array of token segments");
+  std::vector<int64_t> literal;
+  const auto flush = [&] {
+    if (literal.empty()) return;
+    TokenSegment s;
+    s.kind = TokenSegment::kLiteral;
+    s.ids = std::move(literal);
+    literal.clear();
+    out.push_back(std::move(s));
+  };
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string w = where + "[" + std::to_string(i) + "]";
+    const json& e = j[i];
+    if (e.is_number_integer()) {
+      const int64_t id = e.get<int64_t>();
+      DSV41_CHECK(id >= 0, w, ": a token id must be >= 0, got ", id);
+      literal.push_back(id);
+      continue;
+    }
+    flush();
+    TokenSegment s;
+    DSV41_CHECK(e.is_object(), w, ": must be a token id or an object ({\"random\": n}, {\"span\": name}, "
+                "{\"near\": name, \"change\": k})");
+    if (e.contains("random")) {
+      only_keys(e, w, {"random"});
+      s.kind = TokenSegment::kRandom;
+      s.count = positive(e["random"], w + ".random");
+    } else if (e.contains("span")) {
+      only_keys(e, w, {"span"});
+      s.kind = TokenSegment::kSpan;
+      s.span = text(e["span"], w + ".span");
+    } else if (e.contains("near")) {
+      only_keys(e, w, {"near", "change"});
+      s.kind = TokenSegment::kNear;
+      s.span = text(e["near"], w + ".near");
+      s.count = e.contains("change") ? positive(e["change"], w + ".change") : 1;
+    } else {
+      DSV41_FAIL(w, ": a segment needs one of random, span, near");
+    }
+    out.push_back(std::move(s));
+  }
+  flush();
+  return out;
+}
+
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The stream of one named thing: seed mixed with a stable hash of the name (FNV-1a 64).
+uint64_t stream_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;
+  return seed ^ h;
+}
+
+}  // namespace
+
+const char* name(CachePath p) {
+  switch (p) {
+    case CachePath::kCold: return "cold";
+    case CachePath::kFull: return "full";
+    case CachePath::kGlobal: return "global";
+    case CachePath::kDecoder: return "decoder";
+    case CachePath::kAlone: return "alone";
+  }
+  return "?";
+}
+
+const char* name(Expectation e) {
+  switch (e) {
+    case Expectation::kBitExact: return "bitexact";
+    case Expectation::kTolerance: return "tolerance";
+    case Expectation::kMeasured: return "measured";
+  }
+  return "?";
+}
+
+std::string Side::text() const {
+  std::string s = backend + "@" + name(path);
+  if (path == CachePath::kDecoder) s += ":" + std::to_string(decoder_rows);
+  return s;
+}
+
+Side parse_side(const std::string& spec) {
+  DSV41_CHECK(!spec.empty(), "side: empty (expected <backend>[@<cache path>], e.g. ref@global)");
+  Side s;
+  const size_t at = spec.find('@');
+  s.backend = spec.substr(0, at);
+  validate_backend_name(s.backend);
+  if (at == std::string::npos) return s;
+  const std::string p = spec.substr(at + 1);
+  if (p == "cold") {
+    s.path = CachePath::kCold;
+  } else if (p == "full") {
+    s.path = CachePath::kFull;
+  } else if (p == "global") {
+    s.path = CachePath::kGlobal;
+  } else if (p == "alone") {
+    s.path = CachePath::kAlone;
+  } else if (p.rfind("decoder:", 0) == 0) {
+    s.path = CachePath::kDecoder;
+    const std::string n = p.substr(8);
+    size_t used = 0;
+    try {
+      s.decoder_rows = std::stoll(n, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    DSV41_CHECK(used == n.size() && !n.empty() && s.decoder_rows > 0, "side '", spec,
+                "': decoder:N needs a positive row count N, got '", n, "'");
+  } else {
+    DSV41_FAIL("side '", spec, "': unknown cache path '", p, "' (cold, full, global, decoder:N, alone)");
+  }
+  return s;
+}
+
+Scenario parse_scenario(const std::string& json_text, const std::string& source) {
+  const std::string where = "scenario '" + source + "'";
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    DSV41_FAIL(where, ": not valid JSON: ", e.what());
+  }
+  only_keys(j, where, {"name", "kind", "description", "seed", "spans", "events", "pairs", "modes", "tolerances",
+                       "default_tolerances", "notes"});
+  Scenario s;
+  s.source = source;
+  DSV41_CHECK(j.contains("name"), where, ": needs a name");
+  s.name = text(j["name"], where + ".name");
+  DSV41_CHECK(!s.name.empty() && s.name.find_first_of("/ \t") == std::string::npos, where,
+              ": name '", s.name, "' must be non-empty without '/' or spaces");
+  s.kind = j.contains("kind") ? text(j["kind"], where + ".kind") : "custom";
+  s.description = j.contains("description") ? text(j["description"], where + ".description") : "";
+  if (j.contains("seed")) {
+    DSV41_CHECK(j["seed"].is_number_unsigned() || (j["seed"].is_number_integer() && j["seed"].get<int64_t>() >= 0),
+                where, ".seed: must be a non-negative integer");
+    s.seed = j["seed"].get<uint64_t>();
+  }
+  if (j.contains("notes")) {
+    DSV41_CHECK(j["notes"].is_array(), where, ".notes: must be an array of strings");
+    for (size_t i = 0; i < j["notes"].size(); ++i) s.notes.push_back(text(j["notes"][i], where + ".notes"));
+  }
+  if (j.contains("spans")) {
+    DSV41_CHECK(j["spans"].is_object(), where, ".spans: must be an object of name -> segments");
+    for (auto it = j["spans"].begin(); it != j["spans"].end(); ++it) {
+      const std::string w = where + ".spans." + it.key();
+      json segs = it.value().is_array() ? it.value() : json::array({it.value()});
+      s.spans[it.key()] = parse_segments(segs, w);
+      for (const TokenSegment& seg : s.spans[it.key()]) {
+        DSV41_CHECK(seg.kind == TokenSegment::kLiteral || seg.kind == TokenSegment::kRandom, w,
+                    ": a span is made of token ids and random segments only");
+      }
+    }
+  }
+  DSV41_CHECK(j.contains("events") && j["events"].is_array() && !j["events"].empty(), where,
+              ": needs a non-empty array 'events'");
+  std::set<std::string> started;
+  for (size_t i = 0; i < j["events"].size(); ++i) {
+    const std::string w = where + ".events[" + std::to_string(i) + "]";
+    const json& e = j["events"][i];
+    only_keys(e, w, {"session", "prompt", "chunk", "decode", "resume", "probe"});
+    Event ev;
+    if (e.contains("session")) ev.session = text(e["session"], w + ".session");
+    const int kinds = e.contains("prompt") + e.contains("decode") + e.contains("resume");
+    DSV41_CHECK(kinds == 1, w, ": needs exactly one of prompt, decode, resume");
+    if (e.contains("prompt")) {
+      ev.kind = Event::kPrompt;
+      ev.segments = parse_segments(e["prompt"], w + ".prompt");
+      if (e.contains("chunk")) ev.chunk = positive(e["chunk"], w + ".chunk");
+      started.insert(ev.session);
+    } else if (e.contains("decode")) {
+      ev.kind = Event::kDecode;
+      ev.decode = positive(e["decode"], w + ".decode");
+      DSV41_CHECK(started.count(ev.session), w, ": session '", ev.session, "' decodes before any prompt");
+    } else {
+      ev.kind = Event::kResume;
+      DSV41_CHECK(e["resume"].is_boolean() && e["resume"].get<bool>(), w, ".resume: must be true");
+      DSV41_CHECK(started.count(ev.session), w, ": session '", ev.session, "' resumes before any prompt");
+    }
+    DSV41_CHECK(!e.contains("chunk") || ev.kind == Event::kPrompt, w, ": chunk belongs to a prompt event");
+    if (e.contains("probe")) {
+      DSV41_CHECK(e["probe"].is_boolean(), w, ".probe: must be true or false");
+      DSV41_CHECK(ev.kind != Event::kResume, w, ": a resume is not a probe");
+      ev.probe = e["probe"].get<bool>();
+    }
+    for (const TokenSegment& seg : ev.segments) {
+      if (seg.kind == TokenSegment::kSpan || seg.kind == TokenSegment::kNear) {
+        DSV41_CHECK(s.spans.count(seg.span), w, ": unknown span '", seg.span, "'");
+      }
+    }
+    s.events.push_back(std::move(ev));
+  }
+  if (j.contains("pairs")) {
+    DSV41_CHECK(j["pairs"].is_array(), where, ".pairs: must be an array");
+    for (size_t i = 0; i < j["pairs"].size(); ++i) {
+      const std::string w = where + ".pairs[" + std::to_string(i) + "]";
+      const json& p = j["pairs"][i];
+      only_keys(p, w, {"a", "b", "expect", "why"});
+      DSV41_CHECK(p.contains("a") && p.contains("b") && p.contains("expect"), w, ": needs a, b and expect");
+      Pair pair;
+      pair.a = parse_side(text(p["a"], w + ".a"));
+      pair.b = parse_side(text(p["b"], w + ".b"));
+      const std::string ex = text(p["expect"], w + ".expect");
+      if (ex == "bitexact") {
+        pair.expect = Expectation::kBitExact;
+      } else if (ex == "tolerance") {
+        pair.expect = Expectation::kTolerance;
+      } else if (ex == "measured") {
+        pair.expect = Expectation::kMeasured;
+      } else {
+        DSV41_FAIL(w, ".expect: '", ex, "' is not bitexact, tolerance or measured");
+      }
+      DSV41_CHECK(p.contains("why"), w, ": needs 'why': where the expectation comes from");
+      pair.why = text(p["why"], w + ".why");
+      s.pairs.push_back(std::move(pair));
+    }
+  }
+  if (j.contains("modes")) {
+    DSV41_CHECK(j["modes"].is_array() && !j["modes"].empty(), where, ".modes: must be a non-empty array");
+    for (const json& m : j["modes"]) {
+      const std::string v = text(m, where + ".modes");
+      DSV41_CHECK(v == "free-running" || v == "teacher-forced", where, ".modes: '", v,
+                  "' is not free-running or teacher-forced");
+      s.modes.push_back(v);
+    }
+  } else {
+    s.modes = {"free-running", "teacher-forced"};
+  }
+  if (j.contains("tolerances")) {
+    DSV41_CHECK(j["tolerances"].is_array(), where, ".tolerances: must be an array");
+    for (size_t i = 0; i < j["tolerances"].size(); ++i) {
+      const std::string w = where + ".tolerances[" + std::to_string(i) + "]";
+      const json& t = j["tolerances"][i];
+      only_keys(t, w, {"component", "metric", "max", "min", "origin", "note"});
+      ToleranceRule r;
+      r.component = text(t.at("component"), w + ".component");
+      r.metric = text(t.at("metric"), w + ".metric");
+      DSV41_CHECK(t.contains("max") != t.contains("min"), w, ": needs exactly one of max, min");
+      const json& b = t.contains("max") ? t["max"] : t["min"];
+      DSV41_CHECK(b.is_number(), w, ": the bound must be a number");
+      r.tolerance.bound = b.get<double>();
+      r.tolerance.higher_is_better = t.contains("min");
+      r.tolerance.origin = t.contains("origin") ? text(t["origin"], w + ".origin") : "";
+      DSV41_CHECK(r.tolerance.origin == "stated" || r.tolerance.origin == "analytic" || r.tolerance.origin == "measured",
+                  w, ".origin: must be stated, analytic or measured (every tolerance records where it comes from)");
+      DSV41_CHECK(t.contains("note"), w, ": needs a note saying where the number comes from");
+      r.tolerance.note = text(t["note"], w + ".note");
+      s.tolerances.push_back(std::move(r));
+    }
+  }
+  if (j.contains("default_tolerances")) {
+    DSV41_CHECK(j["default_tolerances"].is_boolean(), where, ".default_tolerances: must be true or false");
+    s.default_tolerances = j["default_tolerances"].get<bool>();
+  }
+  s.json = j.dump(2);
+  return s;
+}
+
+Scenario load_scenario_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DSV41_CHECK(in.good(), "scenario file '", path, "': cannot be opened");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_scenario(ss.str(), path);
+}
+
+Scenario load_scenario(const std::string& name_or_path) {
+  for (const std::string& n : builtin_scenario_names()) {
+    if (n == name_or_path) return builtin_scenario(n);
+  }
+  if (name_or_path.find('/') == std::string::npos && name_or_path.find(".json") == std::string::npos) {
+    std::string known;
+    for (const std::string& n : builtin_scenario_names()) known += (known.empty() ? "" : ", ") + n;
+    DSV41_FAIL("scenario '", name_or_path, "': not a built-in scenario (", known, ") nor a .json path");
+  }
+  return load_scenario_file(name_or_path);
+}
+
+TokenPlan plan_tokens(const Scenario& s, int64_t vocab) {
+  DSV41_CHECK(vocab > 0, "plan_tokens: vocab must be > 0");
+  TokenPlan plan;
+  const auto random_ids = [&](const std::string& stream, int64_t n) {
+    uint64_t st = stream_seed(s.seed, stream);
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < n; ++i) out.push_back(static_cast<int64_t>(splitmix(st) % static_cast<uint64_t>(vocab)));
+    return out;
+  };
+  const auto check_ids = [&](const std::vector<int64_t>& ids, const std::string& where) {
+    for (int64_t id : ids) {
+      DSV41_CHECK(id >= 0 && id < vocab, "scenario '", s.name, "': ", where, ": token ", id,
+                  " is outside the vocab [0, ", vocab, ")");
+    }
+  };
+  for (const auto& [name, segs] : s.spans) {
+    std::vector<int64_t> ids;
+    for (size_t i = 0; i < segs.size(); ++i) {
+      const std::vector<int64_t> part = segs[i].kind == TokenSegment::kLiteral
+                                            ? segs[i].ids
+                                            : random_ids("span:" + name + ":" + std::to_string(i), segs[i].count);
+      ids.insert(ids.end(), part.begin(), part.end());
+    }
+    check_ids(ids, "span '" + name + "'");
+    plan.spans[name] = std::move(ids);
+  }
+  plan.prompts.resize(s.events.size());
+  for (size_t e = 0; e < s.events.size(); ++e) {
+    const Event& ev = s.events[e];
+    if (ev.kind != Event::kPrompt) continue;
+    std::vector<int64_t>& ids = plan.prompts[e];
+    for (size_t i = 0; i < ev.segments.size(); ++i) {
+      const TokenSegment& seg = ev.segments[i];
+      const std::string stream = "event:" + std::to_string(e) + ":" + std::to_string(i);
+      std::vector<int64_t> part;
+      switch (seg.kind) {
+        case TokenSegment::kLiteral: part = seg.ids; break;
+        case TokenSegment::kRandom: part = random_ids(stream, seg.count); break;
+        case TokenSegment::kSpan: part = plan.spans.at(seg.span); break;
+        case TokenSegment::kNear: {
+          part = plan.spans.at(seg.span);
+          DSV41_CHECK(seg.count <= static_cast<int64_t>(part.size()), "scenario '", s.name, "': events[", e,
+                      "]: near '", seg.span, "' changes ", seg.count, " of its ", part.size(), " tokens");
+          uint64_t st = stream_seed(s.seed, stream);
+          // Change `count` distinct tokens, each to another id (a near-duplicate, never the span).
+          std::set<size_t> changed;
+          while (static_cast<int64_t>(changed.size()) < seg.count) {
+            const size_t at = static_cast<size_t>(splitmix(st) % part.size());
+            if (!changed.insert(at).second) continue;
+            const int64_t delta = 1 + static_cast<int64_t>(splitmix(st) % static_cast<uint64_t>(std::max<int64_t>(1, vocab - 1)));
+            part[at] = (part[at] + delta) % vocab;
+          }
+          break;
+        }
+      }
+      ids.insert(ids.end(), part.begin(), part.end());
+    }
+    check_ids(ids, "events[" + std::to_string(e) + "].prompt");
+  }
+  return plan;
+}
+
+}  // namespace dsv41::scenarios

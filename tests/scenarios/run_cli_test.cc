@@ -1,0 +1,121 @@
+// `dsv41 run` end to end: exit codes (0 pass, 1 divergence, 2 bad input, 3 inconclusive), the
+// printed rerun line reproduces the failure it names, a failed run never replaces a saved
+// report, and `dsv41 report check` accepts what `run` wrote.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/support/run_cli.h"
+
+namespace dsv41::test {
+namespace {
+
+// Steps: 0, 1 prefill chunks; 2, 3 decode; 4 resume; 5 prompt; 6 decode.
+const char* kSmall = R"({
+  "name": "small", "kind": "test", "seed": 5,
+  "events": [
+    {"prompt": [{"random": 70}], "chunk": 40},
+    {"decode": 2},
+    {"resume": true},
+    {"prompt": [{"random": 6}]},
+    {"decode": 1}
+  ],
+  "pairs": [{"a": "ref@cold", "b": "ref@full", "expect": "bitexact", "why": "docs/sessions.md"}],
+  "modes": ["free-running"]
+})";
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = scratch() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(RunCli, PassingScenarioExitsZeroAndWritesAValidReport) {
+  const std::string s = write_file("small.json", kSmall), out = scratch() + "/r.h5", junit = scratch() + "/r.xml";
+  const CliResult r = run_dsv41("run '" + s + "' -q -o '" + out + "' --junit '" + junit + "'");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "verdict pass")) << r.out;
+  EXPECT_TRUE(has(r.err, "seed 5")) << "every seed is printed: " << r.err;
+  EXPECT_TRUE(has(read_bytes(junit), "<testsuite"));
+  const CliResult check = run_dsv41("report check '" + out + "'");
+  EXPECT_EQ(check.code, 0) << check.out << check.err;
+}
+
+TEST(RunCli, PlantedDefectExitsOneAndItsRerunLineReproducesIt) {
+  const std::string s = write_file("small.json", kSmall), out = scratch() + "/r.h5";
+  const CliResult r = run_dsv41("run '" + s + "' --sides ref,mutant:attn_out:L3:S1 --mode teacher-forced -q -o '" + out + "'");
+  ASSERT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "first divergence: step 1 layer 3 component attn_out")) << r.out;
+  // The rerun line, run as printed (from the scratch dir, with this build's executable).
+  const size_t at = r.out.find("dsv41 run --config");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  line = line.substr(std::string("dsv41 ").size());
+  const std::string rerun_dir = scratch() + "/rerun";
+  std::filesystem::create_directories(rerun_dir);
+  const std::string cmd = "cd '" + rerun_dir + "' && '" + std::string(DSV41_EXE) + "' " + line + " -q >out.txt 2>err.txt";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << read_bytes(rerun_dir + "/out.txt") << read_bytes(rerun_dir + "/err.txt");
+  const std::string rerun_out = read_bytes(rerun_dir + "/out.txt");
+  EXPECT_TRUE(has(rerun_out, "first divergence: step 1 layer 3 component attn_out")) << rerun_out;
+  // It stopped after that step, and kept both sides' tensors of the case.
+  EXPECT_TRUE(has(rerun_out, " 2 steps")) << rerun_out;
+  ASSERT_TRUE(std::filesystem::exists(rerun_dir + "/rerun.h5"));
+  EXPECT_EQ(run_dsv41("report check '" + rerun_dir + "/rerun.h5'").code, 0);
+}
+
+TEST(RunCli, BadInputExitsTwoNamingIt) {
+  const std::string s = write_file("small.json", kSmall);
+  CliResult r = run_dsv41("run '" + s + "' --sides ref,nosuch -o '" + scratch() + "/x.h5'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "nosuch")) << r.err;
+  r = run_dsv41("run '" + write_file("typo.json", R"({"name": "t", "events": [{"prompt": [1, 2], "chunky": 1}]})") +
+                "' -o '" + scratch() + "/x.h5'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "chunky")) << r.err;
+  r = run_dsv41("run no_such_scenario -o '" + scratch() + "/x.h5'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "no_such_scenario")) << r.err;
+  r = run_dsv41("run '" + s + "' -o /no/such/dir/x.h5");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "/no/such/dir")) << r.err;
+  r = run_dsv41("run '" + s + "' --sides ref,ref@decoder:3 -o '" + scratch() + "/x.h5'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "window_size")) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(scratch() + "/x.h5"));
+}
+
+TEST(RunCli, AFailedRunNeverReplacesASavedReport) {
+  const std::string s = write_file("small.json", kSmall), out = scratch() + "/r.h5";
+  ASSERT_EQ(run_dsv41("run '" + s + "' -q -o '" + out + "'").code, 0);
+  const std::string before = read_bytes(out);
+  ASSERT_FALSE(before.empty());
+  EXPECT_EQ(run_dsv41("run '" + s + "' --sides ref,bogus -q -o '" + out + "'").code, 2);
+  EXPECT_EQ(read_bytes(out), before);
+}
+
+TEST(RunCli, MissingEvidenceIsInconclusiveNotAPass) {
+  // A probe step with no resume boundary before it: recall by distance cannot be measured.
+  const std::string s = write_file("probe.json", R"({
+    "name": "probe_without_boundary", "seed": 3,
+    "events": [{"prompt": [{"random": 40}]}, {"prompt": [{"random": 4}], "probe": true}],
+    "pairs": [{"a": "ref", "b": "ref@full", "expect": "bitexact", "why": "test"}],
+    "modes": ["free-running"]})");
+  const CliResult r = run_dsv41("run '" + s + "' -q -o '" + scratch() + "/p.h5'");
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "inconclusive")) << r.out;
+}
+
+TEST(RunCli, ListNamesTheSuiteAndBackends) {
+  const CliResult r = run_dsv41("run --list");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* n : {"cold_prefill", "full_cache_hit", "boundary_facts", "concurrent_sessions", "ref-bf16kv", "mutant:"}) {
+    EXPECT_TRUE(has(r.out, n)) << n;
+  }
+}
+
+}  // namespace
+}  // namespace dsv41::test
