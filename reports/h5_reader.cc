@@ -89,6 +89,8 @@ std::vector<std::string> read_string_values(hid_t ftype, int64_t count, Read rea
     const size_t width = H5Tget_size(ftype);
     const Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mem.get(), width);
+    H5Tset_cset(mem.get(), H5Tget_cset(ftype));  // HDF5 converts no character sets
+    H5Tset_strpad(mem.get(), H5T_STR_NULLPAD);
     std::vector<char> buf(width * static_cast<size_t>(count) + 1, '\0');
     if (read(mem.get(), buf.data()) < 0) DSV41_FAIL(where, ": cannot read strings");
     for (int64_t i = 0; i < count; ++i) {

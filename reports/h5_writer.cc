@@ -153,6 +153,24 @@ void H5Writer::write_strings(const std::string& path, const std::vector<std::str
   H5Tclose(type);
 }
 
+void H5Writer::write_fixed_strings(const std::string& path, const std::vector<std::string>& data) {
+  size_t width = 1;
+  for (const std::string& s : data) width = std::max(width, s.size());
+  std::vector<char> buf(width * std::max<size_t>(1, data.size()), '\0');
+  for (size_t i = 0; i < data.size(); ++i) std::memcpy(buf.data() + i * width, data[i].data(), data[i].size());
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, width);
+  H5Tset_strpad(type, H5T_STR_NULLPAD);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  try {
+    write_raw(path, buf.data(), type, width, {static_cast<int64_t>(data.size())}, data.size());
+  } catch (...) {
+    H5Tclose(type);
+    throw;
+  }
+  H5Tclose(type);
+}
+
 void H5Writer::write_columns(const std::string& group, const std::vector<TableColumn>& columns) {
   for (const TableColumn& c : columns) {
     DSV41_CHECK(c.size() == columns.front().size(), "'", path_, "': table '", group, "': column '", c.name,
@@ -163,7 +181,7 @@ void H5Writer::write_columns(const std::string& group, const std::vector<TableCo
         [&](const auto& v) {
           using V = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<V, std::vector<std::string>>) {
-            write_strings(p, v);
+            write_fixed_strings(p, v);  // fixed width: compresses (a table repeats its strings)
           } else {
             write(p, v, shape);
           }

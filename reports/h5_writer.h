@@ -40,6 +40,9 @@ class H5Writer {
   void write(const std::string& path, const std::vector<uint64_t>& data, const std::vector<int64_t>& shape);
   // A 1-D dataset of variable-length UTF-8 strings.
   void write_strings(const std::string& path, const std::vector<std::string>& data);
+  // A 1-D dataset of fixed-width UTF-8 strings (NUL-padded to the longest; at least 1 byte):
+  // chunked and compressed like numbers, which variable-length strings cannot be.
+  void write_fixed_strings(const std::string& path, const std::vector<std::string>& data);
   // A 1-D compound dataset, one member per column in the given order, one element per row
   // (columns of equal length; strings variable-length UTF-8). pandas reads it in one call:
   // pd.DataFrame(f[path][()]).

@@ -135,7 +135,7 @@ struct RunMeta {
   std::string config_name;          // "tiny", a path
   std::string config_hash;          // reference::config_hash
   std::string config_json;
-  std::string weights;              // "oracle:<path>" or "generated:seed=<n>"
+  std::string weights;              // "file:<path>" or "generated:seed=<n>"
   std::string weights_sha256;       // of the file, "" for generated weights
   std::map<std::string, uint64_t> seeds;  // every seed the run used, by name
   std::vector<std::string> sides;   // as given

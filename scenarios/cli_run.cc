@@ -15,6 +15,7 @@
 #include "reference/config.h"
 #include "reference/numerics.h"
 #include "reference/safetensors.h"
+#include "reference/sha256.h"
 #include "reports/report.h"
 #include "scenarios/cli.h"
 #include "scenarios/id_list.h"
@@ -136,6 +137,7 @@ int run(const RunArgs& a, const std::string& command_line) {
   if (!weights.empty()) {
     res.weights = reference::ModelWeights::load(weights, c);
     meta.weights = "file:" + weights;
+    meta.weights_sha256 = reference::sha256_file_hex(weights);
   } else {
     res.weights = reference::ModelWeights::load(
         reference::safetensors::SafetensorsFile::from_tensors("generated weights",
@@ -223,7 +225,7 @@ Verb add_run_verb(CLI::App& parent) {
             std::string cmd = "dsv41 run";
             for (const CLI::Option* o : app->get_options()) {
               if (o->count() == 0 || o->get_name() == "--help") continue;
-              if (o->get_type_size() == 0) {
+              if (o->get_name() == "--quiet" || o->get_name() == "--list") {  // flags: no value
                 cmd += " " + o->get_name();
                 continue;
               }

@@ -154,6 +154,8 @@ void compare_float(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, S
   rows.add(L, c, "max_ulp", m.max_ulp, std::nullopt, std::nullopt, d);
   rows.add(L, c, "max_abs", m.max_abs, std::nullopt, std::nullopt, d);
   rows.add(L, c, "nmse", m.nmse, std::nullopt, std::nullopt, d);
+  rows.add(L, c, "first_mismatch", static_cast<double>(m.first_mismatch), std::nullopt, std::nullopt, d);
+  rows.add(L, c, "first_mismatch_byte", static_cast<double>(m.first_mismatch_byte), std::nullopt, std::nullopt, d);
   rows.end_item(L, c, true);
 }
 

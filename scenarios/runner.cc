@@ -278,6 +278,229 @@ Expectation default_expectation(const Side& a, const Side& b, const Scenario& s,
   return Expectation::kMeasured;
 }
 
+namespace {
+
+// One pair of sides under one mode: both sides replay the scenario's events in lockstep and every
+// step is compared. Fills one reports::Comparison (and the scenario's step list, once).
+class ComparisonRun {
+ public:
+  ComparisonRun(const Scenario& sc, const BackendResources& res, const RunOptions& opt, const TokenPlan& plan,
+                const std::vector<ToleranceRule>& rules, const std::map<std::string, int>& session_ids,
+                const Pair& pair, const std::string& mode, std::vector<StepInfo>* steps)
+      : sc_(sc), c_(res.config), opt_(opt), plan_(plan), rules_(rules), session_ids_(session_ids), pair_(pair),
+        forced_(mode == "teacher-forced"), steps_(steps), A_(pair.a, res), B_(pair.b, res) {
+    cmp_.side_a = pair.a.text();
+    cmp_.side_b = pair.b.text();
+    cmp_.mode = mode;
+    cmp_.expectation = name(pair.expect);
+    cmp_.expectation_origin = pair.why;
+  }
+
+  Comparison run() {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      for (size_t e = 0; e < sc_.events.size() && !stop_; ++e) run_event(e);
+      cmp_.verdict = verdict();
+      if (cmp_.verdict == Verdict::kMeasured) first_difference();
+    } catch (const Error& err) {
+      cmp_.verdict = Verdict::kError;
+      cmp_.notes.push_back(std::string("error: ") + err.what());
+    }
+    for (const std::string& n : notes_) cmp_.notes.push_back(n);
+    for (const std::string& n : sc_.notes) cmp_.notes.push_back(n);
+    cmp_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::move(cmp_);
+  }
+
+ private:
+  void run_event(size_t e) {
+    const Event& ev = sc_.events[e];
+    if (opt_.progress) {
+      std::ostringstream p;
+      p << sc_.name << " [" << cmp_.side_a << " vs " << cmp_.side_b << ", " << cmp_.mode << "] event " << e + 1 << "/"
+        << sc_.events.size() << " (step " << step_ << ")";
+      opt_.progress(p.str());
+    }
+    if (ev.kind == Event::kPrompt) {
+      const std::vector<int64_t>& ids = plan_.prompts[e];
+      const int64_t n = static_cast<int64_t>(ids.size()), chunk = ev.chunk > 0 ? ev.chunk : n;
+      for (int64_t first = 0; first < n && !stop_; first += chunk) {
+        run_step(ev.session, {ids.begin() + first, ids.begin() + std::min(n, first + chunk)}, "prefill", ev.probe);
+      }
+    } else if (ev.kind == Event::kDecode) {
+      for (int64_t i = 0; i < ev.decode && !stop_; ++i) {
+        run_step(ev.session, {argmax(last_logits_.at(ev.session))}, "decode", ev.probe);
+      }
+    } else {
+      const int64_t pos = A_.session(ev.session).pos();
+      const StepCapture a = A_.resume(ev.session);
+      const StepCapture b = B_.resume(ev.session);
+      boundary_[ev.session] = pos;
+      record_step(ev.session, "resume", pos, 0, {"resume"});
+      compare(ev.session, a, b, false);
+      advance();
+    }
+  }
+
+  void run_step(const std::string& session, const std::vector<int64_t>& tokens, const char* phase, bool probe) {
+    const int64_t start = A_.session(session).pos();
+    const StepCapture a = A_.step(session, tokens, step_, nullptr);
+    const StepCapture b = B_.step(session, tokens, step_, forced_ ? &a : nullptr);
+    last_logits_[session] = a.logits;
+    record_step(session, phase, start, static_cast<int64_t>(tokens.size()), {});
+    compare(session, a, b, probe);
+    advance();
+  }
+
+  void advance() {
+    if (opt_.stop_after_step >= 0 && step_ >= opt_.stop_after_step) stop_ = true;
+    ++step_;
+  }
+
+  void record_step(const std::string& session, const char* phase, int64_t start, int64_t n,
+                   std::vector<std::string> marks) {
+    if (steps_ == nullptr) return;
+    StepInfo si;
+    si.step = step_;
+    si.session = session_ids_.at(session);
+    si.phase = phase;
+    si.start_pos = start;
+    si.tokens = n;
+    const int64_t W = c_.window_size;
+    if (n > 0 && (start / W) != ((start + n - 1) / W)) marks.push_back("window_edge");
+    si.boundaries = std::move(marks);
+    steps_->push_back(std::move(si));
+  }
+
+  void compare(const std::string& session, const StepCapture& a, const StepCapture& b, bool probe) {
+    CompareContext ctx;
+    ctx.step = step_;
+    ctx.session = session_ids_.at(session);
+    ctx.expect = pair_.expect;
+    ctx.why = pair_.why;
+    ctx.rules = &rules_;
+    ctx.candidate_block_size = c_.candidate_block_size;
+    ctx.candidate_source_layer = c_.candidate_source_layer;
+    ctx.teacher_forced = forced_;
+    const StepComparison r = compare_step(a, b, ctx);
+    vacuous_ += r.vacuous;
+    cmp_.items_compared += r.items;
+    ++cmp_.steps_compared;
+    for (const std::string& n : r.notes) notes_.insert(n);
+    if (r.first_failure_row >= 0 && !cmp_.first_divergence) {
+      divergence(r.rows[static_cast<size_t>(r.first_failure_row)], r.first_failure_detail, a, b);
+    }
+    if (opt_.save_tensors) store_focus(cmp_, *opt_.save_tensors, step_, a, b);
+    cmp_.rows.insert(cmp_.rows.end(), r.rows.begin(), r.rows.end());
+    if (probe) ++probes_;
+    if (probe && boundary_.count(session)) {
+      probe_rows(a, b, step_, ctx.session, boundary_.at(session), c_, cmp_.rows);
+      ++probe_steps_measured_;
+    }
+  }
+
+  // The first failing row: where, how much, and the command that reruns just that case.
+  void divergence(const MetricRow& r, const std::string& detail, const StepCapture& a, const StepCapture& b) {
+    reports::Divergence d;
+    d.step = r.step;
+    d.session = r.session;
+    d.position = r.position;
+    d.layer = r.layer;
+    d.component = r.component;
+    d.metric = r.metric;
+    d.value = r.value;
+    d.tolerance = *r.tolerance;
+    d.detail = detail;
+    std::ostringstream cmd;
+    cmd << opt_.rerun_prefix << " " << quote_arg(scenario_ref(sc_)) << " --sides "
+        << quote_arg(cmp_.side_a + "," + cmp_.side_b) << " --mode " << cmp_.mode << " --stop-after-step " << r.step
+        << " --save-tensors "
+        << quote_arg("step=" + std::to_string(r.step) + ",layer=" + std::to_string(r.layer) + ",component=" + r.component)
+        << " -o rerun.h5";
+    d.rerun = cmd.str();
+    cmp_.first_divergence = d;
+    if (opt_.save_failure_tensors) {
+      Focus f;
+      f.step = r.step;
+      f.layer = r.layer;
+      f.component = r.component;
+      store_focus(cmp_, f, step_, a, b);
+    }
+  }
+
+  Verdict verdict() {
+    bool failed = false;
+    for (const MetricRow& r : cmp_.rows) failed = failed || r.verdict == Verdict::kFail;
+    if (failed) return Verdict::kFail;
+    // Probe steps exist to measure recall on both sides of a resume boundary: without a
+    // boundary, or when side A's selections never reach across it, the scenario has not tested
+    // what it claims (missing evidence, never a pass).
+    std::string gap;
+    if (probes_ > 0) {
+      int64_t before = 0, after = 0;
+      for (const MetricRow& r : cmp_.rows) {
+        if (r.metric == "probe_count[d<-W]" || r.metric == "probe_count[-W<=d<0]") before += static_cast<int64_t>(r.value);
+        if (r.metric == "probe_count[0<=d<W]" || r.metric == "probe_count[d>=W]") after += static_cast<int64_t>(r.value);
+      }
+      if (probe_steps_measured_ == 0) {
+        gap = "probe steps ran without a resume boundary before them: recall by distance was not measured";
+      } else if (before == 0 || after == 0) {
+        gap = "side A's probe selections did not straddle the resume boundary (" + std::to_string(before) +
+              " before, " + std::to_string(after) + " after it)";
+      }
+    }
+    if (cmp_.items_compared == 0) gap = "nothing was compared";
+    if (gap.empty() && vacuous_ >= cmp_.items_compared) gap = "every output was zero on both sides";
+    if (!gap.empty()) {
+      cmp_.notes.push_back(gap);
+      return Verdict::kInconclusive;
+    }
+    return pair_.expect == Expectation::kMeasured ? Verdict::kMeasured : Verdict::kPass;
+  }
+
+  // Where a measured pair first differs (information: nothing is asserted; no tensors kept).
+  void first_difference() {
+    for (const MetricRow& r : cmp_.rows) {
+      const bool exactness = r.metric == "bit_equal_frac" || r.metric == "rows_equal_frac" ||
+                             r.metric == "bytes_equal_frac" || r.metric == "equal_frac";
+      if (!exactness || r.value >= 1.0) continue;
+      reports::Divergence d;
+      d.step = r.step;
+      d.session = r.session;
+      d.position = r.position;
+      d.layer = r.layer;
+      d.component = r.component;
+      d.metric = r.metric;
+      d.value = r.value;
+      d.tolerance.origin = "none";
+      d.tolerance.higher_is_better = true;
+      d.tolerance.bound = 1.0;
+      d.tolerance.note = "measured pair: the first difference, not asserted";
+      cmp_.first_divergence = d;
+      return;
+    }
+  }
+
+  const Scenario& sc_;
+  const reference::ModelConfig& c_;
+  const RunOptions& opt_;
+  const TokenPlan& plan_;
+  const std::vector<ToleranceRule>& rules_;
+  const std::map<std::string, int>& session_ids_;
+  const Pair& pair_;
+  const bool forced_;
+  std::vector<StepInfo>* steps_;
+  SideRunner A_, B_;
+  Comparison cmp_;
+  std::map<std::string, std::vector<float>> last_logits_;  // side A's last logits, per session
+  std::map<std::string, int64_t> boundary_;                 // last resume position, per session
+  std::set<std::string> notes_;
+  int64_t step_ = 0, probes_ = 0, probe_steps_measured_ = 0, vacuous_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace
+
 ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, const RunOptions& opt) {
   ScenarioResult out;
   out.name = sc.name;
@@ -314,201 +537,20 @@ ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, con
   for (const std::string& m : modes) {
     DSV41_CHECK(m == "free-running" || m == "teacher-forced", "mode '", m, "': not free-running or teacher-forced");
   }
-  const std::vector<ToleranceRule> defaults = default_tolerance_rules();
   std::vector<ToleranceRule> rules = sc.tolerances;
-  if (sc.default_tolerances) rules.insert(rules.end(), defaults.begin(), defaults.end());
-
+  if (sc.default_tolerances) {
+    const std::vector<ToleranceRule> defaults = default_tolerance_rules();
+    rules.insert(rules.end(), defaults.begin(), defaults.end());
+  }
   std::map<std::string, int> session_ids;
   for (const Event& e : sc.events) session_ids.emplace(e.session, static_cast<int>(session_ids.size()));
 
-  bool steps_recorded = false;
   for (const Pair& pair : pairs) {
     for (const std::string& mode : modes) {
-      const auto t0 = std::chrono::steady_clock::now();
-      Comparison cmp;
-      cmp.side_a = pair.a.text();
-      cmp.side_b = pair.b.text();
-      cmp.mode = mode;
-      cmp.expectation = name(pair.expect);
-      cmp.expectation_origin = pair.why;
-      const bool forced = mode == "teacher-forced";
-      int64_t vacuous = 0;
-      std::set<std::string> notes;
-      try {
-        SideRunner A(pair.a, res), B(pair.b, res);
-        std::map<std::string, std::vector<float>> last_logits;  // side A's, per session
-        std::map<std::string, int64_t> boundary;                 // last resume position, per session
-        int64_t step = 0, probes = 0, probe_rows_seen = 0;
-        bool stop = false;
-        const auto record_step = [&](const std::string& session, const char* phase, int64_t start, int64_t n,
-                                     std::vector<std::string> marks) {
-          if (steps_recorded) return;
-          StepInfo si;
-          si.step = step;
-          si.session = session_ids.at(session);
-          si.phase = phase;
-          si.start_pos = start;
-          si.tokens = n;
-          const int64_t W = c.window_size;
-          if (n > 0 && (start / W) != ((start + n - 1) / W)) marks.push_back("window_edge");
-          si.boundaries = std::move(marks);
-          out.steps.push_back(std::move(si));
-        };
-        const auto compare = [&](const std::string& session, const StepCapture& a, const StepCapture& b, bool probe) {
-          CompareContext ctx;
-          ctx.step = step;
-          ctx.session = session_ids.at(session);
-          ctx.expect = pair.expect;
-          ctx.why = pair.why;
-          ctx.rules = &rules;
-          ctx.candidate_block_size = c.candidate_block_size;
-          ctx.candidate_source_layer = c.candidate_source_layer;
-          ctx.teacher_forced = forced;
-          StepComparison sc2 = compare_step(a, b, ctx);
-          vacuous += sc2.vacuous;
-          cmp.items_compared += sc2.items;
-          ++cmp.steps_compared;
-          for (const std::string& n : sc2.notes) notes.insert(n);
-          if (sc2.first_failure_row >= 0 && !cmp.first_divergence) {
-            const MetricRow& r = sc2.rows[static_cast<size_t>(sc2.first_failure_row)];
-            reports::Divergence d;
-            d.step = r.step;
-            d.session = r.session;
-            d.position = r.position;
-            d.layer = r.layer;
-            d.component = r.component;
-            d.metric = r.metric;
-            d.value = r.value;
-            d.tolerance = *r.tolerance;
-            d.detail = sc2.first_failure_detail;
-            std::ostringstream cmd;
-            cmd << opt.rerun_prefix << " " << quote_arg(scenario_ref(sc)) << " --sides " << quote_arg(cmp.side_a + "," + cmp.side_b)
-                << " --mode " << mode << " --stop-after-step " << r.step << " --save-tensors "
-                << quote_arg("step=" + std::to_string(r.step) + ",layer=" + std::to_string(r.layer) +
-                             ",component=" + r.component)
-                << " -o rerun.h5";
-            d.rerun = cmd.str();
-            cmp.first_divergence = d;
-            if (opt.save_failure_tensors) {
-              Focus f;
-              f.step = r.step;
-              f.layer = r.layer;
-              f.component = r.component;
-              store_focus(cmp, f, step, a, b);
-            }
-          }
-          if (opt.save_tensors) store_focus(cmp, *opt.save_tensors, step, a, b);
-          cmp.rows.insert(cmp.rows.end(), sc2.rows.begin(), sc2.rows.end());
-          if (probe) ++probes;
-          if (probe && boundary.count(session)) {
-            probe_rows(a, b, step, ctx.session, boundary.at(session), c, cmp.rows);
-            ++probe_rows_seen;
-          }
-        };
-        const auto run_step = [&](const std::string& session, const std::vector<int64_t>& tokens, const char* phase,
-                                  bool probe) {
-          const int64_t start = A.session(session).pos();
-          StepCapture a = A.step(session, tokens, step, nullptr);
-          StepCapture b = B.step(session, tokens, step, forced ? &a : nullptr);
-          last_logits[session] = a.logits;
-          record_step(session, phase, start, static_cast<int64_t>(tokens.size()), {});
-          compare(session, a, b, probe);
-          if (opt.stop_after_step >= 0 && step >= opt.stop_after_step) stop = true;
-          ++step;
-        };
-        for (size_t e = 0; e < sc.events.size() && !stop; ++e) {
-          const Event& ev = sc.events[e];
-          if (opt.progress) {
-            std::ostringstream p;
-            p << sc.name << " [" << cmp.side_a << " vs " << cmp.side_b << ", " << mode << "] event " << e + 1 << "/"
-              << sc.events.size() << " (step " << step << ")";
-            opt.progress(p.str());
-          }
-          if (ev.kind == Event::kPrompt) {
-            const std::vector<int64_t>& ids = plan.prompts[e];
-            const int64_t n = static_cast<int64_t>(ids.size()), chunk = ev.chunk > 0 ? ev.chunk : n;
-            for (int64_t first = 0; first < n && !stop; first += chunk) {
-              const std::vector<int64_t> part(ids.begin() + first, ids.begin() + std::min(n, first + chunk));
-              run_step(ev.session, part, "prefill", ev.probe);
-            }
-          } else if (ev.kind == Event::kDecode) {
-            for (int64_t i = 0; i < ev.decode && !stop; ++i) {
-              run_step(ev.session, {argmax(last_logits.at(ev.session))}, "decode", ev.probe);
-            }
-          } else {
-            const int64_t pos = A.session(ev.session).pos();
-            StepCapture a = A.resume(ev.session);
-            StepCapture b = B.resume(ev.session);
-            boundary[ev.session] = pos;
-            record_step(ev.session, "resume", pos, 0, {"resume"});
-            compare(ev.session, a, b, false);
-            if (opt.stop_after_step >= 0 && step >= opt.stop_after_step) stop = true;
-            ++step;
-          }
-        }
-        steps_recorded = true;
-        bool failed = false;
-        for (const MetricRow& r : cmp.rows) failed = failed || r.verdict == Verdict::kFail;
-        // Probe steps exist to measure recall on both sides of a resume boundary: without a
-        // boundary, or when side A's selections never reach across it, the scenario has not
-        // tested what it claims (missing evidence, never a pass).
-        std::string probe_gap;
-        if (probes > 0) {
-          int64_t before = 0, after = 0;
-          for (const MetricRow& r : cmp.rows) {
-            if (r.metric == "probe_count[d<-W]" || r.metric == "probe_count[-W<=d<0]") before += static_cast<int64_t>(r.value);
-            if (r.metric == "probe_count[0<=d<W]" || r.metric == "probe_count[d>=W]") after += static_cast<int64_t>(r.value);
-          }
-          if (boundary.empty() || probe_rows_seen == 0) {
-            probe_gap = "probe steps ran without a resume boundary before them: recall by distance was not measured";
-          } else if (before == 0 || after == 0) {
-            probe_gap = "side A's probe selections did not straddle the resume boundary (" + std::to_string(before) +
-                        " before, " + std::to_string(after) + " after it)";
-          }
-        }
-        if (failed) {
-          cmp.verdict = Verdict::kFail;
-        } else if (cmp.items_compared == 0 || vacuous >= cmp.items_compared || !probe_gap.empty()) {
-          cmp.verdict = Verdict::kInconclusive;
-          cmp.notes.push_back(!probe_gap.empty()          ? probe_gap
-                              : cmp.items_compared == 0   ? "nothing was compared"
-                                                          : "every output was zero on both sides");
-        } else {
-          cmp.verdict = pair.expect == Expectation::kMeasured ? Verdict::kMeasured : Verdict::kPass;
-        }
-        if (!failed && pair.expect == Expectation::kMeasured) {
-          // Where a measured pair first differs (informational: nothing is asserted).
-          for (const MetricRow& r : cmp.rows) {
-            if ((r.metric == "bit_equal_frac" || r.metric == "rows_equal_frac" || r.metric == "bytes_equal_frac" ||
-                 r.metric == "equal_frac") && r.value < 1.0) {
-              reports::Divergence d;
-              d.step = r.step;
-              d.session = r.session;
-              d.position = r.position;
-              d.layer = r.layer;
-              d.component = r.component;
-              d.metric = r.metric;
-              d.value = r.value;
-              d.tolerance.origin = "none";
-              d.tolerance.higher_is_better = true;
-              d.tolerance.bound = 1.0;
-              d.tolerance.note = "measured pair: the first difference, not asserted";
-              cmp.first_divergence = d;
-              break;
-            }
-          }
-        }
-      } catch (const Error& err) {
-        cmp.verdict = Verdict::kError;
-        cmp.notes.push_back(std::string("error: ") + err.what());
-      }
-      for (const std::string& n : notes) cmp.notes.push_back(n);
-      cmp.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      out.comparisons.push_back(std::move(cmp));
+      // The step list is the same for every comparison: recorded by the first.
+      std::vector<StepInfo>* steps = out.comparisons.empty() ? &out.steps : nullptr;
+      out.comparisons.push_back(ComparisonRun(sc, res, opt, plan, rules, session_ids, pair, mode, steps).run());
     }
-  }
-  for (const std::string& n : sc.notes) {
-    for (Comparison& cmp : out.comparisons) cmp.notes.push_back(n);
   }
   out.verdict = Verdict::kPass;
   for (const Comparison& cmp : out.comparisons) out.verdict = reports::worse(out.verdict, cmp.verdict);

@@ -123,7 +123,10 @@ const char* name(Expectation e) {
 
 std::string Side::text() const {
   std::string s = backend + "@" + name(path);
-  if (path == CachePath::kDecoder) s += ":" + std::to_string(decoder_rows);
+  if (path == CachePath::kDecoder) {
+    s += ':';
+    s += std::to_string(decoder_rows);
+  }
   return s;
 }
 
