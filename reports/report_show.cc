@@ -58,7 +58,8 @@ struct Item {
 // agreement, flips by class), the selections (worst Jaccard, candidate block recall) and the
 // probe recall by distance to the resume boundary. Empty when nothing differs.
 std::string key_numbers(const Comparison& c) {
-  double kl = 0, max_abs = 0, jac = 1, block = 1;
+  double kl = 0, max_abs = 0, jac = 1, block = 1, worst_nmse = 0, tie_band = -1;
+  const MetricRow* worst_nmse_row = nullptr;
   int64_t logit_steps = 0, agree = 0, near_tie = 0, substantive = 0;
   bool any_index = false, any_block = false;
   std::vector<std::pair<std::string, double>> probes;  // metric -> min
@@ -74,6 +75,11 @@ std::string key_numbers(const Comparison& c) {
         near_tie += r.value == 1.0;
         substantive += r.value == 2.0;
       }
+    } else if (r.metric == "nmse" && r.value > worst_nmse) {
+      worst_nmse = r.value;
+      worst_nmse_row = &r;
+    } else if (r.component == "topk" && r.metric == "tie_band_max") {
+      tie_band = std::max(tie_band, r.value);
     } else if (r.component == "topk" && r.metric == "jaccard_min") {
       jac = std::min(jac, r.value);
       any_index = true;
@@ -89,11 +95,17 @@ std::string key_numbers(const Comparison& c) {
       }
     }
   }
-  if (logit_steps == 0 || (max_abs == 0 && jac == 1 && block == 1)) return "";
+  if (logit_steps == 0 || (max_abs == 0 && jac == 1 && block == 1 && worst_nmse == 0)) return "";
   std::ostringstream o;
   o << "logits: max |d| " << num(max_abs) << ", KL max " << num(kl) << ", top-1 agree " << agree << "/" << logit_steps;
   if (near_tie + substantive > 0) o << " (flips: " << near_tie << " near-tie, " << substantive << " substantive)";
+  if (worst_nmse_row != nullptr) {
+    o << "; worst nmse " << num(worst_nmse) << " (" << worst_nmse_row->component;
+    if (worst_nmse_row->layer >= 0) o << " layer " << worst_nmse_row->layer;
+    o << " step " << worst_nmse_row->step << ")";
+  }
   if (any_index) o << "; top-k Jaccard min " << num(jac);
+  if (tie_band >= 0) o << ", tie band max " << num(tie_band);
   if (any_block) o << "; candidate block recall min " << num(block);
   for (const auto& [metric, v] : probes) o << "; " << metric.substr(6) << " min " << num(v);
   return o.str();

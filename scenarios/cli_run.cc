@@ -15,6 +15,7 @@
 #include "reference/config.h"
 #include "reference/numerics.h"
 #include "reference/safetensors.h"
+#include "reference/weights.h"
 #include "reference/sha256.h"
 #include "reports/report.h"
 #include "scenarios/cli.h"
@@ -125,6 +126,18 @@ int run(const RunArgs& a, const std::string& command_line) {
                                                  : parse_id_list("@" + a.token_map, "--token-map");
   DSV41_CHECK(static_cast<int64_t>(map.size()) == c.vocab_size, "--token-map '", a.token_map, "': ", map.size(),
               " ids, but the config has a vocab of ", c.vocab_size);
+
+  // The reference holds every weight as fp32, once for the run and once per side's backend:
+  // refuse a config this machine cannot hold instead of exhausting its memory.
+  {
+    int64_t values = 0;
+    for (const reference::TensorSpec& t : reference::expected_tensors(c)) values += reference::Tensor<float>::count(t.shape);
+    const double need = 3.0 * 4.0 * static_cast<double>(values);
+    const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    DSV41_CHECK(have <= 0 || need <= have, "config '", a.config, "': the CPU reference would hold ",
+                static_cast<int64_t>(need / 1e9), " GB of fp32 weights (3 copies: the run and its two sides), "
+                "this machine has ", static_cast<int64_t>(have / 1e9), " GB; use a smaller config");
+  }
 
   // 2. Weights: given, the oracle's for the tiny config, or generated (seed printed).
   reports::RunReport report;

@@ -82,6 +82,9 @@ TEST(RunCli, BadInputExitsTwoNamingIt) {
   r = run_dsv41("run '" + s + "' -o /no/such/dir/x.h5");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "/no/such/dir")) << r.err;
+  r = run_dsv41("run '" + s + "' --config full -o '" + scratch() + "/x.h5'");  // terabytes of fp32 weights
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "GB of fp32 weights")) << r.err;
   r = run_dsv41("run '" + s + "' --sides ref,ref@decoder:3 -o '" + scratch() + "/x.h5'");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "window_size")) << r.err;
