@@ -159,6 +159,9 @@ std::string format_summary(const RunReport& report, int max_rows) {
       out << "; " << c.notes.front();
     }
     out << "\n";
+    if (c.first_divergence && !c.first_divergence->detail.empty() && c.verdict == Verdict::kFail) {
+      out << "               " << c.first_divergence->detail << "\n";
+    }
     const std::string key = key_numbers(c);
     if (!key.empty()) out << "               " << key << "\n";
   }

@@ -34,6 +34,18 @@ class ReferenceBackend final : public Backend {
         precision_(precision),
         mutation_(std::move(mutation)) {
     model_.set_cache_precision(precision);
+    if (mutation_) {
+      DSV41_CHECK(mutation_->layer < r.config.n_layers && (mutation_->layer >= 0 || mutation_->component == "final_norm_out" ||
+                                                            mutation_->component == "embed"),
+                  "backend ", name_, ": layer ", mutation_->layer, " is not a layer of this model (0 .. ",
+                  r.config.n_layers - 1, "; -1 for embed and final_norm_out)");
+    }
+  }
+
+  std::string missing_evidence() const override {
+    if (!mutation_ || fired_) return "";
+    return "the planted defect of " + name_ + " never applied (no such step, layer or component in this run, or "
+           "nothing to change there): the comparison proves nothing about it";
   }
 
   std::string name() const override { return name_; }
@@ -63,7 +75,7 @@ class ReferenceBackend final : public Backend {
       throw;
     }
     model_.set_hooks({});
-    if (mutation_ && mutation_->is_cache()) mutate_cache(*mutation_, step, state);
+    if (mutation_ && mutation_->is_cache()) fired_ = mutate_cache(*mutation_, step, state) || fired_;
     return rec;
   }
 
@@ -114,25 +126,26 @@ class ReferenceBackend final : public Backend {
 
  private:
   reference::ForwardHooks mutated_hooks(const reference::ForwardHooks& inner, int64_t start, int64_t T,
-                                        int64_t step) const {
+                                        int64_t step) {
     reference::ForwardHooks h;
     const Mutation m = *mutation_;
     const reference::ModelConfig& c = model_.config();
-    h.tensor = [inner, m, step](const std::string& what, int layer, reference::Tensor<float>& v) {
-      mutate_tensor(m, what, layer, step, v);
+    bool* fired = &fired_;
+    h.tensor = [inner, m, step, fired](const std::string& what, int layer, reference::Tensor<float>& v) {
+      *fired = mutate_tensor(m, what, layer, step, v) || *fired;
       if (inner.tensor) inner.tensor(what, layer, v);
     };
-    h.index = [inner, m, step, &c, start, T](const std::string& what, int layer, reference::Tensor<int32_t>& v) {
+    h.index = [inner, m, step, &c, start, T, fired](const std::string& what, int layer, reference::Tensor<int32_t>& v) {
       int64_t choices = c.n_routed_experts;
       if (what == "topk") {
         const int ratio = c.compress_ratios[static_cast<size_t>(layer)];
         choices = ratio > 0 ? (start + T) / ratio : 0;
       }
-      mutate_index(m, what, layer, step, v, choices);
+      *fired = mutate_index(m, what, layer, step, v, choices) || *fired;
       if (inner.index) inner.index(what, layer, v);
     };
-    h.mask = [inner, m, step, &c](const std::string& what, int layer, reference::Tensor<uint8_t>& v) {
-      mutate_mask(m, what, layer, step, v, c.candidate_block_size);
+    h.mask = [inner, m, step, &c, fired](const std::string& what, int layer, reference::Tensor<uint8_t>& v) {
+      *fired = mutate_mask(m, what, layer, step, v, c.candidate_block_size) || *fired;
       if (inner.mask) inner.mask(what, layer, v);
     };
     return h;
@@ -142,6 +155,7 @@ class ReferenceBackend final : public Backend {
   reference::Model model_;
   CachePrecision precision_;
   std::optional<Mutation> mutation_;
+  bool fired_ = false;
 };
 
 }  // namespace

@@ -87,6 +87,10 @@ class Backend {
   virtual std::unique_ptr<BackendSession> restore(const SavedState& saved, reference::ResumeMode mode) = 0;
   // Every cache of the session as raw bytes, in a fixed order (reference::cache_views).
   virtual std::vector<reference::CacheView> caches(const BackendSession& s) const = 0;
+  // Why this backend's run proves less than it claims ("" when nothing is missing): a planted
+  // defect that never applied (its step, layer or selection never came) makes a comparison
+  // inconclusive, never a pass.
+  virtual std::string missing_evidence() const { return ""; }
 };
 
 // The backends make_backend knows, with one line each (for --help and docs).

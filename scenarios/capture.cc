@@ -54,45 +54,59 @@ const CapturedItem* StepCapture::find(int layer, const std::string& component) c
   return nullptr;
 }
 
+const std::vector<std::string>& known_components() {
+  static const std::vector<std::string> names = {
+      "embed",       "in_stream",    "in_pre",       "engram_ids",   "engram_out",   "hc_attn_pre",
+      "hc_attn_post", "hc_attn_comb", "attn_in",      "index_scores", "candidates",   "topk",
+      "attn_out",    "attn_stream",  "hc_ffn_pre",   "hc_ffn_post",  "hc_ffn_comb",  "ffn_in",
+      "experts",     "ffn_out",      "out_stream",   "final_norm_out", "logits",     "cache.swa",
+      "cache.compressed_kv", "cache.index_keys"};
+  return names;
+}
+
+bool is_known_component(const std::string& name) {
+  for (const std::string& n : known_components()) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
 ValueType hook_value_type(const std::string& c) {
   if (c == "in_pre" || c == "logits") return ValueType::kFp32;
   if (c.rfind("hc_", 0) == 0) return ValueType::kFp32;  // hc_attn_pre/post/comb, hc_ffn_*
   return ValueType::kBf16;
 }
 
+namespace {
+
+// Records a hook's value as an item of `into`, then (teacher forcing) replaces it with forced's.
+template <typename T>
+void record_and_force(StepCapture& into, const StepCapture* forced, const std::string& what, int layer,
+                      Tensor<T>& v, CapturedItem::Kind kind, Tensor<T> CapturedItem::*member) {
+  CapturedItem it;
+  it.layer = layer;
+  it.component = what;
+  it.kind = kind;
+  it.type = hook_value_type(what);
+  it.*member = v;
+  into.items.push_back(std::move(it));
+  Tensor<T> scratch;
+  if (const Tensor<T>* f = forced_value(forced, layer, what, v, member, scratch)) v = *f;
+}
+
+}  // namespace
+
 reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced) {
   reference::ForwardHooks h;
   h.tensor = [&into, forced](const std::string& what, int layer, Tensor<float>& v) {
     if (what == "logits") return;  // compared from the StepRecord (finish_capture)
-    CapturedItem it;
-    it.layer = layer;
-    it.component = what;
-    it.kind = CapturedItem::kFloat;
-    it.type = hook_value_type(what);
-    it.f = v;
-    into.items.push_back(std::move(it));
-    Tensor<float> scratch;
-    if (const Tensor<float>* f = forced_value(forced, layer, what, v, &CapturedItem::f, scratch)) v = *f;
+    record_and_force(into, forced, what, layer, v, CapturedItem::kFloat, &CapturedItem::f);
   };
   h.index = [&into, forced](const std::string& what, int layer, Tensor<int32_t>& v) {
-    CapturedItem it;
-    it.layer = layer;
-    it.component = what;
-    it.kind = CapturedItem::kIndex;
-    it.i = v;
-    into.items.push_back(std::move(it));
-    Tensor<int32_t> scratch;
-    if (const Tensor<int32_t>* f = forced_value(forced, layer, what, v, &CapturedItem::i, scratch)) v = *f;
+    record_and_force(into, forced, what, layer, v, CapturedItem::kIndex, &CapturedItem::i);
   };
   h.mask = [&into, forced](const std::string& what, int layer, Tensor<uint8_t>& v) {
-    CapturedItem it;
-    it.layer = layer;
-    it.component = what;
-    it.kind = CapturedItem::kMask;
-    it.m = v;
-    into.items.push_back(std::move(it));
-    Tensor<uint8_t> scratch;
-    if (const Tensor<uint8_t>* f = forced_value(forced, layer, what, v, &CapturedItem::m, scratch)) v = *f;
+    record_and_force(into, forced, what, layer, v, CapturedItem::kMask, &CapturedItem::m);
   };
   return h;
 }

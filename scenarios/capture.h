@@ -43,6 +43,11 @@ struct StepCapture {
   const CapturedItem* find(int layer, const std::string& component) const;
 };
 
+// Every component name a capture can hold (reference/hooks.h's names, engram_ids, logits and
+// the caches cache.swa / cache.compressed_kv / cache.index_keys).
+const std::vector<std::string>& known_components();
+bool is_known_component(const std::string& name);
+
 // The storage type of a hook's values (fp32 for in_pre and the mHC mixes, bf16 otherwise).
 ValueType hook_value_type(const std::string& component);
 

@@ -2,11 +2,13 @@
 // (docs/scenarios.md, docs/report-schema.md). Exit codes: 0 pass (or measured only), 1 a
 // divergence beyond tolerance, 2 bad input or an error, 3 inconclusive (missing evidence).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <unistd.h>
@@ -43,13 +45,6 @@ struct RunArgs {
   bool quiet = false;
   int rows = 20;
 };
-
-std::string quote_arg(const std::string& s) {
-  if (!s.empty() && s.find_first_of(" \t'\"$\\;&|<>()*?") == std::string::npos) return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 std::string default_oracle_weights() {
   return std::string(DSV41_SOURCE_DIR_STRING) + "/golden/oracle/weights.safetensors";
@@ -114,9 +109,12 @@ int run(const RunArgs& a, const std::string& command_line) {
   opt.stop_after_step = a.stop_after_step;
   if (!a.save_tensors.empty()) opt.save_tensors = parse_focus(a.save_tensors);
   std::vector<Scenario> scenarios;
+  std::set<std::string> names;
   for (const std::string& n : a.scenarios.empty() ? builtin_scenario_names() : a.scenarios) {
     scenarios.push_back(load_scenario(n));
     if (a.seed) scenarios.back().seed = *a.seed;
+    DSV41_CHECK(names.insert(scenarios.back().name).second, "scenario '", n, "': a second scenario named '",
+                scenarios.back().name, "' (names are the report's group names)");
   }
   const std::filesystem::path out_dir = std::filesystem::path(a.output).parent_path();
   DSV41_CHECK(out_dir.empty() || std::filesystem::is_directory(out_dir), "-o '", a.output, "': directory '",
@@ -127,15 +125,26 @@ int run(const RunArgs& a, const std::string& command_line) {
   DSV41_CHECK(static_cast<int64_t>(map.size()) == c.vocab_size, "--token-map '", a.token_map, "': ", map.size(),
               " ids, but the config has a vocab of ", c.vocab_size);
 
-  // The reference holds every weight as fp32, once for the run and once per side's backend:
-  // refuse a config this machine cannot hold instead of exhausting its memory.
+  // Every scenario's plan (pairs, modes, tolerance rules, decoder rows, tokens), checked before
+  // any work: bad input costs nothing and leaves no half run.
+  int copies = 1;  // weight copies alive at once: the run's, and one per backend of a comparison
+  for (const Scenario& s : scenarios) {
+    const ScenarioPlan plan = plan_scenario(s, c, opt);
+    for (const Pair& p : plan.pairs) {
+      const int per_side_a = p.a.path == CachePath::kAlone ? plan.sessions : 1;
+      const int per_side_b = p.b.path == CachePath::kAlone ? plan.sessions : 1;
+      copies = std::max(copies, 1 + per_side_a + per_side_b);
+    }
+  }
+  // The reference holds every weight as fp32 in each copy: refuse a config this machine cannot
+  // hold instead of exhausting its memory.
   {
     int64_t values = 0;
     for (const reference::TensorSpec& t : reference::expected_tensors(c)) values += reference::Tensor<float>::count(t.shape);
-    const double need = 3.0 * 4.0 * static_cast<double>(values);
+    const double need = copies * 4.0 * static_cast<double>(values);
     const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     DSV41_CHECK(have <= 0 || need <= have, "config '", a.config, "': the CPU reference would hold ",
-                static_cast<int64_t>(need / 1e9), " GB of fp32 weights (3 copies: the run and its two sides), "
+                static_cast<int64_t>(need / 1e9), " GB of fp32 weights (", copies, " copies: the run's and one per backend), "
                 "this machine has ", static_cast<int64_t>(have / 1e9), " GB; use a smaller config");
   }
 
@@ -149,7 +158,9 @@ int run(const RunArgs& a, const std::string& command_line) {
   BackendResources res{c, {}, map};
   if (!weights.empty()) {
     res.weights = reference::ModelWeights::load(weights, c);
-    meta.weights = "file:" + weights;
+    // The file name only: the path is machine-specific (it is in the command line, under
+    // /meta/volatile); the SHA-256 identifies the weights.
+    meta.weights = "file:" + std::filesystem::path(weights).filename().string();
     meta.weights_sha256 = reference::sha256_file_hex(weights);
   } else {
     res.weights = reference::ModelWeights::load(
@@ -161,6 +172,7 @@ int run(const RunArgs& a, const std::string& command_line) {
   }
   meta.config_name = a.config;
   meta.config_hash = reference::config_hash(c);
+  meta.config_json = reference::to_json_string(c);
   meta.sides = opt.sides;
   meta.tool_version = DSV41_VERSION_STRING;
   meta.git_commit = DSV41_GIT_COMMIT_STRING;
@@ -175,10 +187,10 @@ int run(const RunArgs& a, const std::string& command_line) {
 
   // 3. The rerun line of a failure repeats what selects the model.
   std::ostringstream prefix;
-  prefix << "dsv41 run --config " << a.config;
-  if (!a.weights.empty()) prefix << " --weights " << a.weights;
+  prefix << "dsv41 run --config " << shell_quote(a.config);
+  if (!a.weights.empty()) prefix << " --weights " << shell_quote(a.weights);
   if (weights.empty()) prefix << " --weight-seed " << a.weight_seed;
-  if (!a.token_map.empty()) prefix << " --token-map " << a.token_map;
+  if (!a.token_map.empty()) prefix << " --token-map " << shell_quote(a.token_map);
   opt.rerun_prefix = prefix.str();
   if (!a.quiet) {
     opt.progress = [t0](const std::string& line) {
@@ -191,7 +203,21 @@ int run(const RunArgs& a, const std::string& command_line) {
     std::cerr << "dsv41 run: scenario " << s.name << " (seed " << s.seed << ")\n";
     RunOptions o = opt;
     if (a.seed) o.rerun_prefix += " --seed " + std::to_string(*a.seed);
-    report.scenarios.push_back(run_scenario(s, res, o));
+    try {
+      report.scenarios.push_back(run_scenario(s, res, o));
+    } catch (const std::exception& e) {
+      // One scenario's failure is recorded as its verdict; the others and the report survive.
+      reports::ScenarioResult failed;
+      failed.name = s.name;
+      failed.kind = s.kind;
+      failed.description = s.description;
+      failed.source = s.source;
+      failed.scenario_json = s.json;
+      failed.seed = s.seed;
+      failed.verdict = reports::Verdict::kError;
+      failed.error = e.what();
+      report.scenarios.push_back(std::move(failed));
+    }
     std::cerr << "dsv41 run: scenario " << s.name << ": " << reports::name(report.scenarios.back().verdict) << "\n";
   }
   meta.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -243,7 +269,7 @@ Verb add_run_verb(CLI::App& parent) {
                 continue;
               }
               for (const std::string& v : o->as<std::vector<std::string>>()) {
-                cmd += (o->get_name() == "scenarios" ? " " : " " + o->get_name() + " ") + quote_arg(v);
+                cmd += (o->get_name() == "scenarios" ? " " : " " + o->get_name() + " ") + shell_quote(v);
               }
             }
             return run(*a, cmd);

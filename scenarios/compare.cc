@@ -125,6 +125,10 @@ bool align(Tensor<T>& a, const Tensor<T>& b) {
   return true;
 }
 
+std::string what_of(const CapturedItem& it, const CompareContext& ctx) {
+  return it.component + " (layer " + std::to_string(it.layer) + ", step " + std::to_string(ctx.step) + ")";
+}
+
 std::string float_detail(const TensorMetrics& m) {
   std::ostringstream s;
   if (m.nan_mismatch + m.inf_mismatch > 0) s << m.nan_mismatch << " NaN / " << m.inf_mismatch << " Inf masks differ; ";
@@ -143,13 +147,26 @@ void compare_float(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, S
   if (align(a, ib.f)) out.notes.push_back(ia.component + " layer " + std::to_string(ia.layer) + ": rows aligned by tail");
   const std::string what = ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")";
   const TensorMetrics m = compare_tensors(a, ib.f, ia.type, what);
-  if (m.a_all_zero && m.b_all_zero) ++out.vacuous;
+  if (m.a_all_zero && m.b_all_zero) {
+    ++out.vacuous;
+    out.vacuous_items.push_back(what);
+  }
   const std::string d = float_detail(m);
   const int L = ia.layer;
   const std::string& c = ia.component;
   rows.begin_item();
-  rows.add(L, c, "nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch), rows.stated_exact(false, 0),
-           tol(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"), d);
+  if (c == "index_scores") {
+    // -inf marks unreachable positions and positions outside the candidate pool: where two
+    // pools legitimately differ (a tolerance pair), so does the -inf mask. NaN never may.
+    rows.add(L, c, "nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch),
+             rows.stated_exact(false, 0), std::nullopt, d);
+    rows.add(L, c, "nan_mismatch", static_cast<double>(m.nan_mismatch), rows.stated_exact(false, 0),
+             tol(0, false, "stated", "NaN masks are compared before any numeric tolerance"), d);
+  } else {
+    rows.add(L, c, "nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch),
+             rows.stated_exact(false, 0), tol(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"),
+             d);
+  }
   rows.add(L, c, "bit_equal_frac", m.bit_equal_frac, rows.stated_exact(true, 1.0), std::nullopt, d);
   rows.add(L, c, "max_ulp", m.max_ulp, std::nullopt, std::nullopt, d);
   rows.add(L, c, "max_abs", m.max_abs, std::nullopt, std::nullopt, d);
@@ -166,7 +183,10 @@ void compare_logits_item(const StepCapture& a, const StepCapture& b, Rows& rows,
               " and ", b.logits.size(), " entries");
   const Tensor<float> ta({1, V}, a.logits, "logits"), tb({1, V}, b.logits, "logits");
   const TensorMetrics m = compare_tensors(ta, tb, ValueType::kFp32, "logits (step " + std::to_string(ctx.step) + ")");
-  if (m.a_all_zero && m.b_all_zero) ++out.vacuous;
+  if (m.a_all_zero && m.b_all_zero) {
+    ++out.vacuous;
+    out.vacuous_items.push_back("logits (step " + std::to_string(ctx.step) + ")");
+  }
   // The perturbation a pair is allowed: a flip where A's top-2 margin is within twice the allowed
   // max |d| can come from a perturbation inside the tolerance (near tie); 0 for bitexact pairs.
   double bound = 0;
@@ -204,6 +224,8 @@ void compare_index(const CapturedItem& ia, const CapturedItem& ib, const StepCap
   Tensor<float> sa;
   if (scores != nullptr) {
     sa = scores->f;
+    DSV41_CHECK(sa.dim(0) >= ta.dim(0), what_of(ia, ctx), ": side A has ", sa.dim(0), " rows of index scores for ",
+                ta.dim(0), " rows of top-k");
     if (sa.dim(0) != ta.dim(0)) sa = tail_rows(sa, ta.dim(0));
   }
   const std::string what = ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")";
@@ -273,18 +295,29 @@ void compare_ids(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, con
 }
 
 void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, StepComparison& out) {
+  // A cache one side has and the other lacks, or holds in another format: a failure for a pair
+  // that must match (bitexact: same bytes; tolerance: same caches), a note for a measured one.
+  const auto missing = [&](int layer, const std::string& c, const std::string& why) {
+    rows.add(layer, c, "present", 0.0, rows.stated_exact(true, 1.0), std::nullopt, why);
+    out.notes.push_back(c + " layer " + std::to_string(layer) + " not compared: " + why);
+  };
   if (a.caches.size() != b.caches.size()) {
-    out.notes.push_back("caches not compared: " + std::to_string(a.caches.size()) + " vs " +
-                        std::to_string(b.caches.size()) + " caches");
+    missing(-1, "cache", std::to_string(a.caches.size()) + " vs " + std::to_string(b.caches.size()) + " caches");
     return;
   }
   for (size_t i = 0; i < a.caches.size(); ++i) {
     const reference::CacheView& ca = a.caches[i];
     const reference::CacheView& cb = b.caches[i];
     const std::string c = "cache." + ca.kind;
-    if (ca.kind != cb.kind || ca.layer != cb.layer || ca.entry_bytes != cb.entry_bytes) {
+    if (ca.kind != cb.kind || ca.layer != cb.layer) {
+      missing(ca.layer, c, "side B's cache " + std::to_string(i) + " is " + cb.kind + " of layer " + std::to_string(cb.layer));
+      continue;
+    }
+    if (ca.entry_bytes != cb.entry_bytes) {
       out.notes.push_back(c + " layer " + std::to_string(ca.layer) + " not compared: the formats differ (" +
                           std::to_string(ca.entry_bytes) + " vs " + std::to_string(cb.entry_bytes) + " bytes per entry)");
+      rows.add(ca.layer, c, "format_equal", 0.0, rows.stated_exact(true, 1.0), std::nullopt,
+               "entry bytes " + std::to_string(ca.entry_bytes) + " vs " + std::to_string(cb.entry_bytes));
       continue;
     }
     if (ca.bytes.size() != cb.bytes.size()) {
@@ -308,6 +341,17 @@ void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, Step
 }
 
 }  // namespace
+
+const std::vector<std::string>& known_metrics() {
+  static const std::vector<std::string> names = {
+      "present", "nonfinite_mismatch", "nan_mismatch", "bit_equal_frac", "max_ulp", "max_abs", "nmse",
+      "first_mismatch", "first_mismatch_byte", "kl", "top1_agree", "margin_a", "flip_class", "rows_equal_frac",
+      "jaccard_min", "recall_min", "recall_mean", "tie_band_max", "tie_equivalent", "recall_within_candidates",
+      "block_recall_min", "token_recall_min", "equal_frac", "bytes_equal_frac", "format_equal",
+      "probe_count[d<-W]", "probe_count[-W<=d<0]", "probe_count[0<=d<W]", "probe_count[d>=W]",
+      "probe_recall[d<-W]", "probe_recall[-W<=d<0]", "probe_recall[0<=d<W]", "probe_recall[d>=W]"};
+  return names;
+}
 
 std::vector<ToleranceRule> default_tolerance_rules() {
   const auto rule = [](const char* component, const char* metric, double bound, bool higher, const char* origin,

@@ -36,6 +36,7 @@ struct StepComparison {
   std::vector<reports::MetricRow> rows;
   int64_t items = 0;          // outputs compared
   int64_t vacuous = 0;        // float outputs all zero on both sides
+  std::vector<std::string> vacuous_items;  // which ("attn_out layer 3 step 2")
   std::vector<std::string> notes;
   // The first failing row's detail (coordinate, byte, values), for the Divergence.
   std::string first_failure_detail;
@@ -43,6 +44,9 @@ struct StepComparison {
 };
 
 StepComparison compare_step(const StepCapture& a, const StepCapture& b, const CompareContext& ctx);
+
+// Every metric name compare_step and the probe rows write (docs/scenarios.md).
+const std::vector<std::string>& known_metrics();
 
 // The default rules of a "tolerance" pair (docs/scenarios.md gives their origins).
 std::vector<ToleranceRule> default_tolerance_rules();

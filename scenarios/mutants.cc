@@ -1,6 +1,7 @@
 #include "scenarios/mutants.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "formats/base.h"
 #include "formats/error.h"
+#include "scenarios/capture.h"
 
 namespace dsv41::scenarios {
 namespace {
@@ -55,9 +57,9 @@ Mutation parse_mutation(const std::string& spec) {
   m.step = parse_number(s.substr(1), spec, "the step");
   DSV41_CHECK(m.layer >= -1, "mutant '", spec, "': layer ", m.layer, " < -1");
   DSV41_CHECK(m.step >= 0, "mutant '", spec, "': step ", m.step, " < 0");
-  static const std::set<std::string> kCaches = {"cache.compressed_kv", "cache.index_keys", "cache.swa"};
-  DSV41_CHECK(m.component.rfind("cache.", 0) != 0 || kCaches.count(m.component) > 0, "mutant '", spec,
-              "': unknown cache '", m.component, "' (cache.compressed_kv, cache.index_keys, cache.swa)");
+  DSV41_CHECK(is_known_component(m.component) && m.component != "engram_ids" && m.component != "logits", "mutant '",
+              spec, "': '", m.component, "' is not a component a defect can be planted in (a tensor hook of "
+              "reference/hooks.h, topk, experts, candidates, cache.swa, cache.compressed_kv, cache.index_keys)");
   return m;
 }
 
@@ -65,6 +67,7 @@ bool mutate_tensor(const Mutation& m, const std::string& what, int layer, int64_
   if (!matches(m, what, layer, step) || v.numel() == 0) return false;
   const int64_t last_row = v.dim(0) - 1;
   float& x = v.data()[static_cast<size_t>(last_row * (v.numel() / v.dim(0)))];
+  if (!std::isfinite(x)) return false;  // e.g. an unreachable -inf index score: nothing to change
   x = doubled(x);
   return true;
 }

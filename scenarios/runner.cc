@@ -1,5 +1,6 @@
 #include "scenarios/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -10,6 +11,7 @@
 #include "formats/error.h"
 #include "scenarios/capture.h"
 #include "scenarios/compare.h"
+#include "scenarios/mutants.h"
 
 namespace dsv41::scenarios {
 namespace {
@@ -50,11 +52,13 @@ class SideRunner {
 
   // One step; records the capture (forced by `forced` when given).
   StepCapture step(const std::string& name, const std::vector<int64_t>& tokens, int64_t step_index,
-                   const StepCapture* forced) {
+                   const StepCapture* forced, bool prompt) {
     BackendSession& s = session(name);
     reference::StepOptions o;
-    if (pending_decoder_[name] && side_.path == CachePath::kDecoder) o.decoder_replay_rows = side_.decoder_rows;
-    pending_decoder_[name] = false;
+    // Decoder replay applies to the first prompt step after a resume (a decode step in between
+    // leaves it pending).
+    if (prompt && pending_decoder_[name] && side_.path == CachePath::kDecoder) o.decoder_replay_rows = side_.decoder_rows;
+    if (prompt) pending_decoder_[name] = false;
     StepCapture cap;
     const reference::ForwardHooks h = capture_hooks(cap, forced);
     const reference::StepRecord rec = backend(name).step(s, tokens, o, h, step_index);
@@ -89,6 +93,15 @@ class SideRunner {
     return cap;
   }
 
+  // What any of this side's backends could not show ("" when nothing is missing).
+  std::string missing_evidence() const {
+    for (const auto& [key, b] : backends_) {
+      const std::string m = b->missing_evidence();
+      if (!m.empty()) return m;
+    }
+    return "";
+  }
+
  private:
   Side side_;
   const BackendResources& resources_;
@@ -96,13 +109,6 @@ class SideRunner {
   std::map<std::string, std::unique_ptr<BackendSession>> sessions_;
   std::map<std::string, bool> pending_decoder_;
 };
-
-std::string quote_arg(const std::string& s) {
-  if (s.find_first_of(" \t'\"$\\") == std::string::npos && !s.empty()) return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 std::string scenario_ref(const Scenario& s) {
   return s.source.rfind("builtin:", 0) == 0 ? s.source.substr(8) : s.source;
@@ -267,6 +273,11 @@ Expectation default_expectation(const Side& a, const Side& b, const Scenario& s,
   const auto exact_path = [&](const Side& x) {
     return !resumes || x.path == CachePath::kCold || x.path == CachePath::kFull || x.path == CachePath::kAlone;
   };
+  const bool same_path = a.path == b.path && a.decoder_rows == b.decoder_rows;
+  if (exact_backend(a) && exact_backend(b) && same_path) {
+    *why = "both backends claim the reference's bits and take the same cache path: the same computation";
+    return Expectation::kBitExact;
+  }
   if (exact_backend(a) && exact_backend(b) && exact_path(a) && exact_path(b)) {
     *why = "both backends claim the reference's bits and no path replays (docs/sessions.md: chunking, full resume "
            "and separate sessions are exact)";
@@ -305,6 +316,9 @@ class ComparisonRun {
     } catch (const Error& err) {
       cmp_.verdict = Verdict::kError;
       cmp_.notes.push_back(std::string("error: ") + err.what());
+    } catch (const std::exception& err) {
+      cmp_.verdict = Verdict::kError;
+      cmp_.notes.push_back(std::string("error: unexpected failure: ") + err.what());
     }
     for (const std::string& n : notes_) cmp_.notes.push_back(n);
     for (const std::string& n : sc_.notes) cmp_.notes.push_back(n);
@@ -344,8 +358,9 @@ class ComparisonRun {
 
   void run_step(const std::string& session, const std::vector<int64_t>& tokens, const char* phase, bool probe) {
     const int64_t start = A_.session(session).pos();
-    const StepCapture a = A_.step(session, tokens, step_, nullptr);
-    const StepCapture b = B_.step(session, tokens, step_, forced_ ? &a : nullptr);
+    const bool prompt = std::string(phase) == "prefill";
+    const StepCapture a = A_.step(session, tokens, step_, nullptr, prompt);
+    const StepCapture b = B_.step(session, tokens, step_, forced_ ? &a : nullptr, prompt);
     last_logits_[session] = a.logits;
     record_step(session, phase, start, static_cast<int64_t>(tokens.size()), {});
     compare(session, a, b, probe);
@@ -390,17 +405,32 @@ class ComparisonRun {
     if (r.first_failure_row >= 0 && !cmp_.first_divergence) {
       divergence(r.rows[static_cast<size_t>(r.first_failure_row)], r.first_failure_detail, a, b);
     }
-    if (opt_.save_tensors) store_focus(cmp_, *opt_.save_tensors, step_, a, b);
+    if (opt_.save_tensors) {
+      const size_t before = cmp_.tensors.size();
+      store_focus(cmp_, *opt_.save_tensors, step_, a, b);
+      // A case the failure store already kept is not kept twice.
+      std::vector<StoredTensor> kept(cmp_.tensors.begin(), cmp_.tensors.begin() + static_cast<std::ptrdiff_t>(before));
+      for (size_t i = before; i < cmp_.tensors.size(); ++i) {
+        const StoredTensor& t = cmp_.tensors[i];
+        bool dup = false;
+        for (size_t j = 0; j < before; ++j) {
+          const StoredTensor& u = cmp_.tensors[j];
+          dup = dup || (u.step == t.step && u.layer == t.layer && u.component == t.component && u.side == t.side);
+        }
+        if (!dup) kept.push_back(t);
+      }
+      cmp_.tensors = std::move(kept);
+    }
     cmp_.rows.insert(cmp_.rows.end(), r.rows.begin(), r.rows.end());
-    if (probe) ++probes_;
     if (probe && boundary_.count(session)) {
       probe_rows(a, b, step_, ctx.session, boundary_.at(session), c_, cmp_.rows);
-      ++probe_steps_measured_;
+    } else if (probe) {
+      ++probes_unmeasured_;
     }
+    for (const std::string& v : r.vacuous_items) vacuous_items_.insert(v);
   }
 
-  // The first failing row: where, how much, and the command that reruns just that case.
-  void divergence(const MetricRow& r, const std::string& detail, const StepCapture& a, const StepCapture& b) {
+  static reports::Divergence divergence_at(const MetricRow& r) {
     reports::Divergence d;
     d.step = r.step;
     d.session = r.session;
@@ -409,13 +439,19 @@ class ComparisonRun {
     d.component = r.component;
     d.metric = r.metric;
     d.value = r.value;
+    return d;
+  }
+
+  // The first failing row: where, how much, and the command that reruns just that case.
+  void divergence(const MetricRow& r, const std::string& detail, const StepCapture& a, const StepCapture& b) {
+    reports::Divergence d = divergence_at(r);
     d.tolerance = *r.tolerance;
     d.detail = detail;
     std::ostringstream cmd;
-    cmd << opt_.rerun_prefix << " " << quote_arg(scenario_ref(sc_)) << " --sides "
-        << quote_arg(cmp_.side_a + "," + cmp_.side_b) << " --mode " << cmp_.mode << " --stop-after-step " << r.step
+    cmd << opt_.rerun_prefix << " " << shell_quote(scenario_ref(sc_)) << " --sides "
+        << shell_quote(cmp_.side_a + "," + cmp_.side_b) << " --mode " << cmp_.mode << " --stop-after-step " << r.step
         << " --save-tensors "
-        << quote_arg("step=" + std::to_string(r.step) + ",layer=" + std::to_string(r.layer) + ",component=" + r.component)
+        << shell_quote("step=" + std::to_string(r.step) + ",layer=" + std::to_string(r.layer) + ",component=" + r.component)
         << " -o rerun.h5";
     d.rerun = cmd.str();
     cmp_.first_divergence = d;
@@ -432,25 +468,39 @@ class ComparisonRun {
     bool failed = false;
     for (const MetricRow& r : cmp_.rows) failed = failed || r.verdict == Verdict::kFail;
     if (failed) return Verdict::kFail;
+    std::string gap = A_.missing_evidence();
+    if (gap.empty()) gap = B_.missing_evidence();
     // Probe steps exist to measure recall on both sides of a resume boundary: without a
     // boundary, or when side A's selections never reach across it, the scenario has not tested
     // what it claims (missing evidence, never a pass).
-    std::string gap;
-    if (probes_ > 0) {
-      int64_t before = 0, after = 0;
+    int64_t before = 0, after = 0, probe_rows_seen = 0;
+    for (const MetricRow& r : cmp_.rows) {
+      if (r.metric.rfind("probe_count", 0) == 0) ++probe_rows_seen;
+      if (r.metric == "probe_count[d<-W]" || r.metric == "probe_count[-W<=d<0]") before += static_cast<int64_t>(r.value);
+      if (r.metric == "probe_count[0<=d<W]" || r.metric == "probe_count[d>=W]") after += static_cast<int64_t>(r.value);
+    }
+    if (gap.empty() && probes_unmeasured_ > 0) {
+      gap = std::to_string(probes_unmeasured_) + " probe step(s) ran without a resume boundary before them in their "
+            "session: recall by distance was not measured";
+    }
+    if (gap.empty() && probe_rows_seen > 0 && (before == 0 || after == 0)) {
+      gap = "side A's probe selections did not straddle the resume boundary (" + std::to_string(before) +
+            " before, " + std::to_string(after) + " after it)";
+    }
+    if (gap.empty() && cmp_.items_compared == 0) gap = "nothing was compared";
+    if (gap.empty()) {
       for (const MetricRow& r : cmp_.rows) {
-        if (r.metric == "probe_count[d<-W]" || r.metric == "probe_count[-W<=d<0]") before += static_cast<int64_t>(r.value);
-        if (r.metric == "probe_count[0<=d<W]" || r.metric == "probe_count[d>=W]") after += static_cast<int64_t>(r.value);
-      }
-      if (probe_steps_measured_ == 0) {
-        gap = "probe steps ran without a resume boundary before them: recall by distance was not measured";
-      } else if (before == 0 || after == 0) {
-        gap = "side A's probe selections did not straddle the resume boundary (" + std::to_string(before) +
-              " before, " + std::to_string(after) + " after it)";
+        if (r.metric == "present" && r.value < 1.0) {
+          gap = "an output is missing on one side (" + r.component + ", layer " + std::to_string(r.layer) + ", step " +
+                std::to_string(r.step) + ")";
+          break;
+        }
       }
     }
-    if (cmp_.items_compared == 0) gap = "nothing was compared";
-    if (gap.empty() && vacuous_ >= cmp_.items_compared) gap = "every output was zero on both sides";
+    if (gap.empty() && !vacuous_items_.empty()) {
+      gap = "outputs all zero on both sides (a vacuous comparison): " + *vacuous_items_.begin() +
+            (vacuous_items_.size() > 1 ? " and " + std::to_string(vacuous_items_.size() - 1) + " more" : "");
+    }
     if (!gap.empty()) {
       cmp_.notes.push_back(gap);
       return Verdict::kInconclusive;
@@ -464,14 +514,7 @@ class ComparisonRun {
       const bool exactness = r.metric == "bit_equal_frac" || r.metric == "rows_equal_frac" ||
                              r.metric == "bytes_equal_frac" || r.metric == "equal_frac";
       if (!exactness || r.value >= 1.0) continue;
-      reports::Divergence d;
-      d.step = r.step;
-      d.session = r.session;
-      d.position = r.position;
-      d.layer = r.layer;
-      d.component = r.component;
-      d.metric = r.metric;
-      d.value = r.value;
+      reports::Divergence d = divergence_at(r);
       d.tolerance.origin = "none";
       d.tolerance.higher_is_better = true;
       d.tolerance.bound = 1.0;
@@ -495,24 +538,30 @@ class ComparisonRun {
   std::map<std::string, std::vector<float>> last_logits_;  // side A's last logits, per session
   std::map<std::string, int64_t> boundary_;                 // last resume position, per session
   std::set<std::string> notes_;
-  int64_t step_ = 0, probes_ = 0, probe_steps_measured_ = 0, vacuous_ = 0;
+  int64_t step_ = 0, probes_unmeasured_ = 0, vacuous_ = 0;
+  std::set<std::string> vacuous_items_;
   bool stop_ = false;
 };
 
 }  // namespace
 
-ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, const RunOptions& opt) {
-  ScenarioResult out;
-  out.name = sc.name;
-  out.kind = sc.kind;
-  out.description = sc.description;
-  out.source = sc.source;
-  out.scenario_json = sc.json;
-  out.seed = sc.seed;
-  const reference::ModelConfig& c = res.config;
-  const TokenPlan plan = plan_tokens(sc, c.vocab_size);
+std::string shell_quote(const std::string& s) {
+  bool plain = !s.empty();
+  for (char ch : s) {
+    const bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+                    std::string("_@%+=:,./-").find(ch) != std::string::npos;
+    plain = plain && ok;
+  }
+  if (plain) return s;
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
 
-  std::vector<Pair> pairs = sc.pairs;
+ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, const RunOptions& opt) {
+  ScenarioPlan plan;
+  plan.tokens = plan_tokens(sc, c.vocab_size);
+  plan.pairs = sc.pairs;
   if (!opt.sides.empty()) {
     DSV41_CHECK(opt.sides.size() == 2, "--sides: expected two sides A,B, got ", opt.sides.size());
     Pair p;
@@ -523,25 +572,61 @@ ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, con
     for (const Pair& q : sc.pairs) {
       if (q.a.text() == p.a.text() && q.b.text() == p.b.text()) p = q;
     }
-    pairs = {p};
+    plan.pairs = {p};
   }
-  DSV41_CHECK(!pairs.empty(), "scenario '", sc.name, "' declares no pairs: give --sides A,B");
-  for (const Pair& p : pairs) {
+  DSV41_CHECK(!plan.pairs.empty(), "scenario '", sc.name, "' declares no pairs: give --sides A,B");
+  for (const Pair& p : plan.pairs) {
     for (const Side* side : {&p.a, &p.b}) {
-      DSV41_CHECK(side->path != CachePath::kDecoder || side->decoder_rows >= c.window_size, "side '", side->text(),
-                  "': decoder replay needs at least window_size = ", c.window_size,
+      DSV41_CHECK(side->path != CachePath::kDecoder || side->decoder_rows >= c.window_size, "scenario '", sc.name,
+                  "': side '", side->text(), "': decoder replay needs at least window_size = ", c.window_size,
                   " rows (docs/sessions.md: R = W + the speculative block), else the later layers' rings keep holes");
+      if (side->backend.rfind("mutant:", 0) == 0) {
+        const Mutation m = parse_mutation(side->backend.substr(7));
+        DSV41_CHECK(m.layer < c.n_layers, "scenario '", sc.name, "': side '", side->text(), "': layer ", m.layer,
+                    " is not a layer of this model (0 .. ", c.n_layers - 1, ")");
+      }
     }
   }
-  const std::vector<std::string> modes = opt.modes.empty() ? sc.modes : opt.modes;
-  for (const std::string& m : modes) {
+  plan.modes = opt.modes.empty() ? sc.modes : opt.modes;
+  for (const std::string& m : plan.modes) {
     DSV41_CHECK(m == "free-running" || m == "teacher-forced", "mode '", m, "': not free-running or teacher-forced");
   }
-  std::vector<ToleranceRule> rules = sc.tolerances;
+  for (const ToleranceRule& r : sc.tolerances) {
+    const std::vector<std::string>& metrics = known_metrics();
+    DSV41_CHECK(std::find(metrics.begin(), metrics.end(), r.metric) != metrics.end(), "scenario '", sc.name,
+                "': tolerance rule for '", r.component, "': unknown metric '", r.metric, "' (docs/scenarios.md lists them)");
+    const std::string& pat = r.component;
+    bool known = pat == "*";
+    for (const std::string& comp : known_components()) {
+      known = known || comp == pat ||
+              (!pat.empty() && pat.back() == '*' && comp.rfind(pat.substr(0, pat.size() - 1), 0) == 0);
+    }
+    DSV41_CHECK(known, "scenario '", sc.name, "': tolerance rule component '", pat,
+                "' matches no component (docs/scenarios.md lists them)");
+  }
+  plan.rules = sc.tolerances;
   if (sc.default_tolerances) {
     const std::vector<ToleranceRule> defaults = default_tolerance_rules();
-    rules.insert(rules.end(), defaults.begin(), defaults.end());
+    plan.rules.insert(plan.rules.end(), defaults.begin(), defaults.end());
   }
+  std::set<std::string> sessions;
+  for (const Event& e : sc.events) sessions.insert(e.session);
+  plan.sessions = static_cast<int>(sessions.size());
+  return plan;
+}
+
+ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, const RunOptions& opt) {
+  ScenarioResult out;
+  out.name = sc.name;
+  out.kind = sc.kind;
+  out.description = sc.description;
+  out.source = sc.source;
+  out.scenario_json = sc.json;
+  out.seed = sc.seed;
+  const ScenarioPlan plan = plan_scenario(sc, res.config, opt);
+  const std::vector<Pair>& pairs = plan.pairs;
+  const std::vector<std::string>& modes = plan.modes;
+  const std::vector<ToleranceRule>& rules = plan.rules;
   std::map<std::string, int> session_ids;
   for (const Event& e : sc.events) session_ids.emplace(e.session, static_cast<int>(session_ids.size()));
 
@@ -549,7 +634,7 @@ ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, con
     for (const std::string& mode : modes) {
       // The step list is the same for every comparison: recorded by the first.
       std::vector<StepInfo>* steps = out.comparisons.empty() ? &out.steps : nullptr;
-      out.comparisons.push_back(ComparisonRun(sc, res, opt, plan, rules, session_ids, pair, mode, steps).run());
+      out.comparisons.push_back(ComparisonRun(sc, res, opt, plan.tokens, rules, session_ids, pair, mode, steps).run());
     }
   }
   out.verdict = Verdict::kPass;

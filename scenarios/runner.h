@@ -56,7 +56,23 @@ struct RunOptions {
 // never resumes; measured otherwise. `why` receives the origin.
 Expectation default_expectation(const Side& a, const Side& b, const Scenario& s, std::string* why);
 
+// What a scenario will run, checked before any work: its pairs (--sides replaces them), modes,
+// tolerance rules (every metric name and component pattern must exist: a typo is an error, never
+// a rule that silently matches nothing), decoder-replay rows, and its tokens. A dsv41::Error names
+// the scenario and what is wrong.
+struct ScenarioPlan {
+  std::vector<Pair> pairs;
+  std::vector<std::string> modes;
+  std::vector<ToleranceRule> rules;
+  TokenPlan tokens;
+  int sessions = 0;
+};
+ScenarioPlan plan_scenario(const Scenario& scenario, const reference::ModelConfig& config, const RunOptions& options);
+
 reports::ScenarioResult run_scenario(const Scenario& scenario, const BackendResources& resources,
                                      const RunOptions& options);
+
+// A word a POSIX shell reads back as itself (quoted when it holds anything but [A-Za-z0-9_@%+=:,./-]).
+std::string shell_quote(const std::string& s);
 
 }  // namespace dsv41::scenarios

@@ -283,8 +283,9 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
       const json& t = j["tolerances"][i];
       only_keys(t, w, {"component", "metric", "max", "min", "origin", "note"});
       ToleranceRule r;
-      r.component = text(t.at("component"), w + ".component");
-      r.metric = text(t.at("metric"), w + ".metric");
+      DSV41_CHECK(t.contains("component") && t.contains("metric"), w, ": needs component and metric");
+      r.component = text(t["component"], w + ".component");
+      r.metric = text(t["metric"], w + ".metric");
       DSV41_CHECK(t.contains("max") != t.contains("min"), w, ": needs exactly one of max, min");
       const json& b = t.contains("max") ? t["max"] : t["min"];
       DSV41_CHECK(b.is_number(), w, ": the bound must be a number");

@@ -100,6 +100,18 @@ TEST(RunCli, AFailedRunNeverReplacesASavedReport) {
   EXPECT_EQ(read_bytes(out), before);
 }
 
+// Two runs of the same command give the same report, apart from /meta/volatile.
+TEST(RunCli, TwoRunsDifferOnlyInVolatileMetadata) {
+  if (std::system("command -v h5diff >/dev/null 2>&1") != 0) GTEST_SKIP() << "h5diff (hdf5-tools) not installed";
+  const std::string s = write_file("small.json", kSmall), a = scratch() + "/a.h5", b = scratch() + "/b.h5";
+  ASSERT_EQ(run_dsv41("run '" + s + "' --sides ref,ref-bf16kv -q -o '" + a + "'").code, 0);
+  ASSERT_EQ(run_dsv41("run '" + s + "' --sides ref,ref-bf16kv -q -o '" + b + "'").code, 0);
+  const std::string cmd = "h5diff --exclude-path /meta/volatile '" + a + "' '" + b + "' > '" + scratch() + "/d.txt' 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << read_bytes(scratch() + "/d.txt");
+  const std::string all = "h5diff '" + a + "' '" + b + "' > /dev/null 2>&1";
+  EXPECT_NE(std::system(all.c_str()), 0) << "the volatile metadata (times) must differ: the comparison above is not vacuous";
+}
+
 TEST(RunCli, MissingEvidenceIsInconclusiveNotAPass) {
   // A probe step with no resume boundary before it: recall by distance cannot be measured.
   const std::string s = write_file("probe.json", R"({
