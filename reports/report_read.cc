@@ -5,6 +5,7 @@
 #include <exception>
 #include <map>
 #include <new>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -199,7 +200,13 @@ StoredTensor read_tensor(const Reader& rd, const std::string& g) {
     t.values = r.read_doubles(p);
   }
   int64_t n = 1;
-  for (int64_t d : t.shape) n *= d;
+  for (int64_t d : t.shape) {
+    // A corrupt shape attribute must not overflow the product.
+    if (d < 0 || (d > 0 && n > std::numeric_limits<int64_t>::max() / d)) {
+      DSV41_FAIL("'", r.path(), "': ", g, ": shape attribute has a negative or overflowing dimension ", d);
+    }
+    n *= d;
+  }
   if (n != static_cast<int64_t>(t.values.size())) {
     DSV41_FAIL("'", r.path(), "': ", p, " holds ", t.values.size(), " values, its shape attribute ", n);
   }

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -311,7 +312,15 @@ std::optional<Verdict> check_comparison(Checker& c, const std::string& g, int64_
         const std::string dtype = c.r().attr_string(t, "logical_dtype");
         const std::vector<int64_t> shape = c.r().attr_ints(t, "shape");
         int64_t n = 1;
-        for (int64_t d : shape) n *= d;
+        for (int64_t d : shape) {
+          if (d < 0 || (d > 0 && n > std::numeric_limits<int64_t>::max() / d)) {
+            c.add(t, "shape attribute has a negative or overflowing dimension " + std::to_string(d));
+            n = -1;
+            break;
+          }
+          n *= d;
+        }
+        if (n < 0) return;
         const H5Reader::DatasetInfo info = c.r().dataset_info(t + "/values");
         int64_t stored = 1;
         for (int64_t d : info.dims) stored *= d;
