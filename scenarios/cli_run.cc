@@ -207,13 +207,7 @@ int run(const RunArgs& a, const std::string& command_line) {
       report.scenarios.push_back(run_scenario(s, res, o));
     } catch (const std::exception& e) {
       // One scenario's failure is recorded as its verdict; the others and the report survive.
-      reports::ScenarioResult failed;
-      failed.name = s.name;
-      failed.kind = s.kind;
-      failed.description = s.description;
-      failed.source = s.source;
-      failed.scenario_json = s.json;
-      failed.seed = s.seed;
+      reports::ScenarioResult failed = scenario_result_header(s);
       failed.verdict = reports::Verdict::kError;
       failed.error = e.what();
       report.scenarios.push_back(std::move(failed));

@@ -615,7 +615,7 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
   return plan;
 }
 
-ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, const RunOptions& opt) {
+ScenarioResult scenario_result_header(const Scenario& sc) {
   ScenarioResult out;
   out.name = sc.name;
   out.kind = sc.kind;
@@ -623,6 +623,11 @@ ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, con
   out.source = sc.source;
   out.scenario_json = sc.json;
   out.seed = sc.seed;
+  return out;
+}
+
+ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, const RunOptions& opt) {
+  ScenarioResult out = scenario_result_header(sc);
   const ScenarioPlan plan = plan_scenario(sc, res.config, opt);
   const std::vector<Pair>& pairs = plan.pairs;
   const std::vector<std::string>& modes = plan.modes;
@@ -638,7 +643,19 @@ ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, con
     }
   }
   out.verdict = Verdict::kPass;
-  for (const Comparison& cmp : out.comparisons) out.verdict = reports::worse(out.verdict, cmp.verdict);
+  for (const Comparison& cmp : out.comparisons) {
+    out.verdict = reports::worse(out.verdict, cmp.verdict);
+    if (cmp.verdict == Verdict::kError && out.error.empty()) {
+      // The scenario's error says which comparison could not complete, and why.
+      out.error = cmp.side_a + " vs " + cmp.side_b + " [" + cmp.mode + "]";
+      for (const std::string& n : cmp.notes) {
+        if (n.rfind("error: ", 0) == 0) {
+          out.error += ": " + n.substr(7);
+          break;
+        }
+      }
+    }
+  }
   if (out.comparisons.empty()) out.verdict = Verdict::kInconclusive;
   return out;
 }

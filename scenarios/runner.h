@@ -72,6 +72,10 @@ ScenarioPlan plan_scenario(const Scenario& scenario, const reference::ModelConfi
 reports::ScenarioResult run_scenario(const Scenario& scenario, const BackendResources& resources,
                                      const RunOptions& options);
 
+// A result naming the scenario (name, kind, description, source, JSON, seed) and nothing else:
+// what run_scenario fills in, and what a caller records when the scenario cannot run.
+reports::ScenarioResult scenario_result_header(const Scenario& scenario);
+
 // A word a POSIX shell reads back as itself (quoted when it holds anything but [A-Za-z0-9_@%+=:,./-]).
 std::string shell_quote(const std::string& s);
 
