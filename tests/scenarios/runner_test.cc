@@ -138,7 +138,8 @@ INSTANTIATE_TEST_SUITE_P(
                     Planted{"mutant:candidates:L6:S1", 1, 6, "candidates"},
                     Planted{"mutant:final_norm_out:L-1:S6", 6, -1, "final_norm_out"}),
     [](const testing::TestParamInfo<Planted>& i) {
-      std::string n = i.param.component + "_L" + std::to_string(i.param.layer + 1) + "_S" + std::to_string(i.param.step);
+      const std::string layer = i.param.layer < 0 ? "m" + std::to_string(-i.param.layer) : std::to_string(i.param.layer);
+      std::string n = i.param.component + "_L" + layer + "_S" + std::to_string(i.param.step);
       for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
       return n;
     });
