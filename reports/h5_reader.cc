@@ -272,6 +272,7 @@ H5Reader::DatasetInfo H5Reader::dataset_info(const std::string& path) const {
   if (!t.ok() || !s.ok()) DSV41_FAIL("'", path_, "': cannot read the type of dataset '", path, "'");
   DatasetInfo info;
   info.type = type_of(t.get());
+  info.element_bytes = static_cast<int64_t>(H5Tget_size(t.get()));
   const int rank = H5Sget_simple_extent_ndims(s.get());
   if (rank < 0) DSV41_FAIL("'", path_, "': cannot read the shape of dataset '", path, "'");
   std::vector<hsize_t> dims(static_cast<size_t>(rank));

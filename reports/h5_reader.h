@@ -54,6 +54,7 @@ class H5Reader {
   struct DatasetInfo {
     Type type = Type::kNone;
     std::vector<int64_t> dims;                         // [rank]
+    int64_t element_bytes = 0;                         // stored size of one element
     std::vector<std::pair<std::string, Type>> fields;  // compound members, in order
   };
   DatasetInfo dataset_info(const std::string& path) const;

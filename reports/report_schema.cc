@@ -333,8 +333,10 @@ std::optional<Verdict> check_comparison(Checker& c, const std::string& g, int64_
         const auto it = want.find(dtype);
         if (it == want.end()) {
           c.add(t, "logical_dtype '" + dtype + "' is not bf16, fp32, int32, int64 or uint8");
-        } else if (info.type != it->second.first) {
-          c.add(t + "/values", "is not stored as the logical dtype " + dtype + " requires");
+        } else if (info.type != it->second.first || info.element_bytes * 8 != it->second.second) {
+          c.add(t + "/values", "is not stored as the logical dtype " + dtype + " requires (" +
+                                   std::to_string(it->second.second) + "-bit, found " +
+                                   std::to_string(info.element_bytes * 8) + "-bit)");
         }
       });
     }

@@ -281,6 +281,25 @@ TEST(ReportSchema, CatchesAColumnOfTheWrongLength) {
   EXPECT_THAT(error_of([&] { read_report(path); }), AllOf(HasSubstr(path), HasSubstr(column)));
 }
 
+// A tensor stored wider than its logical dtype (int64 for int32) is not what the schema says.
+TEST(ReportSchema, CatchesATensorStoredInTheWrongWidth) {
+  const std::string path = temp_dir() + "/r.h5";
+  BrokenFile f(path);
+  const std::string values = kFailComparison + "/tensors/02/values";  // the int32 top-k tensor
+  ASSERT_GE(H5Ldelete(f.get(), values.c_str(), H5P_DEFAULT), 0);
+  const hsize_t n = 4;
+  const int64_t v[4] = {-1, 0, 7, 2147483647};
+  const hid_t space = H5Screate_simple(1, &n, nullptr);
+  const hid_t ds = H5Dcreate2(f.get(), values.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(ds, 0);
+  H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+  H5Dclose(ds);
+  H5Sclose(space);
+  f.close();
+  EXPECT_THAT(check_report_schema(path),
+              ::testing::Contains(AllOf(HasSubstr(values), HasSubstr("32-bit, found 64-bit"))));
+}
+
 TEST(ReportSchema, CatchesAMissingAttributeAndAMistypedOne) {
   const std::string path = temp_dir() + "/r.h5";
   BrokenFile f(path);
