@@ -30,7 +30,7 @@ bool tail_fits(const Tensor<T>& a, const Tensor<T>& own) {
 template <typename T>
 const Tensor<T>* forced_value(const StepCapture* forced, int layer, const std::string& what,
                               const Tensor<T>& own, const Tensor<T> CapturedItem::*member, Tensor<T>& scratch) {
-  if (forced == nullptr || what == "index_scores" || what == "logits") return nullptr;
+  if (forced == nullptr || what == "index_scores") return nullptr;
   const CapturedItem* it = forced->find(layer, what);
   if (it == nullptr) return nullptr;
   const Tensor<T>& v = (*it).*member;

@@ -35,8 +35,7 @@ struct CompareContext {
 struct StepComparison {
   std::vector<reports::MetricRow> rows;
   int64_t items = 0;          // outputs compared
-  int64_t vacuous = 0;        // float outputs all zero on both sides
-  std::vector<std::string> vacuous_items;  // which ("attn_out layer 3 step 2")
+  std::vector<std::string> vacuous_items;  // float outputs all zero on both sides ("attn_out (layer 3, step 2)")
   std::vector<std::string> notes;
   // The first failing row's detail (coordinate, byte, values), for the Divergence.
   std::string first_failure_detail;

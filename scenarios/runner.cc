@@ -114,6 +114,15 @@ std::string scenario_ref(const Scenario& s) {
   return s.source.rfind("builtin:", 0) == 0 ? s.source.substr(8) : s.source;
 }
 
+// Keeps a tensor unless the same (step, layer, component, side) is kept already (a failure's
+// tensors and a --save-tensors focus may name the same case).
+void keep(Comparison& cmp, StoredTensor t) {
+  for (const StoredTensor& u : cmp.tensors) {
+    if (u.step == t.step && u.layer == t.layer && u.component == t.component && u.side == t.side) return;
+  }
+  cmp.tensors.push_back(std::move(t));
+}
+
 void store_item(Comparison& cmp, const CapturedItem& it, int64_t step, const std::string& side) {
   StoredTensor t;
   t.step = step;
@@ -142,7 +151,7 @@ void store_item(Comparison& cmp, const CapturedItem& it, int64_t step, const std
       t.values.assign(it.ids.begin(), it.ids.end());
       break;
   }
-  cmp.tensors.push_back(std::move(t));
+  keep(cmp, std::move(t));
 }
 
 // Keeps (both sides of) every item of this step the focus names, the logits included.
@@ -164,7 +173,7 @@ void store_focus(Comparison& cmp, const Focus& f, int64_t step, const StepCaptur
       t.logical_dtype = "uint8";
       t.shape = {v.entries, v.entry_bytes};
       t.values.assign(v.bytes.begin(), v.bytes.end());
-      cmp.tensors.push_back(std::move(t));
+      keep(cmp, std::move(t));
     }
   }
   if (f.matches(step, -1, "logits")) {
@@ -398,29 +407,13 @@ class ComparisonRun {
     ctx.candidate_source_layer = c_.candidate_source_layer;
     ctx.teacher_forced = forced_;
     const StepComparison r = compare_step(a, b, ctx);
-    vacuous_ += r.vacuous;
     cmp_.items_compared += r.items;
     ++cmp_.steps_compared;
     for (const std::string& n : r.notes) notes_.insert(n);
     if (r.first_failure_row >= 0 && !cmp_.first_divergence) {
       divergence(r.rows[static_cast<size_t>(r.first_failure_row)], r.first_failure_detail, a, b);
     }
-    if (opt_.save_tensors) {
-      const size_t before = cmp_.tensors.size();
-      store_focus(cmp_, *opt_.save_tensors, step_, a, b);
-      // A case the failure store already kept is not kept twice.
-      std::vector<StoredTensor> kept(cmp_.tensors.begin(), cmp_.tensors.begin() + static_cast<std::ptrdiff_t>(before));
-      for (size_t i = before; i < cmp_.tensors.size(); ++i) {
-        const StoredTensor& t = cmp_.tensors[i];
-        bool dup = false;
-        for (size_t j = 0; j < before; ++j) {
-          const StoredTensor& u = cmp_.tensors[j];
-          dup = dup || (u.step == t.step && u.layer == t.layer && u.component == t.component && u.side == t.side);
-        }
-        if (!dup) kept.push_back(t);
-      }
-      cmp_.tensors = std::move(kept);
-    }
+    if (opt_.save_tensors) store_focus(cmp_, *opt_.save_tensors, step_, a, b);
     cmp_.rows.insert(cmp_.rows.end(), r.rows.begin(), r.rows.end());
     if (probe && boundary_.count(session)) {
       probe_rows(a, b, step_, ctx.session, boundary_.at(session), c_, cmp_.rows);
@@ -538,7 +531,7 @@ class ComparisonRun {
   std::map<std::string, std::vector<float>> last_logits_;  // side A's last logits, per session
   std::map<std::string, int64_t> boundary_;                 // last resume position, per session
   std::set<std::string> notes_;
-  int64_t step_ = 0, probes_unmeasured_ = 0, vacuous_ = 0;
+  int64_t step_ = 0, probes_unmeasured_ = 0;
   std::set<std::string> vacuous_items_;
   bool stop_ = false;
 };

@@ -8,23 +8,15 @@
 #include <string>
 
 #include "tests/support/run_cli.h"
+#include "tests/support/small_scenario.h"
 
 namespace dsv41::test {
 namespace {
 
 // Steps: 0, 1 prefill chunks; 2, 3 decode; 4 resume; 5 prompt; 6 decode.
-const char* kSmall = R"({
-  "name": "small", "kind": "test", "seed": 5,
-  "events": [
-    {"prompt": [{"random": 70}], "chunk": 40},
-    {"decode": 2},
-    {"resume": true},
-    {"prompt": [{"random": 6}]},
-    {"decode": 1}
-  ],
-  "pairs": [{"a": "ref@cold", "b": "ref@full", "expect": "bitexact", "why": "docs/sessions.md"}],
-  "modes": ["free-running"]
-})";
+const std::string kSmall = small_scenario_json(
+    R"("pairs": [{"a": "ref@cold", "b": "ref@full", "expect": "bitexact", "why": "docs/sessions.md"}],
+  "modes": ["free-running"])");
 
 std::string write_file(const std::string& name, const std::string& text) {
   const std::string path = scratch() + "/" + name;

@@ -12,6 +12,7 @@
 #include "formats/error.h"
 #include "scenarios/runner.h"
 #include "tests/support/oracle_model.h"
+#include "tests/support/small_scenario.h"
 
 namespace dsv41::scenarios {
 namespace {
@@ -30,20 +31,10 @@ const BackendResources& resources() {
   return r;
 }
 
-// A small session: a prompt in two chunks, two decode steps, a pause, a follow-up, one more step.
+// tests/support/small_scenario.h, with the given pairs and extra keys.
 // Steps: 0, 1 prefill chunks; 2, 3 decode; 4 resume; 5 prompt; 6 decode.
 Scenario small_scenario(const std::string& pairs_json = "[]", const std::string& extra = "") {
-  return parse_scenario(R"({
-    "name": "small", "kind": "test", "seed": 5,
-    "events": [
-      {"prompt": [{"random": 70}], "chunk": 40},
-      {"decode": 2},
-      {"resume": true},
-      {"prompt": [{"random": 6}]},
-      {"decode": 1}
-    ],
-    "pairs": )" + pairs_json + extra + "}",
-                        "runner_test");
+  return parse_scenario(test::small_scenario_json("\"pairs\": " + pairs_json + extra), "runner_test");
 }
 
 ScenarioResult run(const Scenario& s, const std::string& a, const std::string& b, const std::string& mode) {
