@@ -179,6 +179,11 @@ void validate_backend_name(const std::string& spec) {
   DSV41_FAIL("unknown backend '", spec, "' (known: ref, ref-bf16kv, mutant:<component>:L<layer>:S<step>)");
 }
 
+Claim backend_claim(const std::string& spec) {
+  validate_backend_name(spec);
+  return spec == "ref-bf16kv" ? Claim::kApproximate : Claim::kBitExact;
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendResources& r) {
   validate_backend_name(spec);
   if (spec == "ref") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::nullopt);

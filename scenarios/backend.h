@@ -102,4 +102,8 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendReso
 // Checks a backend name without building it (the runner validates --sides before any work).
 void validate_backend_name(const std::string& spec);
 
+// The claim of the backend `spec` names (what make_backend(spec)->claim() returns), without
+// building it: a pair's default expectation follows from it.
+Claim backend_claim(const std::string& spec);
+
 }  // namespace dsv41::scenarios

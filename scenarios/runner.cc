@@ -278,7 +278,7 @@ Expectation default_expectation(const Side& a, const Side& b, const Scenario& s,
     }
     return false;
   }();
-  const auto exact_backend = [](const Side& x) { return x.backend != "ref-bf16kv"; };
+  const auto exact_backend = [](const Side& x) { return backend_claim(x.backend) == Claim::kBitExact; };
   const auto exact_path = [&](const Side& x) {
     return !resumes || x.path == CachePath::kCold || x.path == CachePath::kFull || x.path == CachePath::kAlone;
   };
