@@ -31,10 +31,8 @@ bool matches(const std::string& pattern, const std::string& component) {
   return pattern == component;
 }
 
-bool within(double v, const Tolerance& t) {
-  if (std::isnan(v)) return false;
-  return t.higher_is_better ? v >= t.bound : v <= t.bound;
-}
+// The report's own rule (reports::excess): NaN is never within.
+bool within(double v, const Tolerance& t) { return reports::excess(v, t) <= 0; }
 
 std::string coord_str(const std::vector<int64_t>& c) {
   std::string s = "[";
