@@ -103,9 +103,9 @@ int run(double gib, int repeats) {
     report("d2d copy (ceiling)", 0, 0, 2.0 * double(in_bytes), ms, 0);
   }
 
-  const Case cases[] = {{CacheFormat::kMainKvFp4, 512},
-                        {CacheFormat::kIndexKeyFp4, 128},
-                        {CacheFormat::kSwaKvFp8, 512},
+  const Case cases[] = {{CacheFormat::kCompressedKvFp4, 512},
+                        {CacheFormat::kIndexKeysFp4, 128},
+                        {CacheFormat::kWindowKvFp8, 512},
                         {CacheFormat::kBf16, 512}};
   for (const Case& c : cases) {
     const int64_t rows = in_bytes / (int64_t{4} * c.dim);

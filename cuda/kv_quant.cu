@@ -157,12 +157,12 @@ struct Fp4Recipe {
   }
 };
 
-using MainKvRecipe = Fp4Recipe<formats::kMainKvBlock, formats::quantize_main_kv_block,
+using CompressedKvRecipe = Fp4Recipe<formats::kCompressedKvBlock, formats::quantize_compressed_kv_block,
                                formats::dequant_fp4_e4m3>;
-using IndexKeyRecipe = Fp4Recipe<formats::kIndexBlock, formats::quantize_index_block,
+using IndexKeysRecipe = Fp4Recipe<formats::kIndexBlock, formats::quantize_index_block,
                                  formats::dequant_fp4_e8m0>;
 
-struct SwaKvRecipe {
+struct WindowKvRecipe {
   static constexpr int kBlock = formats::kFp8Block;
   static constexpr int kValueBytes = kBlock;
   static constexpr bool kHasScale = true;
@@ -415,12 +415,12 @@ void pack_rows(formats::CacheFormat f, const float* x, int64_t rows, int dim, ui
                uint8_t* finite, void* stream) {
   using formats::CacheFormat;
   switch (f) {
-    case CacheFormat::kMainKvFp4:
-      return launch_pack<MainKvRecipe>(f, x, rows, dim, out, finite, stream);
-    case CacheFormat::kIndexKeyFp4:
-      return launch_pack<IndexKeyRecipe>(f, x, rows, dim, out, finite, stream);
-    case CacheFormat::kSwaKvFp8:
-      return launch_pack<SwaKvRecipe>(f, x, rows, dim, out, finite, stream);
+    case CacheFormat::kCompressedKvFp4:
+      return launch_pack<CompressedKvRecipe>(f, x, rows, dim, out, finite, stream);
+    case CacheFormat::kIndexKeysFp4:
+      return launch_pack<IndexKeysRecipe>(f, x, rows, dim, out, finite, stream);
+    case CacheFormat::kWindowKvFp8:
+      return launch_pack<WindowKvRecipe>(f, x, rows, dim, out, finite, stream);
     case CacheFormat::kBf16:
       return launch_pack<Bf16Recipe>(f, x, rows, dim, out, finite, stream);
   }
@@ -431,12 +431,12 @@ void unpack_rows(formats::CacheFormat f, const uint8_t* in, int64_t rows, int di
                  void* stream) {
   using formats::CacheFormat;
   switch (f) {
-    case CacheFormat::kMainKvFp4:
-      return launch_unpack<MainKvRecipe>(f, in, rows, dim, out, stream);
-    case CacheFormat::kIndexKeyFp4:
-      return launch_unpack<IndexKeyRecipe>(f, in, rows, dim, out, stream);
-    case CacheFormat::kSwaKvFp8:
-      return launch_unpack<SwaKvRecipe>(f, in, rows, dim, out, stream);
+    case CacheFormat::kCompressedKvFp4:
+      return launch_unpack<CompressedKvRecipe>(f, in, rows, dim, out, stream);
+    case CacheFormat::kIndexKeysFp4:
+      return launch_unpack<IndexKeysRecipe>(f, in, rows, dim, out, stream);
+    case CacheFormat::kWindowKvFp8:
+      return launch_unpack<WindowKvRecipe>(f, in, rows, dim, out, stream);
     case CacheFormat::kBf16:
       return launch_unpack<Bf16Recipe>(f, in, rows, dim, out, stream);
   }

@@ -22,7 +22,7 @@
 //   if (gpu::device_count() == 0) return;                  // no device: nothing to do
 //   gpu::DeviceBuffer<float> x(rows * 512);  x.upload(host_x);
 //   gpu::DeviceBuffer<uint8_t> packed(rows * 288), finite(rows);
-//   gpu::pack_rows(formats::CacheFormat::kMainKvFp4, x.get(), rows, 512, packed.get(),
+//   gpu::pack_rows(formats::CacheFormat::kCompressedKvFp4, x.get(), rows, 512, packed.get(),
 //                  finite.get());
 //   std::vector<uint8_t> bytes = packed.download();       // synchronizes
 #pragma once
@@ -116,13 +116,13 @@ void sweep_cuda_intrinsic(Encoder e, uint64_t begin, uint64_t count, void* out,
 
 // x: [rows, dim] fp32 on device, 16-byte aligned (bf16 values in practice).
 // out: [rows, formats::entry_bytes(f, dim)] packed entries; finite: [rows] 1 if every block of
-// the row was finite, else 0 (the bytes are still written, as pack_main_kv & co. write them).
+// the row was finite, else 0 (the bytes are still written, as pack_compressed_kv & co. write them).
 // Throws if dim is not valid for f (formats::entry_bytes) or x is misaligned.
 void pack_rows(formats::CacheFormat f, const float* x, int64_t rows, int dim, uint8_t* out,
                uint8_t* finite, void* stream = nullptr);
 
 // in: [rows, entry_bytes(f, dim)] any bytes; out: [rows, dim] fp32, 16-byte aligned, the
-// values unpack_main_kv & co. give for the same bytes.
+// values unpack_compressed_kv & co. give for the same bytes.
 void unpack_rows(formats::CacheFormat f, const uint8_t* in, int64_t rows, int dim, float* out,
                  void* stream = nullptr);
 

@@ -11,7 +11,7 @@ namespace dsv41::formats {
 namespace {
 
 constexpr CacheFormatInfo kInfos[] = {
-    {"fp4_e2m1_e4m3_b16", "E2M1", "E4M3", kMainKvBlock},
+    {"fp4_e2m1_e4m3_b16", "E2M1", "E4M3", kCompressedKvBlock},
     {"fp4_e2m1_e8m0_b32", "E2M1", "E8M0", kIndexBlock},
     {"fp8_e4m3_e8m0_b32", "E4M3", "E8M0", kFp8Block},
     {"bf16", "BF16", "none", 1},
@@ -26,9 +26,9 @@ void check_dim(CacheFormat f, int dim) {
 
 bool pack_one(CacheFormat f, const float* x, int dim, uint8_t* out) {
   switch (f) {
-    case CacheFormat::kMainKvFp4: return pack_main_kv(x, dim, out);
-    case CacheFormat::kIndexKeyFp4: return pack_index_key(x, dim, out);
-    case CacheFormat::kSwaKvFp8: return pack_swa_kv(x, dim, out);
+    case CacheFormat::kCompressedKvFp4: return pack_compressed_kv(x, dim, out);
+    case CacheFormat::kIndexKeysFp4: return pack_index_keys(x, dim, out);
+    case CacheFormat::kWindowKvFp8: return pack_window_kv(x, dim, out);
     case CacheFormat::kBf16: return pack_bf16(x, dim, out);
   }
   return false;
@@ -36,9 +36,9 @@ bool pack_one(CacheFormat f, const float* x, int dim, uint8_t* out) {
 
 void unpack_one(CacheFormat f, const uint8_t* in, int dim, float* out) {
   switch (f) {
-    case CacheFormat::kMainKvFp4: unpack_main_kv(in, dim, out); return;
-    case CacheFormat::kIndexKeyFp4: unpack_index_key(in, dim, out); return;
-    case CacheFormat::kSwaKvFp8: unpack_swa_kv(in, dim, out); return;
+    case CacheFormat::kCompressedKvFp4: unpack_compressed_kv(in, dim, out); return;
+    case CacheFormat::kIndexKeysFp4: unpack_index_keys(in, dim, out); return;
+    case CacheFormat::kWindowKvFp8: unpack_window_kv(in, dim, out); return;
     case CacheFormat::kBf16: unpack_bf16(in, dim, out); return;
   }
 }
@@ -49,21 +49,21 @@ void unpack_one(CacheFormat f, const uint8_t* in, int dim, float* out) {
 void validate_entry(CacheFormat f, const uint8_t* in, int dim, int row) {
   const char* name = info(f).name;
   switch (f) {
-    case CacheFormat::kMainKvFp4:
-      for (int b = 0; b < dim / kMainKvBlock; ++b) {
+    case CacheFormat::kCompressedKvFp4:
+      for (int b = 0; b < dim / kCompressedKvBlock; ++b) {
         const uint8_t s = in[dim / 2 + b];
         DSV41_CHECK(s >= 0x01 && s <= 0x7E, "corrupt ", name, " entry at row ", row,
                     ": E4M3 scale byte 0x", std::hex, int{s}, std::dec, " of block ", b,
                     " is not a positive finite scale");
       }
       return;
-    case CacheFormat::kIndexKeyFp4:
+    case CacheFormat::kIndexKeysFp4:
       for (int b = 0; b < dim / kIndexBlock; ++b) {
         DSV41_CHECK(in[dim / 2 + b] != 0xFF, "corrupt ", name, " entry at row ", row,
                     ": E8M0 scale of block ", b, " is 0xFF (NaN)");
       }
       return;
-    case CacheFormat::kSwaKvFp8:
+    case CacheFormat::kWindowKvFp8:
       for (int b = 0; b < dim / kFp8Block; ++b) {
         DSV41_CHECK(in[dim + b] != 0xFF, "corrupt ", name, " entry at row ", row,
                     ": E8M0 scale of block ", b, " is 0xFF (NaN)");
@@ -99,9 +99,9 @@ CacheFormat cache_format_from_name(const std::string& name) {
 int entry_bytes(CacheFormat f, int dim) {
   check_dim(f, dim);
   switch (f) {
-    case CacheFormat::kMainKvFp4: return main_kv_entry_bytes(dim);
-    case CacheFormat::kIndexKeyFp4: return index_key_entry_bytes(dim);
-    case CacheFormat::kSwaKvFp8: return swa_kv_entry_bytes(dim);
+    case CacheFormat::kCompressedKvFp4: return compressed_kv_entry_bytes(dim);
+    case CacheFormat::kIndexKeysFp4: return index_keys_entry_bytes(dim);
+    case CacheFormat::kWindowKvFp8: return window_kv_entry_bytes(dim);
     case CacheFormat::kBf16: return bf16_entry_bytes(dim);
   }
   return 0;

@@ -5,17 +5,17 @@
 // per-entry device-usable functions are in formats/packed.h.
 //
 //   CacheFormat      element  scale        block  entry bytes for dim d   used for
-//   kMainKvFp4       E2M1     E4M3         16     d/2 + d/16              compressed (global) KV
-//   kIndexKeyFp4     E2M1     E8M0 (ceil)  32     d/2 + d/32              indexer keys (and queries)
-//   kSwaKvFp8        E4M3     E8M0 (ceil)  32     d + d/32                SWA ring (local state)
+//   kCompressedKvFp4       E2M1     E4M3         16     d/2 + d/16              compressed (global) KV
+//   kIndexKeysFp4     E2M1     E8M0 (ceil)  32     d/2 + d/32              indexer keys (and queries)
+//   kWindowKvFp8        E4M3     E8M0 (ceil)  32     d + d/32                SWA ring (local state)
 //   kBf16            BF16     -            1      2d                      uncompressed ablation
 //
 // Errors: a dim that is not a multiple of the block, a NaN or +-Inf element (named by row,
 // block and element), a byte buffer of the wrong size.
 //
 // Example:
-//   std::vector<uint8_t> bytes = pack_rows(CacheFormat::kMainKvFp4, x, rows, 512);
-//   std::vector<float> back = unpack_rows(CacheFormat::kMainKvFp4, bytes, rows, 512);
+//   std::vector<uint8_t> bytes = pack_rows(CacheFormat::kCompressedKvFp4, x, rows, 512);
+//   std::vector<float> back = unpack_rows(CacheFormat::kCompressedKvFp4, bytes, rows, 512);
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,7 @@
 
 namespace dsv41::formats {
 
-enum class CacheFormat : uint8_t { kMainKvFp4, kIndexKeyFp4, kSwaKvFp8, kBf16 };
+enum class CacheFormat : uint8_t { kCompressedKvFp4, kIndexKeysFp4, kWindowKvFp8, kBf16 };
 
 struct CacheFormatInfo {
   const char* name;      // stable identifier, used in files and reports

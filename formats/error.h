@@ -5,7 +5,7 @@
 // Host-only (std::string); device code never throws.
 //
 // Example:
-//   DSV41_CHECK(dim % 16 == 0, "main KV dim must be a multiple of 16, got dim=", dim);
+//   DSV41_CHECK(dim % 16 == 0, "compressed KV dim must be a multiple of 16, got dim=", dim);
 #pragma once
 
 #include <sstream>

@@ -4,9 +4,9 @@
 // pack/unpack. docs/formats.md draws the same layouts.
 //
 //   entry           for dim d (released d)   bytes                 layout
-//   MainKvEntry     head_dim (512)           d/2 + d/16   (288)    [d/2 nibble bytes][d/16 E4M3 scales]
-//   IndexKeyEntry   index_head_dim (128)     d/2 + d/32   (68)     [d/2 nibble bytes][d/32 E8M0 scales]
-//   SwaKvEntry      head_dim (512)           d + d/32     (528)    [d E4M3 bytes][d/32 E8M0 scales]
+//   CompressedKvEntry     head_dim (512)           d/2 + d/16   (288)    [d/2 nibble bytes][d/16 E4M3 scales]
+//   IndexKeysEntry   index_head_dim (128)     d/2 + d/32   (68)     [d/2 nibble bytes][d/32 E8M0 scales]
+//   WindowKvEntry      head_dim (512)           d + d/32     (528)    [d E4M3 bytes][d/32 E8M0 scales]
 //
 // Nibble order: element 2k is the LOW nibble of byte k, element 2k+1 the high nibble (CUDA's
 // __nv_cvt_float2_to_fp4x2, torch float4_e2m1fn_x2, DeepGEMM, TileKernels all agree). Scales
@@ -26,39 +26,39 @@
 
 namespace dsv41::formats {
 
-DSV41_HD constexpr int main_kv_entry_bytes(int d) { return d / 2 + d / kMainKvBlock; }
-DSV41_HD constexpr int index_key_entry_bytes(int d) { return d / 2 + d / kIndexBlock; }
-DSV41_HD constexpr int swa_kv_entry_bytes(int d) { return d + d / kFp8Block; }
+DSV41_HD constexpr int compressed_kv_entry_bytes(int d) { return d / 2 + d / kCompressedKvBlock; }
+DSV41_HD constexpr int index_keys_entry_bytes(int d) { return d / 2 + d / kIndexBlock; }
+DSV41_HD constexpr int window_kv_entry_bytes(int d) { return d + d / kFp8Block; }
 DSV41_HD constexpr int bf16_entry_bytes(int d) { return 2 * d; }
 
 // Fixed-size views for compile-time dims (the released model: D = 512 main, 128 indexer).
 template <int D>
-struct MainKvEntry {
-  static_assert(D % kMainKvBlock == 0, "main KV dim must be a multiple of 16");
+struct CompressedKvEntry {
+  static_assert(D % kCompressedKvBlock == 0, "main KV dim must be a multiple of 16");
   uint8_t nibbles[D / 2];             // E2M1 pairs, element 2k in the low nibble of byte k
-  uint8_t scales[D / kMainKvBlock];   // E4M3 scale of elements [16b, 16b + 16)
+  uint8_t scales[D / kCompressedKvBlock];   // E4M3 scale of elements [16b, 16b + 16)
 };
 template <int D>
-struct IndexKeyEntry {
+struct IndexKeysEntry {
   static_assert(D % kIndexBlock == 0, "index dim must be a multiple of 32");
   uint8_t nibbles[D / 2];
   uint8_t scales[D / kIndexBlock];    // E8M0 scale of elements [32b, 32b + 32)
 };
 template <int D>
-struct SwaKvEntry {
+struct WindowKvEntry {
   static_assert(D % kFp8Block == 0, "SWA dim must be a multiple of 32");
   uint8_t values[D];                  // E4M3
   uint8_t scales[D / kFp8Block];      // E8M0 scale of elements [32b, 32b + 32)
 };
 
-static_assert(sizeof(MainKvEntry<512>) == 288, "released main KV entry is 288 B");
-static_assert(sizeof(IndexKeyEntry<128>) == 68, "released index key entry is 68 B");
-static_assert(sizeof(SwaKvEntry<512>) == 528, "released SWA entry is 528 B");
-static_assert(sizeof(MainKvEntry<512>) == main_kv_entry_bytes(512));
-static_assert(sizeof(IndexKeyEntry<128>) == index_key_entry_bytes(128));
-static_assert(sizeof(SwaKvEntry<512>) == swa_kv_entry_bytes(512));
-static_assert(sizeof(MainKvEntry<128>) == main_kv_entry_bytes(128));  // tiny config
-static_assert(sizeof(IndexKeyEntry<64>) == index_key_entry_bytes(64));
+static_assert(sizeof(CompressedKvEntry<512>) == 288, "released main KV entry is 288 B");
+static_assert(sizeof(IndexKeysEntry<128>) == 68, "released index key entry is 68 B");
+static_assert(sizeof(WindowKvEntry<512>) == 528, "released SWA entry is 528 B");
+static_assert(sizeof(CompressedKvEntry<512>) == compressed_kv_entry_bytes(512));
+static_assert(sizeof(IndexKeysEntry<128>) == index_keys_entry_bytes(128));
+static_assert(sizeof(WindowKvEntry<512>) == window_kv_entry_bytes(512));
+static_assert(sizeof(CompressedKvEntry<128>) == compressed_kv_entry_bytes(128));  // tiny config
+static_assert(sizeof(IndexKeysEntry<64>) == index_keys_entry_bytes(64));
 
 DSV41_HD inline void pack_nibbles(const uint8_t* codes, int n, uint8_t* out) {
   for (int k = 0; k < n / 2; ++k) {
@@ -70,23 +70,23 @@ DSV41_HD inline uint8_t nibble_at(const uint8_t* packed, int i) {
 }
 
 // ---- main KV (FP4 E2M1 + E4M3 per 16) ----
-DSV41_HD inline bool pack_main_kv(const float* x, int d, uint8_t* out) {
+DSV41_HD inline bool pack_compressed_kv(const float* x, int d, uint8_t* out) {
   bool finite = true;
   uint8_t* scales = out + d / 2;
-  for (int b = 0; b < d / kMainKvBlock; ++b) {
-    uint8_t codes[kMainKvBlock];
-    finite &= quantize_main_kv_block(x + b * kMainKvBlock, &scales[b], codes);
-    pack_nibbles(codes, kMainKvBlock, out + b * kMainKvBlock / 2);
+  for (int b = 0; b < d / kCompressedKvBlock; ++b) {
+    uint8_t codes[kCompressedKvBlock];
+    finite &= quantize_compressed_kv_block(x + b * kCompressedKvBlock, &scales[b], codes);
+    pack_nibbles(codes, kCompressedKvBlock, out + b * kCompressedKvBlock / 2);
   }
   return finite;
 }
-DSV41_HD inline void unpack_main_kv(const uint8_t* in, int d, float* out) {
+DSV41_HD inline void unpack_compressed_kv(const uint8_t* in, int d, float* out) {
   const uint8_t* scales = in + d / 2;
-  for (int i = 0; i < d; ++i) out[i] = dequant_fp4_e4m3(nibble_at(in, i), scales[i / kMainKvBlock]);
+  for (int i = 0; i < d; ++i) out[i] = dequant_fp4_e4m3(nibble_at(in, i), scales[i / kCompressedKvBlock]);
 }
 
 // ---- indexer keys/queries (FP4 E2M1 + E8M0 per 32) ----
-DSV41_HD inline bool pack_index_key(const float* x, int d, uint8_t* out) {
+DSV41_HD inline bool pack_index_keys(const float* x, int d, uint8_t* out) {
   bool finite = true;
   uint8_t* scales = out + d / 2;
   for (int b = 0; b < d / kIndexBlock; ++b) {
@@ -96,13 +96,13 @@ DSV41_HD inline bool pack_index_key(const float* x, int d, uint8_t* out) {
   }
   return finite;
 }
-DSV41_HD inline void unpack_index_key(const uint8_t* in, int d, float* out) {
+DSV41_HD inline void unpack_index_keys(const uint8_t* in, int d, float* out) {
   const uint8_t* scales = in + d / 2;
   for (int i = 0; i < d; ++i) out[i] = dequant_fp4_e8m0(nibble_at(in, i), scales[i / kIndexBlock]);
 }
 
 // ---- SWA KV (FP8 E4M3 + E8M0 per 32) ----
-DSV41_HD inline bool pack_swa_kv(const float* x, int d, uint8_t* out) {
+DSV41_HD inline bool pack_window_kv(const float* x, int d, uint8_t* out) {
   bool finite = true;
   uint8_t* scales = out + d;
   for (int b = 0; b < d / kFp8Block; ++b) {
@@ -110,7 +110,7 @@ DSV41_HD inline bool pack_swa_kv(const float* x, int d, uint8_t* out) {
   }
   return finite;
 }
-DSV41_HD inline void unpack_swa_kv(const uint8_t* in, int d, float* out) {
+DSV41_HD inline void unpack_window_kv(const uint8_t* in, int d, float* out) {
   const uint8_t* scales = in + d;
   for (int i = 0; i < d; ++i) out[i] = dequant_fp8_e8m0(in[i], scales[i / kFp8Block]);
 }

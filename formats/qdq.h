@@ -27,7 +27,7 @@
 //
 // Example:
 //   uint8_t scale, codes[16];
-//   bool finite = quantize_main_kv_block(x16, &scale, codes);
+//   bool finite = quantize_compressed_kv_block(x16, &scale, codes);
 #pragma once
 
 #include <cstdint>
@@ -37,7 +37,7 @@
 
 namespace dsv41::formats {
 
-inline constexpr int kMainKvBlock = 16;
+inline constexpr int kCompressedKvBlock = 16;
 inline constexpr int kIndexBlock = 32;
 inline constexpr int kFp8Block = 32;
 
@@ -46,7 +46,7 @@ inline constexpr int kFp8Block = 32;
 inline constexpr uint32_t kInv6Bits = 0x3E2AAAABu;       // fl32(1/6)
 inline constexpr uint32_t kInv448Bits = 0x3B124925u;     // fl32(1/448)
 inline constexpr uint32_t kFp8AmaxFloorBits = 0x38D1B717u;  // fl32(1e-4)
-inline constexpr uint32_t kMainKvAmaxFloorBits = 0x3C400000u;  // 6 * 2^-9 = 0.01171875
+inline constexpr uint32_t kCompressedKvAmaxFloorBits = 0x3C400000u;  // 6 * 2^-9 = 0.01171875
 inline constexpr uint32_t kIndexAmaxFloorBits = 0x01C00000u;   // 6 * 2^-126
 
 // max |x_i| over a block; the second result is false if any element is NaN or +-Inf.
@@ -81,17 +81,17 @@ DSV41_HD inline float clamp_f32(float v, float lo, float hi) {
 }
 
 // (a) Main (compressed) KV: 16 values -> 1 E4M3 scale + 16 E2M1 codes.
-DSV41_HD inline uint8_t main_kv_scale(float amax) {
-  const float floored = max_f32(amax, f32_from_bits(kMainKvAmaxFloorBits));
+DSV41_HD inline uint8_t compressed_kv_scale(float amax) {
+  const float floored = max_f32(amax, f32_from_bits(kCompressedKvAmaxFloorBits));
   return e4m3_encode_satfinite(floored / 6.0f);
 }
 
-DSV41_HD inline bool quantize_main_kv_block(const float* x, uint8_t* scale, uint8_t* codes) {
+DSV41_HD inline bool quantize_compressed_kv_block(const float* x, uint8_t* scale, uint8_t* codes) {
   bool finite;
-  const float amax = block_amax(x, kMainKvBlock, &finite);
-  *scale = main_kv_scale(amax);
+  const float amax = block_amax(x, kCompressedKvBlock, &finite);
+  *scale = compressed_kv_scale(amax);
   const float s = e4m3_decode(*scale);
-  for (int i = 0; i < kMainKvBlock; ++i) codes[i] = e2m1_encode(clamp_f32(x[i] / s, -6.0f, 6.0f));
+  for (int i = 0; i < kCompressedKvBlock; ++i) codes[i] = e2m1_encode(clamp_f32(x[i] / s, -6.0f, 6.0f));
   return finite;
 }
 

@@ -146,104 +146,36 @@ Tensor<float> concat_kv_rows(const Tensor<float>& window, const Tensor<float>& c
   return out;
 }
 
-Tensor<float> fp4_qdq_main_kv(const Tensor<float>& x) {
-  DSV41_CHECK(x.rank() >= 1, "fp4_qdq_main_kv: scalar input");
-  const int64_t d = x.dim(x.rank() - 1);
-  const int64_t rows = d == 0 ? 0 : x.numel() / d;
-  Tensor<float> out(x.shape(), x.name() + "_qdq");
-  out.data() = formats::qdq_rows(formats::CacheFormat::kMainKvFp4, x.data(),
-                                 static_cast<int>(rows), static_cast<int>(d));
+Tensor<int32_t> window_index_rows(int window, int64_t start_pos, int64_t seqlen, int64_t kv_first_pos,
+                                  int64_t floor) {
+  DSV41_CHECK(window > 0 && start_pos >= 0 && seqlen >= 0, "window index rows: window ", window, ", start_pos ",
+              start_pos, ", seqlen ", seqlen);
+  Tensor<int32_t> out({seqlen, window}, "window_idxs", -1);
+  for (int64_t t = 0; t < seqlen; ++t) {
+    const int64_t p = start_pos + t, first = std::max<int64_t>(floor, p - window + 1);
+    DSV41_CHECK(first >= kv_first_pos, "window row of position ", p, " needs position ", first,
+                " before the first KV row ", kv_first_pos);
+    for (int64_t q = first; q <= p; ++q) out.at(t, q - first) = static_cast<int32_t>(q - kv_first_pos);
+  }
   return out;
 }
 
-CompressedKvCache::CompressedKvCache(int owner_layer, int ratio, int64_t head_dim,
-                                     int64_t capacity, int64_t position_offset,
-                                     CachePrecision precision)
-    : owner_layer_(owner_layer),
-      ratio_(ratio),
-      head_dim_(head_dim),
-      capacity_(capacity),
-      position_offset_(position_offset),
-      precision_(precision),
-      format_(stored_format(precision, formats::CacheFormat::kMainKvFp4)),
-      entry_bytes_(formats::entry_bytes(format_, static_cast<int>(head_dim))) {
-  DSV41_CHECK(owner_layer >= 0 && ratio >= 1 && capacity >= 0 && position_offset >= 0,
-              "compressed KV cache: owner ", owner_layer, ", ratio ", ratio, ", capacity ",
-              capacity, ", position_offset ", position_offset);
-  bytes_.assign(static_cast<size_t>(capacity * entry_bytes_), 0);
-}
-
-void CompressedKvCache::write(int64_t first_entry, const Tensor<float>& roped_latent) {
-  DSV41_CHECK(roped_latent.rank() == 2 && roped_latent.dim(1) == head_dim_,
-              "compressed KV cache of layer ", owner_layer_, ": rows of width ",
-              roped_latent.rank() == 2 ? roped_latent.dim(1) : -1, ", want ", head_dim_);
-  const int64_t n = roped_latent.dim(0);
-  DSV41_CHECK(first_entry >= 0 && first_entry <= size_ && first_entry + n <= capacity_,
-              "compressed KV cache of layer ", owner_layer_, ": write of ", n, " entries at ",
-              first_entry, " (size ", size_, ", capacity ", capacity_, ")");
-  const std::vector<uint8_t> packed =  // kMainKvFp4: the QDQ happens here; kBf16: none
-      formats::pack_rows(format_, roped_latent.data(), static_cast<int>(n), static_cast<int>(head_dim_));
-  std::copy(packed.begin(), packed.end(), bytes_.begin() + first_entry * entry_bytes_);
-  size_ = first_entry + n;
-}
-
-const uint8_t* CompressedKvCache::entry(int64_t e) const {
-  DSV41_CHECK(e >= 0 && e < size_, "compressed KV cache of layer ", owner_layer_, ": entry ", e,
-              " of ", size_);
-  return bytes_.data() + e * entry_bytes_;
-}
-
-void CompressedKvCache::restore(const uint8_t* bytes, int64_t count) {
-  DSV41_CHECK(count >= 0 && count <= capacity_, "compressed KV cache of layer ", owner_layer_,
-              ": restore of ", count, " entries, capacity ", capacity_);
-  if (precision_ == CachePrecision::kBf16) {  // raw bf16: finite values are all it can hold
-    try {
-      formats::unpack_rows(format_, std::vector<uint8_t>(bytes, bytes + count * entry_bytes_),
-                           static_cast<int>(count), static_cast<int>(head_dim_));
-    } catch (const Error& e) {
-      DSV41_FAIL("compressed KV cache of layer ", owner_layer_, " (bf16): ", e.what());
-    }
-    std::copy(bytes, bytes + count * entry_bytes_, bytes_.begin());
-    size_ = count;
-    return;
-  }
-  // The scales the quantizer can write: from the amax floor to the saturated top (E4M3 codes
-  // of positive finite values are ordered like their values).
-  const uint8_t lo = formats::main_kv_scale(0.0f);
-  const uint8_t hi = formats::main_kv_scale(std::numeric_limits<float>::max());
-  const auto hex_byte = [](uint8_t v) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "0x%02x", v);
-    return std::string(buf);
-  };
-  const int64_t d = head_dim_;
-  for (int64_t e = 0; e < count; ++e) {
-    const uint8_t* scales = bytes + e * entry_bytes_ + d / 2;
-    for (int64_t b = 0; b < d / formats::kMainKvBlock; ++b) {
-      if (scales[b] < lo || scales[b] > hi) {
-        DSV41_FAIL("compressed KV cache of layer ", owner_layer_, ": entry ", e, " block ", b,
-                   " has scale byte ", hex_byte(scales[b]), ", not an E4M3 scale the quantizer writes [",
-                   hex_byte(lo), ", ", hex_byte(hi), "]");
-      }
+Tensor<int32_t> attention_index_rows(const Tensor<int32_t>& window, const Tensor<int32_t>& topk, int64_t offset,
+                                     int64_t width) {
+  DSV41_CHECK(window.rank() == 2 && topk.rank() == 2 && topk.dim(0) == window.dim(0) && topk.dim(1) <= width &&
+                  offset >= 0,
+              "attention_index_rows: window ", shape_string(window.shape()), ", top-k ", shape_string(topk.shape()),
+              ", width ", width, ", offset ", offset);
+  const int64_t rows = window.dim(0), kw = window.dim(1), k = topk.dim(1);
+  Tensor<int32_t> out({rows, kw + width}, "topk_idxs", -1);
+  for (int64_t t = 0; t < rows; ++t) {
+    std::copy(window.row(t), window.row(t) + kw, out.row(t));
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t v = topk.at(t, j);
+      out.at(t, kw + j) = v < 0 ? -1 : static_cast<int32_t>(v + offset);
     }
   }
-  std::copy(bytes, bytes + count * entry_bytes_, bytes_.begin());
-  size_ = count;
-}
-
-Tensor<float> CompressedKvCache::read(int expected_owner, int expected_ratio, int64_t count) const {
-  if (expected_owner != owner_layer_ || expected_ratio != ratio_) {
-    DSV41_FAIL("compressed KV cache: a consumer expects the cache of layer ", expected_owner,
-               " (ratio ", expected_ratio, ") but this cache belongs to layer ", owner_layer_,
-               " (ratio ", ratio_, ")");
-  }
-  DSV41_CHECK(count >= 0 && count <= size_, "compressed KV cache of layer ", owner_layer_,
-              ": read of ", count, " entries, ", size_, " written");
-  const std::vector<uint8_t> bytes(bytes_.begin(), bytes_.begin() + count * entry_bytes_);
-  return Tensor<float>({count, head_dim_},
-                       formats::unpack_rows(format_, bytes, static_cast<int>(count),
-                                            static_cast<int>(head_dim_)),
-                       "compress_kv");
+  return out;
 }
 
 }  // namespace dsv41::reference

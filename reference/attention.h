@@ -8,9 +8,9 @@
 //   sparse_attn             one KV head (K = V), online softmax over blocks of 64 indices, sink
 //   window_topk_idxs_*      which window KV rows each query reads (prefill rows, decode ring)
 //   concat_*                window part first, compressed part after it (offset = window rows)
-//   CompressedKvCache       the shared compressed KV cache of a kv-source layer, stored PACKED
-//                           (FP4 E2M1 + E4M3 scale per 16; 288 B per entry at head_dim 512), or
-//                           raw bf16 under the CachePrecision::kBf16 ablation
+//   window_index_rows       the canonical (chunking-independent) window rows of any step
+//   attention_index_rows    window rows + the compressed top-k, offset and padded
+// The caches themselves are reference/kv_cache.h (model state); their formats reference/kv_quant.h.
 //
 // Exactness (measured against golden/oracle, see docs/attention.md): sparse_attn is bit-exact on
 // kernels.h5 and on every recorded decode row, and equal to the official CPU run on 99.998% of
@@ -27,7 +27,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "reference/cache_precision.h"
 #include "reference/tensor.h"
 
 namespace dsv41::reference {
@@ -76,67 +75,19 @@ Tensor<int32_t> concat_topk_idxs(const Tensor<int32_t>& window, const Tensor<int
 // window: [Nw, D], compressed: [Nc, D] -> [Nw + Nc, D] (values copied, no rounding).
 Tensor<float> concat_kv_rows(const Tensor<float>& window, const Tensor<float>& compressed);
 
-// The compressed-KV quantize-dequantize: FP4 E2M1 with an E4M3 scale per 16 channels
-// (formats::quantize_main_kv_block), applied to the post-RoPE latent.
-// x: [..., D] bf16 with D % 16 == 0 -> same shape, bf16 values (exact). NaN/Inf is an error.
-Tensor<float> fp4_qdq_main_kv(const Tensor<float>& x);
+// Canonical window index rows (docs/sessions.md): query p = start_pos + t reads positions
+// max(floor, p - W + 1) .. p in ascending order, written as rows of a KV tensor whose row 0 holds
+// position kv_first_pos, and -1 pads the row to width W. A row depends on p (and the floor) alone,
+// never on how the tokens were chunked; the official prefill (width min(T, W)) and decode (-1
+// slots first) read the same rows in the same order. -> [T, W] int32.
+Tensor<int32_t> window_index_rows(int window, int64_t start_pos, int64_t seqlen, int64_t kv_first_pos,
+                                  int64_t floor);
 
-// The compressed KV cache of one kv-source layer (the official compress_kv_cache, which holds
-// bf16 QDQ values): entry e = the latent of compressed position position_offset + e (the group
-// of tokens [(position_offset + e) * ratio, ... + ratio)), after RoPE at that group's first token
-// and FP4 QDQ. dsv41 stores the packed bytes (formats::pack_main_kv layout, head_dim/2 + head_dim/16
-// bytes per entry); read() returns exactly the official cache values.
-// Ownership is explicit: a consumer (a Reuse layer, or the owner itself) names the owner layer
-// and ratio it expects, and a mismatch is a dsv41::Error.
-// With CachePrecision::kBf16 (the ablation, reference/cache_precision.h) write() skips the QDQ and
-// stores the rows' bf16 bit patterns (2 * head_dim bytes per entry); read() returns them as written.
-class CompressedKvCache {
- public:
-  CompressedKvCache(int owner_layer, int ratio, int64_t head_dim, int64_t capacity,
-                    int64_t position_offset = 0, CachePrecision precision = CachePrecision::kPacked);
-
-  int owner_layer() const { return owner_layer_; }
-  int ratio() const { return ratio_; }
-  int64_t head_dim() const { return head_dim_; }
-  int64_t capacity() const { return capacity_; }
-  int64_t position_offset() const { return position_offset_; }
-  int64_t size() const { return size_; }  // entries written: [0, size) are valid
-  int64_t entry_bytes() const { return entry_bytes_; }
-  CachePrecision precision() const { return precision_; }
-  formats::CacheFormat format() const { return format_; }  // kMainKvFp4, or kBf16 (ablation)
-
-  // Quantizes (kPacked; kBf16: stores as is) and stores rows as entries
-  // first_entry .. first_entry + n - 1.
-  // roped_latent: [n, head_dim] bf16 (post-RoPE, pre-QDQ). first_entry <= size() (appends, or
-  // rewrites a tail: entries after the written range are dropped); fits in capacity.
-  void write(int64_t first_entry, const Tensor<float>& roped_latent);
-
-  // The stored bytes of entry e (< size()): packed, or bf16 (kBf16).
-  const uint8_t* entry(int64_t e) const;
-
-  // Replaces the contents with `count` stored entries (bytes: [count, entry_bytes()], e.g. from
-  // a saved session), after checking each one: every scale byte must be one the quantizer
-  // writes (E4M3 in [main_kv_scale(0), main_kv_scale(FLT_MAX)], so never zero, negative or
-  // NaN), else a dsv41::Error naming the entry and block; kBf16 entries must hold no NaN/Inf.
-  // count <= capacity.
-  void restore(const uint8_t* bytes, int64_t count);
-
-  // Entries [0, count) dequantized (kBf16: as written), for a consumer that expects this owner
-  // and ratio.
-  // -> [count, head_dim] bf16 values. count <= size().
-  Tensor<float> read(int expected_owner, int expected_ratio, int64_t count) const;
-
- private:
-  int owner_layer_;
-  int ratio_;
-  int64_t head_dim_;
-  int64_t capacity_;
-  int64_t position_offset_;
-  CachePrecision precision_;
-  formats::CacheFormat format_;
-  int64_t entry_bytes_;
-  int64_t size_ = 0;
-  std::vector<uint8_t> bytes_;  // [capacity, entry_bytes]
-};
+// The sparse_attn index rows of a compressed layer: the window rows, then the compressed top-k
+// (compressed positions, -1 padding) shifted by `offset` (= the window KV rows in front of the
+// compressed rows) and padded with -1 to `width` (index_topk: the canonical width).
+// window: [T, Kw] int32, topk: [T, k <= width] int32 -> [T, Kw + width] int32.
+Tensor<int32_t> attention_index_rows(const Tensor<int32_t>& window, const Tensor<int32_t>& topk, int64_t offset,
+                                     int64_t width);
 
 }  // namespace dsv41::reference

@@ -31,8 +31,8 @@ ByteAccounting byte_accounting(const ModelConfig& c) {
     OwnerBytes o;
     o.layer = owner;
     o.ratio = c.compress_ratios[owner];
-    o.main_entry_bytes = entry_bytes(CacheFormat::kMainKvFp4, c.head_dim);
-    o.index_entry_bytes = entry_bytes(CacheFormat::kIndexKeyFp4, c.index_head_dim);
+    o.main_entry_bytes = entry_bytes(CacheFormat::kCompressedKvFp4, c.head_dim);
+    o.index_entry_bytes = entry_bytes(CacheFormat::kIndexKeysFp4, c.index_head_dim);
     o.entry_bytes = o.main_entry_bytes + o.index_entry_bytes;
     o.bytes_per_token = Rational::of(o.entry_bytes, o.ratio);
     for (const LayerInfo& l : schedule) {
@@ -46,10 +46,10 @@ ByteAccounting byte_accounting(const ModelConfig& c) {
     b.compressor_partial_bytes_per_session += o.partial_state_bytes;
     b.owners.push_back(std::move(o));
   }
-  b.swa_layers = c.total_layers();
-  b.swa_window = c.window_size;
-  b.swa_entry_bytes = entry_bytes(CacheFormat::kSwaKvFp8, c.head_dim);
-  b.swa_bytes_per_session = int64_t{b.swa_layers} * b.swa_window * b.swa_entry_bytes;
+  b.window_kv_layers = c.total_layers();
+  b.window_kv_slots = c.window_size;
+  b.window_kv_entry_bytes = entry_bytes(CacheFormat::kWindowKvFp8, c.head_dim);
+  b.window_kv_bytes_per_session = int64_t{b.window_kv_layers} * b.window_kv_slots * b.window_kv_entry_bytes;
   return b;
 }
 

@@ -4,14 +4,14 @@
 // sizes of formats/cache_format.h (nothing here is a hard-coded byte count).
 //
 //   global (persistent, grows with the sequence): each kv-source layer ("owner") with ratio r
-//     stores one main KV entry (kMainKvFp4, head_dim) and one index-key entry (kIndexKeyFp4,
+//     stores one main KV entry (kCompressedKvFp4, head_dim) and one index-key entry (kIndexKeysFp4,
 //     index_head_dim) per r tokens; every other compressed layer reads an owner's caches.
 //     bytes/token = sum over owners of (main + index) / r, an exact rational.
 //     Released config: (3/2 + 1) x (288 + 68) = 890 B/token.
 //   compressor partial groups (persistent, constant per session): a ratio-r owner with r > 1
 //     carries up to r - 1 pending tokens of kv and score, head_dim fp32 each.
 //   SWA rings (constant per session, NOT persisted: bounded replay recomputes them): every
-//     backbone layer and DSpark block keeps window_size slots of kSwaKvFp8(head_dim) entries.
+//     backbone layer and DSpark block keeps window_size slots of kWindowKvFp8(head_dim) entries.
 //
 // Example:
 //   ByteAccounting b = byte_accounting(load_config("full"));
@@ -41,8 +41,8 @@ struct Rational {
 struct OwnerBytes {
   int layer = 0;                  // the kv source layer
   int ratio = 0;                  // tokens per entry
-  int main_entry_bytes = 0;       // entry_bytes(kMainKvFp4, head_dim)
-  int index_entry_bytes = 0;      // entry_bytes(kIndexKeyFp4, index_head_dim)
+  int main_entry_bytes = 0;       // entry_bytes(kCompressedKvFp4, head_dim)
+  int index_entry_bytes = 0;      // entry_bytes(kIndexKeysFp4, index_head_dim)
   int entry_bytes = 0;            // main + index
   Rational bytes_per_token;       // entry_bytes / ratio
   std::vector<int> reader_layers;  // layers reading this owner's caches (itself included)
@@ -54,10 +54,10 @@ struct ByteAccounting {
   Rational global_bytes_per_token;    // sum of the owners' bytes_per_token
   Rational bf16_bytes_per_token;      // the same caches stored as bf16 (the official code)
   int64_t compressor_partial_bytes_per_session = 0;  // sum of the owners' partial_state_bytes
-  int swa_layers = 0;                 // n_layers + n_mtp_layers rings
-  int swa_window = 0;                 // window_size slots per ring
-  int swa_entry_bytes = 0;            // entry_bytes(kSwaKvFp8, head_dim)
-  int64_t swa_bytes_per_session = 0;  // swa_layers x swa_window x swa_entry_bytes
+  int window_kv_layers = 0;                 // n_layers + n_mtp_layers rings
+  int window_kv_slots = 0;                 // window_size slots per ring
+  int window_kv_entry_bytes = 0;            // entry_bytes(kWindowKvFp8, head_dim)
+  int64_t window_kv_bytes_per_session = 0;  // window_kv_layers x window_kv_slots x window_kv_entry_bytes
 };
 
 ByteAccounting byte_accounting(const ModelConfig& c);

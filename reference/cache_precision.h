@@ -17,7 +17,7 @@
 // Example:
 //   model.set_cache_precision(CachePrecision::kBf16);
 //   ModelState s = model.new_state();                       // bf16 caches
-//   formats::CacheFormat f = stored_format(CachePrecision::kBf16, formats::CacheFormat::kSwaKvFp8);
+//   formats::CacheFormat f = stored_format(CachePrecision::kBf16, formats::CacheFormat::kWindowKvFp8);
 //   // f == formats::CacheFormat::kBf16
 #pragma once
 

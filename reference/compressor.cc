@@ -9,14 +9,6 @@
 
 namespace dsv41::reference {
 
-CompressorState::CompressorState(int ratio_, int64_t dim_) : ratio(ratio_), dim(dim_) {
-  DSV41_CHECK(ratio >= 2, "compressor state: ratio ", ratio,
-              " (ratio 1 has no pooling: latent = norm(wkv(x)), no state)");
-  DSV41_CHECK(dim > 0, "compressor state: dim ", dim);
-  kv.assign(static_cast<size_t>(ratio * dim), 0.0f);
-  score.assign(static_cast<size_t>(ratio * dim), -std::numeric_limits<float>::infinity());
-}
-
 void pool_group(const float* const* kv_rows, const float* const* score_rows, int ratio,
                 int64_t dim, float* out) {
   std::vector<float> e(static_cast<size_t>(ratio));
@@ -38,18 +30,18 @@ void pool_group(const float* const* kv_rows, const float* const* score_rows, int
   }
 }
 
-CompressedLatents compress(CompressorState& state, const Tensor<float>& kv,
-                           const Tensor<float>& score, int64_t start_pos) {
-  const int ratio = state.ratio;
-  const int64_t dim = state.dim;
+CompressedLatents compress(const Tensor<float>& kv, const Tensor<float>& score, int64_t start_pos, int ratio,
+                           Tensor<float>& kv_state, Tensor<float>& score_state) {
+  DSV41_CHECK(ratio >= 2, "compress: ratio ", ratio, " (ratio 1 has no pooling: latent = norm(wkv(x)), no state)");
+  DSV41_CHECK(kv_state.rank() == 2 && kv_state.dim(0) == ratio && score_state.shape() == kv_state.shape(),
+              "compress: state ", shape_string(kv_state.shape()), " / ", shape_string(score_state.shape()),
+              ", want [", ratio, ", dim] both");
+  const int64_t dim = kv_state.dim(1);
   DSV41_CHECK(kv.rank() == 2 && score.rank() == 2 && kv.shape() == score.shape() &&
                   kv.dim(1) == dim,
               "compress: kv ", kv.rank() == 2 ? kv.dim(0) : -1, "x", kv.rank() == 2 ? kv.dim(1) : -1,
               ", score ", score.rank() == 2 ? score.dim(0) : -1, "x",
               score.rank() == 2 ? score.dim(1) : -1, ", want [T, ", dim, "] both");
-  DSV41_CHECK(start_pos == state.next_pos, "compress: tokens from position ", start_pos,
-              " but the compressor state expects position ", state.next_pos,
-              " next (tokens must arrive in order, without gaps)");
   const int64_t seqlen = kv.dim(0);
   const int64_t end_pos = start_pos + seqlen;
   // Group g ends at token g * ratio + ratio - 1: the groups completed here are
@@ -72,12 +64,11 @@ CompressedLatents compress(CompressorState& state, const Tensor<float>& kv,
         score_rows[static_cast<size_t>(t)] = score.row(p - start_pos);
       } else {
         if (p >= start_pos) {  // decode-style: write the slot, then pool from the state
-          std::copy(kv.row(p - start_pos), kv.row(p - start_pos) + dim, state.kv.begin() + t * dim);
-          std::copy(score.row(p - start_pos), score.row(p - start_pos) + dim,
-                    state.score.begin() + t * dim);
+          std::copy(kv.row(p - start_pos), kv.row(p - start_pos) + dim, kv_state.row(t));
+          std::copy(score.row(p - start_pos), score.row(p - start_pos) + dim, score_state.row(t));
         }
-        kv_rows[static_cast<size_t>(t)] = state.kv.data() + t * dim;
-        score_rows[static_cast<size_t>(t)] = state.score.data() + t * dim;
+        kv_rows[static_cast<size_t>(t)] = kv_state.row(t);
+        score_rows[static_cast<size_t>(t)] = score_state.row(t);
       }
     }
     pool_group(kv_rows.data(), score_rows.data(), ratio, dim, pooled.data());
@@ -87,11 +78,9 @@ CompressedLatents compress(CompressorState& state, const Tensor<float>& kv,
   // The trailing partial group waits in its slots.
   for (int64_t p = std::max(start_pos, end_group * ratio); p < end_pos; ++p) {
     const int64_t slot = p % ratio;
-    std::copy(kv.row(p - start_pos), kv.row(p - start_pos) + dim, state.kv.begin() + slot * dim);
-    std::copy(score.row(p - start_pos), score.row(p - start_pos) + dim,
-              state.score.begin() + slot * dim);
+    std::copy(kv.row(p - start_pos), kv.row(p - start_pos) + dim, kv_state.row(slot));
+    std::copy(score.row(p - start_pos), score.row(p - start_pos) + dim, score_state.row(slot));
   }
-  state.next_pos = end_pos;
   return result;
 }
 

@@ -18,7 +18,7 @@
 // ratio 1 (released layer 20) has no pooling, no gate and no fp32 promotion: the caller's latent
 // is compressor.norm(wkv(x)) with bf16 weights; compress() rejects ratio 1.
 //
-// The partial trailing group waits in CompressorState (the official kv_state / score_state
+// The partial trailing group waits in the state tensors (the official kv_state / score_state
 // buffers, fp32, slot = position % ratio, score -inf = never written). A group is pooled as soon
 // as its last token arrives. To give the official state bytes on the official paths, a group that
 // lies entirely inside one call is pooled from the inputs without touching the state (the
@@ -30,9 +30,9 @@
 // given kv/score equal to the official fp32 projections.
 //
 // Example:
-//   CompressorState st(2, head_dim);
-//   CompressedLatents c = compress(st, kv, score, 0);   // prefill of T tokens: T/2 latents
-//   // decode: compress(st, kv1, score1, pos) returns 1 latent when (pos + 1) % 2 == 0, else 0
+//   Tensor<float> kv_state({2, head_dim}, "kv_state"), score_state({2, head_dim}, "score_state", -inf);
+//   CompressedLatents c = compress(kv, score, 0, 2, kv_state, score_state);  // prefill: T/2 latents
+//   // decode: compress(kv1, score1, pos, 2, ...) returns 1 latent when (pos + 1) % 2 == 0, else 0
 #pragma once
 
 #include <cstdint>
@@ -42,19 +42,6 @@
 
 namespace dsv41::reference {
 
-struct CompressorState {
-  CompressorState(int ratio, int64_t dim);
-
-  int ratio;
-  int64_t dim;
-  std::vector<float> kv;     // [ratio, dim] fp32 wkv rows, slot = position % ratio (init 0)
-  std::vector<float> score;  // [ratio, dim] fp32 wgate rows, same slots (init -inf)
-  int64_t next_pos = 0;      // the position the next token must have (tokens arrive in order)
-
-  // Tokens of the incomplete group waiting in slots [0, pending()).
-  int pending() const { return static_cast<int>(next_pos % ratio); }
-};
-
 struct CompressedLatents {
   int64_t first_group = 0;  // compressed position (group index) of row 0
   Tensor<float> latent;     // [n, dim] bf16: pooled, BEFORE compressor.norm, RoPE and QDQ
@@ -63,10 +50,13 @@ struct CompressedLatents {
 };
 
 // Pools the groups completed by tokens start_pos .. start_pos + T - 1 and keeps the trailing
-// partial group in `state`. kv, score: [T, dim] fp32 (wkv(x.float()), wgate(x.float())).
-// start_pos must equal state.next_pos. -> the completed latents, in group order (possibly 0).
-CompressedLatents compress(CompressorState& state, const Tensor<float>& kv,
-                           const Tensor<float>& score, int64_t start_pos);
+// partial group in the state tensors (the model's CompressorState, reference/kv_cache.h, holds
+// them and checks that tokens arrive in order).
+// kv, score: [T, dim] fp32 (wkv(x.float()), wgate(x.float())); kv_state, score_state:
+// [ratio, dim] fp32, slot = position % ratio, in/out. -> the completed latents, in group order
+// (possibly 0); first_group = start_pos / ratio.
+CompressedLatents compress(const Tensor<float>& kv, const Tensor<float>& score, int64_t start_pos, int ratio,
+                           Tensor<float>& kv_state, Tensor<float>& score_state);
 
 // One group's pooling (the formula above, without the bf16 rounding):
 // kv_rows[t], score_rows[t]: [dim] fp32 for t in [0, ratio) -> out: [dim] fp32.

@@ -249,22 +249,6 @@ Tensor<int64_t> engram_hash_ids(const EngramLayout& layout, int layer_index,
 
 // ---- 3. lookup ----
 
-EngramTableRef engram_table(const safetensors::Tensor& weight, const safetensors::Tensor& scale) {
-  using safetensors::DType;
-  DSV41_CHECK(weight.dtype == DType::kF8E4M3 && weight.shape.size() == 2, "engram table '",
-              weight.name, "' must be F8_E4M3 [rows, head_dim], got ",
-              safetensors::dtype_name(weight.dtype), " ", safetensors::shape_string(weight.shape));
-  const int64_t rows = weight.shape[0];
-  const int64_t head_dim = weight.shape[1];
-  DSV41_CHECK(head_dim % 32 == 0 && head_dim > 0, "engram table '", weight.name, "': head_dim ",
-              head_dim, " is not a positive multiple of 32");
-  DSV41_CHECK(
-      scale.dtype == DType::kF8E8M0 && scale.shape == std::vector<int64_t>({rows, head_dim / 32}),
-      "engram table scale '", scale.name, "' must be F8_E8M0 [", rows, ", ", head_dim / 32,
-      "], got ", safetensors::dtype_name(scale.dtype), " ", safetensors::shape_string(scale.shape));
-  return engram_table(weight.bytes, scale.bytes, rows, static_cast<int>(head_dim));
-}
-
 EngramTableRef engram_table(const std::vector<uint8_t>& codes, const std::vector<uint8_t>& scales,
                             int64_t rows, int head_dim) {
   DSV41_CHECK(rows > 0 && head_dim > 0 && head_dim % 32 == 0, "engram table: rows ", rows,
@@ -315,7 +299,7 @@ GateShape check_gate_args(const Tensor<float>& x, const Tensor<float>& kv,
   const GateShape s{x.dim(0), x.dim(1), x.dim(2)};
   DSV41_CHECK(kv.rank() == 2 && kv.dim(0) == s.tokens && kv.dim(1) == (s.hc + 1) * s.dim,
               "engram gate: kv must be [", s.tokens, ", ", (s.hc + 1) * s.dim, "], got ",
-              safetensors::shape_string(kv.shape()));
+              shape_string(kv.shape()));
   DSV41_CHECK(static_cast<int64_t>(q_weight.size()) == s.hc * s.dim &&
                   static_cast<int64_t>(k_weight.size()) == s.hc * s.dim,
               "engram gate: q_weight/k_weight must hold hc*dim = ", s.hc * s.dim, " values, got ",

@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "reference/config.h"
-#include "reference/safetensors.h"
+#include "reference/linear.h"
 #include "reference/tensor.h"
 
 namespace dsv41::reference {
@@ -59,6 +59,14 @@ inline constexpr int64_t kEngramDead = -1;
 inline constexpr uint64_t kEngramSeedStride = 10007;
 // The gate's lower clamp of |dot| before the square root (Engram.clamp_value).
 inline constexpr float kEngramGateClamp = 1e-6f;
+
+// One engram layer's weights (checkpoint prefix "layers.<L>.engram.").
+struct EngramWeights {
+  Tensor<uint8_t> table;        // "embed.weight": [rows, head_dim] E4M3 codes
+  Tensor<uint8_t> table_scale;  // "embed.scale": [rows, head_dim/32] E8M0 codes
+  LinearWeight wkv;             // "wkv": F8 [(hc+1)*dim, n_cols*head_dim]
+  Tensor<float> q_weight, k_weight;  // "q_weight", "k_weight": [hc, dim] bf16
+};
 
 // ---- 1. layout ----
 
@@ -152,9 +160,6 @@ struct EngramTableRef {
   int64_t rows = 0;
   int head_dim = 0;
 };
-// From the checkpoint tensors "layers.L.engram.embed.weight" (F8_E4M3 [rows, head_dim]) and
-// ".scale" (F8_E8M0 [rows, head_dim/32]); throws on another dtype or shape.
-EngramTableRef engram_table(const safetensors::Tensor& weight, const safetensors::Tensor& scale);
 // From raw code vectors (weights.h EngramWeights); throws on sizes that do not match.
 EngramTableRef engram_table(const std::vector<uint8_t>& codes, const std::vector<uint8_t>& scales,
                             int64_t rows, int head_dim);

@@ -1,55 +1,112 @@
 // reference/hooks.h
 //
+// Component: the one name of each thing a step produces, used by the model (hooks), captures,
+// planted defects, HDF5 reports and docs (docs/architecture.md). The table below is the only
+// list; component_info() gives each name, its kind, its value type, its shape and the official
+// module it comes from.
+//
 // ForwardHooks: the points where the forward shows, and may replace, what it computed. A
 // divergence run uses them to read every component's output, and teacher forcing uses them to
 // give one side another side's values (so a component's own error is separated from the error
-// it inherits). Names and shapes (T tokens of this step, L the layer):
-//   tensor: "embed" [T, hc, dim] (layer -1: the embedding copied to the hc streams),
-//           "in_stream" [T, hc, dim] (layer input, before Engram), "in_pre" [T, hc] fp32 (the
-//           pre this layer's attention applies: the previous layer's FFN mixes; layer 0 one-hot),
-//           "engram_out" [T, hc, dim],
-//           "hc_attn_pre" / "hc_attn_post" [T, hc] fp32, "hc_attn_comb" [T, hc, hc] fp32,
-//           "attn_in" [T, dim],
-//           "index_scores" [T, N] (an index layer's scores, N = end_pos / ratio compressed
-//           positions, -inf where unreachable and, after the candidate source, outside its
-//           mask: what the top-k is taken from, seen just before it; every Full index source
-//           and Reindex layer, not when N = 0; a replacement changes the selection),
-//           "attn_out" [T, dim], "attn_stream" [T, hc, dim],
-//           "hc_ffn_pre" / "hc_ffn_post" / "hc_ffn_comb", "ffn_in" [T, dim], "ffn_out" [T, dim],
-//           "out_stream" [T, hc, dim]; "final_norm_out" [1, dim] (layer -1; [T, dim] with
-//           Model::set_full_logits), "logits" [1, vocab] fp32 (layer -1, after the head;
-//           [T, vocab] with Model::set_full_logits; a replacement changes what StepRecord holds)
-//   index:  "topk" [T, k] compressed positions ascending, -1 padding (an index source's own
-//           selection, before it is published), "experts" [T, k] routed experts
-//   mask:   "candidates" [T, N] (the candidate source's mask, before it is published)
-// Values are bf16 unless marked fp32. A hook may change values, never shapes (checked). When
-// "experts" is replaced, the routing weights are recomputed from the gate scores of the new
-// experts with the official rule.
+// it inherits). A hook may change values, never shapes (checked). When "experts" is replaced,
+// the routing weights are recomputed from the gate scores of the new experts with the official
+// rule; when "topk" or "candidates" is replaced, later layers use the replacement.
+//
+// The hooks see host tensors: a device backend downloads a value for its hook and uploads the
+// hook's result (reference/ops.h), and only when a hook is set.
+//
+// Example:
+//   ForwardHooks h;
+//   h.tensor = [](Component what, int layer, Tensor<float>& v) {
+//     if (what == Component::kAttnOut && layer == 3) v.at(0, 0) = 0.0f;   // plant a defect
+//   };
+//   model.set_hooks(h);
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "formats/error.h"
 #include "reference/tensor.h"
 
 namespace dsv41::reference {
 
+// In step order within a layer (the order "first divergence" follows).
+enum class Component : uint8_t {
+  kEmbed,          // layer -1
+  kInStream,
+  kInPre,
+  kEngramIds,      // recorded (StepRecord::engram_ids), not hooked
+  kEngramOut,
+  kHcAttnPre,
+  kHcAttnPost,
+  kHcAttnComb,
+  kAttnIn,
+  kIndexScores,
+  kCandidates,
+  kTopk,
+  kAttnOut,
+  kAttnStream,
+  kHcFfnPre,
+  kHcFfnPost,
+  kHcFfnComb,
+  kFfnIn,
+  kExperts,
+  kFfnOut,
+  kOutStream,
+  kFinalNormOut,   // layer -1
+  kLogits,         // layer -1
+  kCacheWindowKv,  // caches after the step (not hooked: read from the state)
+  kCacheCompressedKv,
+  kCacheIndexKeys,
+};
+
+enum class ComponentKind : uint8_t {
+  kTensor,  // a float hook (ForwardHooks::tensor)
+  kIndex,   // an int32 selection hook (ForwardHooks::index)
+  kMask,    // a uint8 mask hook (ForwardHooks::mask)
+  kIds,     // int64 ids recorded by the step (no hook)
+  kCache,   // a cache's stored bytes after the step (no hook)
+};
+
+enum class ComponentType : uint8_t { kBf16, kFp32, kInt32, kUint8, kInt64, kBytes };
+
+struct ComponentInfo {
+  Component id;
+  const char* name;      // "attn_out": in hooks, captures, mutants, reports and docs
+  ComponentKind kind;
+  ComponentType type;    // of the values (bf16 values are held in fp32 tensors)
+  const char* shape;     // T: the step's tokens, N: compressed positions, k: selections
+  const char* official;  // the official module (model.py) whose output it is
+};
+
+// Every component, in the enum's order.
+const std::vector<ComponentInfo>& component_table();
+const ComponentInfo& component_info(Component c);
+const char* name(Component c);
+// The component of a name; std::nullopt for an unknown name.
+std::optional<Component> component_from_name(const std::string& name);
+
 struct ForwardHooks {
-  std::function<void(const std::string& what, int layer, Tensor<float>& value)> tensor;
-  std::function<void(const std::string& what, int layer, Tensor<int32_t>& value)> index;
-  std::function<void(const std::string& what, int layer, Tensor<uint8_t>& value)> mask;
+  std::function<void(Component what, int layer, Tensor<float>& value)> tensor;
+  std::function<void(Component what, int layer, Tensor<int32_t>& value)> index;
+  std::function<void(Component what, int layer, Tensor<uint8_t>& value)> mask;
+
+  bool any() const { return tensor || index || mask; }
 
   template <typename T, typename F>
-  static void call(const F& fn, const char* what, int layer, Tensor<T>& v) {
+  static void call(const F& fn, Component what, int layer, Tensor<T>& v) {
     if (!fn) return;
     const std::vector<int64_t> shape = v.shape();
     fn(what, layer, v);
-    DSV41_CHECK(v.shape() == shape, "forward hook changed the shape of '", what, "' at layer ", layer);
+    DSV41_CHECK(v.shape() == shape, "forward hook changed the shape of '", name(what), "' at layer ", layer);
   }
-  void on(const char* what, int layer, Tensor<float>& v) const { call(tensor, what, layer, v); }
-  void on(const char* what, int layer, Tensor<int32_t>& v) const { call(index, what, layer, v); }
-  void on(const char* what, int layer, Tensor<uint8_t>& v) const { call(mask, what, layer, v); }
+  void on(Component what, int layer, Tensor<float>& v) const { call(tensor, what, layer, v); }
+  void on(Component what, int layer, Tensor<int32_t>& v) const { call(index, what, layer, v); }
+  void on(Component what, int layer, Tensor<uint8_t>& v) const { call(mask, what, layer, v); }
 };
 
 }  // namespace dsv41::reference

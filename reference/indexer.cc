@@ -31,16 +31,6 @@ int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1)
 
 }  // namespace
 
-Tensor<float> fp4_qdq_index(const Tensor<float>& x) {
-  DSV41_CHECK(x.rank() >= 1, "fp4_qdq_index: scalar input");
-  const int64_t d = x.dim(x.rank() - 1);
-  const int64_t rows = d == 0 ? 0 : x.numel() / d;
-  Tensor<float> out(x.shape(), x.name() + "_qdq");
-  out.data() = formats::qdq_rows(formats::CacheFormat::kIndexKeyFp4, x.data(),
-                                 static_cast<int>(rows), static_cast<int>(d));
-  return out;
-}
-
 float index_weight_scale(int index_head_dim, int index_n_heads) {
   DSV41_CHECK(index_head_dim > 0 && index_n_heads > 0, "index_weight_scale: Di ", index_head_dim,
               ", Hi ", index_n_heads);
@@ -110,92 +100,6 @@ const Tensor<uint8_t>& CandidateMask::mask_for(int expected_owner) const {
                " but this one belongs to layer ", owner_layer);
   }
   return mask;
-}
-
-IndexKeyCache::IndexKeyCache(int owner_layer, int ratio, int64_t index_head_dim, int64_t capacity,
-                             int64_t position_offset, CachePrecision precision)
-    : owner_layer_(owner_layer),
-      ratio_(ratio),
-      dim_(index_head_dim),
-      capacity_(capacity),
-      position_offset_(position_offset),
-      precision_(precision),
-      format_(stored_format(precision, formats::CacheFormat::kIndexKeyFp4)),
-      entry_bytes_(formats::entry_bytes(format_, static_cast<int>(index_head_dim))) {
-  DSV41_CHECK(owner_layer >= 0 && ratio >= 1 && capacity >= 0 && position_offset >= 0,
-              "index-key cache: owner ", owner_layer, ", ratio ", ratio, ", capacity ", capacity,
-              ", position_offset ", position_offset);
-  bytes_.assign(static_cast<size_t>(capacity * entry_bytes_), 0);
-}
-
-void IndexKeyCache::write(int64_t first_entry, const Tensor<float>& roped_keys) {
-  DSV41_CHECK(roped_keys.rank() == 2 && roped_keys.dim(1) == dim_, "index-key cache of layer ",
-              owner_layer_, ": rows of width ", roped_keys.rank() == 2 ? roped_keys.dim(1) : -1,
-              ", want ", dim_);
-  const int64_t n = roped_keys.dim(0);
-  DSV41_CHECK(first_entry >= 0 && first_entry <= size_ && first_entry + n <= capacity_,
-              "index-key cache of layer ", owner_layer_, ": write of ", n, " entries at ",
-              first_entry, " (size ", size_, ", capacity ", capacity_, ")");
-  const std::vector<uint8_t> packed =  // kIndexKeyFp4: the QDQ happens here; kBf16: none
-      formats::pack_rows(format_, roped_keys.data(), static_cast<int>(n), static_cast<int>(dim_));
-  std::copy(packed.begin(), packed.end(), bytes_.begin() + first_entry * entry_bytes_);
-  size_ = first_entry + n;
-}
-
-const uint8_t* IndexKeyCache::entry(int64_t e) const {
-  DSV41_CHECK(e >= 0 && e < size_, "index-key cache of layer ", owner_layer_, ": entry ", e,
-              " of ", size_);
-  return bytes_.data() + e * entry_bytes_;
-}
-
-void IndexKeyCache::restore(const uint8_t* bytes, int64_t count) {
-  DSV41_CHECK(count >= 0 && count <= capacity_, "index-key cache of layer ", owner_layer_,
-              ": restore of ", count, " entries, capacity ", capacity_);
-  if (precision_ == CachePrecision::kBf16) {  // raw bf16: finite values are all it can hold
-    try {
-      formats::unpack_rows(format_, std::vector<uint8_t>(bytes, bytes + count * entry_bytes_),
-                           static_cast<int>(count), static_cast<int>(dim_));
-    } catch (const Error& e) {
-      DSV41_FAIL("index-key cache of layer ", owner_layer_, " (bf16): ", e.what());
-    }
-    std::copy(bytes, bytes + count * entry_bytes_, bytes_.begin());
-    size_ = count;
-    return;
-  }
-  // The scales the quantizer can write: from the amax floor to the largest finite amax.
-  const uint8_t lo = formats::index_scale(0.0f);
-  const uint8_t hi = formats::index_scale(std::numeric_limits<float>::max());
-  const auto hex_byte = [](uint8_t v) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "0x%02x", v);
-    return std::string(buf);
-  };
-  for (int64_t e = 0; e < count; ++e) {
-    const uint8_t* scales = bytes + e * entry_bytes_ + dim_ / 2;
-    for (int64_t b = 0; b < dim_ / formats::kIndexBlock; ++b) {
-      if (scales[b] < lo || scales[b] > hi) {
-        DSV41_FAIL("index-key cache of layer ", owner_layer_, ": entry ", e, " block ", b,
-                   " has scale byte ", hex_byte(scales[b]), ", not an E8M0 scale the quantizer writes [",
-                   hex_byte(lo), ", ", hex_byte(hi), "]");
-      }
-    }
-  }
-  std::copy(bytes, bytes + count * entry_bytes_, bytes_.begin());
-  size_ = count;
-}
-
-Tensor<float> IndexKeyCache::read(int expected_owner, int expected_ratio, int64_t count) const {
-  if (expected_owner != owner_layer_ || expected_ratio != ratio_) {
-    DSV41_FAIL("index-key cache: a consumer expects the keys of layer ", expected_owner,
-               " (ratio ", expected_ratio, ") but this cache belongs to layer ", owner_layer_,
-               " (ratio ", ratio_, ")");
-  }
-  DSV41_CHECK(count >= 0 && count <= size_, "index-key cache of layer ", owner_layer_,
-              ": read of ", count, " entries, ", size_, " written");
-  const std::vector<uint8_t> bytes(bytes_.begin(), bytes_.begin() + count * entry_bytes_);
-  return Tensor<float>({count, dim_},
-                       formats::unpack_rows(format_, bytes, static_cast<int>(count), static_cast<int>(dim_)),
-                       "index_k");
 }
 
 void apply_candidate_mask(Tensor<float>& scores, const CandidateMask& candidates,

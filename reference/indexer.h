@@ -4,10 +4,11 @@
 // split at its projections, plus the explicitly owned objects that index sources hand to later
 // layers. The caller computes (linear, RMSNorm and RoPE are not here):
 //   keys (kv sources): k = k_norm(wk(latent)) on the post-norm, pre-RoPE bf16 latent, RoPE on the
-//                      last rope_head_dim channels at position j * ratio; then fp4_qdq_index (here)
-//   query:             q = wq_b(qr) as [T, Hi, Di], RoPE at the query positions; fp4_qdq_index
+//                      last rope_head_dim channels at position j * ratio; then the index_keys
+//                      cache's FP4 QDQ (qdq(kIndexKeysFp4, k), reference/kv_quant.h)
+//   query:             q = wq_b(qr) as [T, Hi, Di], RoPE at the query positions; the same QDQ
 //   weights_proj:      proj = weights_proj(x) [T, Hi] bf16; index_weights (here) scales it
-// (The CachePrecision::kBf16 ablation skips both fp4_qdq_index steps and keeps bf16 index keys.)
+// (The CachePrecision::kBf16 ablation skips both QDQ steps and keeps bf16 index keys.)
 //
 // Scores (every step a bf16 tensor, as in the official code; bit-exact against the oracle):
 //   dot[t,h,n]   = bf16(q[t,h] . k[n])          exact sum in double, rounded once to fp32, then bf16
@@ -32,7 +33,7 @@
 //
 // Example (a Full layer, prefill of T tokens at start 0, ratio r):
 //   std::vector<int64_t> reach = compressed_reach(0, T, r);
-//   Tensor<float> s = index_scores(fp4_qdq_index(q), keys.read(layer, r, T / r),
+//   Tensor<float> s = index_scores(qdq(CacheFormat::kIndexKeysFp4, q), keys,   // keys: [T/r, Di]
 //                                  index_weights(proj, cfg.index_head_dim), reach);
 //   PublishedTopk top = select_index_topk(s, reach, cfg.index_topk, T, layer, r);
 #pragma once
@@ -40,15 +41,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "reference/cache_precision.h"
 #include "reference/tensor.h"
 
 namespace dsv41::reference {
-
-// FP4 E2M1 with an E8M0 (ceil) scale per 32 channels, quantized and dequantized
-// (formats::quantize_index_block): the indexer's keys and queries.
-// x: [..., Di] bf16 with Di % 32 == 0 -> same shape, bf16 values (exact). NaN/Inf is an error.
-Tensor<float> fp4_qdq_index(const Tensor<float>& x);
 
 // fl32(Di^-0.5 * Hi^-0.5): the factor of weights_proj (computed in double, as Python does, then
 // rounded to fp32 as torch does for a scalar multiplying a bf16 tensor).
@@ -88,58 +83,6 @@ struct CandidateMask {
 
   // mask, for a consumer that expects this owner; a mismatch is an error.
   const Tensor<uint8_t>& mask_for(int expected_owner) const;
-};
-
-// The index-key cache of a kv-source layer (the official indexer k_cache): entry e = the key of
-// compressed position position_offset + e, after RoPE at (position_offset + e) * ratio, stored
-// PACKED (formats::pack_index_key: Di/2 + Di/32 bytes, 68 B at Di = 128). read() returns exactly
-// the official bf16 cache values. Reindex and Reuse layers read the cache of their kv source and
-// must name the owner and ratio they expect; a mismatch is a dsv41::Error.
-// With CachePrecision::kBf16 (the ablation, reference/cache_precision.h) write() skips the QDQ and
-// stores the keys' bf16 bit patterns (2 * Di bytes per entry); read() returns them as written.
-class IndexKeyCache {
- public:
-  IndexKeyCache(int owner_layer, int ratio, int64_t index_head_dim, int64_t capacity,
-                int64_t position_offset = 0, CachePrecision precision = CachePrecision::kPacked);
-
-  int owner_layer() const { return owner_layer_; }
-  int ratio() const { return ratio_; }
-  int64_t index_head_dim() const { return dim_; }
-  int64_t capacity() const { return capacity_; }
-  int64_t position_offset() const { return position_offset_; }
-  int64_t size() const { return size_; }
-  int64_t entry_bytes() const { return entry_bytes_; }
-  CachePrecision precision() const { return precision_; }
-  formats::CacheFormat format() const { return format_; }  // kIndexKeyFp4, or kBf16 (ablation)
-
-  // Quantizes (fp4_qdq_index's format; kBf16: stores as is) and stores rows as entries
-  // first_entry .. first_entry + n - 1.
-  // roped_keys: [n, Di] bf16 (post-RoPE, pre-QDQ). first_entry <= size() (append, or rewrite a
-  // tail; later entries are dropped); fits in capacity.
-  void write(int64_t first_entry, const Tensor<float>& roped_keys);
-
-  const uint8_t* entry(int64_t e) const;  // packed bytes of entry e < size()
-
-  // Replaces the contents with `count` packed entries (bytes: [count, entry_bytes()], e.g. from
-  // a saved session), after checking each one: every scale byte must be one the quantizer
-  // writes (E8M0 in [index_scale(0), index_scale(FLT_MAX)], never the NaN code 0xFF), else a
-  // dsv41::Error naming the entry and block. count <= capacity.
-  void restore(const uint8_t* bytes, int64_t count);
-
-  // Entries [0, count) as bf16 QDQ values, for a consumer expecting this owner and ratio.
-  Tensor<float> read(int expected_owner, int expected_ratio, int64_t count) const;
-
- private:
-  int owner_layer_;
-  int ratio_;
-  int64_t dim_;
-  int64_t capacity_;
-  int64_t position_offset_;
-  CachePrecision precision_;
-  formats::CacheFormat format_;
-  int64_t entry_bytes_;
-  int64_t size_ = 0;
-  std::vector<uint8_t> bytes_;  // [capacity, entry_bytes]
 };
 
 // ---- selection ----

@@ -31,7 +31,7 @@ bool is_bf16_value(float v) { return std::isnan(v) || round_to_bf16(v) == v; }
 void check_bf16_input(const Tensor<float>& x, const LinearWeight& w) {
   const std::vector<float>& v = x.data();
   for (size_t i = 0; i < v.size(); ++i) {
-    DSV41_CHECK(is_bf16_value(v[i]), "linear '", w.name, "' (", safetensors::dtype_name(w.dtype),
+    DSV41_CHECK(is_bf16_value(v[i]), "linear '", w.name, "' (", dtype_name(w.dtype),
                 "): input '", x.name(), "' element [", static_cast<int64_t>(i) / w.in, ", ",
                 static_cast<int64_t>(i) % w.in, "] = ", v[i], " is not a bf16 value");
   }
@@ -39,7 +39,7 @@ void check_bf16_input(const Tensor<float>& x, const LinearWeight& w) {
 
 void check_input_shape(const Tensor<float>& x, const LinearWeight& w) {
   DSV41_CHECK(x.rank() == 2 && x.dim(1) == w.in, "linear '", w.name, "': input '", x.name(),
-              "' must be [T, ", w.in, "], got ", safetensors::shape_string(x.shape()));
+              "' must be [T, ", w.in, "], got ", shape_string(x.shape()));
   DSV41_CHECK(w.out > 0 && w.in > 0 &&
                   static_cast<int64_t>(w.w.size()) == w.out * w.in,
               "linear '", w.name, "': weight holds ", w.w.size(), " values for [", w.out, ", ",
@@ -48,7 +48,7 @@ void check_input_shape(const Tensor<float>& x, const LinearWeight& w) {
   if (w.dtype == DType::kF8E4M3) scales = ceil_div(w.out, kBlock) * ceil_div(w.in, kBlock);
   if (w.dtype == DType::kF4) scales = w.out * (w.in / kBlock);
   DSV41_CHECK(static_cast<int64_t>(w.scale.size()) == scales, "linear '", w.name, "': ",
-              safetensors::dtype_name(w.dtype), " weight [", w.out, ", ", w.in, "] needs ", scales,
+              dtype_name(w.dtype), " weight [", w.out, ", ", w.in, "] needs ", scales,
               " scales, holds ", w.scale.size());
 }
 
@@ -129,44 +129,6 @@ Tensor<float> plain_linear(const Tensor<float>& x, const LinearWeight& w, const 
 
 }  // namespace
 
-LinearWeight LinearWeight::load(const safetensors::SafetensorsFile& file, const std::string& prefix,
-                                DType dtype, int64_t out, int64_t in) {
-  DSV41_CHECK(out > 0 && in > 0, "linear '", prefix, "': shape [", out, ", ", in, "] must be positive");
-  LinearWeight lw;
-  lw.name = prefix;
-  lw.dtype = dtype;
-  lw.out = out;
-  lw.in = in;
-  const std::string wname = prefix + ".weight", sname = prefix + ".scale";
-  switch (dtype) {
-    case DType::kF8E4M3:
-      DSV41_CHECK(in % kBlock == 0, "linear '", prefix, "': F8_E4M3 weights need in % 32 == 0 ",
-                  "(act_quant blocks of 32), got in=", in);
-      lw.w = file.get(wname, DType::kF8E4M3, {out, in}).to_f32();
-      lw.scale = file.get(sname, DType::kF8E8M0, {ceil_div(out, kBlock), ceil_div(in, kBlock)}).to_f32();
-      break;
-    case DType::kF4:
-      DSV41_CHECK(in % kBlock == 0, "linear '", prefix, "': F4 weights need in % 32 == 0, got in=", in);
-      lw.w = file.get(wname, DType::kF4, {out, in}).to_f32();
-      lw.scale = file.get(sname, DType::kF8E8M0, {out, in / kBlock}).to_f32();
-      break;
-    case DType::kBF16:
-    case DType::kF32:
-      lw.w = file.get(wname, dtype, {out, in}).to_f32();
-      DSV41_CHECK(!file.contains(sname), "linear '", prefix, "': a ", safetensors::dtype_name(dtype),
-                  " weight has no scale, but the file holds '", sname, "'");
-      break;
-    default:
-      DSV41_FAIL("linear '", prefix, "': weight dtype ", safetensors::dtype_name(dtype),
-                 " is not a linear weight dtype (F8_E4M3, F4, BF16, F32)");
-  }
-  for (size_t i = 0; i < lw.scale.size(); ++i) {
-    DSV41_CHECK(!std::isnan(lw.scale[i]), "linear '", prefix, "': scale element ", i,
-                " is the E8M0 NaN code 0xFF");
-  }
-  return lw;
-}
-
 void act_quant_row(const float* x, int64_t in, float* code_values, float* scales) {
   DSV41_CHECK(in > 0 && in % kBlock == 0, "act_quant: row length must be a positive multiple of 32, got ", in);
   uint8_t codes[kBlock];
@@ -194,7 +156,7 @@ Tensor<float> linear(const Tensor<float>& x, const LinearWeight& w) {
     case DType::kF32:
       return plain_linear(x, w, w.w, /*to_bf16=*/false);
     default:
-      DSV41_FAIL("linear '", w.name, "': unsupported weight dtype ", safetensors::dtype_name(w.dtype));
+      DSV41_FAIL("linear '", w.name, "': unsupported weight dtype ", dtype_name(w.dtype));
   }
 }
 
@@ -202,7 +164,7 @@ Tensor<float> linear_fp32(const Tensor<float>& x, const LinearWeight& w) {
   check_input_shape(x, w);
   if (w.dtype == DType::kBF16 || w.dtype == DType::kF32) return plain_linear(x, w, w.w, /*to_bf16=*/false);
   DSV41_CHECK(w.dtype == DType::kF8E4M3 || w.dtype == DType::kF4, "linear_fp32 '", w.name,
-              "': unsupported weight dtype ", safetensors::dtype_name(w.dtype));
+              "': unsupported weight dtype ", dtype_name(w.dtype));
   // Quantized weights: the dequantized value code * scale (exact in fp32). The official code
   // never takes this path; it is defined so that every LinearWeight has an fp32 product.
   std::vector<float> deq(w.w.size());
@@ -213,6 +175,24 @@ Tensor<float> linear_fp32(const Tensor<float>& x, const LinearWeight& w) {
     }
   }
   return plain_linear(x, w, deq, /*to_bf16=*/false);
+}
+
+Tensor<float> grouped_linear(const Tensor<float>& x, const LinearWeight& w, int groups) {
+  DSV41_CHECK(groups > 0 && w.out % groups == 0 && x.rank() == 2 && x.dim(1) == groups * w.in,
+              "grouped_linear '", w.name, "': input '", x.name(), "' ", shape_string(x.shape()), " for ", groups,
+              " groups of a [", w.out, ", ", w.in, "] weight");
+  DSV41_CHECK(w.dtype == DType::kBF16, "grouped_linear '", w.name, "': a BF16 weight, got ", dtype_name(w.dtype));
+  const int64_t T = x.dim(0), width = w.in, r = w.out / groups;
+  Tensor<float> y({T, w.out}, w.name + ".y");
+  for (int64_t t = 0; t < T; ++t) {
+    for (int g = 0; g < groups; ++g) {
+      for (int64_t j = 0; j < r; ++j) {
+        const float* wrow = w.w.data() + (g * r + j) * width;
+        y.at(t, g * r + j) = round_to_bf16(dot_f64_f32(x.row(t) + g * width, wrow, width));
+      }
+    }
+  }
+  return y;
 }
 
 }  // namespace dsv41::reference

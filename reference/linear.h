@@ -24,7 +24,7 @@
 // naming the weight, the row and the element or block.
 //
 // Example:
-//   LinearWeight wq_a = LinearWeight::load(weights, "layers.2.attn.wq_a", DType::kF8E4M3, 128, 256);
+//   LinearWeight wq_a = load_linear(weights, "layers.2.attn.wq_a", DType::kF8E4M3, 128, 256);
 //   Tensor<float> qr = linear(x, wq_a);   // x: [T, 256] bf16 -> [T, 128] bf16
 #pragma once
 
@@ -32,12 +32,10 @@
 #include <string>
 #include <vector>
 
-#include "reference/safetensors.h"
+#include "reference/dtype.h"
 #include "reference/tensor.h"
 
 namespace dsv41::reference {
-
-using safetensors::DType;
 
 struct LinearWeight {
   std::string name;       // checkpoint prefix, e.g. "layers.2.attn.wq_a"
@@ -46,11 +44,7 @@ struct LinearWeight {
   std::vector<float> w;      // [out, in] element values (E4M3 / E2M1 / bf16 / fp32 values)
   std::vector<float> scale;  // F8_E4M3: [ceil(out/32), ceil(in/32)] E8M0 values;
                              // F4: [out, in/32] E8M0 values; empty for BF16/F32
-
-  // Reads "<prefix>.weight" (and "<prefix>.scale" for F8_E4M3/F4) with the official shapes; any
-  // mismatch is an error naming the tensor.
-  static LinearWeight load(const safetensors::SafetensorsFile& file, const std::string& prefix,
-                           DType dtype, int64_t out, int64_t in);
+  // (Loaded from a checkpoint by load_linear, reference/weights.h.)
 };
 
 // y = x W^T with the official dtype semantics above.
@@ -66,6 +60,13 @@ Tensor<float> linear(const Tensor<float>& x, const LinearWeight& w);
 // take their dequantized values code * scale (exact in fp32).
 // x: [T, in] fp32 -> [T, out] fp32.
 Tensor<float> linear_fp32(const Tensor<float>& x, const LinearWeight& w);
+
+// The grouped output projection of attention (wo_a, bf16 weight): x [T, G * width] viewed as G
+// groups; group g uses rows [g * r, (g + 1) * r) of w (r = w.out / G, w.in = width):
+//   y[t, g*r + j] = bf16(dot_f64_f32(x[t, g*width .. (g+1)*width), w[g*r + j]))
+// (the official per-group einsum; double accumulation in index order, rounded once to fp32, then
+// to bf16, as F.linear above). x: [T, G * w.in] bf16 -> [T, w.out] bf16.
+Tensor<float> grouped_linear(const Tensor<float>& x, const LinearWeight& w, int groups);
 
 // The activation quantization of fp8/fp4 linears (act_quant block 32, ue8m0) of one row
 // (formats::quantize_fp8_block per 32 values; bit-exact vs the oracle's x_q / x_scale).

@@ -132,7 +132,7 @@ HcMixes hc_split_sinkhorn(const Tensor<float>& mixes, const std::vector<float>& 
                           const std::vector<float>& base, int hc, int iters, double hc_eps) {
   const int64_t n_mix = hc_mix_count(hc);
   DSV41_CHECK(mixes.rank() == 2 && mixes.dim(1) == n_mix, "hc_split_sinkhorn: mixes must be [T, ",
-              n_mix, "], got ", safetensors::shape_string(mixes.shape()));
+              n_mix, "], got ", shape_string(mixes.shape()));
   DSV41_CHECK(scale.size() == 3, "hc_split_sinkhorn: hc_scale must hold 3 values, got ",
               scale.size());
   DSV41_CHECK(static_cast<int64_t>(base.size()) == n_mix, "hc_split_sinkhorn: hc_base must hold ",
@@ -165,7 +165,7 @@ Tensor<float> hc_pre(const Tensor<float>& stream, const Tensor<float>& pre) {
   DSV41_CHECK(stream.rank() == 3, "hc_pre: stream must be [T, hc, dim], got rank ", stream.rank());
   const int64_t tokens = stream.dim(0), hc = stream.dim(1), dim = stream.dim(2);
   DSV41_CHECK(pre.rank() == 2 && pre.dim(0) == tokens && pre.dim(1) == hc, "hc_pre: pre must be [",
-              tokens, ", ", hc, "], got ", safetensors::shape_string(pre.shape()));
+              tokens, ", ", hc, "], got ", shape_string(pre.shape()));
   Tensor<float> y({tokens, dim}, "hc_pre_out");
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t d = 0; d < dim; ++d) {
@@ -183,13 +183,13 @@ Tensor<float> hc_post(const Tensor<float>& f, const Tensor<float>& residual,
               residual.rank());
   const int64_t tokens = residual.dim(0), hc = residual.dim(1), dim = residual.dim(2);
   DSV41_CHECK(f.rank() == 2 && f.dim(0) == tokens && f.dim(1) == dim, "hc_post: f must be [",
-              tokens, ", ", dim, "], got ", safetensors::shape_string(f.shape()));
+              tokens, ", ", dim, "], got ", shape_string(f.shape()));
   DSV41_CHECK(post.rank() == 2 && post.dim(0) == tokens && post.dim(1) == hc,
               "hc_post: post must be [", tokens, ", ", hc, "], got ",
-              safetensors::shape_string(post.shape()));
+              shape_string(post.shape()));
   DSV41_CHECK(comb.rank() == 3 && comb.dim(0) == tokens && comb.dim(1) == hc && comb.dim(2) == hc,
               "hc_post: comb must be [", tokens, ", ", hc, ", ", hc, "], got ",
-              safetensors::shape_string(comb.shape()));
+              shape_string(comb.shape()));
   Tensor<float> y({tokens, hc, dim}, "hc_post_out");
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t j = 0; j < hc; ++j) {

@@ -51,6 +51,13 @@
 
 namespace dsv41::reference {
 
+// The mHC weights of one sublayer (checkpoint "<P>hc_attn_*" or "<P>hc_ffn_*").
+struct HcWeights {
+  Tensor<float> fn;     // [(2+hc)*hc, hc*dim] fp32
+  Tensor<float> base;   // [(2+hc)*hc] fp32
+  Tensor<float> scale;  // [3] fp32
+};
+
 // The three coefficient sets of one sublayer.
 struct HcMixes {
   Tensor<float> pre;   // [T, hc] fp32, in [hc_eps, 1 + hc_eps]

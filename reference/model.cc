@@ -2,135 +2,11 @@
 
 #include <algorithm>
 
-#include "formats/packed.h"
-#include "reference/attention_layer.h"
-#include "reference/linear.h"
-#include "reference/mhc.h"
-#include "reference/moe.h"
-#include "reference/rmsnorm.h"
+#include "reference/forward.h"
 
 namespace dsv41::reference {
 
-// ------------------------------------------------------------------------------- SWA ring
-
-int64_t SwaRing::entry_bytes() const { return formats::entry_bytes(format(), static_cast<int>(head_dim)); }
-
-namespace {
-
-// One slot's entry: kPacked formats::pack_swa_kv (FP8), kBf16 formats::pack_bf16. false on a
-// value the format cannot hold (NaN/Inf, or a bf16 overflow).
-bool pack_swa_entry(CachePrecision p, const float* row, int d, uint8_t* out) {
-  return p == CachePrecision::kBf16 ? formats::pack_bf16(row, d, out) : formats::pack_swa_kv(row, d, out);
-}
-
-void unpack_swa_entry(CachePrecision p, const uint8_t* in, int d, float* out) {
-  if (p == CachePrecision::kBf16) {
-    formats::unpack_bf16(in, d, out);
-  } else {
-    formats::unpack_swa_kv(in, d, out);
-  }
-}
-
-}  // namespace
-
-void SwaRing::write(int64_t position, const float* kv_row) {
-  const int64_t eb = entry_bytes();
-  const int64_t slot = position % window;
-  DSV41_CHECK(pack_swa_entry(precision, kv_row, static_cast<int>(head_dim), bytes.data() + slot * eb),
-              "SWA ring: window KV at position ", position, " holds NaN/Inf");
-  positions[static_cast<size_t>(slot)] = position;
-}
-
-Tensor<float> SwaRing::read_all() const {
-  const int64_t eb = entry_bytes();
-  Tensor<float> out({window, head_dim}, "window_kv_ring");
-  for (int s = 0; s < window; ++s) {
-    if (positions[static_cast<size_t>(s)] < 0) continue;  // never read: its index is -1
-    unpack_swa_entry(precision, bytes.data() + s * eb, static_cast<int>(head_dim), out.row(s));
-  }
-  return out;
-}
-
-Tensor<float> SwaRing::read_positions(int64_t first, int64_t count) const {
-  const int64_t eb = entry_bytes();
-  DSV41_CHECK(count >= 0 && count <= window, "SWA ring: cannot read ", count, " positions from a ring of ", window);
-  Tensor<float> out({count, head_dim}, "window_kv_ring");
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t p = first + i, slot = p % window;
-    DSV41_CHECK(p >= 0 && positions[static_cast<size_t>(slot)] == p, "SWA ring does not hold position ", p,
-                " (slot ", slot, " holds ", positions[static_cast<size_t>(slot)], ")");
-    unpack_swa_entry(precision, bytes.data() + slot * eb, static_cast<int>(head_dim), out.row(i));
-  }
-  return out;
-}
-
-std::vector<CacheView> cache_views(const ModelState& state) {
-  std::vector<CacheView> out;
-  for (size_t l = 0; l < state.layers.size(); ++l) {
-    const SwaRing& ring = state.layers[l].ring;
-    CacheView v;
-    v.kind = "swa";
-    v.layer = static_cast<int>(l);
-    v.format = ring.format();
-    v.dim = ring.head_dim;
-    v.entry_bytes = ring.entry_bytes();
-    std::vector<int64_t> slots;  // occupied slots, by ascending position
-    for (int s = 0; s < ring.window; ++s) {
-      if (ring.positions[static_cast<size_t>(s)] >= 0) slots.push_back(s);
-    }
-    std::sort(slots.begin(), slots.end(), [&ring](int64_t a, int64_t b) {
-      return ring.positions[static_cast<size_t>(a)] < ring.positions[static_cast<size_t>(b)];
-    });
-    for (int64_t s : slots) {
-      const uint8_t* e = ring.bytes.data() + s * v.entry_bytes;
-      v.bytes.insert(v.bytes.end(), e, e + v.entry_bytes);
-      v.positions.push_back(ring.positions[static_cast<size_t>(s)]);
-    }
-    v.entries = static_cast<int64_t>(slots.size());
-    out.push_back(std::move(v));
-  }
-  // The two packed caches share their interface (size, entry, entry_bytes, format, position_offset).
-  const auto view_of = [](const char* kind, int layer, const auto& cache, int64_t dim) {
-    CacheView v;
-    v.kind = kind;
-    v.layer = layer;
-    v.format = cache.format();
-    v.dim = dim;
-    v.entry_bytes = cache.entry_bytes();
-    v.entries = cache.size();
-    for (int64_t e = 0; e < cache.size(); ++e) {
-      v.bytes.insert(v.bytes.end(), cache.entry(e), cache.entry(e) + cache.entry_bytes());
-      v.positions.push_back(cache.position_offset() + e);
-    }
-    return v;
-  };
-  for (size_t l = 0; l < state.layers.size(); ++l) {
-    const LayerState& ls = state.layers[l];
-    if (ls.kv_cache) out.push_back(view_of("compressed_kv", static_cast<int>(l), *ls.kv_cache, ls.kv_cache->head_dim()));
-    if (ls.key_cache) {
-      out.push_back(view_of("index_keys", static_cast<int>(l), *ls.key_cache, ls.key_cache->index_head_dim()));
-    }
-  }
-  return out;
-}
-
-// ------------------------------------------------------------------------------- model
-
-namespace {
-
-// Rows [first, first + count) of a tensor along its first dimension.
-template <typename T>
-Tensor<T> slice_rows(const Tensor<T>& x, int64_t first, int64_t count) {
-  DSV41_CHECK(first >= 0 && count >= 0 && first + count <= x.dim(0), "rows [", first, ", ", first + count,
-              ") outside ", x.dim(0), " rows of '", x.name(), "'");
-  std::vector<int64_t> shape = x.shape();
-  const int64_t row = x.numel() / std::max<int64_t>(x.dim(0), 1);
-  shape[0] = count;
-  std::vector<T> data(x.data().begin() + first * row, x.data().begin() + (first + count) * row);
-  return Tensor<T>(shape, std::move(data), x.name());
-}
-
-}  // namespace
+using formats::CacheFormat;
 
 int64_t recent_token_count(const ModelConfig& c) {
   return c.window_size + (c.engram_layer_ids.empty() ? 0 : c.engram_max_ngram_size - 1);
@@ -144,8 +20,8 @@ std::vector<int64_t> default_token_map(const ModelConfig& c) {
   return map;
 }
 
-Model::Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> token_map)
-    : config_(std::move(config)), weights_(std::move(weights)), token_map_(std::move(token_map)) {
+Model::Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> token_map, const Ops& ops)
+    : config_(std::move(config)), ops_(&ops), weights_(std::move(weights)), token_map_(std::move(token_map)) {
   const ModelConfig& c = config_;
   DSV41_CHECK(static_cast<int64_t>(token_map_.size()) == c.vocab_size, "token map has ",
               token_map_.size(), " entries, the vocab has ", c.vocab_size);
@@ -161,6 +37,7 @@ Model::Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> toke
     engram_ = EngramLayout::build(c);
     engram_pad_ = engram_pad_id(token_map_, c.engram_pad_id);
   }
+  ops_->prepare(weights_, rope_);
 }
 
 ModelState Model::new_state() const {
@@ -171,16 +48,21 @@ ModelState Model::new_state() const {
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerInfo& info = schedule_[static_cast<size_t>(l)];
     LayerState ls;
-    ls.ring.window = c.window_size;
-    ls.ring.head_dim = c.head_dim;
-    ls.ring.precision = precision_;
-    ls.ring.bytes.assign(static_cast<size_t>(c.window_size * ls.ring.entry_bytes()), 0);
-    ls.ring.positions.assign(static_cast<size_t>(c.window_size), -1);
+    ls.window_kv = WindowKvRing(c.window_size, c.head_dim, stored_format(precision_, CacheFormat::kWindowKvFp8));
+    ls.window_kv.bytes = ops_->upload(std::move(ls.window_kv.bytes));
     if (info.role == LayerRole::kFull) {
       const int64_t capacity = c.max_seq_len / info.ratio;
-      if (info.ratio > 1) ls.compressor.emplace(info.ratio, c.head_dim);
-      ls.kv_cache.emplace(l, info.ratio, c.head_dim, capacity, 0, precision_);
-      ls.key_cache.emplace(l, info.ratio, c.index_head_dim, capacity, 0, precision_);
+      if (info.ratio > 1) {
+        ls.compressor.emplace(info.ratio, c.head_dim);
+        ls.compressor->kv = ops_->upload(std::move(ls.compressor->kv));
+        ls.compressor->score = ops_->upload(std::move(ls.compressor->score));
+      }
+      ls.compressed_kv.emplace("compressed KV cache", stored_format(precision_, CacheFormat::kCompressedKvFp4), l,
+                               info.ratio, c.head_dim, capacity);
+      ls.index_keys.emplace("index-key cache", stored_format(precision_, CacheFormat::kIndexKeysFp4), l, info.ratio,
+                            c.index_head_dim, capacity);
+      ls.compressed_kv->place(*ops_);
+      ls.index_keys->place(*ops_);
     }
     s.layers.push_back(std::move(ls));
   }
@@ -237,7 +119,7 @@ void Model::replay_local_state(ModelState& state, const std::vector<int64_t>& ta
   const int64_t n = static_cast<int64_t>(tail.size()), end = state.pos;
   DSV41_CHECK(n >= 1 && n <= end, "encoder replay of ", n, " tokens needs a state at position >= ", n,
               ", this one is at ", end);
-  for (LayerState& ls : state.layers) std::fill(ls.ring.positions.begin(), ls.ring.positions.end(), -1);
+  for (LayerState& ls : state.layers) ls.window_kv.clear();
   state.pos = end - n;
   StepOptions o;
   o.window_floor = end - n;
@@ -251,10 +133,36 @@ void Model::replay_local_state(ModelState& state, const std::vector<int64_t>& ta
   DSV41_CHECK(state.pos == end, "encoder replay ended at ", state.pos, ", expected ", end);
 }
 
+std::vector<CacheView> Model::cache_views(const ModelState& state) const {
+  return reference::cache_views(state, *ops_);
+}
+
+namespace {
+
+// Moves a step's records to the host (the only download of a step without hooks) and keeps of each
+// candidate mask the reachable part (position < reach: the pinned block may extend past a query's
+// reach, and how far depends on where the step ends, not on the selection).
+void finish_record(const Ops& ops, StepSelections& sel, StepRecord& rec) {
+  for (auto& [l, t] : sel.topk) rec.topk.emplace(l, ops.download(std::move(t)));
+  for (auto& [l, t] : sel.candidates) {
+    Tensor<uint8_t> mask = ops.download(std::move(t));
+    const std::vector<int64_t>& reach = sel.reach.at(l);
+    for (int64_t r = 0; r < mask.dim(0); ++r) {
+      for (int64_t n = reach[static_cast<size_t>(r)]; n < mask.dim(1); ++n) mask.at(r, n) = 0;
+    }
+    rec.candidates.emplace(l, std::move(mask));
+  }
+  for (auto& [l, t] : sel.engram_ids) rec.engram_ids.emplace(l, ops.download(std::move(t)));
+  for (auto& [l, t] : sel.experts) rec.experts.emplace(l, ops.download(std::move(t)));
+}
+
+}  // namespace
+
 StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& tokens,
                                 const StepOptions& options) const {
   const ModelConfig& c = config_;
-  const int64_t T = static_cast<int64_t>(tokens.size()), dim = c.dim, hc = c.hc_mult;
+  const Ops& ops = *ops_;
+  const int64_t T = static_cast<int64_t>(tokens.size()), hc = c.hc_mult;
   const int64_t start = state.pos;
   check_precision(state);
   DSV41_CHECK(T >= 1, "a forward step needs at least one token");
@@ -263,6 +171,14 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   for (int64_t t = 0; t < T; ++t) {
     DSV41_CHECK(tokens[static_cast<size_t>(t)] >= 0 && tokens[static_cast<size_t>(t)] < c.vocab_size,
                 "token ", t, " = ", tokens[static_cast<size_t>(t)], " is outside the vocab [0, ", c.vocab_size, ")");
+  }
+  DSV41_CHECK(options.decoder_replay_rows >= 0, "decoder_replay_rows must be >= 0");
+  if (options.decoder_replay_rows > 0) {
+    DSV41_CHECK(c.candidate_source_layer >= 0, "decoder replay needs a candidate source layer");
+    for (int kv : c.kv_source_layers) {
+      DSV41_CHECK(kv <= c.candidate_source_layer, "decoder replay: kv source ", kv,
+                  " after the candidate source would write its cache from a tail only");
+    }
   }
   StepRecord rec;
   rec.start_pos = start;
@@ -275,24 +191,19 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   for (int64_t t = 0; t < T; ++t) {
     state.recent_tokens[static_cast<size_t>((start + t) % kept)] = tokens[static_cast<size_t>(t)];
   }
-
-  // Engram history: the compressed ids of the new tokens.
+  // Engram history: the compressed ids of the new tokens (host metadata, from the token ids).
   if (!c.engram_layer_ids.empty()) state.engram.write(start, engram_compress_tokens(token_map_, tokens));
 
-  // Embedding, copied to hc streams. stream: [T, hc, dim] bf16.
-  Tensor<float> stream({T, hc, dim}, "stream");
-  for (int64_t t = 0; t < T; ++t) {
-    const float* e = weights_.embed.data() + tokens[static_cast<size_t>(t)] * dim;
-    for (int64_t i = 0; i < hc; ++i) std::copy(e, e + dim, stream.row(t, i));
-  }
-  const auto observe = [&](const char* what, int layer, Tensor<float>& v) { hooks_.on(what, layer, v); };
-  const auto observe_mixes = [&](const std::string& prefix, int layer, HcMixes& m) {
-    observe((prefix + "_pre").c_str(), layer, m.pre);
-    observe((prefix + "_post").c_str(), layer, m.post);
-    observe((prefix + "_comb").c_str(), layer, m.comb);
+  const Observer observe(ops, hooks_);
+  const auto observe_mixes = [&](Component pre, Component post, Component comb, int layer, HcMixes& m) {
+    observe(pre, layer, m.pre);
+    observe(post, layer, m.post);
+    observe(comb, layer, m.comb);
   };
-  observe("embed", -1, stream);
-  Tensor<float> pre = hc_identity_pre(T, hc);
+  StepSelections sel;
+  Tensor<float> stream = ops.embed(tokens, weights_.embed, hc);  // [T, hc, dim] bf16
+  observe(Component::kEmbed, -1, stream);
+  Tensor<float> pre = ops.hc_identity_pre(T, hc);  // [T, hc] fp32: the pre the next sublayer applies
   SharedAttention shared;
   // The rows still running: all of them, or only a tail after the candidate source (decoder
   // replay). cur_start / cur_T are their first position and count.
@@ -300,69 +211,53 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   AttentionStepMode mode;
   mode.window_floor = options.window_floor;
   mode.local_only = options.local_only;
-  DSV41_CHECK(options.decoder_replay_rows >= 0, "decoder_replay_rows must be >= 0");
-  if (options.decoder_replay_rows > 0) {
-    DSV41_CHECK(c.candidate_source_layer >= 0, "decoder replay needs a candidate source layer");
-    for (int kv : c.kv_source_layers) {
-      DSV41_CHECK(kv <= c.candidate_source_layer, "decoder replay: kv source ", kv,
-                  " after the candidate source would write its cache from a tail only");
-    }
-  }
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerInfo& info = schedule_[static_cast<size_t>(l)];
     const BlockWeights& bw = weights_.blocks[static_cast<size_t>(l)];
-    observe("in_stream", l, stream);
-    observe("in_pre", l, pre);
+    observe(Component::kInStream, l, stream);
+    observe(Component::kInPre, l, pre);
     if (bw.has_engram) {
-      const int li = engram_.layer_index(l);
-      Tensor<int64_t> ids = engram_hash_ids(engram_, li, state.engram, cur_start, cur_T);
-      const EngramTableRef table =
-          engram_table(bw.engram.table, bw.engram.table_scale, bw.engram.rows, c.engram_head_dim);
-      const Tensor<float> kv = linear(engram_lookup(table, ids), bw.engram.wkv);
-      stream = engram_gate_residual(stream, kv, bw.engram.q_weight, bw.engram.k_weight, c.norm_eps);
-      rec.engram_ids.emplace(l, std::move(ids));
-      observe("engram_out", l, stream);
+      Tensor<int64_t> ids = ops.engram_hash_ids(engram_, engram_.layer_index(l), state.engram, cur_start, cur_T);
+      const Tensor<float> kv = ops.linear(ops.engram_lookup(bw.engram, c.engram_head_dim, ids), bw.engram.wkv);
+      stream = ops.engram_gate_residual(stream, kv, bw.engram, c.norm_eps);
+      sel.engram_ids.insert_or_assign(l, std::move(ids));
+      observe(Component::kEngramOut, l, stream);
     }
     // Attention sublayer: its mixes come from the stream before it; it applies the previous pre.
-    HcMixes am = hc_mixes(stream, bw.hc_attn.fn, bw.hc_attn.scale, bw.hc_attn.base, c.norm_eps,
-                          c.hc_sinkhorn_iters, c.hc_eps);
-    observe_mixes("hc_attn", l, am);
-    AttentionRecord arec;
-    Tensor<float> a_in = rms_norm(hc_pre(stream, pre), bw.attn_norm, c.norm_eps);
-    observe("attn_in", l, a_in);
-    Tensor<float> a_out = attention_sublayer(a_in, cur_start, c, info, bw.attn,
-                                             rope_[static_cast<size_t>(l)], state, shared, arec, &hooks_, mode);
-    observe("attn_out", l, a_out);
-    stream = hc_post(a_out, stream, am.post, am.comb);
-    observe("attn_stream", l, stream);
-    if (arec.topk) rec.topk.emplace(l, std::move(*arec.topk));
-    if (arec.candidates) rec.candidates.emplace(l, std::move(*arec.candidates));
+    HcMixes am = ops.hc_mixes(stream, bw.hc_attn, c.norm_eps, c.hc_sinkhorn_iters, c.hc_eps);
+    observe_mixes(Component::kHcAttnPre, Component::kHcAttnPost, Component::kHcAttnComb, l, am);
+    Tensor<float> a_in = ops.rms_norm(ops.hc_pre(stream, pre), bw.attn_norm, c.norm_eps);
+    observe(Component::kAttnIn, l, a_in);
+    Tensor<float> a_out = attention_sublayer(ops, a_in, cur_start, c, info, bw.attn, rope_[static_cast<size_t>(l)],
+                                             state, shared, sel, observe, mode);
+    observe(Component::kAttnOut, l, a_out);
+    stream = ops.hc_post(a_out, stream, am.post, am.comb);
+    observe(Component::kAttnStream, l, stream);
     // FFN sublayer: applies the attention's pre.
-    HcMixes fm = hc_mixes(stream, bw.hc_ffn.fn, bw.hc_ffn.scale, bw.hc_ffn.base, c.norm_eps,
-                          c.hc_sinkhorn_iters, c.hc_eps);
-    observe_mixes("hc_ffn", l, fm);
-    Tensor<float> f_in = rms_norm(hc_pre(stream, am.pre), bw.ffn_norm, c.norm_eps);
-    observe("ffn_in", l, f_in);
-    MoeOutput moe = moe_forward(f_in, bw.ffn, c, l, &hooks_);
-    observe("ffn_out", l, moe.y);
-    stream = hc_post(moe.y, stream, fm.post, fm.comb);
-    observe("out_stream", l, stream);
-    rec.experts.emplace(l, std::move(moe.routing.experts));
-    pre = fm.pre;
+    HcMixes fm = ops.hc_mixes(stream, bw.hc_ffn, c.norm_eps, c.hc_sinkhorn_iters, c.hc_eps);
+    observe_mixes(Component::kHcFfnPre, Component::kHcFfnPost, Component::kHcFfnComb, l, fm);
+    Tensor<float> f_in = ops.rms_norm(ops.hc_pre(stream, am.pre), bw.ffn_norm, c.norm_eps);
+    observe(Component::kFfnIn, l, f_in);
+    MoeRouting routing = ops.moe_gate(f_in, bw.ffn, c, l);
+    if (hooks_.index) {  // a replaced choice gets the official weights of its experts
+      observe(Component::kExperts, l, routing.experts);
+      ops.moe_routing_weights(routing, c);
+    }
+    Tensor<float> f_out = ops.moe_experts(f_in, bw.ffn, routing, c);
+    observe(Component::kFfnOut, l, f_out);
+    stream = ops.hc_post(f_out, stream, fm.post, fm.comb);
+    observe(Component::kOutStream, l, stream);
+    sel.experts.insert_or_assign(l, std::move(routing.experts));
+    pre = std::move(fm.pre);
     if (l == c.candidate_source_layer && options.decoder_replay_rows > 0 && cur_T > options.decoder_replay_rows) {
       const int64_t keep = options.decoder_replay_rows, drop = cur_T - keep;
-      stream = slice_rows(stream, drop, keep);
-      pre = slice_rows(pre, drop, keep);
-      // What the candidate source published is re-addressed to the tail: its rows, and the
-      // top-k offset (= window rows in front of the compressed rows: now the tail's own rows).
-      if (shared.candidates) shared.candidates->mask = slice_rows(shared.candidates->mask, drop, keep);
-      if (shared.topk) {
-        Tensor<int32_t> idxs = slice_rows(shared.topk->idxs, drop, keep);
-        for (int32_t& v : idxs.data()) v = v < 0 ? -1 : static_cast<int32_t>(v - shared.topk->offset + keep);
-        shared.topk->idxs = std::move(idxs);
-        shared.topk->offset = keep;
-      }
+      stream = ops.slice_rows(stream, drop, keep);
+      pre = ops.slice_rows(pre, drop, keep);
+      // What the candidate source published is re-addressed to the tail: its rows (the top-k
+      // holds compressed positions: each consumer adds its own window rows).
+      if (shared.candidates) shared.candidates->mask = ops.slice_rows(shared.candidates->mask, drop, keep);
+      if (shared.topk) shared.topk->idxs = ops.slice_rows(shared.topk->idxs, drop, keep);
       cur_start += drop;
       cur_T = keep;
       mode.window_floor = std::max(mode.window_floor, cur_start);
@@ -372,11 +267,16 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   // Head: collapse with the last FFN's pre, norm, fp32 head (the last position; every position
   // with set_full_logits).
   const int64_t first = full_logits_ ? 0 : cur_T - 1;
-  Tensor<float> h = rms_norm(hc_pre(slice_rows(stream, first, cur_T - first), slice_rows(pre, first, cur_T - first)),
-                             weights_.norm, c.norm_eps);
-  observe("final_norm_out", -1, h);
-  Tensor<float> logits = linear_fp32(h, weights_.head);  // [cur_T - first, vocab] fp32
-  observe("logits", -1, logits);
+  Tensor<float> h = ops.rms_norm(
+      ops.hc_pre(ops.slice_rows(stream, first, cur_T - first), ops.slice_rows(pre, first, cur_T - first)),
+      weights_.norm, c.norm_eps);
+  observe(Component::kFinalNormOut, -1, h);
+  Tensor<float> logits = ops.linear_fp32(h, weights_.head);  // [cur_T - first, vocab] fp32
+  observe(Component::kLogits, -1, logits);
+
+  // The step's record, on the host.
+  finish_record(ops, sel, rec);
+  logits = ops.download(std::move(logits));
   rec.logits.assign(logits.row(cur_T - first - 1), logits.row(cur_T - first - 1) + c.vocab_size);
   if (full_logits_) rec.all_logits = std::move(logits);
   state.pos = start + T;

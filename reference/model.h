@@ -7,11 +7,17 @@
 //   decode(state, token)    one token at position state.pos
 // Both return the logits of the last position and record every selection a port must agree on.
 //
-// State (ModelState) holds what the official code keeps in module buffers: per layer the SWA ring
-// (packed FP8 entries), per kv source the compressed KV and index-key caches (packed FP4) and the
-// compressor's partial group, the Engram n-gram history, and the raw tokens of the last positions
-// (what encoder replay reads after a global-only resume). Shared objects carry their owner
-// layer, ratio and position offset; a consumer that expects another owner gets a dsv41::Error.
+// The model is the orchestration, written once: chunks, caches, ownership, published selections,
+// bounded replay and hooks. It reaches every component through its Ops (reference/ops.h): the
+// CPU reference by default, or another backend's implementation of the same table
+// (docs/architecture.md). It never reads a tensor's values itself.
+//
+// State (ModelState, reference/kv_cache.h) holds what the official code keeps in module buffers:
+// per layer the window_kv ring (packed FP8 entries), per kv source the compressed_kv and
+// index_keys caches (packed FP4) and the compressor's partial group, the Engram n-gram history,
+// and the raw tokens of the last positions (what encoder replay reads after a global-only
+// resume). Shared objects carry their owner layer and ratio; a consumer that expects another
+// owner gets a dsv41::Error.
 //
 // Beyond the official envelope, forward_chunk runs any number of tokens at any position with the
 // same bits as one prefill (docs/sessions.md defines it). Not here (yet): the DSpark draft blocks.
@@ -37,57 +43,17 @@
 #include <optional>
 #include <vector>
 
-#include "reference/attention.h"
 #include "reference/cache_precision.h"
-#include "reference/compressor.h"
 #include "reference/config.h"
 #include "reference/engram.h"
 #include "reference/hooks.h"
-#include "reference/indexer.h"
+#include "reference/kv_cache.h"
+#include "reference/ops.h"
 #include "reference/rope.h"
 #include "reference/tensor.h"
 #include "reference/weights.h"
 
 namespace dsv41::reference {
-
-// One layer's SWA ring: window_size slots of packed FP8 entries (formats::pack_swa_kv; raw bf16
-// with CachePrecision::kBf16), slot = position % window_size, with the position each slot holds
-// (-1: empty).
-struct SwaRing {
-  int window = 0;
-  int64_t head_dim = 0;
-  CachePrecision precision = CachePrecision::kPacked;
-  std::vector<uint8_t> bytes;       // [window, entry_bytes()]
-  std::vector<int64_t> positions;   // [window]
-  // kSwaKvFp8 (swa_kv_entry_bytes(head_dim) per slot), or kBf16 (2 * head_dim per slot).
-  formats::CacheFormat format() const { return stored_format(precision, formats::CacheFormat::kSwaKvFp8); }
-  int64_t entry_bytes() const;
-  // kv_row: [head_dim] bf16 (kPacked: already FP8 QDQ values, stored packed; kBf16: stored as is).
-  void write(int64_t position, const float* kv_row);
-  Tensor<float> read_all() const;   // [window, head_dim] bf16 (zeros in empty slots)
-  // Positions first .. first + count - 1 -> [count, head_dim] bf16; every one must be in the ring
-  // (else a dsv41::Error: e.g. a resumed session without its SWA state).
-  Tensor<float> read_positions(int64_t first, int64_t count) const;
-};
-
-struct LayerState {
-  SwaRing ring;
-  std::optional<CompressorState> compressor;  // ratio > 1 kv sources
-  std::optional<CompressedKvCache> kv_cache;  // kv sources
-  std::optional<IndexKeyCache> key_cache;     // kv sources that are index sources
-};
-
-// Copyable: a copy is an independent snapshot of a session (what a scenario runner keeps).
-struct ModelState {
-  int64_t pos = 0;  // tokens consumed so far
-  CachePrecision precision = CachePrecision::kPacked;  // of every cache below (Model::new_state)
-  std::vector<LayerState> layers;  // [n_layers]
-  EngramHistory engram;
-  // [recent_token_count(config)] the raw token id of position p at slot p % size, for the last
-  // positions (-1: not written yet). What encoder replay reads after a global-only resume.
-  std::vector<int64_t> recent_tokens;
-  explicit ModelState(int64_t engram_pad) : engram(engram_pad) {}
-};
 
 // What one forward call records, per step (positions [start_pos, start_pos + T)).
 struct StepRecord {
@@ -120,9 +86,11 @@ struct StepOptions {
 class Model {
  public:
   // token_map: [vocab] compressed id of every vocab entry (Engram); see default_token_map.
-  Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> token_map);
+  // ops: the components it runs (reference/ops.h); they must outlive the model.
+  Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> token_map, const Ops& ops = reference_ops());
 
   const ModelConfig& config() const { return config_; }
+  const Ops& ops() const { return *ops_; }
   const std::vector<int64_t>& token_map() const { return token_map_; }  // [vocab] Engram compressed ids
 
   // The precision of the caches of the states this model makes and accepts (default kPacked,
@@ -159,11 +127,15 @@ class Model {
   // Hooks that see and may replace intermediates and selections (reference/hooks.h).
   void set_hooks(ForwardHooks hooks) { hooks_ = std::move(hooks); }
 
+  // Every cache of `state` as stored bytes (kv_cache.h cache_views, through this model's ops).
+  std::vector<CacheView> cache_views(const ModelState& state) const;
+
  private:
   // A dsv41::Error unless state.precision == precision_.
   void check_precision(const ModelState& state) const;
 
   ModelConfig config_;
+  const Ops* ops_;
   ModelWeights weights_;
   std::vector<int64_t> token_map_;
   std::vector<LayerInfo> schedule_;
@@ -174,27 +146,6 @@ class Model {
   bool full_logits_ = false;
   CachePrecision precision_ = CachePrecision::kPacked;
 };
-
-// The stored bytes of one cache, for a reader that compares two runs' caches after a step
-// (a scenario runner) without knowing the precision.
-struct CacheView {
-  std::string kind;             // "swa", "compressed_kv" or "index_keys"
-  int layer = -1;               // the ring's layer, or the caches' owner (kv source) layer
-  formats::CacheFormat format = formats::CacheFormat::kBf16;  // how `bytes` decode (unpack_rows)
-  int64_t dim = 0;              // values per entry (head_dim, or index_head_dim)
-  int64_t entry_bytes = 0;      // bytes per entry in `format`
-  int64_t entries = 0;          // entries in `bytes`
-  std::vector<uint8_t> bytes;   // [entries, entry_bytes] as stored (packed, or bf16 little-endian)
-  // [entries] the position of each entry: the token position (swa), the compressed position
-  // (compressed_kv, index_keys: position_offset + e).
-  std::vector<int64_t> positions;
-};
-
-// Every cache of `state`, in layer order: first the "swa" ring of every layer (its occupied slots
-// only, in ASCENDING POSITION order, not slot order: empty slots are left out, so the view does not
-// depend on bytes no step reads), then per kv source its "compressed_kv" and "index_keys" caches
-// (entries [0, size()) in entry order). Bytes are copies.
-std::vector<CacheView> cache_views(const ModelState& state);
 
 // The raw tokens an encoder replay at any position needs: window_size (the replayed tail) +
 // engram_max_ngram_size - 1 (the n-grams of its first positions reach back that far; 0 without

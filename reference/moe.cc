@@ -55,7 +55,7 @@ MoeRouting moe_gate(const Tensor<float>& x, const MoeWeights& w, const ModelConf
     std::vector<float> biased(static_cast<size_t>(E));
     for (int e = 0; e < E; ++e) {
       r.scores.at(t, e) = std::sqrt(softplus(logits.at(t, e) / temp));
-      biased[e] = r.scores.at(t, e) + w.gate_bias[static_cast<size_t>(e)];
+      biased[e] = r.scores.at(t, e) + w.gate_bias.data()[static_cast<size_t>(e)];
     }
     std::vector<int> order(static_cast<size_t>(E));
     std::iota(order.begin(), order.end(), 0);
@@ -89,24 +89,23 @@ Tensor<float> expert_forward(const Tensor<float>& x, const LinearWeight& w1, con
   return linear(h, w2);
 }
 
-MoeOutput moe_forward(const Tensor<float>& x, const MoeWeights& w, const ModelConfig& c, int layer,
-                      const ForwardHooks* hooks) {
+Tensor<float> moe_experts(const Tensor<float>& x, const MoeWeights& w, const MoeRouting& routing,
+                          const ModelConfig& c) {
   const int64_t T = x.dim(0), dim = x.dim(1);
-  MoeOutput out{Tensor<float>({T, dim}, "moe.y"), moe_gate(x, w, c, layer)};
-  if (hooks && hooks->index) {
-    hooks->on("experts", layer, out.routing.experts);
-    moe_routing_weights(out.routing, c);
-  }
-  const int k = static_cast<int>(out.routing.experts.dim(1));
+  DSV41_CHECK(routing.experts.rank() == 2 && routing.experts.dim(0) == T &&
+                  routing.weights.shape() == routing.experts.shape(),
+              "moe_experts: routing ", shape_string(routing.experts.shape()), " / ",
+              shape_string(routing.weights.shape()), " for ", T, " tokens");
+  const int k = static_cast<int>(routing.experts.dim(1));
   Tensor<float> acc({T, dim}, "moe.acc");  // fp32
   for (int e = 0; e < static_cast<int>(w.w1.size()); ++e) {
     std::vector<int64_t> tokens;
     std::vector<float> weights;
     for (int64_t t = 0; t < T; ++t) {
       for (int j = 0; j < k; ++j) {
-        if (out.routing.experts.at(t, j) == e) {
+        if (routing.experts.at(t, j) == e) {
           tokens.push_back(t);
-          weights.push_back(out.routing.weights.at(t, j));
+          weights.push_back(routing.weights.at(t, j));
         }
       }
     }
@@ -121,10 +120,11 @@ MoeOutput moe_forward(const Tensor<float>& x, const MoeWeights& w, const ModelCo
     }
   }
   const Tensor<float> shared = expert_forward(x, w.s_w1, w.s_w2, w.s_w3, nullptr, c.swiglu_limit);
+  Tensor<float> y({T, dim}, "moe.y");
   for (int64_t t = 0; t < T; ++t) {
-    for (int64_t d = 0; d < dim; ++d) out.y.at(t, d) = round_to_bf16(acc.at(t, d) + shared.at(t, d));
+    for (int64_t d = 0; d < dim; ++d) y.at(t, d) = round_to_bf16(acc.at(t, d) + shared.at(t, d));
   }
-  return out;
+  return y;
 }
 
 }  // namespace dsv41::reference

@@ -15,18 +15,27 @@
 // The order of the fp32 additions is the official one (experts in index order, shared last).
 //
 // Example:
-//   MoeOutput o = moe_forward(x, weights.blocks[2].ffn, config, /*layer=*/2);
+//   MoeRouting r = moe_gate(x, weights.blocks[2].ffn, config, /*layer=*/2);
+//   // (the model shows r.experts to its hooks here; a replacement calls moe_routing_weights)
+//   Tensor<float> y = moe_experts(x, weights.blocks[2].ffn, r, config);
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "reference/config.h"
-#include "reference/hooks.h"
+#include "reference/linear.h"
 #include "reference/tensor.h"
-#include "reference/weights.h"
 
 namespace dsv41::reference {
+
+// One layer's MoE weights (checkpoint prefix P = "layers.<L>.ffn." or "mtp.<i>.ffn.").
+struct MoeWeights {
+  LinearWeight gate;                     // P "gate": BF16 [E, dim], used as fp32
+  Tensor<float> gate_bias;               // P "gate.bias": [E] fp32
+  std::vector<LinearWeight> w1, w2, w3;  // P "experts.<e>.w1/w2/w3": routed experts, F4
+  LinearWeight s_w1, s_w2, s_w3;         // P "shared_experts.w1/w2/w3": the shared expert, F8
+};
 
 struct MoeRouting {
   Tensor<int32_t> experts;  // [T, k] chosen experts, by descending biased score
@@ -46,14 +55,9 @@ MoeRouting moe_gate(const Tensor<float>& x, const MoeWeights& w, const ModelConf
 Tensor<float> expert_forward(const Tensor<float>& x, const LinearWeight& w1, const LinearWeight& w2,
                              const LinearWeight& w3, const float* routing_weight, double swiglu_limit);
 
-struct MoeOutput {
-  Tensor<float> y;   // [T, dim] bf16
-  MoeRouting routing;
-};
-
-// x: [T, dim] bf16 (the ffn_norm output) -> [T, dim] bf16. hooks (optional) see and may replace
-// the expert choice ("experts").
-MoeOutput moe_forward(const Tensor<float>& x, const MoeWeights& w, const ModelConfig& c, int layer,
-                      const ForwardHooks* hooks = nullptr);
+// The routed experts (each token through its experts, weighted) plus the shared expert, summed in
+// the official order above. x: [T, dim] bf16 -> [T, dim] bf16.
+Tensor<float> moe_experts(const Tensor<float>& x, const MoeWeights& w, const MoeRouting& routing,
+                          const ModelConfig& c);
 
 }  // namespace dsv41::reference

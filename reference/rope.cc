@@ -136,4 +136,15 @@ void RopeTable::apply(float* x_tail, int64_t position, bool inverse) const {
   }
 }
 
+void rope_rows(Tensor<float>& x, int64_t heads, const RopeTable& rope, int64_t first_pos, int64_t pos_stride,
+               bool inverse) {
+  DSV41_CHECK(x.rank() == 2 && heads > 0 && x.dim(1) % heads == 0, "rope_rows: '", x.name(), "' ",
+              shape_string(x.shape()), " is not [T, ", heads, " * width]");
+  const int64_t T = x.dim(0), width = x.dim(1) / heads, rd = rope.rope_dim();
+  DSV41_CHECK(width >= rd, "rope_rows: vectors of ", width, " channels, rope_dim ", rd);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < heads; ++h) rope.apply(x.row(t) + h * width + (width - rd), first_pos + t * pos_stride, inverse);
+  }
+}
+
 }  // namespace dsv41::reference

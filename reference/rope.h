@@ -35,12 +35,14 @@
 // Example:
 //   RopeTable rope = RopeTable::for_layer(c, layer);
 //   rope.apply(q.row(t, h) + (head_dim - rope.rope_dim()), position, /*inverse=*/false);
+//   rope_rows(q, n_heads, rope, start_pos, 1, /*inverse=*/false);   // every head of every row
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "reference/config.h"
+#include "reference/tensor.h"
 
 namespace dsv41::reference {
 
@@ -95,5 +97,12 @@ class RopeTable {
   std::vector<float> cos_;    // [max_seq_len, rd/2] fp32
   std::vector<float> sin_;    // [max_seq_len, rd/2] fp32
 };
+
+// RoPE on the last rope_dim channels of each of `heads` vectors per row, in place: row t is at
+// position first_pos + t * pos_stride (a compressed row j of ratio r: first_pos = j0 * r,
+// pos_stride = r); inverse: the conjugate rotation (the attention output's tail).
+// x: [T, heads * width] bf16 (width = x.dim(1) / heads >= rope_dim) -> same, bf16.
+void rope_rows(Tensor<float>& x, int64_t heads, const RopeTable& rope, int64_t first_pos, int64_t pos_stride,
+               bool inverse);
 
 }  // namespace dsv41::reference

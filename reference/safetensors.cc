@@ -13,22 +13,10 @@
 
 #include "formats/error.h"
 #include "formats/minifloat.h"
+#include "reference/tensor.h"
 
 namespace dsv41::reference::safetensors {
 namespace {
-
-struct DTypeInfo {
-  DType dtype;
-  const char* name;
-  int bits;  // per element
-};
-constexpr DTypeInfo kDTypes[] = {
-    {DType::kF32, "F32", 32},      {DType::kBF16, "BF16", 16}, {DType::kF8E4M3, "F8_E4M3", 8},
-    {DType::kF8E8M0, "F8_E8M0", 8}, {DType::kF4, "F4", 4},      {DType::kI32, "I32", 32},
-    {DType::kI64, "I64", 64},
-};
-
-const DTypeInfo& dinfo(DType d) { return kDTypes[static_cast<int>(d)]; }
 
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit is 100 MB
 
@@ -40,38 +28,13 @@ uint64_t read_le64(const unsigned char* p) {
 
 }  // namespace
 
-const char* dtype_name(DType d) { return dinfo(d).name; }
-
-DType dtype_from_name(const std::string& name) {
-  for (const DTypeInfo& i : kDTypes) {
-    if (name == i.name) return i.dtype;
-  }
-  DSV41_FAIL("unsupported safetensors dtype '", name,
-             "' (supported: F32, BF16, F8_E4M3, F8_E8M0, F4, I32, I64)");
-}
-
-int64_t stored_bytes(DType d, int64_t numel) {
-  const int bits = dinfo(d).bits;
-  DSV41_CHECK(bits % 8 == 0 || numel % 2 == 0, "an F4 tensor needs an even element count, got ",
-              numel);
-  return numel * bits / 8;
-}
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << ']';
-  return os.str();
-}
-
-int64_t Tensor::numel() const {
+int64_t Entry::numel() const {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   return n;
 }
 
-std::vector<float> Tensor::to_f32() const {
+std::vector<float> Entry::to_f32() const {
   const int64_t n = numel();
   std::vector<float> out(static_cast<size_t>(n));
   const uint8_t* b = bytes.data();
@@ -182,7 +145,7 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     if (!e["data_offsets"].is_array() || e["data_offsets"].size() != 2) {
       DSV41_FAIL(ctx(), ": 'data_offsets' must be [begin, end]");
     }
-    Tensor t;
+    Entry t;
     t.name = name;
     try {
       t.dtype = dtype_from_name(e["dtype"].get<std::string>());
@@ -219,7 +182,7 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
       DSV41_FAIL(ctx(), ": F4 tensor of shape ", shape_string(t.shape), " has an odd element count (", numel,
                  "); two E2M1 codes share a byte");
     }
-    const uint64_t want = numel * static_cast<uint64_t>(dinfo(t.dtype).bits) / 8;
+    const uint64_t want = numel * static_cast<uint64_t>(dtype_bits(t.dtype)) / 8;
     if (end - begin != want) {
       DSV41_FAIL(ctx(), ": ", end - begin, " bytes stored, but ", dtype_name(t.dtype), " ",
                  shape_string(t.shape), " needs ", want);
@@ -244,12 +207,12 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
   return f;
 }
 
-SafetensorsFile SafetensorsFile::from_tensors(const std::string& label, std::vector<Tensor> tensors,
+SafetensorsFile SafetensorsFile::from_entries(const std::string& label, std::vector<Entry> tensors,
                                               std::map<std::string, std::string> metadata) {
   SafetensorsFile f;
   f.path_ = label;
   f.metadata_ = std::move(metadata);
-  for (Tensor& t : tensors) {
+  for (Entry& t : tensors) {
     DSV41_CHECK(static_cast<int64_t>(t.bytes.size()) == stored_bytes(t.dtype, t.numel()), "'", label,
                 "': tensor '", t.name, "' has ", t.bytes.size(), " bytes for ", dtype_name(t.dtype), " ",
                 shape_string(t.shape));
@@ -265,15 +228,15 @@ std::vector<std::string> SafetensorsFile::names() const {
   return out;
 }
 
-const Tensor& SafetensorsFile::get(const std::string& name) const {
+const Entry& SafetensorsFile::get(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) DSV41_FAIL("weights file '", path_, "': missing tensor '", name, "'");
   return it->second;
 }
 
-const Tensor& SafetensorsFile::get(const std::string& name, DType dtype,
+const Entry& SafetensorsFile::get(const std::string& name, DType dtype,
                                    const std::vector<int64_t>& shape) const {
-  const Tensor& t = get(name);
+  const Entry& t = get(name);
   if (t.dtype != dtype) {
     DSV41_FAIL("weights file '", path_, "': tensor '", name, "' has dtype ", dtype_name(t.dtype),
                ", expected ", dtype_name(dtype));
@@ -285,11 +248,11 @@ const Tensor& SafetensorsFile::get(const std::string& name, DType dtype,
   return t;
 }
 
-void write(const std::string& path, const std::vector<Tensor>& tensors,
+void write(const std::string& path, const std::vector<Entry>& tensors,
            const std::map<std::string, std::string>& metadata) {
-  std::vector<const Tensor*> sorted;
+  std::vector<const Entry*> sorted;
   std::set<std::string> seen;
-  for (const Tensor& t : tensors) {
+  for (const Entry& t : tensors) {
     const auto ctx = [&] { return "writing '" + path + "': tensor '" + t.name + "'"; };
     if (t.name.empty() || t.name == "__metadata__") DSV41_FAIL(ctx(), ": reserved or empty name");
     if (!seen.insert(t.name).second) DSV41_FAIL(ctx(), ": name given twice");
@@ -305,11 +268,11 @@ void write(const std::string& path, const std::vector<Tensor>& tensors,
     }
     sorted.push_back(&t);
   }
-  std::sort(sorted.begin(), sorted.end(), [](const Tensor* a, const Tensor* b) { return a->name < b->name; });
+  std::sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) { return a->name < b->name; });
   nlohmann::json j = nlohmann::json::object();
   if (!metadata.empty()) j["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const Tensor* t : sorted) {
+  for (const Entry* t : sorted) {
     j[t->name] = {{"dtype", dtype_name(t->dtype)},
                   {"shape", t->shape},
                   {"data_offsets", {offset, offset + t->bytes.size()}}};
@@ -334,7 +297,7 @@ void write(const std::string& path, const std::vector<Tensor>& tensors,
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
     out.write(reinterpret_cast<const char*>(len), 8);
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const Tensor* t : sorted) {
+    for (const Entry* t : sorted) {
       out.write(reinterpret_cast<const char*>(t->bytes.data()), static_cast<std::streamsize>(t->bytes.size()));
     }
     out.close();

@@ -17,7 +17,7 @@
 //
 // Example:
 //   SafetensorsFile f = SafetensorsFile::read("weights.safetensors");
-//   const Tensor& w = f.get("layers.2.attn.wq_a.weight", DType::kF8E4M3, {128, 256});
+//   const Entry& w = f.get("layers.2.attn.wq_a.weight", DType::kF8E4M3, {128, 256});
 #pragma once
 
 #include <cstdint>
@@ -25,17 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "reference/dtype.h"
+
 namespace dsv41::reference::safetensors {
 
-enum class DType : uint8_t { kF32, kBF16, kF8E4M3, kF8E8M0, kF4, kI32, kI64 };
-
-const char* dtype_name(DType d);   // "F32", "BF16", "F8_E4M3", "F8_E8M0", "F4", "I32", "I64"
-DType dtype_from_name(const std::string& name);  // throws on unknown names
-
-// Stored bytes for `numel` elements of `d` (F4: numel must be even).
-int64_t stored_bytes(DType d, int64_t numel);
-
-struct Tensor {
+// One entry of a file: a tensor AS STORED (dtype, logical shape, raw bytes). The reference
+// computes on Tensor<T> (reference/tensor.h); weights.cc decodes entries into them.
+struct Entry {
   std::string name;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;   // logical shape
@@ -52,7 +48,7 @@ class SafetensorsFile {
   static SafetensorsFile read(const std::string& path);
   // The same object from tensors in memory (e.g. generate_weights), with the same checks on
   // names and byte counts; `label` names it in error messages.
-  static SafetensorsFile from_tensors(const std::string& label, std::vector<Tensor> tensors,
+  static SafetensorsFile from_entries(const std::string& label, std::vector<Entry> tensors,
                                       std::map<std::string, std::string> metadata = {});
 
   const std::string& path() const { return path_; }
@@ -62,19 +58,17 @@ class SafetensorsFile {
 
   // The tensor, checked: a missing tensor, another dtype or another shape is an error naming
   // the tensor, what was expected and what the file holds.
-  const Tensor& get(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const;
-  const Tensor& get(const std::string& name) const;
+  const Entry& get(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const;
+  const Entry& get(const std::string& name) const;
 
  private:
   std::string path_;
-  std::map<std::string, Tensor> tensors_;
+  std::map<std::string, Entry> tensors_;
   std::map<std::string, std::string> metadata_;
 };
 
 // Writes `tensors` (names must be unique) atomically to `path`.
-void write(const std::string& path, const std::vector<Tensor>& tensors,
+void write(const std::string& path, const std::vector<Entry>& tensors,
            const std::map<std::string, std::string>& metadata);
-
-std::string shape_string(const std::vector<int64_t>& shape);
 
 }  // namespace dsv41::reference::safetensors

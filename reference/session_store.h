@@ -69,7 +69,7 @@ enum class SessionSection : uint32_t {
   kIndexKeys = 2,          // a kv source's index-key entries
   kCompressorPending = 3,  // a ratio > 1 kv source's pending partial group
   kEngramTail = 4,         // the Engram n-gram tail
-  kSwaRing = 5,            // one layer's SWA ring
+  kWindowKv = 5,            // one layer's SWA ring
   kTokenTail = 6,          // the raw token ids of the last positions (format 2)
 };
 const char* name(SessionSection s);
@@ -95,7 +95,7 @@ struct SessionSectionInfo {
 //   kEngramTail (count min(pos, engram_max_ngram_size - 1), 0 without Engram layers;
 //     first_position pos - count);
 //   kTokenTail (count min(pos, recent_token_count(c)), first_position pos - count);
-//   with include_swa, per layer kSwaRing (first_position max(0, pos - window), count window).
+//   with include_swa, per layer kWindowKv (first_position max(0, pos - window), count window).
 std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos, bool include_swa);
 
 // Header + section table + table CRC of a file with n sections.

@@ -12,7 +12,7 @@ namespace dsv41::reference {
 namespace {
 
 using safetensors::SafetensorsFile;
-using StTensor = safetensors::Tensor;
+using StEntry = safetensors::Entry;
 
 int64_t cdiv32(int64_t v) { return (v + 31) / 32; }
 
@@ -57,7 +57,10 @@ int engram_index(const ModelConfig& c, int layer) {
   return -1;
 }
 
-std::vector<float> values_of(const StTensor& t) { return t.to_f32(); }
+// An entry's decoded values as a tensor of its shape, named by its checkpoint name.
+Tensor<float> values_of(const StEntry& t) { return Tensor<float>(t.shape, t.to_f32(), t.name); }
+// An entry's raw bytes (E4M3 / E8M0 codes) as a tensor of its shape.
+Tensor<uint8_t> codes_of(const StEntry& t) { return Tensor<uint8_t>(t.shape, t.bytes, t.name); }
 
 }  // namespace
 
@@ -148,7 +151,7 @@ ModelWeights ModelWeights::load(const SafetensorsFile& f, const ModelConfig& c) 
   const DType head_dtype = f.contains("head.weight") ? f.get("head.weight").dtype : DType::kF32;
   if (head_dtype != DType::kF32 && head_dtype != DType::kBF16) {
     DSV41_FAIL("weights file '", path, "': tensor 'head.weight' has dtype ",
-               safetensors::dtype_name(head_dtype), ", expected F32 or BF16");
+               dtype_name(head_dtype), ", expected F32 or BF16");
   }
   const std::vector<TensorSpec> specs = expected_tensors(c, head_dtype);
   std::set<std::string> expected;
@@ -166,7 +169,7 @@ ModelWeights ModelWeights::load(const SafetensorsFile& f, const ModelConfig& c) 
   const int64_t dim = c.dim, H = c.n_heads, D = c.head_dim, G = c.o_groups;
   auto vec = [&](const std::string& n) { return values_of(f.get(n)); };
   auto lin = [&](const std::string& p, DType d, int64_t out, int64_t in) {
-    return LinearWeight::load(f, p, d, out, in);
+    return load_linear(f, p, d, out, in);
   };
 
   ModelWeights w;
@@ -227,9 +230,8 @@ ModelWeights ModelWeights::load(const SafetensorsFile& f, const ModelConfig& c) 
     if (ei >= 0) {
       bw.has_engram = true;
       EngramWeights& e = bw.engram;
-      e.rows = c.engram_num_embeddings[static_cast<size_t>(ei)];
-      e.table = f.get(p + "engram.embed.weight").bytes;
-      e.table_scale = f.get(p + "engram.embed.scale").bytes;
+      e.table = codes_of(f.get(p + "engram.embed.weight"));
+      e.table_scale = codes_of(f.get(p + "engram.embed.scale"));
       const int64_t cols = int64_t{c.engram_max_ngram_size - 1} * c.engram_n_heads;
       e.wkv = lin(p + "engram.wkv", DType::kF8E4M3, (c.hc_mult + 1) * dim, cols * c.engram_head_dim);
       e.q_weight = vec(p + "engram.q_weight");
@@ -250,6 +252,59 @@ ModelWeights ModelWeights::load(const SafetensorsFile& f, const ModelConfig& c) 
         lin(pl + "confidence_head.proj", DType::kF32, 1, dim + c.dspark_markov_rank);
   }
   return w;
+}
+
+LinearWeight load_linear(const SafetensorsFile& file, const std::string& prefix, DType dtype, int64_t out,
+                         int64_t in) {
+  DSV41_CHECK(out > 0 && in > 0, "linear '", prefix, "': shape [", out, ", ", in, "] must be positive");
+  LinearWeight lw;
+  lw.name = prefix;
+  lw.dtype = dtype;
+  lw.out = out;
+  lw.in = in;
+  const std::string wname = prefix + ".weight", sname = prefix + ".scale";
+  switch (dtype) {
+    case DType::kF8E4M3:
+      DSV41_CHECK(in % 32 == 0, "linear '", prefix, "': F8_E4M3 weights need in % 32 == 0 ",
+                  "(act_quant blocks of 32), got in=", in);
+      lw.w = file.get(wname, DType::kF8E4M3, {out, in}).to_f32();
+      lw.scale = file.get(sname, DType::kF8E8M0, {cdiv32(out), cdiv32(in)}).to_f32();
+      break;
+    case DType::kF4:
+      DSV41_CHECK(in % 32 == 0, "linear '", prefix, "': F4 weights need in % 32 == 0, got in=", in);
+      lw.w = file.get(wname, DType::kF4, {out, in}).to_f32();
+      lw.scale = file.get(sname, DType::kF8E8M0, {out, in / 32}).to_f32();
+      break;
+    case DType::kBF16:
+    case DType::kF32:
+      lw.w = file.get(wname, dtype, {out, in}).to_f32();
+      DSV41_CHECK(!file.contains(sname), "linear '", prefix, "': a ", dtype_name(dtype),
+                  " weight has no scale, but the file holds '", sname, "'");
+      break;
+    default:
+      DSV41_FAIL("linear '", prefix, "': weight dtype ", dtype_name(dtype),
+                 " is not a linear weight dtype (F8_E4M3, F4, BF16, F32)");
+  }
+  for (size_t i = 0; i < lw.scale.size(); ++i) {
+    DSV41_CHECK(!std::isnan(lw.scale[i]), "linear '", prefix, "': scale element ", i,
+                " is the E8M0 NaN code 0xFF");
+  }
+  return lw;
+}
+
+EngramTableRef engram_table(const safetensors::Entry& weight, const safetensors::Entry& scale) {
+  DSV41_CHECK(weight.dtype == DType::kF8E4M3 && weight.shape.size() == 2, "engram table '",
+              weight.name, "' must be F8_E4M3 [rows, head_dim], got ",
+              dtype_name(weight.dtype), " ", shape_string(weight.shape));
+  const int64_t rows = weight.shape[0];
+  const int64_t head_dim = weight.shape[1];
+  DSV41_CHECK(head_dim % 32 == 0 && head_dim > 0, "engram table '", weight.name, "': head_dim ",
+              head_dim, " is not a positive multiple of 32");
+  DSV41_CHECK(
+      scale.dtype == DType::kF8E8M0 && scale.shape == std::vector<int64_t>({rows, head_dim / 32}),
+      "engram table scale '", scale.name, "' must be F8_E8M0 [", rows, ", ", head_dim / 32,
+      "], got ", dtype_name(scale.dtype), " ", shape_string(scale.shape));
+  return engram_table(weight.bytes, scale.bytes, rows, static_cast<int>(head_dim));
 }
 
 // ---------------------------------------------------------------- generator
@@ -295,9 +350,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 // Values for one tensor: the name decides the distribution (norm weights near 1, sinks and
 // biases small, matrices uniform with a 1/sqrt(in) spread; quantized tensors store codes whose
 // scale bytes put the dequantized spread at 1/sqrt(in)).
-StTensor make_tensor(const TensorSpec& s, uint64_t seed) {
+StEntry make_tensor(const TensorSpec& s, uint64_t seed) {
   SplitMix64 rng{seed ^ fnv1a(s.name)};
-  StTensor t;
+  StEntry t;
   t.name = s.name;
   t.dtype = s.dtype;
   t.shape = s.shape;
@@ -370,8 +425,8 @@ StTensor make_tensor(const TensorSpec& s, uint64_t seed) {
 
 }  // namespace
 
-std::vector<StTensor> generate_weights(const ModelConfig& c, uint64_t seed) {
-  std::vector<StTensor> out;
+std::vector<StEntry> generate_weights(const ModelConfig& c, uint64_t seed) {
+  std::vector<StEntry> out;
   for (const TensorSpec& s : expected_tensors(c)) out.push_back(make_tensor(s, seed));
   return out;
 }

@@ -32,7 +32,11 @@
 #include <vector>
 
 #include "reference/config.h"
+#include "reference/dtype.h"
+#include "reference/engram.h"
 #include "reference/linear.h"
+#include "reference/mhc.h"
+#include "reference/moe.h"
 #include "reference/safetensors.h"
 
 namespace dsv41::reference {
@@ -47,63 +51,45 @@ struct TensorSpec {
 // `head_dtype` is F32 (the official model's own parameter) or BF16 (the released checkpoint).
 std::vector<TensorSpec> expected_tensors(const ModelConfig& c, DType head_dtype = DType::kF32);
 
+// One layer's attention weights (checkpoint prefix "<P>attn.").
 struct AttentionWeights {
   LinearWeight wq_a, wq_b, wkv, wo_a, wo_b;
-  std::vector<float> q_norm, kv_norm;  // bf16 values
-  std::vector<float> attn_sink;        // [H] fp32
+  Tensor<float> q_norm, kv_norm;       // [q_lora], [D] bf16
+  Tensor<float> attn_sink;             // [H] fp32
   bool has_compressor = false;
   LinearWeight comp_wkv, comp_wgate;   // comp_wgate only for ratio > 1
-  std::vector<float> comp_norm;
+  Tensor<float> comp_norm;             // [D] bf16
   bool has_indexer = false;
   LinearWeight idx_wq_b, idx_weights_proj;
   bool has_index_keys = false;         // kv source: owns wk / k_norm
   LinearWeight idx_wk;
-  std::vector<float> idx_k_norm;
-};
-
-struct MoeWeights {
-  LinearWeight gate;                   // BF16 [E, dim], used as fp32
-  std::vector<float> gate_bias;        // [E] fp32
-  std::vector<LinearWeight> w1, w2, w3;  // routed experts
-  LinearWeight s_w1, s_w2, s_w3;       // shared expert
-};
-
-struct HcWeights {
-  std::vector<float> fn;    // [(2+hc)*hc, hc*dim] fp32
-  std::vector<float> base;  // [(2+hc)*hc]
-  std::vector<float> scale; // [3]
-};
-
-struct EngramWeights {
-  std::vector<uint8_t> table;        // [rows, head_dim] E4M3 codes
-  std::vector<uint8_t> table_scale;  // [rows, head_dim/32] E8M0 codes
-  int64_t rows = 0;
-  LinearWeight wkv;
-  std::vector<float> q_weight, k_weight;  // [hc, dim] bf16 values
+  Tensor<float> idx_k_norm;            // [Di] bf16
 };
 
 struct BlockWeights {
   int layer = 0;
-  std::vector<float> attn_norm, ffn_norm;
-  HcWeights hc_attn, hc_ffn;
+  Tensor<float> attn_norm, ffn_norm;   // [dim] bf16
+  HcWeights hc_attn, hc_ffn;           // reference/mhc.h
   AttentionWeights attn;
-  MoeWeights ffn;
+  MoeWeights ffn;                      // reference/moe.h
   bool has_engram = false;
-  EngramWeights engram;
+  EngramWeights engram;                // reference/engram.h
 };
 
 struct DSparkWeights {
   LinearWeight main_proj;
-  std::vector<float> main_norm;
-  std::vector<float> norm;
-  std::vector<float> markov_embed;   // [vocab, rank] bf16 values
+  Tensor<float> main_norm;           // [dim] bf16
+  Tensor<float> norm;                // [dim] bf16
+  Tensor<float> markov_embed;        // [vocab, rank] bf16 values
   LinearWeight markov_head;          // F32 [vocab, rank]
   LinearWeight confidence_proj;      // F32 [1, dim + rank]
 };
 
+// Every weight of the model, each tensor named by its checkpoint name (a backend that mirrors the
+// weights in its own memory finds them again by that name, reference/ops.h).
 struct ModelWeights {
-  std::vector<float> embed;   // [vocab, dim] bf16 values
-  std::vector<float> norm;    // [dim]
+  Tensor<float> embed;        // "embed.weight" [vocab, dim] bf16 values
+  Tensor<float> norm;         // "norm.weight" [dim] bf16
   LinearWeight head;          // F32 [vocab, dim] (a BF16 file head is widened exactly)
   std::vector<BlockWeights> blocks;  // [total_layers]: backbone then DSpark blocks
   DSparkWeights dspark;
@@ -113,9 +99,18 @@ struct ModelWeights {
   static ModelWeights load(const safetensors::SafetensorsFile& file, const ModelConfig& c);
 };
 
+// Reads "<prefix>.weight" (and "<prefix>.scale" for F8_E4M3/F4) with the official shapes; any
+// mismatch is an error naming the tensor.
+LinearWeight load_linear(const safetensors::SafetensorsFile& file, const std::string& prefix, DType dtype,
+                         int64_t out, int64_t in);
+
+// An Engram table from the checkpoint entries "layers.L.engram.embed.weight" (F8_E4M3
+// [rows, head_dim]) and ".scale" (F8_E8M0 [rows, head_dim/32]); throws on another dtype or shape.
+EngramTableRef engram_table(const safetensors::Entry& weight, const safetensors::Entry& scale);
+
 // Deterministic random weights for `c` in the official format (same names, shapes, dtypes):
 // SplitMix64 streams keyed by (seed, tensor name), so one tensor's values do not depend on
 // which others exist. Values are scaled so activations stay O(1) through the network.
-std::vector<safetensors::Tensor> generate_weights(const ModelConfig& c, uint64_t seed);
+std::vector<safetensors::Entry> generate_weights(const ModelConfig& c, uint64_t seed);
 
 }  // namespace dsv41::reference

@@ -35,8 +35,9 @@ class ReferenceBackend final : public Backend {
         mutation_(std::move(mutation)) {
     model_.set_cache_precision(precision);
     if (mutation_) {
-      DSV41_CHECK(mutation_->layer < r.config.n_layers && (mutation_->layer >= 0 || mutation_->component == "final_norm_out" ||
-                                                            mutation_->component == "embed"),
+      DSV41_CHECK(mutation_->layer < r.config.n_layers &&
+                      (mutation_->layer >= 0 || mutation_->id == reference::Component::kFinalNormOut ||
+                       mutation_->id == reference::Component::kEmbed),
                   "backend ", name_, ": layer ", mutation_->layer, " is not a layer of this model (0 .. ",
                   r.config.n_layers - 1, "; -1 for embed and final_norm_out)");
     }
@@ -90,7 +91,7 @@ class ReferenceBackend final : public Backend {
       // Session files hold the official formats only: the ablation keeps its state in memory.
       ModelState copy = state;
       if (!include_swa) {
-        for (reference::LayerState& ls : copy.layers) std::fill(ls.ring.positions.begin(), ls.ring.positions.end(), -1);
+        for (reference::LayerState& ls : copy.layers) ls.window_kv.clear();
       }
       out.snapshot = std::make_shared<ModelState>(std::move(copy));
     }
@@ -121,7 +122,7 @@ class ReferenceBackend final : public Backend {
   }
 
   std::vector<reference::CacheView> caches(const BackendSession& s) const override {
-    return reference::cache_views(as_ref(s).state);
+    return model_.cache_views(as_ref(s).state);
   }
 
  private:
@@ -131,20 +132,21 @@ class ReferenceBackend final : public Backend {
     const Mutation m = *mutation_;
     const reference::ModelConfig& c = model_.config();
     bool* fired = &fired_;
-    h.tensor = [inner, m, step, fired](const std::string& what, int layer, reference::Tensor<float>& v) {
+    h.tensor = [inner, m, step, fired](reference::Component what, int layer, reference::Tensor<float>& v) {
       *fired = mutate_tensor(m, what, layer, step, v) || *fired;
       if (inner.tensor) inner.tensor(what, layer, v);
     };
-    h.index = [inner, m, step, &c, start, T, fired](const std::string& what, int layer, reference::Tensor<int32_t>& v) {
+    h.index = [inner, m, step, &c, start, T, fired](reference::Component what, int layer,
+                                                   reference::Tensor<int32_t>& v) {
       int64_t choices = c.n_routed_experts;
-      if (what == "topk") {
+      if (what == reference::Component::kTopk) {
         const int ratio = c.compress_ratios[static_cast<size_t>(layer)];
         choices = ratio > 0 ? (start + T) / ratio : 0;
       }
       *fired = mutate_index(m, what, layer, step, v, choices) || *fired;
       if (inner.index) inner.index(what, layer, v);
     };
-    h.mask = [inner, m, step, &c, fired](const std::string& what, int layer, reference::Tensor<uint8_t>& v) {
+    h.mask = [inner, m, step, &c, fired](reference::Component what, int layer, reference::Tensor<uint8_t>& v) {
       *fired = mutate_mask(m, what, layer, step, v, c.candidate_block_size) || *fired;
       if (inner.mask) inner.mask(what, layer, v);
     };

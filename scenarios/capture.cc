@@ -1,5 +1,6 @@
 #include "scenarios/capture.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,12 +11,6 @@ namespace dsv41::scenarios {
 namespace {
 
 using reference::Tensor;
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 // The forced value of (layer, what) from `forced`, checked against the shape the side produced.
 template <typename T>
@@ -30,7 +25,7 @@ bool tail_fits(const Tensor<T>& a, const Tensor<T>& own) {
 template <typename T>
 const Tensor<T>* forced_value(const StepCapture* forced, int layer, const std::string& what,
                               const Tensor<T>& own, const Tensor<T> CapturedItem::*member, Tensor<T>& scratch) {
-  if (forced == nullptr || what == "index_scores") return nullptr;
+  if (forced == nullptr || what == reference::name(reference::Component::kIndexScores)) return nullptr;
   const CapturedItem* it = forced->find(layer, what);
   if (it == nullptr) return nullptr;
   const Tensor<T>& v = (*it).*member;
@@ -41,7 +36,7 @@ const Tensor<T>* forced_value(const StepCapture* forced, int layer, const std::s
     return &scratch;
   }
   DSV41_CHECK(v.shape() == own.shape(), "teacher forcing: side A's '", what, "' at layer ", layer,
-              " has shape ", shape_str(v.shape()), ", side B's ", shape_str(own.shape()));
+              " has shape ", reference::shape_string(v.shape()), ", side B's ", reference::shape_string(own.shape()));
   return &v;
 }
 
@@ -55,26 +50,20 @@ const CapturedItem* StepCapture::find(int layer, const std::string& component) c
 }
 
 const std::vector<std::string>& known_components() {
-  static const std::vector<std::string> names = {
-      "embed",       "in_stream",    "in_pre",       "engram_ids",   "engram_out",   "hc_attn_pre",
-      "hc_attn_post", "hc_attn_comb", "attn_in",      "index_scores", "candidates",   "topk",
-      "attn_out",    "attn_stream",  "hc_ffn_pre",   "hc_ffn_post",  "hc_ffn_comb",  "ffn_in",
-      "experts",     "ffn_out",      "out_stream",   "final_norm_out", "logits",     "cache.swa",
-      "cache.compressed_kv", "cache.index_keys"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const reference::ComponentInfo& i : reference::component_table()) n.push_back(i.name);
+    return n;
+  }();
   return names;
 }
 
-bool is_known_component(const std::string& name) {
-  for (const std::string& n : known_components()) {
-    if (n == name) return true;
-  }
-  return false;
-}
+bool is_known_component(const std::string& name) { return reference::component_from_name(name).has_value(); }
 
 ValueType hook_value_type(const std::string& c) {
-  if (c == "in_pre" || c == "logits") return ValueType::kFp32;
-  if (c.rfind("hc_", 0) == 0) return ValueType::kFp32;  // hc_attn_pre/post/comb, hc_ffn_*
-  return ValueType::kBf16;
+  const std::optional<reference::Component> id = reference::component_from_name(c);
+  return id && reference::component_info(*id).type == reference::ComponentType::kFp32 ? ValueType::kFp32
+                                                                                    : ValueType::kBf16;
 }
 
 namespace {
@@ -98,15 +87,15 @@ void record_and_force(StepCapture& into, const StepCapture* forced, const std::s
 
 reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced) {
   reference::ForwardHooks h;
-  h.tensor = [&into, forced](const std::string& what, int layer, Tensor<float>& v) {
-    if (what == "logits") return;  // compared from the StepRecord (finish_capture)
-    record_and_force(into, forced, what, layer, v, CapturedItem::kFloat, &CapturedItem::f);
+  h.tensor = [&into, forced](reference::Component what, int layer, Tensor<float>& v) {
+    if (what == reference::Component::kLogits) return;  // compared from the StepRecord (finish_capture)
+    record_and_force(into, forced, reference::name(what), layer, v, CapturedItem::kFloat, &CapturedItem::f);
   };
-  h.index = [&into, forced](const std::string& what, int layer, Tensor<int32_t>& v) {
-    record_and_force(into, forced, what, layer, v, CapturedItem::kIndex, &CapturedItem::i);
+  h.index = [&into, forced](reference::Component what, int layer, Tensor<int32_t>& v) {
+    record_and_force(into, forced, reference::name(what), layer, v, CapturedItem::kIndex, &CapturedItem::i);
   };
-  h.mask = [&into, forced](const std::string& what, int layer, Tensor<uint8_t>& v) {
-    record_and_force(into, forced, what, layer, v, CapturedItem::kMask, &CapturedItem::m);
+  h.mask = [&into, forced](reference::Component what, int layer, Tensor<uint8_t>& v) {
+    record_and_force(into, forced, reference::name(what), layer, v, CapturedItem::kMask, &CapturedItem::m);
   };
   return h;
 }
@@ -118,13 +107,13 @@ void finish_capture(StepCapture& cap, const reference::StepRecord& rec, std::vec
   for (const auto& [layer, ids] : rec.engram_ids) {
     CapturedItem it;
     it.layer = layer;
-    it.component = "engram_ids";
+    it.component = reference::name(reference::Component::kEngramIds);
     it.kind = CapturedItem::kIds;
     it.ids = ids.data();
     it.ids_shape = ids.shape();
     std::vector<CapturedItem>::iterator at = cap.items.end();
     for (auto i = cap.items.begin(); i != cap.items.end(); ++i) {
-      if (i->layer == layer && i->component == "engram_out") {
+      if (i->layer == layer && i->component == reference::name(reference::Component::kEngramOut)) {
         at = i;
         break;
       }

@@ -44,7 +44,7 @@ struct StepCapture {
 };
 
 // Every component name a capture can hold (reference/hooks.h's names, engram_ids, logits and
-// the caches cache.swa / cache.compressed_kv / cache.index_keys).
+// the caches cache.window_kv / cache.compressed_kv / cache.index_keys).
 const std::vector<std::string>& known_components();
 bool is_known_component(const std::string& name);
 

@@ -68,8 +68,8 @@ void print_table(const reference::ModelConfig& c, const std::string& source,
   using formats::CacheFormat;
   out << "dsv41 bytes: config " << source << " (hash " << reference::config_hash(c) << ")\n\n"
       << "Global KV cache (persistent, grows with the sequence): one owner per kv source layer\n"
-      << "  main KV " << formats::info(CacheFormat::kMainKvFp4).name << " (head_dim " << c.head_dim
-      << "), index keys " << formats::info(CacheFormat::kIndexKeyFp4).name << " (index_head_dim "
+      << "  main KV " << formats::info(CacheFormat::kCompressedKvFp4).name << " (head_dim " << c.head_dim
+      << "), index keys " << formats::info(CacheFormat::kIndexKeysFp4).name << " (index_head_dim "
       << c.index_head_dim << ")\n\n";
   const auto row = [&out](const std::string& owner, const std::string& ratio,
                           const std::string& readers, const std::string& main,
@@ -97,11 +97,11 @@ void print_table(const reference::ModelConfig& c, const std::string& source,
       << " B = sum over ratio>1 owners of (ratio-1) x " << c.head_dim
       << " x 2 (kv, score) x 4 B (fp32)\n"
       << "  SWA rings (local state, outside the global store; bounded replay recomputes them): "
-      << b.swa_bytes_per_session << " B = " << b.swa_layers << " layers x " << b.swa_window
-      << " slots x " << b.swa_entry_bytes << " B ("
-      << formats::info(CacheFormat::kSwaKvFp8).name << ") = "
-      << fixed3(b.swa_bytes_per_session / kMB) << " MB = "
-      << fixed3(b.swa_bytes_per_session / kMiB) << " MiB\n";
+      << b.window_kv_bytes_per_session << " B = " << b.window_kv_layers << " layers x " << b.window_kv_slots
+      << " slots x " << b.window_kv_entry_bytes << " B ("
+      << formats::info(CacheFormat::kWindowKvFp8).name << ") = "
+      << fixed3(b.window_kv_bytes_per_session / kMB) << " MB = "
+      << fixed3(b.window_kv_bytes_per_session / kMiB) << " MiB\n";
 }
 
 void print_json(const reference::ModelConfig& c, const std::string& source,
@@ -133,11 +133,11 @@ void print_json(const reference::ModelConfig& c, const std::string& source,
         {"mb", million / kMB},
         {"mib", million / kMiB}}},
       {"compressor_partial_bytes_per_session", b.compressor_partial_bytes_per_session},
-      {"swa",
-       {{"layers", b.swa_layers},
-        {"window_size", b.swa_window},
-        {"entry_bytes", b.swa_entry_bytes}}},
-      {"swa_bytes_per_session", b.swa_bytes_per_session}};
+      {"window_kv",
+       {{"layers", b.window_kv_layers},
+        {"window_size", b.window_kv_slots},
+        {"entry_bytes", b.window_kv_entry_bytes}}},
+      {"window_kv_bytes_per_session", b.window_kv_bytes_per_session}};
   out << j.dump(2) << "\n";
 }
 

@@ -80,36 +80,31 @@ void write_per_layer(reports::H5Writer& w, const std::string& group, const std::
   for (const auto& [l, parts] : by_layer) write_stacked(w, group + "/" + layer_name(l), parts, pad);
 }
 
-void write_caches(reports::H5Writer& w, const reference::ModelState& s, const reference::ModelConfig& c) {
+// One kv source's packed cache: its stored entries and their bf16 values.
+void write_packed(reports::H5Writer& w, const std::string& g, const char* kind, const reference::PackedCache& cache,
+                  const reference::Ops& ops) {
+  const int64_t n = cache.size(), eb = cache.entry_bytes();
+  std::vector<uint8_t> bytes;
+  for (int64_t e = 0; e < n; ++e) bytes.insert(bytes.end(), cache.entry(e), cache.entry(e) + eb);
+  w.write(g + "/" + kind + "_packed", bytes, {n, eb});
+  const Tensor<float> v = cache.read(ops, cache.owner_layer(), cache.ratio(), n);
+  std::vector<uint16_t> bits;
+  for (float x : v.data()) bits.push_back(formats::bf16_encode(x));
+  w.write(g + "/" + kind + "_bf16", bits, {n, cache.dim()});
+}
+
+void write_caches(reports::H5Writer& w, const reference::ModelState& s, const reference::ModelConfig& c,
+                  const reference::Ops& ops) {
   for (size_t l = 0; l < s.layers.size(); ++l) {
     const reference::LayerState& ls = s.layers[l];
     const std::string g = "/cache/" + layer_name(static_cast<int>(l));
-    const int64_t swa_b = formats::swa_kv_entry_bytes(c.head_dim);
-    w.write(g + "/swa_packed", ls.ring.bytes, {c.window_size, swa_b});
-    w.write(g + "/swa_positions", ls.ring.positions, {c.window_size});
-    if (ls.kv_cache) {
-      const int64_t n = ls.kv_cache->size(), eb = ls.kv_cache->entry_bytes();
-      std::vector<uint8_t> bytes;
-      for (int64_t e = 0; e < n; ++e) bytes.insert(bytes.end(), ls.kv_cache->entry(e), ls.kv_cache->entry(e) + eb);
-      w.write(g + "/compressed_kv_packed", bytes, {n, eb});
-      const Tensor<float> v = ls.kv_cache->read(static_cast<int>(l), ls.kv_cache->ratio(), n);
-      std::vector<uint16_t> bits;
-      for (float x : v.data()) bits.push_back(formats::bf16_encode(x));
-      w.write(g + "/compressed_kv_bf16", bits, {n, c.head_dim});
-    }
-    if (ls.key_cache) {
-      const int64_t n = ls.key_cache->size(), eb = ls.key_cache->entry_bytes();
-      std::vector<uint8_t> bytes;
-      for (int64_t e = 0; e < n; ++e) bytes.insert(bytes.end(), ls.key_cache->entry(e), ls.key_cache->entry(e) + eb);
-      w.write(g + "/index_keys_packed", bytes, {n, eb});
-      const Tensor<float> v = ls.key_cache->read(static_cast<int>(l), ls.key_cache->ratio(), n);
-      std::vector<uint16_t> bits;
-      for (float x : v.data()) bits.push_back(formats::bf16_encode(x));
-      w.write(g + "/index_keys_bf16", bits, {n, c.index_head_dim});
-    }
+    w.write(g + "/window_kv_packed", ls.window_kv.bytes.data(), {c.window_size, ls.window_kv.entry_bytes()});
+    w.write(g + "/window_kv_positions", ls.window_kv.positions, {c.window_size});
+    if (ls.compressed_kv) write_packed(w, g, "compressed_kv", *ls.compressed_kv, ops);
+    if (ls.index_keys) write_packed(w, g, "index_keys", *ls.index_keys, ops);
     if (ls.compressor) {
-      w.write(g + "/compressor_kv_state", ls.compressor->kv, {ls.compressor->ratio, ls.compressor->dim});
-      w.write(g + "/compressor_score_state", ls.compressor->score, {ls.compressor->ratio, ls.compressor->dim});
+      w.write(g + "/compressor_kv_state", ls.compressor->kv.data(), {ls.compressor->ratio, ls.compressor->dim});
+      w.write(g + "/compressor_score_state", ls.compressor->score.data(), {ls.compressor->ratio, ls.compressor->dim});
     }
   }
 }
@@ -227,7 +222,7 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   write_per_layer<uint8_t>(w, "/candidates", steps, &StepRecord::candidates, 0);
   write_per_layer<int64_t>(w, "/engram", steps, &StepRecord::engram_ids, -1);
   write_per_layer<int32_t>(w, "/experts", steps, &StepRecord::experts, -1);
-  write_caches(w, state, c);
+  write_caches(w, state, c, model.ops());
   w.attr("/", "tool", std::string("dsv41 ") + DSV41_VERSION_STRING);
   w.attr("/", "git_commit", DSV41_GIT_COMMIT_STRING);
   w.attr("/", "config_hash", reference::config_hash(c));

@@ -42,7 +42,7 @@ Verb add_replay_study_verb(CLI::App& parent) {
             } else {
               std::cerr << "replay-study: generated weights, seed " << a->seed << "\n";
               w = reference::ModelWeights::load(
-                  reference::safetensors::SafetensorsFile::from_tensors("generated weights",
+                  reference::safetensors::SafetensorsFile::from_entries("generated weights",
                                                                        reference::generate_weights(c, a->seed)),
                   c);
             }

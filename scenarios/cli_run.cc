@@ -164,7 +164,7 @@ int run(const RunArgs& a, const std::string& command_line) {
     meta.weights_sha256 = reference::sha256_file_hex(weights);
   } else {
     res.weights = reference::ModelWeights::load(
-        reference::safetensors::SafetensorsFile::from_tensors("generated weights",
+        reference::safetensors::SafetensorsFile::from_entries("generated weights",
                                                              reference::generate_weights(c, a.weight_seed)),
         c);
     meta.weights = "generated:seed=" + std::to_string(a.weight_seed);

@@ -112,7 +112,7 @@ std::string constants_golden() {
   return r.str();
 }
 
-std::string main_kv_golden() {
+std::string compressed_kv_golden() {
   // numerics.md 10: the input (-2^-10 written out), the scale and the codes.
   const float x[16] = {1.0f,   -0.5f,      0.25f,      0.171875f,   0.0859375f,   -0.0009765625f,
                        0.0f,   -0.0f,      0.75f,      0.6015625f,  0.40234375f,  0.19921875f,
@@ -120,21 +120,21 @@ std::string main_kv_golden() {
   const uint8_t codes[16] = {0x7, 0xd, 0x3, 0x2, 0x1, 0x8, 0x0, 0x8,
                              0x6, 0x6, 0x4, 0x2, 0x1, 0x1, 0x7, 0xf};
   Report r;
-  uint8_t packed[main_kv_entry_bytes(16)];
-  r.expect(pack_main_kv(x, 16, packed), "finite input reported non-finite");
+  uint8_t packed[compressed_kv_entry_bytes(16)];
+  r.expect(pack_compressed_kv(x, 16, packed), "finite input reported non-finite");
   r.expect(packed[8] == 0x23, "scale ", hex(packed[8]), ", want 0x23");
   for (int k = 0; k < 8; ++k) {  // element 2k in the low nibble of byte k
     const uint32_t want = codes[2 * k] | (codes[2 * k + 1] << 4);
     r.expect(packed[k] == want, "byte ", k, " = ", hex(packed[k]), ", want ", hex(want));
   }
   float back[16];
-  unpack_main_kv(packed, 16, back);
+  unpack_compressed_kv(packed, 16, back);
   float max_back = 0.0f;
   for (float v : back) max_back = std::fmax(max_back, std::fabs(v));
   r.expect(max_back == 1.03125f, "dequantized max ", max_back, ", want 1.03125");
   const float zeros[16] = {};
   uint8_t zero_scale = 0, zero_codes[16];
-  quantize_main_kv_block(zeros, &zero_scale, zero_codes);
+  quantize_compressed_kv_block(zeros, &zero_scale, zero_codes);
   r.expect(zero_scale == 0x01, "all-zero block scale ", hex(zero_scale), ", want 0x01");
   for (uint8_t c : zero_codes) r.expect(c == 0, "all-zero block code ", hex(c));
   return r.str();
@@ -183,12 +183,12 @@ std::string window_golden() {
 
 std::string entry_sizes() {
   Report r;
-  r.expect(sizeof(MainKvEntry<512>) == 288, "sizeof(MainKvEntry<512>)");
-  r.expect(sizeof(IndexKeyEntry<128>) == 68, "sizeof(IndexKeyEntry<128>)");
-  r.expect(sizeof(SwaKvEntry<512>) == 528, "sizeof(SwaKvEntry<512>)");
-  r.expect(entry_bytes(CacheFormat::kMainKvFp4, 512) == 288, "entry_bytes(main KV, 512)");
-  r.expect(entry_bytes(CacheFormat::kIndexKeyFp4, 128) == 68, "entry_bytes(index key, 128)");
-  r.expect(entry_bytes(CacheFormat::kSwaKvFp8, 512) == 528, "entry_bytes(SWA, 512)");
+  r.expect(sizeof(CompressedKvEntry<512>) == 288, "sizeof(CompressedKvEntry<512>)");
+  r.expect(sizeof(IndexKeysEntry<128>) == 68, "sizeof(IndexKeysEntry<128>)");
+  r.expect(sizeof(WindowKvEntry<512>) == 528, "sizeof(WindowKvEntry<512>)");
+  r.expect(entry_bytes(CacheFormat::kCompressedKvFp4, 512) == 288, "entry_bytes(main KV, 512)");
+  r.expect(entry_bytes(CacheFormat::kIndexKeysFp4, 128) == 68, "entry_bytes(index key, 128)");
+  r.expect(entry_bytes(CacheFormat::kWindowKvFp8, 512) == 528, "entry_bytes(SWA, 512)");
   return r.str();
 }
 
@@ -215,7 +215,7 @@ std::string pack_round_trip(CacheFormat f, int dim) {
   const std::vector<float> y = unpack_rows(f, bytes, kRows, dim);
   const int eb = entry_bytes(f, dim);
   const int block = info(f).block;
-  const bool fp4 = f != CacheFormat::kSwaKvFp8;
+  const bool fp4 = f != CacheFormat::kWindowKvFp8;
   Report r;
   for (int row = 0; row < kRows; ++row) {
     const uint8_t* entry = bytes.data() + static_cast<size_t>(row) * eb;
@@ -223,11 +223,11 @@ std::string pack_round_trip(CacheFormat f, int dim) {
     for (int b = 0; b < dim / block; ++b) {
       const float* xb = x.data() + static_cast<size_t>(row) * dim + b * block;
       uint8_t scale = 0, codes[32];
-      if (f == CacheFormat::kMainKvFp4) quantize_main_kv_block(xb, &scale, codes);
-      if (f == CacheFormat::kIndexKeyFp4) quantize_index_block(xb, &scale, codes);
-      if (f == CacheFormat::kSwaKvFp8) quantize_fp8_block(xb, &scale, codes);
+      if (f == CacheFormat::kCompressedKvFp4) quantize_compressed_kv_block(xb, &scale, codes);
+      if (f == CacheFormat::kIndexKeysFp4) quantize_index_block(xb, &scale, codes);
+      if (f == CacheFormat::kWindowKvFp8) quantize_fp8_block(xb, &scale, codes);
       r.expect(scales[b] == scale, "row ", row, " block ", b, ": scale byte");
-      const float s = f == CacheFormat::kMainKvFp4 ? e4m3_decode(scale) : e8m0_decode(scale);
+      const float s = f == CacheFormat::kCompressedKvFp4 ? e4m3_decode(scale) : e8m0_decode(scale);
       for (int i = 0; i < block; ++i) {
         const int e = b * block + i;
         const uint32_t stored = fp4 ? (entry[e / 2] >> (4 * (e % 2))) & 0xFu : entry[e];
@@ -267,16 +267,16 @@ int run_selfcheck(std::ostream& out, bool inject_failure) {
       {"E2M1 golden vectors (numerics.md 10)", e2m1_golden},
       {"E4M3 golden vectors, satfinite and nosat (numerics.md 10)", e4m3_golden},
       {"fl32 constants 1/6, 1/448, 1e-4 (numerics.md 10)", constants_golden},
-      {"main KV block: scale 0x23, codes 7 d 3 2 1 8 0 8 6 6 4 2 1 1 7 f", main_kv_golden},
+      {"main KV block: scale 0x23, codes 7 d 3 2 1 8 0 8 6 6 4 2 1 1 7 f", compressed_kv_golden},
       {"indexer block E8M0 ceil scales (numerics.md 10)", index_golden},
       {"window FP8 block E8M0 scales (numerics.md 10)", window_golden},
       {"packed entry sizes 288 / 68 / 528", entry_sizes},
       {"pack/unpack main KV fp4 (dim 512, random rows)",
-       [] { return pack_round_trip(CacheFormat::kMainKvFp4, 512); }},
+       [] { return pack_round_trip(CacheFormat::kCompressedKvFp4, 512); }},
       {"pack/unpack index key fp4 (dim 128, random rows)",
-       [] { return pack_round_trip(CacheFormat::kIndexKeyFp4, 128); }},
+       [] { return pack_round_trip(CacheFormat::kIndexKeysFp4, 128); }},
       {"pack/unpack SWA KV fp8 (dim 512, random rows)",
-       [] { return pack_round_trip(CacheFormat::kSwaKvFp8, 512); }},
+       [] { return pack_round_trip(CacheFormat::kWindowKvFp8, 512); }},
       {"pack/unpack bf16 (dim 64, random rows)", bf16_round_trip},
   };
   if (inject_failure) {

@@ -37,7 +37,7 @@ Verb add_weights_verb(CLI::App& parent) {
               // (the released config is about 512 GB) instead of exhausting memory.
               int64_t total = 0;
               for (const reference::TensorSpec& t : reference::expected_tensors(c)) {
-                total += reference::safetensors::stored_bytes(t.dtype, reference::Tensor<float>::count(t.shape));
+                total += reference::stored_bytes(t.dtype, reference::Tensor<float>::count(t.shape));
               }
               constexpr int64_t kMaxGenerateBytes = int64_t{8} << 30;
               if (total > kMaxGenerateBytes) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -29,8 +30,8 @@ int64_t parse_number(const std::string& text, const std::string& spec, const cha
   return v;
 }
 
-bool matches(const Mutation& m, const std::string& what, int layer, int64_t step) {
-  return m.component == what && m.layer == layer && m.step == step;
+bool matches(const Mutation& m, reference::Component what, int layer, int64_t step) {
+  return m.id == what && m.layer == layer && m.step == step;
 }
 
 // The defect of a float value: its exponent one higher (the value doubled, exact in both storage
@@ -57,13 +58,16 @@ Mutation parse_mutation(const std::string& spec) {
   m.step = parse_number(s.substr(1), spec, "the step");
   DSV41_CHECK(m.layer >= -1, "mutant '", spec, "': layer ", m.layer, " < -1");
   DSV41_CHECK(m.step >= 0, "mutant '", spec, "': step ", m.step, " < 0");
-  DSV41_CHECK(is_known_component(m.component) && m.component != "engram_ids" && m.component != "logits", "mutant '",
-              spec, "': '", m.component, "' is not a component a defect can be planted in (a tensor hook of "
-              "reference/hooks.h, topk, experts, candidates, cache.swa, cache.compressed_kv, cache.index_keys)");
+  const std::optional<reference::Component> id = reference::component_from_name(m.component);
+  DSV41_CHECK(id && reference::component_info(*id).kind != reference::ComponentKind::kIds &&
+                  *id != reference::Component::kLogits,
+              "mutant '", spec, "': '", m.component, "' is not a component a defect can be planted in (a tensor hook of "
+              "reference/hooks.h, topk, experts, candidates, cache.window_kv, cache.compressed_kv, cache.index_keys)");
+  m.id = *id;
   return m;
 }
 
-bool mutate_tensor(const Mutation& m, const std::string& what, int layer, int64_t step, Tensor<float>& v) {
+bool mutate_tensor(const Mutation& m, reference::Component what, int layer, int64_t step, Tensor<float>& v) {
   if (!matches(m, what, layer, step) || v.numel() == 0) return false;
   const int64_t last_row = v.dim(0) - 1;
   float& x = v.data()[static_cast<size_t>(last_row * (v.numel() / v.dim(0)))];
@@ -72,7 +76,7 @@ bool mutate_tensor(const Mutation& m, const std::string& what, int layer, int64_
   return true;
 }
 
-bool mutate_index(const Mutation& m, const std::string& what, int layer, int64_t step, Tensor<int32_t>& v,
+bool mutate_index(const Mutation& m, reference::Component what, int layer, int64_t step, Tensor<int32_t>& v,
                   int64_t n_choices) {
   if (!matches(m, what, layer, step) || v.numel() == 0) return false;
   int32_t* row = v.row(v.dim(0) - 1);
@@ -88,7 +92,7 @@ bool mutate_index(const Mutation& m, const std::string& what, int layer, int64_t
   for (int32_t cand = 0; cand < n_choices; ++cand) {
     if (chosen.count(cand) == 0) {
       row[at] = cand;
-      if (what == "topk") std::sort(row, row + k, [](int32_t a, int32_t b) {  // ascending, -1 last
+      if (what == reference::Component::kTopk) std::sort(row, row + k, [](int32_t a, int32_t b) {  // ascending, -1 last
         return (a < 0 ? INT32_MAX : a) < (b < 0 ? INT32_MAX : b);
       });
       return true;
@@ -97,7 +101,7 @@ bool mutate_index(const Mutation& m, const std::string& what, int layer, int64_t
   return false;
 }
 
-bool mutate_mask(const Mutation& m, const std::string& what, int layer, int64_t step, Tensor<uint8_t>& v,
+bool mutate_mask(const Mutation& m, reference::Component what, int layer, int64_t step, Tensor<uint8_t>& v,
                  int block_size) {
   if (!matches(m, what, layer, step) || v.numel() == 0 || block_size <= 0) return false;
   uint8_t* row = v.row(v.dim(0) - 1);
@@ -124,17 +128,17 @@ bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state)
   DSV41_CHECK(m.layer >= 0 && m.layer < static_cast<int>(state.layers.size()), "mutant ", m.component,
               ": layer ", m.layer, " is not a layer of this model");
   reference::LayerState& ls = state.layers[static_cast<size_t>(m.layer)];
-  if (m.component == "cache.swa") {
+  if (m.id == reference::Component::kCacheWindowKv) {
     // The newest position's slot.
+    const std::vector<int64_t>& positions = ls.window_kv.positions;
     int64_t slot = -1;
-    for (size_t s = 0; s < ls.ring.positions.size(); ++s) {
-      if (ls.ring.positions[s] >= 0 && (slot < 0 || ls.ring.positions[s] > ls.ring.positions[static_cast<size_t>(slot)])) {
+    for (size_t s = 0; s < positions.size(); ++s) {
+      if (positions[s] >= 0 && (slot < 0 || positions[s] > positions[static_cast<size_t>(slot)])) {
         slot = static_cast<int64_t>(s);
       }
     }
     if (slot < 0) return false;
-    const size_t eb = ls.ring.bytes.size() / ls.ring.positions.size();
-    ls.ring.bytes[static_cast<size_t>(slot) * eb] ^= 1u;
+    ls.window_kv.bytes.row(slot)[0] ^= 1u;
     return true;
   }
   const auto flip_newest = [](auto& cache) {
@@ -146,12 +150,12 @@ bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state)
     cache.restore(bytes.data(), n);
     return true;
   };
-  if (m.component == "cache.compressed_kv") {
-    DSV41_CHECK(ls.kv_cache.has_value(), "mutant cache.compressed_kv: layer ", m.layer, " is not a kv source");
-    return flip_newest(*ls.kv_cache);
+  if (m.id == reference::Component::kCacheCompressedKv) {
+    DSV41_CHECK(ls.compressed_kv.has_value(), "mutant cache.compressed_kv: layer ", m.layer, " is not a kv source");
+    return flip_newest(*ls.compressed_kv);
   }
-  DSV41_CHECK(ls.key_cache.has_value(), "mutant cache.index_keys: layer ", m.layer, " has no index-key cache");
-  return flip_newest(*ls.key_cache);
+  DSV41_CHECK(ls.index_keys.has_value(), "mutant cache.index_keys: layer ", m.layer, " has no index-key cache");
+  return flip_newest(*ls.index_keys);
 }
 
 }  // namespace dsv41::scenarios

@@ -13,7 +13,7 @@
 //                position it did not select (nothing happens when every position is selected)
 //   experts:     the last row's last routed expert is replaced by the lowest expert not routed
 //   candidates:  the last row's lowest kept block that is not its newest block is dropped
-//   cache.compressed_kv / cache.index_keys / cache.swa: after the step, one bit of the layer's
+//   cache.compressed_kv / cache.index_keys / cache.window_kv: after the step, one bit of the layer's
 //       newest entry (the lowest bit of its first byte) flips in the stored cache
 // The defect fires once, at exactly that step; what it changes propagates as a real bug would.
 #pragma once
@@ -27,21 +27,22 @@
 namespace dsv41::scenarios {
 
 struct Mutation {
-  std::string component;
+  std::string component;  // its name, as written in the spec
+  reference::Component id = reference::Component::kAttnOut;
   int layer = 0;
   int64_t step = 0;
-  bool is_cache() const { return component.rfind("cache.", 0) == 0; }
+  bool is_cache() const { return reference::component_info(id).kind == reference::ComponentKind::kCache; }
 };
 
 // Parses the text after "mutant:" (e.g. "attn_out:L3:S2"); a dsv41::Error names what is wrong.
 Mutation parse_mutation(const std::string& spec);
 
 // Applies the defect to a hook value when (component, layer, step) match; returns whether it did.
-bool mutate_tensor(const Mutation& m, const std::string& what, int layer, int64_t step,
+bool mutate_tensor(const Mutation& m, reference::Component what, int layer, int64_t step,
                    reference::Tensor<float>& value);
-bool mutate_index(const Mutation& m, const std::string& what, int layer, int64_t step,
+bool mutate_index(const Mutation& m, reference::Component what, int layer, int64_t step,
                   reference::Tensor<int32_t>& value, int64_t n_choices);
-bool mutate_mask(const Mutation& m, const std::string& what, int layer, int64_t step,
+bool mutate_mask(const Mutation& m, reference::Component what, int layer, int64_t step,
                  reference::Tensor<uint8_t>& value, int block_size);
 // Flips the bit in the state's cache after the step (cache mutations only).
 bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state);

@@ -42,8 +42,8 @@ struct Captured {
 Captured step(Model& m, ModelState& s, const std::vector<int64_t>& tokens) {
   Captured c;
   reference::ForwardHooks h;
-  h.tensor = [&c](const std::string& what, int layer, Tensor<float>& v) {
-    if (what == "out_stream") c.streams[layer] = v.data();
+  h.tensor = [&c](reference::Component what, int layer, Tensor<float>& v) {
+    if (what == reference::Component::kOutStream) c.streams[layer] = v.data();
   };
   m.set_hooks(std::move(h));
   c.rec = m.forward_chunk(s, tokens);

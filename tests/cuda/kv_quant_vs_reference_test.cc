@@ -408,12 +408,12 @@ std::vector<float> make_rows(uint64_t seed, int64_t rows, int dim) {
 
 bool host_pack(CacheFormat f, const float* x, int dim, uint8_t* out) {
   switch (f) {
-    case CacheFormat::kMainKvFp4:
-      return formats::pack_main_kv(x, dim, out);
-    case CacheFormat::kIndexKeyFp4:
-      return formats::pack_index_key(x, dim, out);
-    case CacheFormat::kSwaKvFp8:
-      return formats::pack_swa_kv(x, dim, out);
+    case CacheFormat::kCompressedKvFp4:
+      return formats::pack_compressed_kv(x, dim, out);
+    case CacheFormat::kIndexKeysFp4:
+      return formats::pack_index_keys(x, dim, out);
+    case CacheFormat::kWindowKvFp8:
+      return formats::pack_window_kv(x, dim, out);
     case CacheFormat::kBf16:
       return formats::pack_bf16(x, dim, out);
   }
@@ -422,12 +422,12 @@ bool host_pack(CacheFormat f, const float* x, int dim, uint8_t* out) {
 
 void host_unpack(CacheFormat f, const uint8_t* in, int dim, float* out) {
   switch (f) {
-    case CacheFormat::kMainKvFp4:
-      return formats::unpack_main_kv(in, dim, out);
-    case CacheFormat::kIndexKeyFp4:
-      return formats::unpack_index_key(in, dim, out);
-    case CacheFormat::kSwaKvFp8:
-      return formats::unpack_swa_kv(in, dim, out);
+    case CacheFormat::kCompressedKvFp4:
+      return formats::unpack_compressed_kv(in, dim, out);
+    case CacheFormat::kIndexKeysFp4:
+      return formats::unpack_index_keys(in, dim, out);
+    case CacheFormat::kWindowKvFp8:
+      return formats::unpack_window_kv(in, dim, out);
     case CacheFormat::kBf16:
       return formats::unpack_bf16(in, dim, out);
   }
@@ -462,13 +462,13 @@ struct RecipeCase {
   const char* name;
 };
 const RecipeCase kRecipeCases[] = {
-    {CacheFormat::kMainKvFp4, 512, "MainKvDim512"},      // released head_dim
-    {CacheFormat::kIndexKeyFp4, 128, "IndexKeyDim128"},  // released index_head_dim (68 B entries)
-    {CacheFormat::kSwaKvFp8, 512, "SwaKvDim512"},        // released head_dim
+    {CacheFormat::kCompressedKvFp4, 512, "CompressedKvDim512"},      // released head_dim
+    {CacheFormat::kIndexKeysFp4, 128, "IndexKeysDim128"},  // released index_head_dim (68 B entries)
+    {CacheFormat::kWindowKvFp8, 512, "WindowKvDim512"},        // released head_dim
     {CacheFormat::kBf16, 512, "Bf16Dim512"},             // uncompressed ablation
-    {CacheFormat::kMainKvFp4, 128, "MainKvDim128"},      // tiny config
-    {CacheFormat::kIndexKeyFp4, 64, "IndexKeyDim64"},    // tiny config: 34 B entries, unaligned
-    {CacheFormat::kSwaKvFp8, 128, "SwaKvDim128"},        // tiny config
+    {CacheFormat::kCompressedKvFp4, 128, "CompressedKvDim128"},      // tiny config
+    {CacheFormat::kIndexKeysFp4, 64, "IndexKeysDim64"},    // tiny config: 34 B entries, unaligned
+    {CacheFormat::kWindowKvFp8, 128, "WindowKvDim128"},        // tiny config
 };
 
 void PrintTo(const RecipeCase& c, std::ostream* os) { *os << c.name; }

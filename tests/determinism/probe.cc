@@ -115,9 +115,8 @@ void hash_step(Fnv1a64& h, const StepRecord& r) {
   h.tensors("experts", r.experts);
 }
 
-// Entries [0, size) of a packed cache (CompressedKvCache, IndexKeyCache: the same interface).
-template <typename Cache>
-void hash_cache(Fnv1a64& h, const char* name, const Cache& c) {
+// Entries [0, size) of a packed cache (compressed_kv or index_keys).
+void hash_cache(Fnv1a64& h, const char* name, const reference::PackedCache& c) {
   h.tag(name);
   h.i64(c.owner_layer());
   h.i64(c.ratio());
@@ -131,21 +130,23 @@ void hash_state(Fnv1a64& h, const ModelState& s) {
   h.tag("state");
   h.i64(s.pos);
   h.u64(s.layers.size());
+  // The tags are the names of the first version of this probe ("swa" = window_kv, "kv_cache" =
+  // compressed_kv, "key_cache" = index_keys): kept, so that the hash of a run never changes.
   for (const reference::LayerState& l : s.layers) {
     h.tag("swa");
-    h.i64(l.ring.window);
-    h.i64(l.ring.head_dim);
-    h.raw(l.ring.bytes);
-    h.values(l.ring.positions);
+    h.i64(l.window_kv.window);
+    h.i64(l.window_kv.head_dim);
+    h.raw(l.window_kv.bytes.data());
+    h.values(l.window_kv.positions);
     if (l.compressor) {
       h.tag("compressor");
       h.i64(l.compressor->ratio);
       h.i64(l.compressor->next_pos);
-      h.values(l.compressor->kv);
-      h.values(l.compressor->score);
+      h.values(l.compressor->kv.data());
+      h.values(l.compressor->score.data());
     }
-    if (l.kv_cache) hash_cache(h, "kv_cache", *l.kv_cache);
-    if (l.key_cache) hash_cache(h, "key_cache", *l.key_cache);
+    if (l.compressed_kv) hash_cache(h, "kv_cache", *l.compressed_kv);
+    if (l.index_keys) hash_cache(h, "key_cache", *l.index_keys);
   }
   h.tag("engram");
   h.i64(s.engram.pad_id());

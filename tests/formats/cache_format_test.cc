@@ -46,15 +46,15 @@ std::vector<float> random_bf16_rows(const std::string& name, int rows, int dim) 
 }
 
 TEST(CacheFormat, NamesAndInfo) {
-  const CacheFormat all[] = {CacheFormat::kMainKvFp4, CacheFormat::kIndexKeyFp4,
-                             CacheFormat::kSwaKvFp8, CacheFormat::kBf16};
+  const CacheFormat all[] = {CacheFormat::kCompressedKvFp4, CacheFormat::kIndexKeysFp4,
+                             CacheFormat::kWindowKvFp8, CacheFormat::kBf16};
   const int blocks[] = {16, 32, 32, 1};
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(cache_format_from_name(info(all[i]).name), all[i]);
     EXPECT_EQ(info(all[i]).block, blocks[i]);
   }
-  EXPECT_STREQ(info(CacheFormat::kMainKvFp4).scale, "E4M3");
-  EXPECT_STREQ(info(CacheFormat::kIndexKeyFp4).scale, "E8M0");
+  EXPECT_STREQ(info(CacheFormat::kCompressedKvFp4).scale, "E4M3");
+  EXPECT_STREQ(info(CacheFormat::kIndexKeysFp4).scale, "E8M0");
   const std::string msg = error_of([] { cache_format_from_name("fp4"); });
   EXPECT_THAT(msg, HasSubstr("unknown cache format 'fp4'"));
   EXPECT_THAT(msg, HasSubstr("fp4_e2m1_e4m3_b16"));
@@ -62,17 +62,17 @@ TEST(CacheFormat, NamesAndInfo) {
 
 // Released dims (512 main / 128 indexer): the 890 B/token budget of numerics.md §0.
 TEST(CacheFormat, EntryBytes) {
-  EXPECT_EQ(entry_bytes(CacheFormat::kMainKvFp4, 512), 288);
-  EXPECT_EQ(entry_bytes(CacheFormat::kIndexKeyFp4, 128), 68);
-  EXPECT_EQ(entry_bytes(CacheFormat::kSwaKvFp8, 512), 528);
+  EXPECT_EQ(entry_bytes(CacheFormat::kCompressedKvFp4, 512), 288);
+  EXPECT_EQ(entry_bytes(CacheFormat::kIndexKeysFp4, 128), 68);
+  EXPECT_EQ(entry_bytes(CacheFormat::kWindowKvFp8, 512), 528);
   EXPECT_EQ(entry_bytes(CacheFormat::kBf16, 512), 1024);
-  EXPECT_EQ(entry_bytes(CacheFormat::kMainKvFp4, 128), 72);  // tiny config
+  EXPECT_EQ(entry_bytes(CacheFormat::kCompressedKvFp4, 128), 72);  // tiny config
   for (const int dim : {0, -16, 24, 8}) {
-    EXPECT_THAT(error_of([&] { entry_bytes(CacheFormat::kMainKvFp4, dim); }),
+    EXPECT_THAT(error_of([&] { entry_bytes(CacheFormat::kCompressedKvFp4, dim); }),
                 HasSubstr("dim=" + std::to_string(dim)));
   }
-  EXPECT_THAT(error_of([] { entry_bytes(CacheFormat::kIndexKeyFp4, 48); }), HasSubstr("32"));
-  EXPECT_THAT(error_of([] { entry_bytes(CacheFormat::kSwaKvFp8, 16); }), HasSubstr("dim=16"));
+  EXPECT_THAT(error_of([] { entry_bytes(CacheFormat::kIndexKeysFp4, 48); }), HasSubstr("32"));
+  EXPECT_THAT(error_of([] { entry_bytes(CacheFormat::kWindowKvFp8, 16); }), HasSubstr("dim=16"));
 }
 
 // pack_rows bytes = [dim/2 nibble bytes, element 2k in the low nibble][dim/block scales] per row,
@@ -83,8 +83,8 @@ TEST(CacheFormat, PackRowsLayoutMatchesBlockFunctions) {
     SlowRecipe r;
     int dim;
   };
-  const Shape shapes[] = {{SlowRecipe::kMainKv, 512}, {SlowRecipe::kIndex, 128},
-                          {SlowRecipe::kFp8, 512},    {SlowRecipe::kMainKv, 128},
+  const Shape shapes[] = {{SlowRecipe::kCompressedKv, 512}, {SlowRecipe::kIndex, 128},
+                          {SlowRecipe::kFp8, 512},    {SlowRecipe::kCompressedKv, 128},
                           {SlowRecipe::kIndex, 64},   {SlowRecipe::kFp8, 128}};
   constexpr int kRows = 17;
   for (const Shape& s : shapes) {
@@ -119,21 +119,21 @@ TEST(CacheFormat, PackRowsLayoutMatchesBlockFunctions) {
   }
 }
 
-// The fixed-size entry structs have the same layout as pack_main_kv etc.
+// The fixed-size entry structs have the same layout as pack_compressed_kv etc.
 TEST(CacheFormat, EntryStructsMatchPackedBytes) {
   const std::vector<float> x = random_bf16_rows("entry_structs", 1, 512);
-  MainKvEntry<512> main{};
-  SwaKvEntry<512> swa{};
-  IndexKeyEntry<128> index{};
-  EXPECT_TRUE(pack_main_kv(x.data(), 512, reinterpret_cast<uint8_t*>(&main)));
-  EXPECT_TRUE(pack_swa_kv(x.data(), 512, reinterpret_cast<uint8_t*>(&swa)));
-  EXPECT_TRUE(pack_index_key(x.data(), 128, reinterpret_cast<uint8_t*>(&index)));
+  CompressedKvEntry<512> main{};
+  WindowKvEntry<512> swa{};
+  IndexKeysEntry<128> index{};
+  EXPECT_TRUE(pack_compressed_kv(x.data(), 512, reinterpret_cast<uint8_t*>(&main)));
+  EXPECT_TRUE(pack_window_kv(x.data(), 512, reinterpret_cast<uint8_t*>(&swa)));
+  EXPECT_TRUE(pack_index_keys(x.data(), 128, reinterpret_cast<uint8_t*>(&index)));
   const auto rows = [&](CacheFormat f, int dim) {
     return pack_rows(f, std::vector<float>(x.begin(), x.begin() + dim), 1, dim);
   };
-  EXPECT_EQ(std::memcmp(&main, rows(CacheFormat::kMainKvFp4, 512).data(), sizeof main), 0);
-  EXPECT_EQ(std::memcmp(&swa, rows(CacheFormat::kSwaKvFp8, 512).data(), sizeof swa), 0);
-  EXPECT_EQ(std::memcmp(&index, rows(CacheFormat::kIndexKeyFp4, 128).data(), sizeof index), 0);
+  EXPECT_EQ(std::memcmp(&main, rows(CacheFormat::kCompressedKvFp4, 512).data(), sizeof main), 0);
+  EXPECT_EQ(std::memcmp(&swa, rows(CacheFormat::kWindowKvFp8, 512).data(), sizeof swa), 0);
+  EXPECT_EQ(std::memcmp(&index, rows(CacheFormat::kIndexKeysFp4, 128).data(), sizeof index), 0);
   // CUDA's __nv_cvt_float2_to_fp4x2({1, -3}) = 0xD2 (numerics.md §6).
   const uint8_t codes[2] = {e2m1_encode(1.0f), e2m1_encode(-3.0f)};
   uint8_t byte = 0;
@@ -198,18 +198,18 @@ TEST(CacheFormat, UnpackRowsRejectsCorruptEntries) {
   };
   // Main KV (dim 64: 32 nibble bytes, scales at 32..35): zero, NaN and negative E4M3 scales.
   for (const uint8_t s : {0x00, 0x7F, 0x80, 0x81, 0xFE, 0xFF}) {
-    const std::string msg = corrupt(CacheFormat::kMainKvFp4, 64, 1, 32 + 3, s);
+    const std::string msg = corrupt(CacheFormat::kCompressedKvFp4, 64, 1, 32 + 3, s);
     EXPECT_THAT(msg, HasSubstr("row 1"));
     EXPECT_THAT(msg, HasSubstr("block 3"));
     EXPECT_THAT(msg, HasSubstr("scale"));
   }
   // Index (dim 64: scales at 32, 33) and SWA (dim 64: scales at 64, 65): E8M0 NaN scale.
-  EXPECT_THAT(corrupt(CacheFormat::kIndexKeyFp4, 64, 2, 33, 0xFF), HasSubstr("row 2"));
-  EXPECT_THAT(corrupt(CacheFormat::kIndexKeyFp4, 64, 2, 33, 0xFF), HasSubstr("block 1 is 0xFF"));
-  EXPECT_THAT(corrupt(CacheFormat::kSwaKvFp8, 64, 0, 65, 0xFF), HasSubstr("block 1 is 0xFF"));
+  EXPECT_THAT(corrupt(CacheFormat::kIndexKeysFp4, 64, 2, 33, 0xFF), HasSubstr("row 2"));
+  EXPECT_THAT(corrupt(CacheFormat::kIndexKeysFp4, 64, 2, 33, 0xFF), HasSubstr("block 1 is 0xFF"));
+  EXPECT_THAT(corrupt(CacheFormat::kWindowKvFp8, 64, 0, 65, 0xFF), HasSubstr("block 1 is 0xFF"));
   // SWA E4M3 NaN elements (both signs).
   for (const uint8_t v : {0x7F, 0xFF}) {
-    const std::string msg = corrupt(CacheFormat::kSwaKvFp8, 64, 2, 5, v);
+    const std::string msg = corrupt(CacheFormat::kWindowKvFp8, 64, 2, 5, v);
     EXPECT_THAT(msg, HasSubstr("row 2"));
     EXPECT_THAT(msg, HasSubstr("element 5"));
     EXPECT_THAT(msg, HasSubstr("NaN"));
@@ -224,19 +224,19 @@ TEST(CacheFormat, UnpackRowsRejectsCorruptEntries) {
 
 TEST(CacheFormat, RejectsWrongSizesAndDims) {
   const std::vector<float> x(2 * 64, 1.0f);
-  EXPECT_THAT(error_of([&] { pack_rows(CacheFormat::kMainKvFp4, x, 3, 64); }),
+  EXPECT_THAT(error_of([&] { pack_rows(CacheFormat::kCompressedKvFp4, x, 3, 64); }),
               HasSubstr("expected rows*dim = 3*64"));
-  EXPECT_THAT(error_of([&] { pack_rows(CacheFormat::kMainKvFp4, x, 2, 40); }), HasSubstr("dim=40"));
-  EXPECT_THAT(error_of([&] { pack_rows(CacheFormat::kSwaKvFp8, x, -2, -64); }),
+  EXPECT_THAT(error_of([&] { pack_rows(CacheFormat::kCompressedKvFp4, x, 2, 40); }), HasSubstr("dim=40"));
+  EXPECT_THAT(error_of([&] { pack_rows(CacheFormat::kWindowKvFp8, x, -2, -64); }),
               HasSubstr("dim=-64"));
-  const std::vector<uint8_t> bytes = pack_rows(CacheFormat::kIndexKeyFp4, x, 2, 64);
-  EXPECT_THAT(error_of([&] { unpack_rows(CacheFormat::kIndexKeyFp4, bytes, 3, 64); }),
+  const std::vector<uint8_t> bytes = pack_rows(CacheFormat::kIndexKeysFp4, x, 2, 64);
+  EXPECT_THAT(error_of([&] { unpack_rows(CacheFormat::kIndexKeysFp4, bytes, 3, 64); }),
               HasSubstr("expected rows*entry_bytes = 3*34"));
-  EXPECT_THAT(error_of([&] { unpack_rows(CacheFormat::kIndexKeyFp4, bytes, 2, 48); }),
+  EXPECT_THAT(error_of([&] { unpack_rows(CacheFormat::kIndexKeysFp4, bytes, 2, 48); }),
               HasSubstr("dim=48"));
-  EXPECT_THAT(error_of([&] { unpack_rows(CacheFormat::kIndexKeyFp4, bytes, -1, 64); }),
+  EXPECT_THAT(error_of([&] { unpack_rows(CacheFormat::kIndexKeysFp4, bytes, -1, 64); }),
               HasSubstr("unpack_rows"));
-  EXPECT_TRUE(pack_rows(CacheFormat::kMainKvFp4, {}, 0, 64).empty());  // zero rows is fine
+  EXPECT_TRUE(pack_rows(CacheFormat::kCompressedKvFp4, {}, 0, 64).empty());  // zero rows is fine
 }
 
 }  // namespace

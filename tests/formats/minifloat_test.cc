@@ -162,7 +162,7 @@ TEST(MinifloatGolden, RecipeConstants) {
   EXPECT_EQ(float_bits(test::fl32(1.0 / 6.0)), kInv6Bits);
   EXPECT_EQ(float_bits(test::fl32(1.0 / 448.0)), kInv448Bits);
   EXPECT_EQ(float_bits(1e-4f), kFp8AmaxFloorBits);
-  EXPECT_EQ(test::float_from(kMainKvAmaxFloorBits), std::ldexp(6.0f, -9));
+  EXPECT_EQ(test::float_from(kCompressedKvAmaxFloorBits), std::ldexp(6.0f, -9));
   EXPECT_EQ(test::float_from(kIndexAmaxFloorBits), std::ldexp(6.0f, -126));
 }
 

@@ -54,9 +54,9 @@ struct Recipe {
   bool (*pack)(const float*, int, uint8_t*);
   void (*unpack)(const uint8_t*, int, float*);
 };
-const Recipe kFp8{"fp8", SlowRecipe::kFp8, pack_swa_kv, unpack_swa_kv};
-const Recipe kFp4E8m0{"fp4_e8m0_b32", SlowRecipe::kIndex, pack_index_key, unpack_index_key};
-const Recipe kFp4E4m3{"fp4_e4m3_b16", SlowRecipe::kMainKv, pack_main_kv, unpack_main_kv};
+const Recipe kFp8{"fp8", SlowRecipe::kFp8, pack_window_kv, unpack_window_kv};
+const Recipe kFp4E8m0{"fp4_e8m0_b32", SlowRecipe::kIndex, pack_index_keys, unpack_index_keys};
+const Recipe kFp4E4m3{"fp4_e4m3_b16", SlowRecipe::kCompressedKv, pack_compressed_kv, unpack_compressed_kv};
 
 struct Counts {
   int64_t compared = 0;    // finite blocks compared
@@ -163,7 +163,7 @@ void compare_recipe(const Recipe& rec) {
 
 TEST(OracleVectors, Fp8ActQuantMatchesOfficial) { compare_recipe(kFp8); }
 TEST(OracleVectors, Fp4E8m0IndexMatchesOfficial) { compare_recipe(kFp4E8m0); }
-TEST(OracleVectors, Fp4E4m3MainKvMatchesOfficial) { compare_recipe(kFp4E4m3); }
+TEST(OracleVectors, Fp4E4m3CompressedKvMatchesOfficial) { compare_recipe(kFp4E4m3); }
 
 TEST(OracleVectors, FileHoldsTheTenSetsAndTheFp4Table) {
   const H5File f(kGolden);

@@ -41,11 +41,11 @@ QuantizedBlock expect_slow_equal(SlowRecipe r, std::vector<float> x) {
 }
 
 // research/numerics.md §10: the main KV block with an inexact scale (amax 1 -> t = fl32(1/6)).
-TEST(QdqAdversarial, MainKvGoldenBlockFromNumericsNotes) {
+TEST(QdqAdversarial, CompressedKvGoldenBlockFromNumericsNotes) {
   const std::vector<float> x = {1, -0.5f, 0.25f, 0.171875f, 0.0859375f, -std::ldexp(1.0f, -10),
                                 0, -0.0f, 0.75f, 0.6015625f, 0.40234375f, 0.19921875f,
                                 0.099609375f, 0.050048828125f, 0.8984375f, -1};
-  const QuantizedBlock b = expect_slow_equal(SlowRecipe::kMainKv, x);
+  const QuantizedBlock b = expect_slow_equal(SlowRecipe::kCompressedKv, x);
   EXPECT_EQ(b.scale, 0x23);
   const std::vector<uint8_t> codes = {0x7, 0xd, 0x3, 0x2, 0x1, 0x8, 0x0, 0x8,
                                       0x6, 0x6, 0x4, 0x2, 0x1, 0x1, 0x7, 0xf};
@@ -85,7 +85,7 @@ TEST(QdqAdversarial, E2m1TiesRoundToEvenAtEveryPowerOfTwoScale) {
     int k_lo, k_hi;  // exponents whose scale 2^k the recipe produces exactly
   };
   // Main KV: E4M3 holds 2^-9 .. 2^8. Index: the floor is 6 * 2^-126; 6 * 2^125 < FLT_MAX.
-  for (const Range& range : {Range{SlowRecipe::kMainKv, -9, 8}, Range{SlowRecipe::kIndex, -126, 125}}) {
+  for (const Range& range : {Range{SlowRecipe::kCompressedKv, -9, 8}, Range{SlowRecipe::kIndex, -126, 125}}) {
     for (int k = range.k_lo; k <= range.k_hi; ++k) {
       std::vector<float> x = {std::ldexp(6.0f, k)};
       for (const float m : mids) {
@@ -94,7 +94,7 @@ TEST(QdqAdversarial, E2m1TiesRoundToEvenAtEveryPowerOfTwoScale) {
       }
       const QuantizedBlock b = expect_slow_equal(range.r, x);
       const uint32_t scale =
-          range.r == SlowRecipe::kMainKv
+          range.r == SlowRecipe::kCompressedKv
               ? test::slow_encode(test::slow_e4m3(), test::kE4m3Saturate, std::ldexp(1.0f, k))
               : static_cast<uint32_t>(k + 127);
       ASSERT_EQ(b.scale, scale) << "k=" << k;
@@ -110,11 +110,11 @@ TEST(QdqAdversarial, E2m1TiesRoundToEvenAtEveryPowerOfTwoScale) {
 // only scales where fl32(x / s) and fl32(x * fl32(1/s)) round an E2M1 tie differently are those
 // with mantissa 1.875 (codes 0x0F, 0x17, ..., 0x77), at the ties 1.25, 2.5 and 5, which must round
 // down to the even codes 1.0, 2.0 and 4.0 (x * (1/s) lands just above the tie and rounds up).
-TEST(QdqAdversarial, MainKvTiesAtScaleMantissa1875NeedDivision) {
+TEST(QdqAdversarial, CompressedKvTiesAtScaleMantissa1875NeedDivision) {
   for (int k = -5; k <= 7; ++k) {
     const float s = std::ldexp(1.875f, k);  // E4M3 code (k + 7) << 3 | 7
     const std::vector<float> x = {6 * s, 1.25f * s, -2.5f * s, 5 * s, 0.25f * s};
-    const QuantizedBlock b = expect_slow_equal(SlowRecipe::kMainKv, x);
+    const QuantizedBlock b = expect_slow_equal(SlowRecipe::kCompressedKv, x);
     ASSERT_EQ(b.scale, ((k + 7) << 3) | 7) << "k=" << k;
     EXPECT_EQ(b.codes[1], 0x2) << "k=" << k;  // 1.25 -> 1.0
     EXPECT_EQ(b.codes[2], 0xC) << "k=" << k;  // -2.5 -> -2.0
@@ -147,7 +147,7 @@ TEST(QdqAdversarial, AllZeroBlocks) {
   const struct {
     SlowRecipe r;
     uint8_t scale;
-  } cases[] = {{SlowRecipe::kMainKv, 0x01}, {SlowRecipe::kIndex, 0x01}, {SlowRecipe::kFp8, 0x69}};
+  } cases[] = {{SlowRecipe::kCompressedKv, 0x01}, {SlowRecipe::kIndex, 0x01}, {SlowRecipe::kFp8, 0x69}};
   for (const auto& c : cases) {
     const QuantizedBlock b = expect_slow_equal(c.r, {});
     EXPECT_EQ(b.scale, c.scale) << test::slow_recipe_name(c.r);  // floors: never a zero scale
@@ -200,12 +200,12 @@ TEST(QdqAdversarial, HugeBlocksSaturateOrOverflow) {
   const struct {
     SlowRecipe r;
     uint8_t scale;
-  } cases[] = {{SlowRecipe::kMainKv, 0x7E}, {SlowRecipe::kIndex, 0xFD}, {SlowRecipe::kFp8, 0xF7}};
+  } cases[] = {{SlowRecipe::kCompressedKv, 0x7E}, {SlowRecipe::kIndex, 0xFD}, {SlowRecipe::kFp8, 0xF7}};
   for (const auto& c : cases) {
     const QuantizedBlock b = expect_slow_equal(c.r, {max, -max, 1.0f, -1e30f, max / 3});
     EXPECT_EQ(b.scale, c.scale) << test::slow_recipe_name(c.r);
     EXPECT_EQ(b.qdq[0], -b.qdq[1]);
-    if (c.r == SlowRecipe::kMainKv) {
+    if (c.r == SlowRecipe::kCompressedKv) {
       EXPECT_EQ(b.codes[0], 0x7);  // clamped to 6
       EXPECT_EQ(b.qdq[0], 2688.0f);
     } else {
@@ -215,9 +215,9 @@ TEST(QdqAdversarial, HugeBlocksSaturateOrOverflow) {
 }
 
 // Main KV amax around the E4M3 saturation edge: t = 448 exactly, 464 (tie -> 448), beyond.
-TEST(QdqAdversarial, MainKvScaleSaturationEdge) {
+TEST(QdqAdversarial, CompressedKvScaleSaturationEdge) {
   for (const float amax : {2688.0f, 2752.0f, 2784.0f, 2816.0f, 3072.0f, 65536.0f}) {
-    const QuantizedBlock b = expect_slow_equal(SlowRecipe::kMainKv, {-amax, amax / 2, 2688.0f});
+    const QuantizedBlock b = expect_slow_equal(SlowRecipe::kCompressedKv, {-amax, amax / 2, 2688.0f});
     EXPECT_EQ(b.scale, 0x7E);  // t = 448, 458.7 (-> 448), 464 (tie -> 448), beyond: saturated
     EXPECT_EQ(b.codes[0], 0xF);
     EXPECT_EQ(b.qdq[0], -2688.0f);
@@ -244,7 +244,7 @@ TEST(QdqAdversarial, AmaxAtTheFloors) {
     SlowRecipe r;
     uint16_t floor_bits;  // a bf16 pattern at (or next to) the floor
     uint8_t floor_scale;
-  } cases[] = {{SlowRecipe::kMainKv, 0x3C40, 0x01},  // 6 * 2^-9 exactly
+  } cases[] = {{SlowRecipe::kCompressedKv, 0x3C40, 0x01},  // 6 * 2^-9 exactly
                {SlowRecipe::kIndex, 0x01C0, 0x01},   // 6 * 2^-126 exactly
                {SlowRecipe::kFp8, 0x38D1, 0x69}};    // just below fl32(1e-4)
   for (const auto& c : cases) {
@@ -287,12 +287,12 @@ TEST(QdqAdversarial, NonFiniteBlocksReturnFalseDeterministically) {
 // to s = 2^-8; amax / s = 4.5 rounds to 4, so the QDQ max is 2^-6. Quantizing that again gives
 // t = 2^-6 / 6 = 1.33 * 2^-9 -> s = 2^-9, 2^-6 / s = 8 clamps to 6: the value becomes 6 * 2^-9.
 // The QDQ idempotence property (qdq_property_test.cc) therefore excludes scales 0x02..0x07.
-TEST(QdqAdversarial, MainKvQdqNotIdempotentForSubnormalScales) {
-  const QuantizedBlock once = expect_slow_equal(SlowRecipe::kMainKv, {std::ldexp(9.0f, -9)});
+TEST(QdqAdversarial, CompressedKvQdqNotIdempotentForSubnormalScales) {
+  const QuantizedBlock once = expect_slow_equal(SlowRecipe::kCompressedKv, {std::ldexp(9.0f, -9)});
   EXPECT_EQ(once.scale, 0x02);
   EXPECT_EQ(once.codes[0], 0x6);
   EXPECT_EQ(once.qdq[0], std::ldexp(1.0f, -6));
-  const QuantizedBlock twice = expect_slow_equal(SlowRecipe::kMainKv, {once.qdq[0]});
+  const QuantizedBlock twice = expect_slow_equal(SlowRecipe::kCompressedKv, {once.qdq[0]});
   EXPECT_EQ(twice.scale, 0x01);
   EXPECT_EQ(twice.codes[0], 0x7);
   EXPECT_EQ(twice.qdq[0], std::ldexp(6.0f, -9));

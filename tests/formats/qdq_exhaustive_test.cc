@@ -1,4 +1,4 @@
-// The block recipes of formats/qdq.h (quantize_main_kv_block, quantize_index_block,
+// The block recipes of formats/qdq.h (quantize_compressed_kv_block, quantize_index_block,
 // quantize_fp8_block) and their dequantizers, with every one of the 2^16 bf16 patterns placed in
 // blocks, against the independent slow recipes of tests/support/slow_recipes.h.
 //
@@ -139,7 +139,7 @@ void sweep_recipe(SlowRecipe r) {
               static_cast<unsigned long long>(nonzero_total));
 }
 
-TEST(QdqExhaustive, MainKvBlockAllBf16) { sweep_recipe(SlowRecipe::kMainKv); }
+TEST(QdqExhaustive, CompressedKvBlockAllBf16) { sweep_recipe(SlowRecipe::kCompressedKv); }
 TEST(QdqExhaustive, IndexBlockAllBf16) { sweep_recipe(SlowRecipe::kIndex); }
 TEST(QdqExhaustive, Fp8BlockAllBf16) { sweep_recipe(SlowRecipe::kFp8); }
 

@@ -38,7 +38,7 @@ struct Case {
 
 Case gen_case() {
   Case c;
-  c.r = *rc::gen::element(SlowRecipe::kMainKv, SlowRecipe::kIndex, SlowRecipe::kFp8);
+  c.r = *rc::gen::element(SlowRecipe::kCompressedKv, SlowRecipe::kIndex, SlowRecipe::kFp8);
   c.n = test::slow_block_size(c.r);
   c.blocks = *rc::gen::inRange(1, 5);
   c.x = *test::gen_bf16_row(c.n, c.blocks);
@@ -55,7 +55,7 @@ double block_amax(const float* x, int n) {
 
 // qdq(qdq(x)) == qdq(x) bit for bit. Main KV exception: scales 0x02..0x07 (E4M3 subnormals above
 // the floor) can leave the block max below code 7, and the second pass then picks another scale
-// (worked example in qdq_adversarial_test.cc, MainKvQdqNotIdempotentForSubnormalScales).
+// (worked example in qdq_adversarial_test.cc, CompressedKvQdqNotIdempotentForSubnormalScales).
 RC_GTEST_PROP(QdqProperty, QdqIsIdempotent, ()) {
   const Case c = gen_case();
   const CacheFormat f = test::cache_format_of(c.r);
@@ -63,7 +63,7 @@ RC_GTEST_PROP(QdqProperty, QdqIsIdempotent, ()) {
   const std::vector<float> twice = qdq_rows(f, once, 1, c.dim());
   for (int b = 0; b < c.blocks; ++b) {
     const uint8_t scale = test::quantize_block(c.r, c.block(b)).scale;
-    if (c.r == SlowRecipe::kMainKv && scale >= 0x02 && scale <= 0x07) continue;
+    if (c.r == SlowRecipe::kCompressedKv && scale >= 0x02 && scale <= 0x07) continue;
     for (int i = b * c.n; i < (b + 1) * c.n; ++i) RC_ASSERT(f32_bits(twice[i]) == f32_bits(once[i]));
   }
 }
@@ -142,7 +142,7 @@ RC_GTEST_PROP(QdqProperty, ErrorWithinDerivedBound, ()) {
         RC_ASSERT(err <= bound);
         continue;
       }
-      RC_ASSERT(c.r == SlowRecipe::kMainKv);  // ceil scales never clamp
+      RC_ASSERT(c.r == SlowRecipe::kCompressedKv);  // ceil scales never clamp
       RC_ASSERT(static_cast<double>(q.qdq[i]) == std::copysign(lim * s, x));
       double allowed = std::numeric_limits<double>::infinity();            // saturated scale
       if (t <= 464.0) allowed = q.scale >= 0x08 ? s * (0.375 + 6.375 * 0x1p-23)  // normal scale
@@ -166,18 +166,18 @@ RC_GTEST_PROP(QdqProperty, BlockMaxLandsOnTopCodes, ()) {
     const double s = test::slow_scale_value(c.r, q.scale);
     bool floor_active = false;
     switch (c.r) {
-      case SlowRecipe::kMainKv: floor_active = q.scale < 0x08; break;
+      case SlowRecipe::kCompressedKv: floor_active = q.scale < 0x08; break;
       case SlowRecipe::kIndex: floor_active = amax <= std::ldexp(6.0, -126); break;
       case SlowRecipe::kFp8: floor_active = amax <= test::slow_fp8_floor(); break;
     }
     if (floor_active) continue;
     ++checked;
-    if (c.r != SlowRecipe::kMainKv) RC_ASSERT(amax / s > lim / 2 && amax / s <= lim);
+    if (c.r != SlowRecipe::kCompressedKv) RC_ASSERT(amax / s > lim / 2 && amax / s <= lim);
     for (int i = 0; i < c.n; ++i) {
       if (std::fabs(static_cast<double>(c.block(b)[i])) != amax) continue;
       const uint8_t mag = q.codes[i] & static_cast<uint8_t>(sign_bit(c.r) - 1);
       switch (c.r) {
-        case SlowRecipe::kMainKv: RC_ASSERT(mag == 0x7); break;
+        case SlowRecipe::kCompressedKv: RC_ASSERT(mag == 0x7); break;
         case SlowRecipe::kIndex: RC_ASSERT(mag >= 0x5 && mag <= 0x7); break;
         case SlowRecipe::kFp8: RC_ASSERT(mag >= 0x76 && mag <= 0x7E); break;
       }

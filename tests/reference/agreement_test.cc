@@ -124,8 +124,8 @@ class TeacherForced : public ::testing::Test {
   void force(const OracleStep& step) {
     const ModelConfig& c = *config_;
     ForwardHooks h;
-    h.tensor = [this, step, &c](const std::string& what, int layer, Tensor<float>& v) {
-      if (what == "in_stream") {
+    h.tensor = [this, step, &c](Component what, int layer, Tensor<float>& v) {
+      if (what == Component::kInStream) {
         if (layer == 0) {
           const std::vector<float> e = bf16_values(step.streams->read<uint16_t>(step.prefix + "embed/bits"));
           const int64_t T = v.dim(0), hc = v.dim(1), dim = v.dim(2);
@@ -134,28 +134,28 @@ class TeacherForced : public ::testing::Test {
         } else {
           v.data() = bf16_values(step.streams->read<uint16_t>(step.prefix + lname(layer - 1) + "/out_stream/bits"));
         }
-      } else if (what == "in_pre" && layer > 0) {
+      } else if (what == Component::kInPre && layer > 0) {
         v.data() = step.items->read<float>(step.prefix + lname(layer - 1) + "/next_pre/value").data;
-      } else if (what == "out_stream") {
+      } else if (what == Component::kOutStream) {
         out_streams_[layer] = v.data();
       }
       (void)c;
     };
-    h.index = [step](const std::string& what, int layer, Tensor<int32_t>& v) {
-      if (what == "topk") {
+    h.index = [step](Component what, int layer, Tensor<int32_t>& v) {
+      if (what == Component::kTopk) {
         const auto ref = step.items->read<int32_t>(step.prefix + lname(layer) + "/indexer_topk/value");
         ASSERT_EQ(static_cast<int64_t>(ref.size()), v.numel());
         for (size_t i = 0; i < ref.size(); ++i) {
           v.data()[i] = ref.data[i] < 0 ? -1 : static_cast<int32_t>(ref.data[i] - step.offset);
         }
-      } else if (what == "experts") {
+      } else if (what == Component::kExperts) {
         const auto ref = step.items->read<int64_t>(step.prefix + lname(layer) + "/gate_indices/value");
         ASSERT_EQ(static_cast<int64_t>(ref.size()), v.numel());
         for (size_t i = 0; i < ref.size(); ++i) v.data()[i] = static_cast<int32_t>(ref.data[i]);
       }
     };
-    h.mask = [step](const std::string& what, int layer, Tensor<uint8_t>& v) {
-      if (what != "candidates") return;
+    h.mask = [step](Component what, int layer, Tensor<uint8_t>& v) {
+      if (what != Component::kCandidates) return;
       const auto ref = step.items->read<uint8_t>(step.prefix + lname(layer) + "/candidates/value");
       ASSERT_EQ(static_cast<int64_t>(ref.size()), v.numel());
       v.data() = ref.data;
@@ -190,16 +190,16 @@ class TeacherForced : public ::testing::Test {
     for (int l = 0; l < config_->n_layers; ++l) {
       const LayerState& ls = s.layers[static_cast<size_t>(l)];
       const auto ring = decode_->read<uint16_t>(base + lname(l) + "/window_kv_cache/bits");
-      expect_bits(ls.ring.read_all().data(), ring, lname(l) + " window_kv_cache");
+      expect_bits(ls.window_kv.read_all(reference_ops()).data(), ring, lname(l) + " window_kv_cache");
       compared += static_cast<int64_t>(ring.size());
-      if (ls.kv_cache) {
+      if (ls.compressed_kv) {
         const auto ref = decode_->read<uint16_t>(base + lname(l) + "/compress_kv_cache/bits");
-        expect_bits(ls.kv_cache->read(l, ls.kv_cache->ratio(), ref.dim(1)).data(), ref, lname(l) + " compress_kv_cache");
+        expect_bits(ls.compressed_kv->read(reference_ops(), l, ls.compressed_kv->ratio(), ref.dim(1)).data(), ref, lname(l) + " compress_kv_cache");
         compared += static_cast<int64_t>(ref.size());
       }
-      if (ls.key_cache) {
+      if (ls.index_keys) {
         const auto ref = decode_->read<uint16_t>(base + lname(l) + "/index_k_cache/bits");
-        expect_bits(ls.key_cache->read(l, ls.key_cache->ratio(), ref.dim(1)).data(), ref, lname(l) + " index_k_cache");
+        expect_bits(ls.index_keys->read(reference_ops(), l, ls.index_keys->ratio(), ref.dim(1)).data(), ref, lname(l) + " index_k_cache");
         compared += static_cast<int64_t>(ref.size());
       }
       if (ls.compressor) {
@@ -207,8 +207,8 @@ class TeacherForced : public ::testing::Test {
         // the reference does not reproduce (its multi-row GEMM it does: prefill states match).
         for (const char* what : {"compressor_kv_state", "compressor_score_state"}) {
           const auto ref = decode_->read<float>(base + lname(l) + "/" + what + "/value");
-          const std::vector<float>& got = std::string(what) == "compressor_kv_state" ? ls.compressor->kv
-                                                                                    : ls.compressor->score;
+          const std::vector<float>& got = std::string(what) == "compressor_kv_state" ? ls.compressor->kv.data()
+                                                                                    : ls.compressor->score.data();
           ASSERT_EQ(got.size(), ref.size());
           const size_t row = static_cast<size_t>(config_->head_dim);
           double worst = 0;  // max |d| in fp32 ulps of the slot's max |value|

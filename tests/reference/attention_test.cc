@@ -16,7 +16,9 @@
 #include "formats/minifloat.h"
 #include "formats/packed.h"
 #include "golden/golden_io.h"
+#include "reference/kv_cache.h"
 #include "reference/numerics.h"
+#include "reference/ops.h"
 #include "reference/safetensors.h"
 
 namespace dsv41::reference {
@@ -242,24 +244,25 @@ TEST(AttentionConcat, KvRowsAreWindowThenCompressedCache) {
 }
 
 TEST(AttentionCompressedKvCache, StoresPackedEntriesAndChecksOwnership) {
-  CompressedKvCache cache(/*owner_layer=*/2, /*ratio=*/2, /*head_dim=*/128, /*capacity=*/4);
+  PackedCache cache("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, /*owner_layer=*/2, /*ratio=*/2,
+                    /*head_dim=*/128, /*capacity=*/4);
   EXPECT_EQ(cache.entry_bytes(), 72);  // 64 nibble bytes + 8 E4M3 scales
-  EXPECT_EQ(CompressedKvCache(20, 1, 512, 1).entry_bytes(), 288);
+  EXPECT_EQ(PackedCache("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, 20, 1, 512, 1).entry_bytes(), 288);
   Tensor<float> rows({2, 128}, "latent");
   for (int64_t i = 0; i < rows.numel(); ++i) {
     rows.data()[static_cast<size_t>(i)] = formats::round_to_bf16(std::sin(0.37f * static_cast<float>(i)));
   }
-  cache.write(0, rows);
+  cache.write(reference_ops(), 0, rows);
   std::vector<uint8_t> expect(72);
-  formats::pack_main_kv(rows.row(1), 128, expect.data());
+  formats::pack_compressed_kv(rows.row(1), 128, expect.data());
   EXPECT_EQ(std::vector<uint8_t>(cache.entry(1), cache.entry(1) + 72), expect);
-  const Tensor<float> back = cache.read(2, 2, 2);
-  EXPECT_EQ(back.data(), fp4_qdq_main_kv(rows).data());
-  EXPECT_THROW(cache.read(4, 2, 2), Error);  // another kv source's consumer
-  EXPECT_THROW(cache.read(2, 1, 2), Error);  // wrong ratio
-  EXPECT_THROW(cache.read(2, 2, 3), Error);  // beyond what was written
-  EXPECT_THROW(cache.write(3, rows), Error); // a gap
-  cache.write(1, rows);                       // rewrite the tail: size 3
+  const Tensor<float> back = cache.read(reference_ops(), 2, 2, 2);
+  EXPECT_EQ(back.data(), qdq(formats::CacheFormat::kCompressedKvFp4, rows).data());
+  EXPECT_THROW(cache.read(reference_ops(), 4, 2, 2), Error);  // another kv source's consumer
+  EXPECT_THROW(cache.read(reference_ops(), 2, 1, 2), Error);  // wrong ratio
+  EXPECT_THROW(cache.read(reference_ops(), 2, 2, 3), Error);  // beyond what was written
+  EXPECT_THROW(cache.write(reference_ops(), 3, rows), Error); // a gap
+  cache.write(reference_ops(), 1, rows);                       // rewrite the tail: size 3
   EXPECT_EQ(cache.size(), 3);
 }
 

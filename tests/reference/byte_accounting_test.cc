@@ -57,10 +57,10 @@ TEST(BytesAccounting, ReleasedMillionTokens) {
 TEST(BytesAccounting, ReleasedPerSessionState) {
   const ByteAccounting b = byte_accounting(load_config("full"));
   // SWA: (40 + 3) rings x 128 slots x (512 + 16) B = 43 x 128 x 528 = 2906112.
-  EXPECT_EQ(b.swa_layers, 43);
-  EXPECT_EQ(b.swa_window, 128);
-  EXPECT_EQ(b.swa_entry_bytes, 528);
-  EXPECT_EQ(b.swa_bytes_per_session, 2906112);
+  EXPECT_EQ(b.window_kv_layers, 43);
+  EXPECT_EQ(b.window_kv_slots, 128);
+  EXPECT_EQ(b.window_kv_entry_bytes, 528);
+  EXPECT_EQ(b.window_kv_bytes_per_session, 2906112);
   // Compressor partial groups: 3 ratio-2 owners x 1 token x 512 x 2 (kv, score) x 4 B = 12288.
   EXPECT_EQ(b.compressor_partial_bytes_per_session, 12288);
   EXPECT_EQ(b.owners[3].partial_state_bytes, 0);  // ratio 1 keeps no partial group
@@ -76,7 +76,7 @@ TEST(BytesAccounting, Tiny) {
   ASSERT_EQ(b.owners.size(), 3u);
   EXPECT_EQ(b.owners[0].entry_bytes, 106);
   EXPECT_EQ(b.owners[2].reader_layers, (std::vector<int>{6, 7, 8, 9}));
-  EXPECT_EQ(b.swa_bytes_per_session, 92928);
+  EXPECT_EQ(b.window_kv_bytes_per_session, 92928);
   EXPECT_EQ(b.compressor_partial_bytes_per_session, 2048);
   // 333 tokens (odd: one token pending in each ratio-2 owner): 2 x 166 x 106 + 333 x 106 = 70490.
   EXPECT_EQ(global_bytes_for_tokens(b, 333), 70490);
@@ -92,7 +92,7 @@ TEST(BytesAccounting, FollowsTheConfig) {
   const ByteAccounting b = byte_accounting(c);
   EXPECT_EQ(b.owners[0].main_entry_bytes, 144);
   EXPECT_EQ(b.global_bytes_per_token, (Rational{356, 1}));
-  EXPECT_EQ(b.swa_entry_bytes, 264);
+  EXPECT_EQ(b.window_kv_entry_bytes, 264);
 }
 
 // A fractional rate stays exact: index_head_dim 32 -> 16 + 1 = 17, entry 72 + 17 = 89, so a

@@ -144,7 +144,7 @@ TEST(CachePrecisionAblation, DefaultIsThePackedOfficialPath) {
   expect_usable(all_logits(a), "packed logits");
   EXPECT_EQ(bits_of(all_logits(a)), bits_of(all_logits(b)));
 
-  const std::vector<CacheView> va = cache_views(a.state), vb = cache_views(b.state);
+  const std::vector<CacheView> va = cache_views(a.state, reference_ops()), vb = cache_views(b.state, reference_ops());
   ASSERT_EQ(va.size(), vb.size());
   const int64_t pos = kPrompt + kSteps, D = config().head_dim, Di = config().index_head_dim;
   for (size_t i = 0; i < va.size(); ++i) {
@@ -159,16 +159,16 @@ TEST(CachePrecisionAblation, DefaultIsThePackedOfficialPath) {
     expect_usable(x, "cache values");
     EXPECT_EQ(bits_of(formats::qdq_rows(v.format, x, static_cast<int>(v.entries), static_cast<int>(v.dim))),
               bits_of(x));
-    if (v.kind == "swa") {
-      EXPECT_EQ(v.format, CacheFormat::kSwaKvFp8);
-      EXPECT_EQ(v.entry_bytes, formats::swa_kv_entry_bytes(static_cast<int>(D)));
+    if (v.kind == "window_kv") {
+      EXPECT_EQ(v.format, CacheFormat::kWindowKvFp8);
+      EXPECT_EQ(v.entry_bytes, formats::window_kv_entry_bytes(static_cast<int>(D)));
       ASSERT_EQ(v.entries, config().window_size);  // pos > window: every slot is occupied
       for (int64_t e = 0; e < v.entries; ++e) EXPECT_EQ(v.positions[static_cast<size_t>(e)], pos - v.entries + e);
     } else {
       const int ratio = config().compress_ratios[static_cast<size_t>(v.layer)];
       EXPECT_EQ(v.entries, pos / ratio);
       for (int64_t e = 0; e < v.entries; ++e) EXPECT_EQ(v.positions[static_cast<size_t>(e)], e);
-      EXPECT_EQ(v.format, v.kind == "compressed_kv" ? CacheFormat::kMainKvFp4 : CacheFormat::kIndexKeyFp4);
+      EXPECT_EQ(v.format, v.kind == "compressed_kv" ? CacheFormat::kCompressedKvFp4 : CacheFormat::kIndexKeysFp4);
       EXPECT_EQ(v.entry_bytes, formats::entry_bytes(v.format, static_cast<int>(v.kind == "compressed_kv" ? D : Di)));
     }
   }
@@ -177,15 +177,15 @@ TEST(CachePrecisionAblation, DefaultIsThePackedOfficialPath) {
 TEST(CachePrecisionAblation, CacheViewsListEveryCacheInLayerOrder) {
   const ModelState s = test::oracle_model().model->new_state();
   std::vector<std::string> got;
-  for (const CacheView& v : cache_views(s)) got.push_back(v.kind + std::to_string(v.layer));
+  for (const CacheView& v : cache_views(s, reference_ops())) got.push_back(v.kind + std::to_string(v.layer));
   std::vector<std::string> want;
-  for (int l = 0; l < config().n_layers; ++l) want.push_back("swa" + std::to_string(l));
+  for (int l = 0; l < config().n_layers; ++l) want.push_back("window_kv" + std::to_string(l));
   for (int l : config().kv_source_layers) {
     want.push_back("compressed_kv" + std::to_string(l));
     want.push_back("index_keys" + std::to_string(l));
   }
   EXPECT_EQ(got, want);
-  for (const CacheView& v : cache_views(s)) EXPECT_EQ(v.entries, 0) << "a fresh state holds nothing";
+  for (const CacheView& v : cache_views(s, reference_ops())) EXPECT_EQ(v.entries, 0) << "a fresh state holds nothing";
 }
 
 // ---- kBf16: the caches hold the pre-QDQ values ----
@@ -205,17 +205,17 @@ const ForcedPair& forced_pair() {
     ForcedPair x;
     Model packed = model_in(CachePrecision::kPacked);
     ForwardHooks record;
-    record.tensor = [&x](const std::string& what, int layer, Tensor<float>& v) {
-      if (what == "attn_in") x.attn_in.insert_or_assign(layer, v);
-      if (what == "index_scores") x.packed_scores.insert_or_assign(layer, v);
+    record.tensor = [&x](Component what, int layer, Tensor<float>& v) {
+      if (what == Component::kAttnIn) x.attn_in.insert_or_assign(layer, v);
+      if (what == Component::kIndexScores) x.packed_scores.insert_or_assign(layer, v);
     };
     packed.set_hooks(record);
     x.packed = run_steps(packed, kPrompt, 0);
     Model bf16 = model_in(CachePrecision::kBf16);
     ForwardHooks force;
-    force.tensor = [&x](const std::string& what, int layer, Tensor<float>& v) {
-      if (what == "attn_in") v = x.attn_in.at(layer);
-      if (what == "index_scores") x.bf16_scores.insert_or_assign(layer, v);
+    force.tensor = [&x](Component what, int layer, Tensor<float>& v) {
+      if (what == Component::kAttnIn) v = x.attn_in.at(layer);
+      if (what == Component::kIndexScores) x.bf16_scores.insert_or_assign(layer, v);
     };
     bf16.set_hooks(force);
     x.bf16 = run_steps(bf16, kPrompt, 0);
@@ -228,7 +228,7 @@ TEST(CachePrecisionAblation, Bf16CachesHoldThePreQdqValues) {
   const Trace& p = forced_pair().packed;
   const Trace& b = forced_pair().bf16;
   EXPECT_EQ(b.state.precision, CachePrecision::kBf16);
-  const std::vector<CacheView> vp = cache_views(p.state), vb = cache_views(b.state);
+  const std::vector<CacheView> vp = cache_views(p.state, reference_ops()), vb = cache_views(b.state, reference_ops());
   ASSERT_EQ(vp.size(), vb.size());
   for (size_t i = 0; i < vp.size(); ++i) {
     const CacheView &q = vp[i], &x = vb[i];
@@ -266,7 +266,7 @@ TEST(CachePrecisionAblation, Bf16IndexScoresUseUnquantizedQueriesAndKeys) {
   const AttentionWeights& w = weights_file.blocks[static_cast<size_t>(layer)].attn;
   const Tensor<float>& x = f.attn_in.at(layer);  // [T, dim] bf16
   const int64_t T = x.dim(0), Hi = c.index_n_heads, Di = c.index_head_dim;
-  const Tensor<float> qr = rms_norm(linear(x, w.wq_a), w.q_norm, c.norm_eps);
+  const Tensor<float> qr = rms_norm(linear(x, w.wq_a), w.q_norm.data(), c.norm_eps);
   Tensor<float> qi = linear(qr, w.idx_wq_b);  // [T, Hi*Di] bf16
   const RopeTable rope = RopeTable::for_layer(c, layer);
   for (int64_t t = 0; t < T; ++t) {
@@ -276,13 +276,13 @@ TEST(CachePrecisionAblation, Bf16IndexScoresUseUnquantizedQueriesAndKeys) {
   const Tensor<float> weights = index_weights(linear(x, w.idx_weights_proj), static_cast<int>(Di));
   const std::vector<int64_t> reach = compressed_reach(0, T, ratio);
   const auto keys = [&](const Trace& r) {
-    for (const CacheView& v : cache_views(r.state)) {
+    for (const CacheView& v : cache_views(r.state, reference_ops())) {
       if (v.kind == "index_keys" && v.layer == layer) return Tensor<float>({v.entries, Di}, values_of(v), "keys");
     }
     ADD_FAILURE() << "no index keys of layer " << layer;
     return Tensor<float>({0, Di}, "keys");
   };
-  const Tensor<float> want_packed = index_scores(fp4_qdq_index(qi), keys(f.packed), weights, reach);
+  const Tensor<float> want_packed = index_scores(qdq(CacheFormat::kIndexKeysFp4, qi), keys(f.packed), weights, reach);
   const Tensor<float> want_bf16 = index_scores(qi, keys(f.bf16), weights, reach);
   expect_usable(std::vector<float>(want_bf16.data().end() - want_bf16.dim(1), want_bf16.data().end()),
                 "the last query's bf16 scores");
@@ -298,27 +298,27 @@ TEST(CachePrecisionAblation, Bf16CacheClassesStoreRawBf16) {
   for (int64_t i = 0; i < rows.numel(); ++i) {  // bf16 values, not on the FP4 grid
     rows.data()[static_cast<size_t>(i)] = formats::round_to_bf16(0.1f + 0.37f * static_cast<float>(i % 11) - 1.3f);
   }
-  CompressedKvCache kv(2, 2, D, 4, 0, CachePrecision::kBf16);
-  IndexKeyCache keys(2, 2, D, 4, 0, CachePrecision::kBf16);
+  PackedCache kv("compressed KV cache", CacheFormat::kBf16, 2, 2, D, 4);
+  PackedCache keys("index-key cache", CacheFormat::kBf16, 2, 2, D, 4);
   EXPECT_EQ(kv.entry_bytes(), 2 * D);
   EXPECT_EQ(keys.entry_bytes(), 2 * D);
-  kv.write(0, rows);
-  keys.write(0, rows);
-  EXPECT_EQ(bits_of(kv.read(2, 2, 2).data()), bits_of(rows.data()));
-  EXPECT_EQ(bits_of(keys.read(2, 2, 2).data()), bits_of(rows.data()));
+  kv.write(reference_ops(), 0, rows);
+  keys.write(reference_ops(), 0, rows);
+  EXPECT_EQ(bits_of(kv.read(reference_ops(), 2, 2, 2).data()), bits_of(rows.data()));
+  EXPECT_EQ(bits_of(keys.read(reference_ops(), 2, 2, 2).data()), bits_of(rows.data()));
   const std::vector<uint8_t> want = formats::pack_rows(CacheFormat::kBf16, rows.data(), 2, static_cast<int>(D));
   EXPECT_EQ(std::vector<uint8_t>(kv.entry(1), kv.entry(1) + kv.entry_bytes()),
             std::vector<uint8_t>(want.begin() + 2 * D, want.end()));
 
   // restore: any finite bf16 is accepted; NaN / Inf is refused.
   std::vector<uint8_t> bytes = want;
-  CompressedKvCache kv2(2, 2, D, 4, 0, CachePrecision::kBf16);
+  PackedCache kv2("compressed KV cache", CacheFormat::kBf16, 2, 2, D, 4);
   kv2.restore(bytes.data(), 2);
-  EXPECT_EQ(bits_of(kv2.read(2, 2, 2).data()), bits_of(rows.data()));
+  EXPECT_EQ(bits_of(kv2.read(reference_ops(), 2, 2, 2).data()), bits_of(rows.data()));
   bytes[2 * D + 7] = 0x7F;  // the high byte of value D + 3
   bytes[2 * D + 6] = 0xC0;  // 0x7FC0: a bf16 NaN
   EXPECT_THAT(error_of([&] { kv2.restore(bytes.data(), 2); }), HasSubstr("NaN or Inf"));
-  IndexKeyCache keys2(2, 2, D, 4, 0, CachePrecision::kBf16);
+  PackedCache keys2("index-key cache", CacheFormat::kBf16, 2, 2, D, 4);
   EXPECT_THAT(error_of([&] { keys2.restore(bytes.data(), 2); }), HasSubstr("NaN or Inf"));
 }
 
@@ -381,7 +381,7 @@ TEST(CachePrecisionAblation, Bf16IsChunkingInvariant) {
   const auto want = rows(whole);
   ASSERT_FALSE(want.empty());
   EXPECT_EQ(rows(chunked), want);
-  const std::vector<CacheView> vw = cache_views(whole.state), vc = cache_views(chunked.state);
+  const std::vector<CacheView> vw = cache_views(whole.state, reference_ops()), vc = cache_views(chunked.state, reference_ops());
   ASSERT_EQ(vw.size(), vc.size());
   for (size_t i = 0; i < vw.size(); ++i) {
     EXPECT_EQ(vc[i].bytes, vw[i].bytes) << vw[i].kind << " of layer " << vw[i].layer;
@@ -401,7 +401,7 @@ TEST(CachePrecisionAblation, ACopiedBf16StateIsAnIndependentSnapshot) {
   ModelState again = snapshot;  // and is unaffected by the original's later steps
   m.decode(r.state, next);
   EXPECT_EQ(again.pos, kPrompt + 1);
-  EXPECT_EQ(cache_views(again)[0].bytes, cache_views(snapshot)[0].bytes);
+  EXPECT_EQ(cache_views(again, reference_ops())[0].bytes, cache_views(snapshot, reference_ops())[0].bytes);
 }
 
 TEST(CachePrecisionAblation, AStateOfTheOtherPrecisionIsRefused) {
@@ -420,7 +420,7 @@ TEST(CachePrecisionAblation, AStateOfTheOtherPrecisionIsRefused) {
   EXPECT_THAT(error_of([&] { packed.decode(b, tokens[0]); }), HasSubstr("bf16-cache state"));
   EXPECT_THAT(error_of([&] { packed.replay_local_state(b, tokens); }), HasSubstr("bf16-cache state"));
   EXPECT_EQ(b.pos, 5);
-  EXPECT_EQ(b.layers[3].ring.positions[4], 4) << "a refused replay must leave the rings alone";
+  EXPECT_EQ(b.layers[3].window_kv.positions[4], 4) << "a refused replay must leave the rings alone";
 }
 
 TEST(CachePrecisionAblation, SessionFilesRefuseBf16) {
@@ -453,12 +453,12 @@ struct Seen {
 
 ForwardHooks watch(Seen& seen) {
   ForwardHooks h;
-  h.tensor = [&seen](const std::string& what, int layer, Tensor<float>& v) {
-    if (what == "index_scores") {
+  h.tensor = [&seen](Component what, int layer, Tensor<float>& v) {
+    if (what == Component::kIndexScores) {
       seen.scores.insert_or_assign(layer, v);
       ++seen.calls[layer];
     }
-    if (what == "logits") {
+    if (what == Component::kLogits) {
       EXPECT_EQ(layer, -1);
       seen.logits.push_back(v);
     }
@@ -565,8 +565,8 @@ TEST(IndexScoresHook, AReplacementChangesTheSelection) {
   Model m = model_in(CachePrecision::kPacked);
   ForwardHooks h;
   // Layer 2's scores become -position: the top-k must be the first index_topk reachable positions.
-  h.tensor = [](const std::string& what, int layer, Tensor<float>& v) {
-    if (what != "index_scores" || layer != 2) return;
+  h.tensor = [](Component what, int layer, Tensor<float>& v) {
+    if (what != Component::kIndexScores || layer != 2) return;
     for (int64_t t = 0; t < v.dim(0); ++t) {
       for (int64_t n = 0; n < v.dim(1); ++n) {
         if (std::isfinite(v.at(t, n))) v.at(t, n) = -static_cast<float>(n);

@@ -24,6 +24,7 @@
 #include "golden/golden_io.h"
 #include "reference/config.h"
 #include "reference/safetensors.h"
+#include "reference/weights.h"
 #include "tests/support/seed.h"
 
 #if __has_include("reference/linear.cc")
@@ -326,7 +327,7 @@ Tensor<float> bf16_tensor(const golden::H5File& f, const std::string& item,
 
 // One engram layer's weights from the oracle's checkpoint.
 struct EngramLayerWeights {
-  safetensors::Tensor table, table_scale;
+  safetensors::Entry table, table_scale;
   std::vector<float> q_weight, k_weight;
 #if DSV41_ENGRAM_TEST_HAS_LINEAR
   LinearWeight wkv;
@@ -339,10 +340,10 @@ EngramLayerWeights load_engram_weights(const safetensors::SafetensorsFile& w, co
   EngramLayerWeights e;
   e.table = w.get(p + "embed.weight");
   e.table_scale = w.get(p + "embed.scale");
-  e.q_weight = w.get(p + "q_weight", safetensors::DType::kBF16, {c.hc_mult, c.dim}).to_f32();
-  e.k_weight = w.get(p + "k_weight", safetensors::DType::kBF16, {c.hc_mult, c.dim}).to_f32();
+  e.q_weight = w.get(p + "q_weight", DType::kBF16, {c.hc_mult, c.dim}).to_f32();
+  e.k_weight = w.get(p + "k_weight", DType::kBF16, {c.hc_mult, c.dim}).to_f32();
 #if DSV41_ENGRAM_TEST_HAS_LINEAR
-  e.wkv = LinearWeight::load(w, p + "wkv", safetensors::DType::kF8E4M3,
+  e.wkv = load_linear(w, p + "wkv", DType::kF8E4M3,
                              int64_t{c.hc_mult + 1} * c.dim, int64_t{l.n_cols()} * l.head_dim);
 #else
   (void)l;

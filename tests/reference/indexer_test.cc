@@ -23,7 +23,9 @@
 #include "formats/minifloat.h"
 #include "formats/qdq.h"
 #include "golden/golden_io.h"
+#include "reference/kv_cache.h"
 #include "reference/numerics.h"
+#include "reference/ops.h"
 #include "reference/safetensors.h"
 #include "reference/topk.h"
 #include "tests/support/seed.h"
@@ -149,7 +151,7 @@ Tensor<float> index_query(const Tensor<float>& x, int layer, int64_t start) {
   std::vector<int64_t> pos(static_cast<size_t>(x.dim(0)));
   for (size_t t = 0; t < pos.size(); ++t) pos[t] = start + static_cast<int64_t>(t);
   rope_inplace(q, kIndexDim, pos);
-  return fp4_qdq_index(Tensor<float>({x.dim(0), kIndexHeads, kIndexDim}, q.data(), "q"));
+  return qdq(formats::CacheFormat::kIndexKeysFp4, Tensor<float>({x.dim(0), kIndexHeads, kIndexDim}, q.data(), "q"));
 }
 
 Tensor<float> first_rows(const Tensor<float>& x, int64_t n) {
@@ -236,16 +238,16 @@ TEST(IndexerKeys, IndexKeyCacheHoldsTheOfficialKeys) {
     std::vector<int64_t> pos(static_cast<size_t>(k.dim(0)));
     for (size_t j = 0; j < pos.size(); ++j) pos[j] = static_cast<int64_t>(j) * ratio;
     rope_inplace(k, kIndexDim, pos);
-    IndexKeyCache cache(layer, ratio, kIndexDim, 512 / ratio);
+    PackedCache cache("index-key cache", formats::CacheFormat::kIndexKeysFp4, layer, ratio, kIndexDim, 512 / ratio);
     EXPECT_EQ(cache.entry_bytes(), 34);  // 32 nibble bytes + 2 E8M0 scales (68 at Di = 128)
-    cache.write(0, k);
-    const Tensor<float> got = cache.read(layer, ratio, k.dim(0));
+    cache.write(reference_ops(), 0, k);
+    const Tensor<float> got = cache.read(reference_ops(), layer, ratio, k.dim(0));
     expect_same_bits(got, bf16_rows(pre, "prefill/state/" + lname(layer) + "/index_k_cache/bits"), lname(layer));
-    EXPECT_EQ(got.data(), fp4_qdq_index(k).data());
-    EXPECT_THROW(cache.read(layer == 2 ? 4 : 2, ratio, 1), Error);  // a consumer of another source
-    EXPECT_THROW(cache.read(layer, 3 - ratio, 1), Error);           // wrong ratio
+    EXPECT_EQ(got.data(), qdq(formats::CacheFormat::kIndexKeysFp4, k).data());
+    EXPECT_THROW(cache.read(reference_ops(), layer == 2 ? 4 : 2, ratio, 1), Error);  // a consumer of another source
+    EXPECT_THROW(cache.read(reference_ops(), layer, 3 - ratio, 1), Error);           // wrong ratio
   }
-  EXPECT_EQ(IndexKeyCache(20, 1, 128, 1).entry_bytes(), 68);
+  EXPECT_EQ(PackedCache("index-key cache", formats::CacheFormat::kIndexKeysFp4, 20, 1, 128, 1).entry_bytes(), 68);
 }
 
 // One recorded top-k call: scores [T, N], its reach, offset and recorded output.

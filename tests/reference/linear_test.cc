@@ -20,6 +20,7 @@
 #include "golden/golden_io.h"
 #include "reference/config.h"
 #include "reference/linear.h"
+#include "reference/weights.h"
 #include "reference/numerics.h"
 #include "reference/rmsnorm.h"
 #include "reference/safetensors.h"
@@ -172,7 +173,7 @@ TEST(LinearOracle, Fp4GemmMatchesOracle) {
   const Array<uint8_t> ws = f.read<uint8_t>("gemm/fp4/w_scale/bits", 2);  // [64, 8] e8m0
   const Array<uint16_t> y = f.read<uint16_t>("gemm/fp4/y/bits", 2);       // [5, 64] bf16
   // The checkpoint reader's F4 decoding (low nibble = even element) gives the oracle's codes.
-  safetensors::Tensor t;
+  safetensors::Entry t;
   t.name = "gemm/fp4/w";
   t.dtype = DType::kF4;
   t.shape = {codes.dim(0), codes.dim(1)};
@@ -212,7 +213,7 @@ TEST(LinearOracle, Bf16LinearThenNormMatchesCompressorLatentWithinBudget) {
   const auto weights = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   const Array<uint16_t> x = attn.read<uint16_t>("prefill/layer06/attn_in/bits", 3);  // [1, 333, 256]
   const Array<uint16_t> want = prefill.read<uint16_t>("prefill/layer06/compressor_latent/bits", 3);
-  const LinearWeight wkv = LinearWeight::load(weights, "layers.6.attn.compressor.wkv", DType::kBF16, 128, 256);
+  const LinearWeight wkv = load_linear(weights, "layers.6.attn.compressor.wkv", DType::kBF16, 128, 256);
   const std::vector<float> norm =
       weights.get("layers.6.attn.compressor.norm.weight", DType::kBF16, {128}).to_f32();
   const Tensor<float> latent =
@@ -239,7 +240,7 @@ TEST(LinearLoad, ReadsEveryWeightDtypeWithOfficialShapes) {
       {"layers.2.attn.compressor.wkv", DType::kF32, 128, 256, 0},    // ratio-2 compressor
   };
   for (const Case& c : cases) {
-    const LinearWeight w = LinearWeight::load(file, c.prefix, c.dtype, c.out, c.in);
+    const LinearWeight w = load_linear(file, c.prefix, c.dtype, c.out, c.in);
     EXPECT_EQ(w.name, c.prefix);
     EXPECT_EQ(static_cast<int64_t>(w.w.size()), c.out * c.in) << c.prefix;
     EXPECT_EQ(static_cast<int64_t>(w.scale.size()), c.scales) << c.prefix;
@@ -253,20 +254,20 @@ TEST(LinearLoad, ReadsEveryWeightDtypeWithOfficialShapes) {
 TEST(LinearLoad, RejectsWrongDtypeOrShapeNamingTheTensor) {
   const auto file = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   try {
-    LinearWeight::load(file, "layers.2.attn.wq_a", DType::kBF16, 128, 256);
+    load_linear(file, "layers.2.attn.wq_a", DType::kBF16, 128, 256);
     FAIL() << "wrong dtype accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("layers.2.attn.wq_a.weight"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(LinearWeight::load(file, "layers.2.attn.wq_a", DType::kF8E4M3, 256, 128), Error);
-  EXPECT_THROW(LinearWeight::load(file, "layers.2.attn.missing", DType::kF8E4M3, 128, 256), Error);
-  EXPECT_THROW(LinearWeight::load(file, "layers.2.attn.wq_a", DType::kF8E8M0, 128, 256), Error);
+  EXPECT_THROW(load_linear(file, "layers.2.attn.wq_a", DType::kF8E4M3, 256, 128), Error);
+  EXPECT_THROW(load_linear(file, "layers.2.attn.missing", DType::kF8E4M3, 128, 256), Error);
+  EXPECT_THROW(load_linear(file, "layers.2.attn.wq_a", DType::kF8E8M0, 128, 256), Error);
 }
 
 // Seeded random weights of each dtype (values drawn from the dtype's own code set).
 LinearWeight random_weight(DType dtype, int64_t out, int64_t in, std::mt19937_64& rng) {
   LinearWeight w;
-  w.name = std::string("random.") + safetensors::dtype_name(dtype);
+  w.name = std::string("random.") + dtype_name(dtype);
   w.dtype = dtype;
   w.out = out;
   w.in = in;
@@ -312,10 +313,10 @@ TEST(Linear, ResultDoesNotDependOnThreadCount) {
     set_reference_threads(0);
     int64_t nonzero = 0;
     for (float v : one.data()) nonzero += v != 0.0f && !std::isnan(v);
-    EXPECT_GT(nonzero, one.numel() / 2) << safetensors::dtype_name(d);
+    EXPECT_GT(nonzero, one.numel() / 2) << dtype_name(d);
     for (int64_t i = 0; i < one.numel(); ++i) {
       ASSERT_EQ(dsv41::f32_bits(one.data()[i]), dsv41::f32_bits(five.data()[i]))
-          << safetensors::dtype_name(d) << " element " << i;
+          << dtype_name(d) << " element " << i;
     }
   }
 }
@@ -337,7 +338,7 @@ TEST(Linear, OneHotInputSelectsTheScaledWeightColumn) {
         want = 0.0f + want;  // every accumulation starts from +0: a -0 product sums to +0
         if (d != DType::kF32) want = formats::round_to_bf16(want);
         ASSERT_EQ(dsv41::f32_bits(y.at(0, o)), dsv41::f32_bits(want))
-            << safetensors::dtype_name(d) << " o=" << o << " j=" << j;
+            << dtype_name(d) << " o=" << o << " j=" << j;
       }
     }
   }

@@ -49,19 +49,19 @@ void append_state(const ModelState& s, std::vector<uint8_t>& out) {
   };
   put(&s.pos, sizeof s.pos);
   for (const LayerState& ls : s.layers) {
-    put(ls.ring.bytes.data(), ls.ring.bytes.size());
-    put(ls.ring.positions.data(), ls.ring.positions.size() * sizeof(int64_t));
-    for (const auto* cache : {ls.kv_cache ? &*ls.kv_cache : nullptr}) {
+    put(ls.window_kv.bytes.data().data(), ls.window_kv.bytes.data().size());
+    put(ls.window_kv.positions.data(), ls.window_kv.positions.size() * sizeof(int64_t));
+    for (const auto* cache : {ls.compressed_kv ? &*ls.compressed_kv : nullptr}) {
       if (cache) for (int64_t e = 0; e < cache->size(); ++e) put(cache->entry(e), static_cast<size_t>(cache->entry_bytes()));
     }
-    if (ls.key_cache) {
-      for (int64_t e = 0; e < ls.key_cache->size(); ++e) put(ls.key_cache->entry(e), static_cast<size_t>(ls.key_cache->entry_bytes()));
+    if (ls.index_keys) {
+      for (int64_t e = 0; e < ls.index_keys->size(); ++e) put(ls.index_keys->entry(e), static_cast<size_t>(ls.index_keys->entry_bytes()));
     }
     if (ls.compressor) {  // only the pending group's slots are state; the others are stale
       const CompressorState& c = *ls.compressor;
       for (int slot = 0; slot < c.pending(); ++slot) {
-        put(c.kv.data() + slot * c.dim, static_cast<size_t>(c.dim) * sizeof(float));
-        put(c.score.data() + slot * c.dim, static_cast<size_t>(c.dim) * sizeof(float));
+        put(c.kv.row(slot), static_cast<size_t>(c.dim) * sizeof(float));
+        put(c.score.row(slot), static_cast<size_t>(c.dim) * sizeof(float));
       }
     }
   }

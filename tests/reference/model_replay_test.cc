@@ -37,16 +37,16 @@ std::vector<int64_t> slice(const std::vector<int64_t>& v, int64_t first, int64_t
 std::vector<uint8_t> global_bytes(const ModelState& s) {
   std::vector<uint8_t> out;
   for (const LayerState& ls : s.layers) {
-    if (ls.kv_cache) {
-      for (int64_t e = 0; e < ls.kv_cache->size(); ++e)
-        out.insert(out.end(), ls.kv_cache->entry(e), ls.kv_cache->entry(e) + ls.kv_cache->entry_bytes());
+    if (ls.compressed_kv) {
+      for (int64_t e = 0; e < ls.compressed_kv->size(); ++e)
+        out.insert(out.end(), ls.compressed_kv->entry(e), ls.compressed_kv->entry(e) + ls.compressed_kv->entry_bytes());
     }
-    if (ls.key_cache) {
-      for (int64_t e = 0; e < ls.key_cache->size(); ++e)
-        out.insert(out.end(), ls.key_cache->entry(e), ls.key_cache->entry(e) + ls.key_cache->entry_bytes());
+    if (ls.index_keys) {
+      for (int64_t e = 0; e < ls.index_keys->size(); ++e)
+        out.insert(out.end(), ls.index_keys->entry(e), ls.index_keys->entry(e) + ls.index_keys->entry_bytes());
     }
     if (ls.compressor) {
-      const auto* b = reinterpret_cast<const uint8_t*>(ls.compressor->kv.data());
+      const auto* b = reinterpret_cast<const uint8_t*>(ls.compressor->kv.data().data());
       out.insert(out.end(), b, b + ls.compressor->pending() * ls.compressor->dim * sizeof(float));
     }
   }
@@ -95,9 +95,9 @@ TEST(EncoderReplay, LongSessionKeepsGlobalStateAndLayerZeroExact) {
   const std::vector<uint8_t> global_before = global_bytes(b);
   f.model->replay_local_state(b, slice(f.tokens, P - W, W));
   EXPECT_EQ(global_bytes(b), global_before) << "encoder replay must not write the global state";
-  EXPECT_EQ(a.layers[0].ring.bytes, b.layers[0].ring.bytes);
-  EXPECT_EQ(a.layers[0].ring.positions, b.layers[0].ring.positions);
-  EXPECT_NE(a.layers[3].ring.bytes, b.layers[3].ring.bytes) << "truncated windows must show";
+  EXPECT_EQ(a.layers[0].window_kv.bytes.data(), b.layers[0].window_kv.bytes.data());
+  EXPECT_EQ(a.layers[0].window_kv.positions, b.layers[0].window_kv.positions);
+  EXPECT_NE(a.layers[3].window_kv.bytes.data(), b.layers[3].window_kv.bytes.data()) << "truncated windows must show";
   double worst = 0;
   for (int k = 0; k < 4; ++k) {
     const std::vector<int64_t> tok = slice(f.tokens, P + k, 1);
@@ -132,7 +132,7 @@ TEST(DecoderReplay, ShortTailKeepsGlobalStateExact) {
   const StepRecord rb = f.model->forward_chunk(b, slice(f.tokens, 0, T), o);
   EXPECT_EQ(global_bytes(a), global_bytes(b));
   for (int l = 0; l <= f.config.candidate_source_layer; ++l) {
-    EXPECT_EQ(a.layers[static_cast<size_t>(l)].ring.bytes, b.layers[static_cast<size_t>(l)].ring.bytes) << "layer " << l;
+    EXPECT_EQ(a.layers[static_cast<size_t>(l)].window_kv.bytes.data(), b.layers[static_cast<size_t>(l)].window_kv.bytes.data()) << "layer " << l;
   }
   const double d = max_abs_diff(ra.logits, rb.logits);
   std::printf("decoder replay (T=%lld, tail %lld): max |last-token logit diff| %.4g\n",

@@ -93,7 +93,7 @@ TEST(RmsNormOracle, PrefillNormsMatchBitwise) {
   const auto weights = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   const double eps = load_config_file(kOracle + "config.json").norm_eps;
   auto norm_weight = [&](const std::string& name) {
-    return weights.get(name, safetensors::DType::kBF16, {256}).to_f32();
+    return weights.get(name, DType::kBF16, {256}).to_f32();
   };
   int64_t total = 0, differing = 0;
   {  // layer 0: the stream is 4 copies of the embedding and pre is one-hot, so the input is embed

@@ -75,8 +75,8 @@ void expect_error(const std::string& path, const std::string& tensor, const std:
   EXPECT_TRUE(has(msg, reason)) << "reason '" << reason << "' missing: " << msg;
 }
 
-Tensor make_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape, uint8_t first) {
-  Tensor t;
+Entry make_entry(const std::string& name, DType dtype, std::vector<int64_t> shape, uint8_t first) {
+  Entry t;
   t.name = name;
   t.dtype = dtype;
   t.shape = std::move(shape);
@@ -86,12 +86,12 @@ Tensor make_tensor(const std::string& name, DType dtype, std::vector<int64_t> sh
 }
 
 // One tensor of every dtype, plus a scalar and an empty tensor.
-std::vector<Tensor> every_dtype() {
-  return {make_tensor("f32", DType::kF32, {3, 5}, 1),       make_tensor("bf16", DType::kBF16, {7}, 2),
-          make_tensor("e4m3", DType::kF8E4M3, {2, 3, 4}, 3), make_tensor("e8m0", DType::kF8E8M0, {5}, 4),
-          make_tensor("f4", DType::kF4, {3, 6}, 5),          make_tensor("i32", DType::kI32, {4}, 6),
-          make_tensor("i64", DType::kI64, {2, 2}, 7),        make_tensor("scalar", DType::kF32, {}, 8),
-          make_tensor("empty", DType::kBF16, {0, 4}, 9)};
+std::vector<Entry> every_dtype() {
+  return {make_entry("f32", DType::kF32, {3, 5}, 1),       make_entry("bf16", DType::kBF16, {7}, 2),
+          make_entry("e4m3", DType::kF8E4M3, {2, 3, 4}, 3), make_entry("e8m0", DType::kF8E8M0, {5}, 4),
+          make_entry("f4", DType::kF4, {3, 6}, 5),          make_entry("i32", DType::kI32, {4}, 6),
+          make_entry("i64", DType::kI64, {2, 2}, 7),        make_entry("scalar", DType::kF32, {}, 8),
+          make_entry("empty", DType::kBF16, {0, 4}, 9)};
 }
 
 std::vector<std::string> leftovers(const std::string& dir, const std::string& stem) {
@@ -257,7 +257,7 @@ TEST_F(SafetensorsRead, GapsBetweenTensorsAreAllowed) {
 
 TEST_F(SafetensorsGet, MismatchNamesTheTensorAndBothSides) {
   const std::string path = temp_path(".safetensors");
-  write(path, {make_tensor("w", DType::kBF16, {4, 2}, 0)}, {});
+  write(path, {make_entry("w", DType::kBF16, {4, 2}, 0)}, {});
   const SafetensorsFile f = SafetensorsFile::read(path);
   const auto error_of = [&](auto fn) -> std::string {
     try {
@@ -316,16 +316,16 @@ TEST_F(SafetensorsDecode, ValuesOfEveryDtype) {
 
 TEST_F(SafetensorsWrite, RoundTripKeepsTensorsAndMetadata) {
   const std::string path = temp_path(".safetensors");
-  const std::vector<Tensor> tensors = every_dtype();
+  const std::vector<Entry> tensors = every_dtype();
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"seed", "7"}, {"note", "a \"quoted\" value"}};
   write(path, tensors, meta);
   const SafetensorsFile f = SafetensorsFile::read(path);
   EXPECT_EQ(f.metadata(), meta);
   ASSERT_EQ(f.names().size(), tensors.size());
   size_t nonzero = 0;
-  for (const Tensor& t : tensors) {
+  for (const Entry& t : tensors) {
     SCOPED_TRACE(t.name);
-    const Tensor& r = f.get(t.name);
+    const Entry& r = f.get(t.name);
     EXPECT_EQ(r.name, t.name);
     EXPECT_EQ(r.dtype, t.dtype);
     EXPECT_EQ(r.shape, t.shape);
@@ -342,7 +342,7 @@ TEST_F(SafetensorsWrite, RoundTripKeepsTensorsAndMetadata) {
 }
 
 TEST_F(SafetensorsWrite, DeterministicWhateverTheInputOrder) {
-  std::vector<Tensor> tensors = every_dtype();
+  std::vector<Entry> tensors = every_dtype();
   const std::map<std::string, std::string> meta = {{"b", "2"}, {"a", "1"}};
   const std::string first = temp_path(".1.safetensors"), second = temp_path(".2.safetensors");
   write(first, tensors, meta);
@@ -362,7 +362,7 @@ TEST_F(SafetensorsWrite, AtomicLeavesNoTempFile) {
   const std::filesystem::path p(path);
   EXPECT_TRUE(leftovers(p.parent_path().string(), p.filename().string()).empty());
   // Overwriting replaces the file as a whole.
-  write(path, {make_tensor("only", DType::kI32, {2}, 1)}, {});
+  write(path, {make_entry("only", DType::kI32, {2}, 1)}, {});
   EXPECT_EQ(SafetensorsFile::read(path).names(), (std::vector<std::string>{"only"}));
   EXPECT_TRUE(leftovers(p.parent_path().string(), p.filename().string()).empty());
 }
@@ -395,7 +395,7 @@ TEST_F(SafetensorsWrite, FailedWriteKeepsThePreviousFile) {
 
 TEST_F(SafetensorsWrite, RejectsInconsistentTensors) {
   const std::string path = temp_path(".safetensors");
-  const auto error_of = [&](const std::vector<Tensor>& ts) -> std::string {
+  const auto error_of = [&](const std::vector<Entry>& ts) -> std::string {
     try {
       write(path, ts, {});
     } catch (const Error& e) {
@@ -403,17 +403,17 @@ TEST_F(SafetensorsWrite, RejectsInconsistentTensors) {
     }
     return "(no error)";
   };
-  Tensor short_bytes = make_tensor("w", DType::kF32, {4}, 0);
+  Entry short_bytes = make_entry("w", DType::kF32, {4}, 0);
   short_bytes.bytes.pop_back();
   const std::string a = error_of({short_bytes});
   EXPECT_TRUE(has(a, "'" + path + "'") && has(a, "tensor 'w'") && has(a, "15 bytes, but F32 [4] needs 16")) << a;
-  const std::string b = error_of({make_tensor("w", DType::kF32, {1}, 0), make_tensor("w", DType::kF32, {1}, 0)});
+  const std::string b = error_of({make_entry("w", DType::kF32, {1}, 0), make_entry("w", DType::kF32, {1}, 0)});
   EXPECT_TRUE(has(b, "tensor 'w': name given twice")) << b;
-  Tensor odd = make_tensor("q", DType::kF4, {2}, 0);
+  Entry odd = make_entry("q", DType::kF4, {2}, 0);
   odd.shape = {3};
   const std::string c = error_of({odd});
   EXPECT_TRUE(has(c, "tensor 'q'") && has(c, "odd element count")) << c;
-  const std::string d = error_of({make_tensor("__metadata__", DType::kF32, {1}, 0)});
+  const std::string d = error_of({make_entry("__metadata__", DType::kF32, {1}, 0)});
   EXPECT_TRUE(has(d, "reserved")) << d;
   EXPECT_FALSE(std::filesystem::exists(path));
 }

@@ -58,7 +58,7 @@ TEST_F(SessionStoreCorruption, EveryBitFlipOfAGlobalFileIsRefused) {
 // sample of the SWA sections' bits (every ring, from the data seed).
 TEST_F(SessionStoreCorruption, BitFlipsOfAFullFileAreRefused) {
   const std::vector<uint8_t> file = session_bytes(prefilled(13), fixture().config, true);
-  const size_t first_swa = section_offset(file, find_section(file, SessionSection::kSwaRing));
+  const size_t first_swa = section_offset(file, find_section(file, SessionSection::kWindowKv));
   std::vector<size_t> bits = all_bits(0, first_swa);
   const size_t exhaustive = bits.size();
   constexpr size_t kSampled = 20000;
@@ -314,14 +314,14 @@ TEST_F(SessionStoreErrors, CorruptEntriesAreRefused) {
   EXPECT_TRUE(has(e, "entry 0 block 0 has scale byte 0x00")) << e;
   e = patched(SessionSection::kIndexKeys, 6, key_scale, {0xFF});
   EXPECT_TRUE(has(e, "(index keys of layer 6): index-key cache of layer 6: entry 0 block 0 has scale byte 0xff")) << e;
-  e = patched(SessionSection::kSwaRing, 3, 0, {1});  // slot 0 claims position 1
+  e = patched(SessionSection::kWindowKv, 3, 0, {1});  // slot 0 claims position 1
   EXPECT_TRUE(has(e, "(SWA ring of layer 3): slot 0 holds position 1, but at position 13 slot 0 holds 0")) << e;
-  e = patched(SessionSection::kSwaRing, 3, 8 + 5, {0x7F});
+  e = patched(SessionSection::kWindowKv, 3, 8 + 5, {0x7F});
   EXPECT_TRUE(has(e, "slot 0 (position 0) byte 5 is 0x7f: an E4M3 NaN code")) << e;
-  e = patched(SessionSection::kSwaRing, 3, 8 + static_cast<size_t>(c.head_dim), {0xFF});
+  e = patched(SessionSection::kWindowKv, 3, 8 + static_cast<size_t>(c.head_dim), {0xFF});
   EXPECT_TRUE(has(e, "is 0xff: not an E8M0 scale the quantizer writes")) << e;
   const size_t empty_slot = 20 * (8 + static_cast<size_t>(c.head_dim + c.head_dim / 32));
-  e = patched(SessionSection::kSwaRing, 3, empty_slot + 8, {0x01});
+  e = patched(SessionSection::kWindowKv, 3, empty_slot + 8, {0x01});
   EXPECT_TRUE(has(e, "slot 20 (position -1) byte 0 is 0x01: an empty slot holds zeros")) << e;
   e = patched(SessionSection::kEngramTail, -1, 8, {0x00, 0x10, 0, 0, 0, 0, 0, 0});
   EXPECT_TRUE(has(e, "(Engram tail): position 11 holds compressed id 4096, outside [0, engram_compressed_vocab_size 512)"))

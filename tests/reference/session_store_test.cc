@@ -59,7 +59,7 @@ TEST_F(SessionStore, SaveLoadGivesTheSameStateByteForByte) {
     EXPECT_FALSE(g.has_swa);
     EXPECT_EQ(carried_state(g.state, f.config, false), carried_state(s, f.config, false));
     for (const LayerState& ls : g.state.layers) {
-      EXPECT_TRUE(std::all_of(ls.ring.positions.begin(), ls.ring.positions.end(), [](int64_t p) { return p == -1; }));
+      EXPECT_TRUE(std::all_of(ls.window_kv.positions.begin(), ls.window_kv.positions.end(), [](int64_t p) { return p == -1; }));
     }
   }
 }
@@ -67,8 +67,8 @@ TEST_F(SessionStore, SaveLoadGivesTheSameStateByteForByte) {
 TEST_F(SessionStore, SavedStateIsNotTrivial) {
   const ModelState s = prefilled(37);
   ASSERT_EQ(s.layers[2].compressor->pending(), 1);  // 37 is odd: one token of a ratio-2 group waits
-  EXPECT_EQ(s.layers[2].kv_cache->size(), 18);
-  EXPECT_EQ(s.layers[6].kv_cache->size(), 37);
+  EXPECT_EQ(s.layers[2].compressed_kv->size(), 18);
+  EXPECT_EQ(s.layers[6].compressed_kv->size(), 37);
   const std::vector<uint8_t> bytes = session_bytes(s, fixture().config, true);
   const size_t pending = find_section(bytes, SessionSection::kCompressorPending, 2);
   EXPECT_EQ(get_u64(bytes, table_entry(pending) + 24), 1u);
@@ -190,8 +190,8 @@ TEST_F(SessionStore, GlobalOnlyResumeOfALongSessionIsEncoderReplay) {
     EXPECT_EQ(g.replayed_tokens, W);
     EXPECT_EQ(ring_bytes(g.state), ring_bytes(replayed)) << "rings = in-memory encoder replay";
     EXPECT_EQ(carried_state(g.state, c, false), carried_state(first, c, false)) << "global state as saved";
-    EXPECT_EQ(g.state.layers[0].ring.bytes, first.layers[0].ring.bytes) << "layer 0's ring";
-    EXPECT_EQ(g.state.layers[0].ring.positions, first.layers[0].ring.positions);
+    EXPECT_EQ(g.state.layers[0].window_kv.bytes.data(), first.layers[0].window_kv.bytes.data()) << "layer 0's ring";
+    EXPECT_EQ(g.state.layers[0].window_kv.positions, first.layers[0].window_kv.positions);
     loaded.push_back(std::move(g.state));
   }
   const Trace want = continue_session(replayed);
@@ -282,10 +282,10 @@ TEST_F(SessionStore, FileSizeMatchesTheByteAccounting) {
       const int64_t engram = std::min<int64_t>(p, c.engram_max_ngram_size - 1) * int64_t{sizeof(int64_t)};
       const int64_t token_tail =
           std::min<int64_t>(p, c.window_size + c.engram_max_ngram_size - 1) * int64_t{sizeof(int64_t)};
-      const int64_t swa_bytes =
-          swa ? c.n_layers * c.window_size * (8 + formats::entry_bytes(formats::CacheFormat::kSwaKvFp8, c.head_dim)) : 0;
+      const int64_t window_kv_bytes =
+          swa ? c.n_layers * c.window_size * (8 + formats::entry_bytes(formats::CacheFormat::kWindowKvFp8, c.head_dim)) : 0;
       if (swa) sections += c.n_layers;
-      const int64_t fixed = session_fixed_bytes(sections) + pending + engram + token_tail + swa_bytes;
+      const int64_t fixed = session_fixed_bytes(sections) + pending + engram + token_tail + window_kv_bytes;
       EXPECT_EQ(size - fixed, global_bytes_for_tokens(acc, p));
       if (p % lcm_ratio == 0) {
         EXPECT_EQ((size - fixed) * acc.global_bytes_per_token.den, acc.global_bytes_per_token.num * p);
@@ -327,10 +327,10 @@ TEST_F(SessionStore, ReleasedLayoutMatchesTheByteAccounting) {
   }
   for (const SessionSectionInfo& s : session_layout(c, 10, false)) {
     if (s.kind == SessionSection::kCompressedKv) {
-      EXPECT_EQ(s.entry_bytes, formats::entry_bytes(formats::CacheFormat::kMainKvFp4, c.head_dim));
+      EXPECT_EQ(s.entry_bytes, formats::entry_bytes(formats::CacheFormat::kCompressedKvFp4, c.head_dim));
     }
     if (s.kind == SessionSection::kIndexKeys) {
-      EXPECT_EQ(s.entry_bytes, formats::entry_bytes(formats::CacheFormat::kIndexKeyFp4, c.index_head_dim));
+      EXPECT_EQ(s.entry_bytes, formats::entry_bytes(formats::CacheFormat::kIndexKeysFp4, c.index_head_dim));
     }
   }
 }
@@ -338,19 +338,19 @@ TEST_F(SessionStore, ReleasedLayoutMatchesTheByteAccounting) {
 // ---- the restore methods ----
 
 TEST(SessionStoreRestore, CacheRestoreChecksScales) {
-  CompressedKvCache kv(2, 2, 32, 4);
+  PackedCache kv("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, 2, 2, 32, 4);
   std::vector<uint8_t> bytes(static_cast<size_t>(2 * kv.entry_bytes()), 0x11);
   // Entries of 18 bytes: 16 nibble bytes, then 2 E4M3 scales.
   for (size_t i : {16, 17, 34, 35}) bytes[i] = 0x30;
   kv.restore(bytes.data(), 2);
   EXPECT_EQ(kv.size(), 2);
   EXPECT_EQ(kv.entry(1)[0], 0x11);
-  EXPECT_EQ(kv.read(2, 2, 2).dim(0), 2);
+  EXPECT_EQ(kv.read(reference_ops(), 2, 2, 2).dim(0), 2);
   bytes[35] = 0x7F;  // E4M3 NaN
   EXPECT_TRUE(has(error_of([&] { kv.restore(bytes.data(), 2); }), "entry 1 block 1 has scale byte 0x7f"));
   EXPECT_TRUE(has(error_of([&] { kv.restore(bytes.data(), 5); }), "restore of 5 entries, capacity 4"));
 
-  IndexKeyCache keys(4, 2, 32, 3);
+  PackedCache keys("index-key cache", formats::CacheFormat::kIndexKeysFp4, 4, 2, 32, 3);
   std::vector<uint8_t> kb(static_cast<size_t>(keys.entry_bytes()), 0x22);
   kb[16] = 0x7F;
   keys.restore(kb.data(), 1);

@@ -30,7 +30,7 @@ namespace dsv41::reference {
 namespace {
 
 using safetensors::SafetensorsFile;
-using StTensor = safetensors::Tensor;
+using StEntry = safetensors::Entry;
 
 const std::string kOracle = DSV41_SOURCE_DIR "/golden/oracle/";
 
@@ -67,20 +67,20 @@ const SafetensorsFile& oracle_file() {
 }
 
 // Every tensor of the oracle file, to edit and write back.
-std::vector<StTensor> oracle_tensors() {
-  std::vector<StTensor> out;
+std::vector<StEntry> oracle_tensors() {
+  std::vector<StEntry> out;
   for (const std::string& n : oracle_file().names()) out.push_back(oracle_file().get(n));
   return out;
 }
 
-StTensor& find_tensor(std::vector<StTensor>& ts, const std::string& name) {
-  auto it = std::find_if(ts.begin(), ts.end(), [&](const StTensor& t) { return t.name == name; });
+StEntry& find_tensor(std::vector<StEntry>& ts, const std::string& name) {
+  auto it = std::find_if(ts.begin(), ts.end(), [&](const StEntry& t) { return t.name == name; });
   if (it == ts.end()) throw std::runtime_error("test setup: no tensor '" + name + "'");
   return *it;
 }
 
 // Writes `ts` and returns the message of loading it with `c`.
-std::string load_error(const std::vector<StTensor>& ts, const ModelConfig& c) {
+std::string load_error(const std::vector<StEntry>& ts, const ModelConfig& c) {
   const std::string path = temp_path(".safetensors");
   safetensors::write(path, ts, oracle_file().metadata());
   const std::string msg = error_of([&] { ModelWeights::load(path, c); });
@@ -92,11 +92,11 @@ std::string load_error(const std::vector<StTensor>& ts, const ModelConfig& c) {
 // Dequantized values of an fp8 / fp4 linear: code x E8M0 scale (fp8: one scale per 32x32 tile;
 // fp4: one per row and 32 columns).
 std::vector<float> dequantized(const SafetensorsFile& f, const std::string& prefix) {
-  const StTensor& w = f.get(prefix + ".weight");
-  const StTensor& s = f.get(prefix + ".scale");
+  const StEntry& w = f.get(prefix + ".weight");
+  const StEntry& s = f.get(prefix + ".scale");
   const std::vector<float> wv = w.to_f32(), sv = s.to_f32();
   const int64_t out = w.shape[0], in = w.shape[1], sc = s.shape[1];
-  const bool per_row = w.dtype == safetensors::DType::kF4 || s.shape[0] == out;
+  const bool per_row = w.dtype == DType::kF4 || s.shape[0] == out;
   std::vector<float> v(wv.size());
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t i = 0; i < in; ++i) {
@@ -123,12 +123,12 @@ TEST(WeightsLoad, OracleFileWithTheTinyConfig) {
 
   // Spot checks against the file's own decoding (safetensors to_f32), at a few indices.
   const std::vector<float> embed = f.get("embed.weight").to_f32();
-  ASSERT_EQ(w.embed.size(), embed.size());
-  for (size_t i : {size_t{0}, size_t{12345}, embed.size() - 1}) EXPECT_EQ(w.embed[i], embed[i]) << i;
-  EXPECT_GT(rms(w.embed), 0.0);
-  EXPECT_EQ(w.norm, f.get("norm.weight").to_f32());
+  ASSERT_EQ(static_cast<size_t>(w.embed.numel()), embed.size());
+  for (size_t i : {size_t{0}, size_t{12345}, embed.size() - 1}) EXPECT_EQ(w.embed.data()[i], embed[i]) << i;
+  EXPECT_GT(rms(w.embed.data()), 0.0);
+  EXPECT_EQ(w.norm.data(), f.get("norm.weight").to_f32());
   EXPECT_EQ(w.head.w, f.get("head.weight").to_f32());
-  EXPECT_EQ(w.head.dtype, safetensors::DType::kF32);
+  EXPECT_EQ(w.head.dtype, DType::kF32);
 
   const BlockWeights& b2 = w.blocks[2];
   EXPECT_EQ(b2.layer, 2);
@@ -139,9 +139,9 @@ TEST(WeightsLoad, OracleFileWithTheTinyConfig) {
   EXPECT_GT(rms(b2.attn.wq_a.w), 0.0);
   EXPECT_TRUE(b2.attn.has_compressor && b2.attn.has_indexer && b2.attn.has_index_keys);
   EXPECT_EQ(b2.attn.comp_wgate.w, f.get("layers.2.attn.compressor.wgate.weight").to_f32());
-  EXPECT_EQ(b2.ffn.gate_bias, f.get("layers.2.ffn.gate.bias").to_f32());
+  EXPECT_EQ(b2.ffn.gate_bias.data(), f.get("layers.2.ffn.gate.bias").to_f32());
   EXPECT_EQ(b2.ffn.w2[5].w, f.get("layers.2.ffn.experts.5.w2.weight").to_f32());
-  EXPECT_EQ(b2.hc_ffn.fn, f.get("layers.2.hc_ffn_fn").to_f32());
+  EXPECT_EQ(b2.hc_ffn.fn.data(), f.get("layers.2.hc_ffn_fn").to_f32());
 
   const BlockWeights& b8 = w.blocks[8];  // an index source that is not a kv source
   EXPECT_TRUE(b8.attn.has_indexer);
@@ -150,29 +150,29 @@ TEST(WeightsLoad, OracleFileWithTheTinyConfig) {
 
   const BlockWeights& b4 = w.blocks[4];  // an Engram layer
   ASSERT_TRUE(b4.has_engram);
-  EXPECT_EQ(b4.engram.rows, c.engram_num_embeddings[1]);
-  EXPECT_EQ(b4.engram.table, f.get("layers.4.engram.embed.weight").bytes);
-  EXPECT_EQ(b4.engram.k_weight, f.get("layers.4.engram.k_weight").to_f32());
+  EXPECT_EQ(b4.engram.table.dim(0), c.engram_num_embeddings[1]);
+  EXPECT_EQ(b4.engram.table.data(), f.get("layers.4.engram.embed.weight").bytes);
+  EXPECT_EQ(b4.engram.k_weight.data(), f.get("layers.4.engram.k_weight").to_f32());
   EXPECT_FALSE(w.blocks[0].has_engram);
 
   const BlockWeights& mtp = w.blocks[static_cast<size_t>(c.n_layers)];  // DSpark block 0
   EXPECT_EQ(static_cast<int>(mtp.ffn.w1.size()), c.dspark_n_routed_experts);
-  EXPECT_EQ(w.dspark.markov_embed, f.get("mtp.0.markov_head.embed.weight").to_f32());
+  EXPECT_EQ(w.dspark.markov_embed.data(), f.get("mtp.0.markov_head.embed.weight").to_f32());
   EXPECT_EQ(w.dspark.confidence_proj.w, f.get("mtp.0.confidence_head.proj.weight").to_f32());
 }
 
 // ---- a file that does not fit the config: each error names the tensor ----
 
 TEST(WeightsLoad, MissingTensorIsNamed) {
-  std::vector<StTensor> ts = oracle_tensors();
-  ts.erase(std::find_if(ts.begin(), ts.end(), [](const StTensor& t) { return t.name == "layers.3.attn.wkv.scale"; }));
+  std::vector<StEntry> ts = oracle_tensors();
+  ts.erase(std::find_if(ts.begin(), ts.end(), [](const StEntry& t) { return t.name == "layers.3.attn.wkv.scale"; }));
   const std::string msg = load_error(ts, tiny());
   EXPECT_TRUE(has(msg, "missing tensor 'layers.3.attn.wkv.scale'")) << msg;
 }
 
 TEST(WeightsLoad, ExtraTensorIsNamed) {
-  std::vector<StTensor> ts = oracle_tensors();
-  StTensor extra = find_tensor(ts, "layers.3.attn.kv_norm.weight");
+  std::vector<StEntry> ts = oracle_tensors();
+  StEntry extra = find_tensor(ts, "layers.3.attn.kv_norm.weight");
   extra.name = "layers.3.attn.extra_norm.weight";
   ts.push_back(extra);
   const std::string msg = load_error(ts, tiny());
@@ -180,8 +180,8 @@ TEST(WeightsLoad, ExtraTensorIsNamed) {
 }
 
 TEST(WeightsLoad, MisshapedTensorIsNamed) {
-  std::vector<StTensor> ts = oracle_tensors();
-  StTensor& t = find_tensor(ts, "layers.5.ffn_norm.weight");  // BF16 [256]
+  std::vector<StEntry> ts = oracle_tensors();
+  StEntry& t = find_tensor(ts, "layers.5.ffn_norm.weight");  // BF16 [256]
   t.shape = {128};
   t.bytes.resize(256);
   const std::string msg = load_error(ts, tiny());
@@ -189,26 +189,26 @@ TEST(WeightsLoad, MisshapedTensorIsNamed) {
 }
 
 TEST(WeightsLoad, MistypedTensorIsNamed) {
-  std::vector<StTensor> ts = oracle_tensors();
-  StTensor& t = find_tensor(ts, "layers.0.hc_attn_base");  // F32 [24]
-  t.dtype = safetensors::DType::kBF16;
+  std::vector<StEntry> ts = oracle_tensors();
+  StEntry& t = find_tensor(ts, "layers.0.hc_attn_base");  // F32 [24]
+  t.dtype = DType::kBF16;
   t.bytes.resize(t.bytes.size() / 2);
   const std::string msg = load_error(ts, tiny());
   EXPECT_TRUE(has(msg, "tensor 'layers.0.hc_attn_base' has dtype BF16, expected F32")) << msg;
 }
 
 TEST(WeightsLoad, UnsupportedHeadDtypeIsNamed) {
-  std::vector<StTensor> ts = oracle_tensors();
-  StTensor& t = find_tensor(ts, "head.weight");  // F32 [1024, 256]
-  t.dtype = safetensors::DType::kI32;
+  std::vector<StEntry> ts = oracle_tensors();
+  StEntry& t = find_tensor(ts, "head.weight");  // F32 [1024, 256]
+  t.dtype = DType::kI32;
   const std::string msg = load_error(ts, tiny());
   EXPECT_TRUE(has(msg, "tensor 'head.weight' has dtype I32, expected F32 or BF16")) << msg;
 }
 
 TEST(WeightsLoad, Bf16HeadIsWidened) {
   // The released checkpoint stores the head in BF16: its values widen exactly to the F32 head.
-  std::vector<StTensor> ts = oracle_tensors();
-  StTensor& t = find_tensor(ts, "head.weight");
+  std::vector<StEntry> ts = oracle_tensors();
+  StEntry& t = find_tensor(ts, "head.weight");
   const std::vector<float> f32 = t.to_f32();
   std::vector<uint8_t> bf16;
   for (float v : f32) {
@@ -218,13 +218,13 @@ TEST(WeightsLoad, Bf16HeadIsWidened) {
     bf16.push_back(static_cast<uint8_t>(u & 0xFF));
     bf16.push_back(static_cast<uint8_t>(u >> 8));
   }
-  t.dtype = safetensors::DType::kBF16;
+  t.dtype = DType::kBF16;
   t.bytes = bf16;
   const std::vector<float> want = t.to_f32();
   const std::string path = temp_path(".safetensors");
   safetensors::write(path, ts, {});
   const ModelWeights w = ModelWeights::load(path, tiny());
-  EXPECT_EQ(w.head.dtype, safetensors::DType::kF32);
+  EXPECT_EQ(w.head.dtype, DType::kF32);
   EXPECT_EQ(w.head.w, want);
   EXPECT_GT(rms(want), 0.0);
   std::filesystem::remove(path);
@@ -249,7 +249,7 @@ TEST(WeightsLoad, FullConfigOnTinyWeightsNamesATensor) {
 
 // ---- the tensor list ----
 
-using SpecKey = std::tuple<std::string, safetensors::DType, std::vector<int64_t>>;
+using SpecKey = std::tuple<std::string, DType, std::vector<int64_t>>;
 
 TEST(WeightsExpectedTensors, TinyIsTheOracleFile) {
   const std::vector<TensorSpec> specs = expected_tensors(tiny());
@@ -258,7 +258,7 @@ TEST(WeightsExpectedTensors, TinyIsTheOracleFile) {
   EXPECT_EQ(want.size(), specs.size()) << "expected_tensors lists a name twice";
   std::set<SpecKey> got;
   for (const std::string& n : oracle_file().names()) {
-    const StTensor& t = oracle_file().get(n);
+    const StEntry& t = oracle_file().get(n);
     got.insert({t.name, t.dtype, t.shape});
   }
   // The oracle file stores mtp.0.embed / mtp.0.head once, as embed / head.
@@ -269,11 +269,11 @@ TEST(WeightsExpectedTensors, TinyIsTheOracleFile) {
 }
 
 TEST(WeightsExpectedTensors, BF16HeadOption) {
-  const std::vector<TensorSpec> specs = expected_tensors(tiny(), safetensors::DType::kBF16);
+  const std::vector<TensorSpec> specs = expected_tensors(tiny(), DType::kBF16);
   const auto head = std::find_if(specs.begin(), specs.end(), [](const TensorSpec& s) { return s.name == "head.weight"; });
   ASSERT_NE(head, specs.end());
-  EXPECT_EQ(head->dtype, safetensors::DType::kBF16);
-  EXPECT_THROW(expected_tensors(tiny(), safetensors::DType::kF8E4M3), Error);
+  EXPECT_EQ(head->dtype, DType::kBF16);
+  EXPECT_THROW(expected_tensors(tiny(), DType::kF8E4M3), Error);
 }
 
 // The released config: only the list (full weights are never allocated here). Its structure:
@@ -292,16 +292,16 @@ TEST(WeightsExpectedTensors, FullPresetStructure) {
     const TensorSpec& s = specs[i];
     int64_t numel = 1;
     for (int64_t e : s.shape) numel *= e;
-    bytes += static_cast<double>(safetensors::stored_bytes(s.dtype, numel));
-    if (s.dtype != safetensors::DType::kF8E4M3 && s.dtype != safetensors::DType::kF4) continue;
+    bytes += static_cast<double>(stored_bytes(s.dtype, numel));
+    if (s.dtype != DType::kF8E4M3 && s.dtype != DType::kF4) continue;
     ASSERT_EQ(s.shape.size(), 2u) << s.name;
     const std::string stem = s.name.substr(0, s.name.size() - std::string(".weight").size());
     ASSERT_LT(i + 1, specs.size());
     const TensorSpec& sc = specs[i + 1];
     EXPECT_EQ(sc.name, stem + ".scale");
-    EXPECT_EQ(sc.dtype, safetensors::DType::kF8E8M0) << sc.name;
+    EXPECT_EQ(sc.dtype, DType::kF8E8M0) << sc.name;
     const int64_t out = s.shape[0], in = s.shape[1];
-    if (s.dtype == safetensors::DType::kF4 || has(s.name, "engram.embed")) {
+    if (s.dtype == DType::kF4 || has(s.name, "engram.embed")) {
       EXPECT_EQ(sc.shape, (std::vector<int64_t>{out, in / 32})) << sc.name;
     } else {
       EXPECT_EQ(sc.shape, (std::vector<int64_t>{(out + 31) / 32, (in + 31) / 32})) << sc.name;
@@ -332,9 +332,9 @@ TEST(WeightsExpectedTensors, FullPresetStructure) {
 // ---- the generator ----
 
 TEST(GenerateWeights, DeterministicPerSeed) {
-  const std::vector<StTensor> a = generate_weights(tiny(), 7);
-  const std::vector<StTensor> b = generate_weights(tiny(), 7);
-  const std::vector<StTensor> other = generate_weights(tiny(), 8);
+  const std::vector<StEntry> a = generate_weights(tiny(), 7);
+  const std::vector<StEntry> b = generate_weights(tiny(), 7);
+  const std::vector<StEntry> other = generate_weights(tiny(), 8);
   ASSERT_EQ(a.size(), b.size());
   ASSERT_EQ(a.size(), other.size());
   size_t differ = 0, large = 0;
@@ -359,7 +359,7 @@ TEST(GenerateWeights, DeterministicPerSeed) {
 
 TEST(GenerateWeights, MatchesTheSpecAndLoads) {
   const std::vector<TensorSpec> specs = expected_tensors(tiny());
-  const std::vector<StTensor> ts = generate_weights(tiny(), 7);
+  const std::vector<StEntry> ts = generate_weights(tiny(), 7);
   ASSERT_EQ(ts.size(), specs.size());
   for (size_t i = 0; i < ts.size(); ++i) {
     EXPECT_EQ(ts[i].name, specs[i].name);
@@ -381,8 +381,8 @@ TEST(GenerateWeights, QuantizedSpreadIsOneOverSqrtIn) {
   const SafetensorsFile f = SafetensorsFile::read(path);
   int checked = 0;
   for (const std::string& n : f.names()) {
-    const StTensor& t = f.get(n);
-    if (t.dtype != safetensors::DType::kF8E4M3 && t.dtype != safetensors::DType::kF4) continue;
+    const StEntry& t = f.get(n);
+    if (t.dtype != DType::kF8E4M3 && t.dtype != DType::kF4) continue;
     const std::string prefix = n.substr(0, n.size() - std::string(".weight").size());
     const double target = has(n, "engram.embed") ? 1.0 / std::sqrt(3.0) : 1.0 / std::sqrt(double(t.shape[1]));
     const double got = rms(dequantized(f, prefix));
@@ -412,8 +412,10 @@ TEST(GenerateWeights, ForwardStaysFiniteAndOrderOne) {
   std::filesystem::remove(path);
   std::map<std::string, std::vector<double>> seen;  // what -> rms per (step, layer)
   ForwardHooks hooks;
-  hooks.tensor = [&](const std::string& what, int, Tensor<float>& v) {
-    if (what == "out_stream" || what == "attn_out" || what == "ffn_out") seen[what].push_back(rms(v.data()));
+  hooks.tensor = [&](Component what, int, Tensor<float>& v) {
+    if (what == Component::kOutStream || what == Component::kAttnOut || what == Component::kFfnOut) {
+      seen[name(what)].push_back(rms(v.data()));
+    }
   };
   m.set_hooks(hooks);
   ModelState s = m.new_state();

@@ -109,7 +109,7 @@ TEST(CliBytes, JsonHasTheDocumentedFields) {
   EXPECT_EQ(j.at("per_owner")[0].at("bytes_per_token"), 178);
   EXPECT_EQ(j.at("per_owner")[3].at("ratio"), 1);
   EXPECT_EQ(j.at("tokens_1m").at("bytes"), 890000000);
-  EXPECT_EQ(j.at("swa_bytes_per_session"), 2906112);
+  EXPECT_EQ(j.at("window_kv_bytes_per_session"), 2906112);
   EXPECT_EQ(j.at("compressor_partial_bytes_per_session"), 12288);
   EXPECT_EQ(j.at("config_hash").get<std::string>().size(), 16u);
 }

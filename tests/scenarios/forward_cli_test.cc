@@ -44,8 +44,8 @@ constexpr int64_t kWindow = 64;
 constexpr int64_t kHeadDim = 128, kIndexHeadDim = 64;
 // Packed entry sizes (docs/formats.md): SWA d + d/32, main KV d/2 + d/16, index key d/2 + d/32.
 constexpr int64_t kSwaBytes = kHeadDim + kHeadDim / 32;             // 132
-constexpr int64_t kMainKvBytes = kHeadDim / 2 + kHeadDim / 16;      // 72
-constexpr int64_t kIndexKeyBytes = kIndexHeadDim / 2 + kIndexHeadDim / 32;  // 34
+constexpr int64_t kCompressedKvBytes = kHeadDim / 2 + kHeadDim / 16;      // 72
+constexpr int64_t kIndexKeysBytes = kIndexHeadDim / 2 + kIndexHeadDim / 32;  // 34
 int ratio_of(int layer) {  // compress_ratios of the tiny config
   static const int r[] = {0, 0, 2, 2, 2, 2, 1, 1, 1, 1};
   return r[layer];
@@ -291,20 +291,20 @@ TEST_F(ForwardCli, WritesTheDocumentedLayout) {
   for (int l = 0; l < kLayers; ++l) {
     SCOPED_TRACE(layer(l));
     const std::string g = "cache/" + layer(l) + "/";
-    EXPECT_EQ(h.read<uint8_t>(g + "swa_packed", 2).shape, (std::vector<int64_t>{kWindow, kSwaBytes}));
-    const Array<int64_t> pos = h.read<int64_t>(g + "swa_positions", 1);
+    EXPECT_EQ(h.read<uint8_t>(g + "window_kv_packed", 2).shape, (std::vector<int64_t>{kWindow, kSwaBytes}));
+    const Array<int64_t> pos = h.read<int64_t>(g + "window_kv_positions", 1);
     ASSERT_EQ(pos.shape, std::vector<int64_t>{kWindow});
     for (int64_t s = 0; s < kWindow; ++s) {
       const int64_t want = kPositions - kWindow + ((s - (kPositions - kWindow)) % kWindow + kWindow) % kWindow;
       EXPECT_EQ(pos.data[static_cast<size_t>(s)], want) << "slot " << s;
     }
     const bool kv_source = l == 2 || l == 4 || l == 6;
-    std::vector<std::string> want_children = {"swa_packed", "swa_positions"};
+    std::vector<std::string> want_children = {"window_kv_packed", "window_kv_positions"};
     if (kv_source) {
       const int64_t n = kPositions / ratio_of(l);
-      EXPECT_EQ(h.read<uint8_t>(g + "compressed_kv_packed", 2).shape, (std::vector<int64_t>{n, kMainKvBytes}));
+      EXPECT_EQ(h.read<uint8_t>(g + "compressed_kv_packed", 2).shape, (std::vector<int64_t>{n, kCompressedKvBytes}));
       EXPECT_EQ(h.read<uint16_t>(g + "compressed_kv_bf16", 2).shape, (std::vector<int64_t>{n, kHeadDim}));
-      EXPECT_EQ(h.read<uint8_t>(g + "index_keys_packed", 2).shape, (std::vector<int64_t>{n, kIndexKeyBytes}));
+      EXPECT_EQ(h.read<uint8_t>(g + "index_keys_packed", 2).shape, (std::vector<int64_t>{n, kIndexKeysBytes}));
       EXPECT_EQ(h.read<uint16_t>(g + "index_keys_bf16", 2).shape, (std::vector<int64_t>{n, kIndexHeadDim}));
       want_children.insert(want_children.end(), {"compressed_kv_bf16", "compressed_kv_packed", "index_keys_bf16",
                                                  "index_keys_packed"});
@@ -375,7 +375,7 @@ TEST_F(ForwardCli, ThreadCountDoesNotChangeResults) {
   }
   EXPECT_TRUE(same_bytes(h1.read<uint8_t>("candidates/layer06"), h2.read<uint8_t>("candidates/layer06")));
   for (const std::string& l : h1.children("cache")) {
-    EXPECT_TRUE(same_bytes(h1.read<uint8_t>("cache/" + l + "/swa_packed"), h2.read<uint8_t>("cache/" + l + "/swa_packed")))
+    EXPECT_TRUE(same_bytes(h1.read<uint8_t>("cache/" + l + "/window_kv_packed"), h2.read<uint8_t>("cache/" + l + "/window_kv_packed")))
         << "swa " << l;
   }
 }

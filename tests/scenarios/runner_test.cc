@@ -77,7 +77,7 @@ TEST(Runner, IdenticalSidesPassBitExact) {
   for (const MetricRow& row : c.rows) seen.insert(row.component);
   for (const char* comp : {"in_stream", "hc_attn_comb", "attn_out", "ffn_out", "out_stream", "topk", "candidates",
                            "experts", "engram_ids", "index_scores", "logits", "cache.compressed_kv",
-                           "cache.index_keys", "cache.swa"}) {
+                           "cache.index_keys", "cache.window_kv"}) {
     EXPECT_TRUE(seen.count(comp)) << comp;
   }
 }
@@ -124,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(
                     Planted{"mutant:experts:L0:S3", 3, 0, "experts"},
                     Planted{"mutant:ffn_in:L9:S5", 5, 9, "ffn_in"},
                     Planted{"mutant:cache.compressed_kv:L2:S0", 0, 2, "cache.compressed_kv"},
-                    Planted{"mutant:cache.swa:L1:S2", 2, 1, "cache.swa"},
+                    Planted{"mutant:cache.window_kv:L1:S2", 2, 1, "cache.window_kv"},
                     Planted{"mutant:cache.index_keys:L4:S1", 1, 4, "cache.index_keys"},
                     Planted{"mutant:candidates:L6:S1", 1, 6, "candidates"},
                     Planted{"mutant:final_norm_out:L-1:S6", 6, -1, "final_norm_out"}),

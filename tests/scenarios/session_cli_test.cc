@@ -135,9 +135,9 @@ void for_each_dataset(const H5File& h, F&& f) {
   for (const std::string& l : h.children("cache")) {
     for (const std::string& d : h.children("cache/" + l)) {
       const std::string p = "cache/" + l + "/" + d;
-      if (d == "swa_packed" || d == "compressed_kv_packed" || d == "index_keys_packed") {
+      if (d == "window_kv_packed" || d == "compressed_kv_packed" || d == "index_keys_packed") {
         f.template operator()<uint8_t>(p);
-      } else if (d == "swa_positions") {
+      } else if (d == "window_kv_positions") {
         f.template operator()<int64_t>(p);
       } else if (d == "compressed_kv_bf16" || d == "index_keys_bf16") {
         f.template operator()<uint16_t>(p);
@@ -186,7 +186,7 @@ void expect_rows_of_plain(const std::string& plain, const std::string& resumed, 
     for (const std::string& d : p.children("cache/" + l)) {
       const std::string path = "cache/" + l + "/" + d;
       bool equal = false;
-      if (d == "swa_positions") {
+      if (d == "window_kv_positions") {
         equal = same(r.read<int64_t>(path), p.read<int64_t>(path));
       } else if (d == "compressed_kv_bf16" || d == "index_keys_bf16") {
         equal = same(r.read<uint16_t>(path), p.read<uint16_t>(path));

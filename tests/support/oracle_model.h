@@ -51,9 +51,9 @@ inline std::vector<int64_t> oracle_tokens(int64_t first, int64_t count) {
 inline std::vector<uint8_t> ring_bytes(const reference::ModelState& s) {
   std::vector<uint8_t> out;
   for (const reference::LayerState& ls : s.layers) {
-    out.insert(out.end(), ls.ring.bytes.begin(), ls.ring.bytes.end());
-    const auto* b = reinterpret_cast<const uint8_t*>(ls.ring.positions.data());
-    out.insert(out.end(), b, b + ls.ring.positions.size() * sizeof(int64_t));
+    out.insert(out.end(), ls.window_kv.bytes.data().begin(), ls.window_kv.bytes.data().end());
+    const auto* b = reinterpret_cast<const uint8_t*>(ls.window_kv.positions.data());
+    out.insert(out.end(), b, b + ls.window_kv.positions.size() * sizeof(int64_t));
   }
   return out;
 }

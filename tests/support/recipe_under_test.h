@@ -4,9 +4,9 @@
 // loop over the three recipes without repeating a switch.
 //
 //   recipe    block function           dequantizer       cache format
-//   kMainKv   quantize_main_kv_block   dequant_fp4_e4m3  kMainKvFp4
-//   kIndex    quantize_index_block     dequant_fp4_e8m0  kIndexKeyFp4
-//   kFp8      quantize_fp8_block       dequant_fp8_e8m0  kSwaKvFp8
+//   kCompressedKv   quantize_compressed_kv_block   dequant_fp4_e4m3  kCompressedKvFp4
+//   kIndex    quantize_index_block     dequant_fp4_e8m0  kIndexKeysFp4
+//   kFp8      quantize_fp8_block       dequant_fp8_e8m0  kWindowKvFp8
 //
 // Example:
 //   QuantizedBlock got = quantize_block(SlowRecipe::kFp8, x32);
@@ -26,7 +26,7 @@ using DequantFn = float (*)(uint8_t, uint8_t);
 
 inline BlockFn block_fn(SlowRecipe r) {
   switch (r) {
-    case SlowRecipe::kMainKv: return formats::quantize_main_kv_block;
+    case SlowRecipe::kCompressedKv: return formats::quantize_compressed_kv_block;
     case SlowRecipe::kIndex: return formats::quantize_index_block;
     case SlowRecipe::kFp8: return formats::quantize_fp8_block;
   }
@@ -35,7 +35,7 @@ inline BlockFn block_fn(SlowRecipe r) {
 
 inline DequantFn dequant_fn(SlowRecipe r) {
   switch (r) {
-    case SlowRecipe::kMainKv: return formats::dequant_fp4_e4m3;
+    case SlowRecipe::kCompressedKv: return formats::dequant_fp4_e4m3;
     case SlowRecipe::kIndex: return formats::dequant_fp4_e8m0;
     case SlowRecipe::kFp8: return formats::dequant_fp8_e8m0;
   }
@@ -44,9 +44,9 @@ inline DequantFn dequant_fn(SlowRecipe r) {
 
 inline formats::CacheFormat cache_format_of(SlowRecipe r) {
   switch (r) {
-    case SlowRecipe::kMainKv: return formats::CacheFormat::kMainKvFp4;
-    case SlowRecipe::kIndex: return formats::CacheFormat::kIndexKeyFp4;
-    case SlowRecipe::kFp8: return formats::CacheFormat::kSwaKvFp8;
+    case SlowRecipe::kCompressedKv: return formats::CacheFormat::kCompressedKvFp4;
+    case SlowRecipe::kIndex: return formats::CacheFormat::kIndexKeysFp4;
+    case SlowRecipe::kFp8: return formats::CacheFormat::kWindowKvFp8;
   }
   return formats::CacheFormat::kBf16;
 }

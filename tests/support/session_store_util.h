@@ -95,21 +95,21 @@ inline std::vector<uint8_t> carried_state(const ModelState& s, const ModelConfig
   put(&s.pos, sizeof s.pos);
   for (const LayerState& ls : s.layers) {
     if (with_swa) {
-      put(ls.ring.bytes.data(), ls.ring.bytes.size());
-      put(ls.ring.positions.data(), ls.ring.positions.size() * sizeof(int64_t));
+      put(ls.window_kv.bytes.data().data(), ls.window_kv.bytes.data().size());
+      put(ls.window_kv.positions.data(), ls.window_kv.positions.size() * sizeof(int64_t));
     }
-    if (ls.kv_cache) {
-      for (int64_t e = 0; e < ls.kv_cache->size(); ++e) put(ls.kv_cache->entry(e), static_cast<size_t>(ls.kv_cache->entry_bytes()));
+    if (ls.compressed_kv) {
+      for (int64_t e = 0; e < ls.compressed_kv->size(); ++e) put(ls.compressed_kv->entry(e), static_cast<size_t>(ls.compressed_kv->entry_bytes()));
     }
-    if (ls.key_cache) {
-      for (int64_t e = 0; e < ls.key_cache->size(); ++e) put(ls.key_cache->entry(e), static_cast<size_t>(ls.key_cache->entry_bytes()));
+    if (ls.index_keys) {
+      for (int64_t e = 0; e < ls.index_keys->size(); ++e) put(ls.index_keys->entry(e), static_cast<size_t>(ls.index_keys->entry_bytes()));
     }
     if (ls.compressor) {
       const CompressorState& cs = *ls.compressor;
       put(&cs.next_pos, sizeof cs.next_pos);
       for (int slot = 0; slot < cs.pending(); ++slot) {
-        put(cs.kv.data() + slot * cs.dim, static_cast<size_t>(cs.dim) * sizeof(float));
-        put(cs.score.data() + slot * cs.dim, static_cast<size_t>(cs.dim) * sizeof(float));
+        put(cs.kv.row(slot), static_cast<size_t>(cs.dim) * sizeof(float));
+        put(cs.score.row(slot), static_cast<size_t>(cs.dim) * sizeof(float));
       }
     }
   }

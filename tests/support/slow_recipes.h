@@ -5,7 +5,7 @@
 // tests/support/slow_minifloat.h: no formats/ code.
 //
 //   recipe    block  elements  scale
-//   kMainKv   16     E2M1      E4M3 RNE satfinite of fl32(max(amax, 6*2^-9) / 6)
+//   kCompressedKv   16     E2M1      E4M3 RNE satfinite of fl32(max(amax, 6*2^-9) / 6)
 //   kIndex    32     E2M1      E8M0 ceil of fl32(max(amax, 6*2^-126) * fl32(1/6))
 //   kFp8      32     E4M3      E8M0 ceil of fl32(max(amax, fl32(1e-4)) * fl32(1/448))
 //
@@ -13,7 +13,7 @@
 // bf16 RNE of the exact product code value * s. Only finite blocks have a definition.
 //
 // Example:
-//   SlowBlock want = slow_quantize(SlowRecipe::kMainKv, x16);
+//   SlowBlock want = slow_quantize(SlowRecipe::kCompressedKv, x16);
 //   EXPECT_EQ(want.scale, 0x23);
 #pragma once
 
@@ -25,21 +25,21 @@
 
 namespace dsv41::test {
 
-enum class SlowRecipe : uint8_t { kMainKv, kIndex, kFp8 };
+enum class SlowRecipe : uint8_t { kCompressedKv, kIndex, kFp8 };
 
-inline constexpr SlowRecipe kAllSlowRecipes[] = {SlowRecipe::kMainKv, SlowRecipe::kIndex,
+inline constexpr SlowRecipe kAllSlowRecipes[] = {SlowRecipe::kCompressedKv, SlowRecipe::kIndex,
                                                  SlowRecipe::kFp8};
 
 inline const char* slow_recipe_name(SlowRecipe r) {
   switch (r) {
-    case SlowRecipe::kMainKv: return "main_kv";
+    case SlowRecipe::kCompressedKv: return "compressed_kv";
     case SlowRecipe::kIndex: return "index";
     case SlowRecipe::kFp8: return "fp8";
   }
   return "?";
 }
 
-inline int slow_block_size(SlowRecipe r) { return r == SlowRecipe::kMainKv ? 16 : 32; }
+inline int slow_block_size(SlowRecipe r) { return r == SlowRecipe::kCompressedKv ? 16 : 32; }
 
 // The element format, its policy and its clamp limit.
 inline const SlowFormat& slow_element_format(SlowRecipe r) {
@@ -57,13 +57,13 @@ inline float slow_fp8_floor() { return 1e-4f; }  // the compiler rounds the deci
 
 // Exact scale value of a scale byte.
 inline double slow_scale_value(SlowRecipe r, uint8_t scale) {
-  return r == SlowRecipe::kMainKv ? slow_e4m3().values[scale & 0x7Fu] : slow_e8m0().values[scale];
+  return r == SlowRecipe::kCompressedKv ? slow_e4m3().values[scale & 0x7Fu] : slow_e8m0().values[scale];
 }
 
 // Scale byte from the block amax (|x| max, a float value).
 inline uint8_t slow_scale(SlowRecipe r, float amax) {
   switch (r) {
-    case SlowRecipe::kMainKv: {
+    case SlowRecipe::kCompressedKv: {
       const float floored = std::fmax(amax, std::ldexp(6.0f, -9));
       return static_cast<uint8_t>(slow_encode(slow_e4m3(), kE4m3Saturate, div32(floored, 6.0f)));
     }

@@ -1,28 +1,17 @@
-#include "reference/session_store.h"
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cinttypes>
-#include <cmath>
-#include <cstdio>
+// reference/session_codec.cc
+//
+// The session file's byte layout (docs/session-store.md): sections of a state, the header and
+// section table, the payload of each section, and the checks of a header and table on reading.
 #include <cstring>
-#include <filesystem>
-#include <limits>
-#include <utility>
 
 #include "formats/base.h"
 #include "formats/cache_format.h"
-#include "formats/error.h"
-#include "formats/qdq.h"
-#include "reference/crc32c.h"
+#include "reference/session_internal.h"
 
 namespace dsv41::reference {
 
 using formats::CacheFormat;
+using namespace session;
 
 const char* name(SessionSection s) {
   switch (s) {
@@ -31,107 +20,23 @@ const char* name(SessionSection s) {
     case SessionSection::kCompressorPending: return "compressor pending group";
     case SessionSection::kEngramTail: return "Engram tail";
     case SessionSection::kTokenTail: return "token tail";
-    case SessionSection::kSwaRing: return "SWA ring";
+    case SessionSection::kWindowKv: return "SWA ring";
   }
   return "unknown";
 }
 
-namespace {
-
-// Header fields (docs/session-store.md), byte offsets.
-constexpr int64_t kMagicAt = 0, kVersionAt = 8, kFlagsAt = 12, kConfigHashAt = 16, kPosAt = 24,
-                  kFileBytesAt = 32, kSectionCountAt = 40, kHeaderCrcAt = 44;
-// Section table entry fields, byte offsets within the entry.
-constexpr int64_t kKindAt = 0, kLayerAt = 4, kRatioAt = 8, kEntryBytesAt = 12, kFirstPositionAt = 16,
-                  kCountAt = 24, kOffsetAt = 32, kCrcAt = 40;
-static_assert(kHeaderCrcAt + 4 == kSessionHeaderBytes);
-static_assert(kCrcAt + 4 == kSessionTableEntryBytes);
-
-// ---- little-endian fields ----
-
-void put_u32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put_u64(std::vector<uint8_t>& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put_i64(std::vector<uint8_t>& out, int64_t v) { put_u64(out, static_cast<uint64_t>(v)); }
-uint32_t get_u32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t{p[i]} << (8 * i);
-  return v;
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t{p[i]} << (8 * i);
-  return v;
-}
-int64_t get_i64(const uint8_t* p) { return static_cast<int64_t>(get_u64(p)); }
-
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%08" PRIx32, v);
-  return buf;
-}
-std::string hex64(uint64_t v) {  // 16 digits, as config_hash
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
-  return buf;
-}
-std::string hex8(uint8_t v) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "0x%02x", v);
-  return buf;
-}
-// Bytes as a C string literal: printable ASCII kept, the rest \xNN.
-std::string quoted(const uint8_t* p, int64_t n) {
-  std::string out = "\"";
-  for (int64_t i = 0; i < n; ++i) {
-    if (p[i] >= 0x20 && p[i] < 0x7F && p[i] != '"' && p[i] != '\\') {
-      out += static_cast<char>(p[i]);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", p[i]);
-      out += buf;
-    }
-  }
-  return out + "\"";
-}
-
-uint32_t crc_of(const std::vector<uint8_t>& v) { return crc32c(v.data(), v.size()); }
-
-// "section 3 of 19 (index keys of layer 4)".
-std::string describe(const SessionSectionInfo& s, size_t index, size_t n) {
-  std::string what = name(s.kind);
-  if (s.layer >= 0) what += " of layer " + std::to_string(s.layer);
-  return "section " + std::to_string(index + 1) + " of " + std::to_string(n) + " (" + what + ")";
-}
-
-// The position slot `slot` of a W-slot ring holds at position pos: the latest p < pos with
-// p % W == slot, or -1 (never written).
-int64_t ring_position(int64_t pos, int window, int64_t slot) {
-  if (pos <= slot) return -1;
-  return slot + (pos - 1 - slot) / window * window;
-}
-
-template <typename... Args>
-[[noreturn]] void refuse(const std::string& file, Args&&... why) {
-  DSV41_FAIL("session file '", file, "': ", std::forward<Args>(why)...);
-}
-
-// ---- writing ----
+namespace session {
 
 // The payload of one section of `state` (checked against the layout it must have).
-std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig& c,
-                                     const SessionSectionInfo& sec) {
+std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig& c, const SessionSectionInfo& sec) {
   std::vector<uint8_t> p;
   p.reserve(static_cast<size_t>(sec.bytes()));
   const int64_t pos = state.pos;
   const LayerState* ls = sec.layer >= 0 ? &state.layers[static_cast<size_t>(sec.layer)] : nullptr;
   switch (sec.kind) {
     case SessionSection::kCompressedKv: {
-      DSV41_CHECK(ls->kv_cache.has_value(), "save_session: layer ", sec.layer, " has no compressed KV cache");
-      const CompressedKvCache& kv = *ls->kv_cache;
+      DSV41_CHECK(ls->compressed_kv.has_value(), "save_session: layer ", sec.layer, " has no compressed KV cache");
+      const PackedCache& kv = *ls->compressed_kv;
       DSV41_CHECK(kv.owner_layer() == sec.layer && kv.ratio() == sec.ratio && kv.position_offset() == 0 &&
                       kv.size() == sec.count && kv.entry_bytes() == sec.entry_bytes,
                   "save_session: compressed KV cache of layer ", kv.owner_layer(), " (ratio ", kv.ratio(),
@@ -141,8 +46,8 @@ std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig&
       break;
     }
     case SessionSection::kIndexKeys: {
-      DSV41_CHECK(ls->key_cache.has_value(), "save_session: layer ", sec.layer, " has no index-key cache");
-      const IndexKeyCache& keys = *ls->key_cache;
+      DSV41_CHECK(ls->index_keys.has_value(), "save_session: layer ", sec.layer, " has no index-key cache");
+      const PackedCache& keys = *ls->index_keys;
       DSV41_CHECK(keys.owner_layer() == sec.layer && keys.ratio() == sec.ratio && keys.position_offset() == 0 &&
                       keys.size() == sec.count && keys.entry_bytes() == sec.entry_bytes,
                   "save_session: index-key cache of layer ", keys.owner_layer(), " (ratio ", keys.ratio(),
@@ -160,8 +65,8 @@ std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig&
                   "save_session: the compressor of layer ", sec.layer, " (ratio ", cs.ratio, ") is at position ",
                   cs.next_pos, ", the state at ", pos);
       for (int slot = 0; slot < cs.pending(); ++slot) {  // [kv row][score row] fp32 per slot
-        for (int64_t j = 0; j < cs.dim; ++j) put_u32(p, f32_bits(cs.kv[static_cast<size_t>(slot * cs.dim + j)]));
-        for (int64_t j = 0; j < cs.dim; ++j) put_u32(p, f32_bits(cs.score[static_cast<size_t>(slot * cs.dim + j)]));
+        for (int64_t j = 0; j < cs.dim; ++j) put_u32(p, f32_bits(cs.kv.at(slot, j)));
+        for (int64_t j = 0; j < cs.dim; ++j) put_u32(p, f32_bits(cs.score.at(slot, j)));
       }
       break;
     }
@@ -185,11 +90,11 @@ std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig&
       }
       break;
     }
-    case SessionSection::kSwaRing: {
-      const SwaRing& ring = ls->ring;
+    case SessionSection::kWindowKv: {
+      const WindowKvRing& ring = ls->window_kv;
       const int64_t eb = sec.entry_bytes - 8;
       DSV41_CHECK(ring.window == c.window_size && ring.head_dim == c.head_dim &&
-                      static_cast<int64_t>(ring.bytes.size()) == ring.window * eb &&
+                      ring.bytes.numel() == ring.window * eb &&
                       static_cast<int64_t>(ring.positions.size()) == ring.window,
                   "save_session: the SWA ring of layer ", sec.layer, " has window ", ring.window, " and head_dim ",
                   ring.head_dim, ", the config ", c.window_size, " and ", c.head_dim);
@@ -199,7 +104,7 @@ std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig&
                     ": slot ", slot, " holds position ", at, ", a state at position ", pos, " has ",
                     ring_position(pos, ring.window, slot), " there");
         put_i64(p, at);
-        const uint8_t* entry = ring.bytes.data() + slot * eb;
+        const uint8_t* entry = ring.bytes.row(slot);
         p.insert(p.end(), entry, entry + eb);
       }
       break;
@@ -210,198 +115,7 @@ std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig&
   return p;
 }
 
-// Writes bytes to path through "<path>.tmp.<pid>": create exclusively, write, fsync, rename,
-// fsync the directory. On failure removes the temp file (only if it created it) and throws.
-void write_atomically(const std::string& path, const std::vector<uint8_t>& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    DSV41_FAIL("cannot write session file '", path, "': cannot create '", tmp, "': ", std::strerror(errno));
-  }
-  const auto fail = [&](const char* step, int err) {
-    ::unlink(tmp.c_str());
-    DSV41_FAIL("cannot write session file '", path, "': ", step, " '", tmp, "' failed: ", std::strerror(err));
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      fail("write to", err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail("fsync of", err);
-  }
-  if (::close(fd) != 0) fail("close of", errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename over the target of", errno);
-  // Make the rename itself durable (best effort: not every file system lets a directory sync).
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-std::vector<uint8_t> read_all(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) DSV41_FAIL("cannot open session file '", path, "': ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    DSV41_FAIL("session file '", path, "' is not a regular file");
-  }
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      DSV41_FAIL("cannot read session file '", path, "': ", std::strerror(err));
-    }
-    if (n == 0) break;  // shrank while reading: the size check reports it
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  bytes.resize(done);
-  return bytes;
-}
-
-// ---- restoring ----
-
-// Fills the part of `state` that section `sec` holds, checking the entries (throws plain
-// dsv41::Errors; the caller adds the file and section).
-void restore_section(ModelState& state, const ModelConfig& c, const SessionSectionInfo& sec, const uint8_t* p) {
-  const int64_t pos = state.pos;
-  LayerState* ls = sec.layer >= 0 ? &state.layers[static_cast<size_t>(sec.layer)] : nullptr;
-  switch (sec.kind) {
-    case SessionSection::kCompressedKv:
-      ls->kv_cache->restore(p, sec.count);
-      break;
-    case SessionSection::kIndexKeys:
-      ls->key_cache->restore(p, sec.count);
-      break;
-    case SessionSection::kCompressorPending: {
-      CompressorState& cs = *ls->compressor;
-      cs.next_pos = pos;
-      for (int64_t slot = 0; slot < sec.count; ++slot) {
-        const uint8_t* row = p + slot * sec.entry_bytes;
-        for (int64_t j = 0; j < 2 * cs.dim; ++j) {
-          const uint32_t bits = get_u32(row + 4 * j);
-          const float v = f32_from_bits(bits);
-          if (!std::isfinite(v)) {
-            DSV41_FAIL("slot ", slot, ": ", j < cs.dim ? "kv" : "score", " channel ", j % cs.dim,
-                       " is not finite (bits ", hex32(bits), "); a pending slot holds finite fp32 projections");
-          }
-          (j < cs.dim ? cs.kv : cs.score)[static_cast<size_t>(slot * cs.dim + j % cs.dim)] = v;
-        }
-      }
-      break;
-    }
-    case SessionSection::kEngramTail: {
-      if (c.engram_layer_ids.empty()) break;
-      std::vector<int64_t> ids(static_cast<size_t>(sec.count));
-      for (int64_t i = 0; i < sec.count; ++i) {
-        const int64_t id = get_i64(p + 8 * i);
-        if (id != kEngramDead && (id < 0 || id >= c.engram_compressed_vocab_size)) {
-          DSV41_FAIL("position ", sec.first_position + i, " holds compressed id ", id,
-                     ", outside [0, engram_compressed_vocab_size ", c.engram_compressed_vocab_size,
-                     ") and not DEAD (-1)");
-        }
-        ids[static_cast<size_t>(i)] = id;
-      }
-      state.engram.restore(sec.first_position, ids);
-      break;
-    }
-    case SessionSection::kTokenTail: {
-      const int64_t kept = static_cast<int64_t>(state.recent_tokens.size());
-      for (int64_t i = 0; i < sec.count; ++i) {
-        const int64_t q = sec.first_position + i, token = get_i64(p + 8 * i);
-        if (token < 0 || token >= c.vocab_size) {
-          DSV41_FAIL("position ", q, " holds token id ", token, ", outside the vocab [0, ", c.vocab_size, ")");
-        }
-        state.recent_tokens[static_cast<size_t>(q % kept)] = token;
-      }
-      break;
-    }
-    case SessionSection::kSwaRing: {
-      SwaRing& ring = ls->ring;
-      const int64_t eb = sec.entry_bytes - 8, d = c.head_dim;
-      const uint8_t lo = formats::fp8_scale(0.0f), hi = formats::fp8_scale(std::numeric_limits<float>::max());
-      for (int64_t slot = 0; slot < sec.count; ++slot) {
-        const uint8_t* at = p + slot * sec.entry_bytes;
-        const int64_t position = get_i64(at), want = ring_position(pos, ring.window, slot);
-        if (position != want) {
-          DSV41_FAIL("slot ", slot, " holds position ", position, ", but at position ", pos, " slot ", slot,
-                     " holds ", want, " (slot = position % window_size ", ring.window,
-                     ", the latest window_size positions; -1: never written)");
-        }
-        const uint8_t* entry = at + 8;
-        for (int64_t i = 0; i < eb; ++i) {
-          const uint8_t b = entry[i];
-          const bool scale = i >= d;
-          if (position < 0 ? b != 0
-                           : (scale ? (b < lo || b > hi) : (b & 0x7Fu) == 0x7Fu)) {  // E4M3 NaN codes
-            DSV41_FAIL("slot ", slot, " (position ", position, ") byte ", i, " is ", hex8(b), ": ",
-                       position < 0      ? "an empty slot holds zeros"
-                       : scale ? "not an E8M0 scale the quantizer writes [" + hex8(lo) + ", " + hex8(hi) + "]"
-                               : std::string("an E4M3 NaN code (the quantizer saturates)"));
-          }
-        }
-        std::copy(entry, entry + eb, ring.bytes.begin() + slot * eb);
-        ring.positions[static_cast<size_t>(slot)] = position;
-      }
-      break;
-    }
-  }
-}
-
-// A global-only resume (docs/sessions.md, encoder replay) of a loaded state: the rings (the file's,
-// if it had any) are discarded; the Engram history is rebuilt from the token tail, compressed
-// through the model's token map (it must agree with the stored Engram tail); then the last
-// min(pos, window_size) tokens are replayed with windows truncated at the first of them.
-// Returns the number of tokens replayed.
-int64_t replay_rings(ModelState& state, const ModelConfig& c, const Model& model, const std::string& file) {
-  const int64_t pos = state.pos, kept = static_cast<int64_t>(state.recent_tokens.size());
-  for (LayerState& ls : state.layers) {
-    std::fill(ls.ring.bytes.begin(), ls.ring.bytes.end(), uint8_t{0});
-    std::fill(ls.ring.positions.begin(), ls.ring.positions.end(), int64_t{-1});
-  }
-  if (pos == 0) return 0;
-  const int64_t first = pos - std::min(pos, kept);
-  std::vector<int64_t> tail;  // [pos - first] raw tokens of positions first .. pos - 1
-  for (int64_t q = first; q < pos; ++q) tail.push_back(state.recent_tokens[static_cast<size_t>(q % kept)]);
-  if (!c.engram_layer_ids.empty()) {
-    const std::vector<int64_t> ids = engram_compress_tokens(model.token_map(), tail);
-    for (int64_t q = state.engram.first_position(); q < pos; ++q) {
-      const int64_t stored = state.engram.at(q), want = ids[static_cast<size_t>(q - first)];
-      if (stored != want) {
-        refuse(file, "global-only resume: the Engram tail holds compressed id ", stored, " at position ", q,
-               ", but its token ", tail[static_cast<size_t>(q - first)], " maps to ", want,
-               " (was the session saved with another token map?)");
-      }
-    }
-    state.engram.restore(first, ids);
-  }
-  const int64_t n = std::min<int64_t>(pos, c.window_size);
-  try {
-    model.replay_local_state(state, std::vector<int64_t>(tail.end() - n, tail.end()));
-  } catch (const Error& e) {
-    refuse(file, "global-only resume: encoder replay of the last ", n, " tokens failed: ", e.what());
-  }
-  return n;
-}
-
-}  // namespace
+}  // namespace session
 
 int64_t session_fixed_bytes(int64_t n_sections) {
   return kSessionHeaderBytes + n_sections * kSessionTableEntryBytes + kSessionTableCrcBytes;
@@ -425,9 +139,9 @@ std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos
   for (const LayerInfo& info : layer_schedule(c)) {
     if (info.role != LayerRole::kFull) continue;
     const int r = info.ratio;
-    add(SessionSection::kCompressedKv, info.layer, r, formats::entry_bytes(CacheFormat::kMainKvFp4, c.head_dim), 0,
+    add(SessionSection::kCompressedKv, info.layer, r, formats::entry_bytes(CacheFormat::kCompressedKvFp4, c.head_dim), 0,
         pos / r);
-    add(SessionSection::kIndexKeys, info.layer, r, formats::entry_bytes(CacheFormat::kIndexKeyFp4, c.index_head_dim),
+    add(SessionSection::kIndexKeys, info.layer, r, formats::entry_bytes(CacheFormat::kIndexKeysFp4, c.index_head_dim),
         0, pos / r);
     if (r > 1) {
       add(SessionSection::kCompressorPending, info.layer, r, 2 * c.head_dim * int64_t{sizeof(float)}, pos - pos % r,
@@ -440,7 +154,7 @@ std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos
   add(SessionSection::kTokenTail, -1, 0, int64_t{sizeof(int64_t)}, pos - recent, recent);
   if (include_swa) {
     for (int l = 0; l < c.n_layers; ++l) {
-      add(SessionSection::kSwaRing, l, 0, 8 + formats::entry_bytes(CacheFormat::kSwaKvFp8, c.head_dim),
+      add(SessionSection::kWindowKv, l, 0, 8 + formats::entry_bytes(CacheFormat::kWindowKvFp8, c.head_dim),
           std::max<int64_t>(0, pos - c.window_size), c.window_size);
     }
   }
@@ -492,10 +206,6 @@ std::vector<uint8_t> session_bytes(const ModelState& state, const ModelConfig& c
   DSV41_CHECK(static_cast<int64_t>(out.size()) == file_bytes, "save_session: wrote ", out.size(),
               " bytes, the layout says ", file_bytes);
   return out;
-}
-
-void save_session(const std::string& path, const ModelState& state, const ModelConfig& c, bool include_swa) {
-  write_atomically(path, session_bytes(state, c, include_swa));
 }
 
 SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std::string& file, const ModelConfig& c) {
@@ -584,7 +294,7 @@ SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std:
     if (s.layer != w.layer || s.ratio != w.ratio) {
       refuse(file, "section table inconsistent: ", where, ": the table names layer ", s.layer, " with ratio ",
              s.ratio, ", but the config's schedule has ",
-             w.layer < 0 || w.kind == SessionSection::kSwaRing ? "layer " : "kv source layer ",
+             w.layer < 0 || w.kind == SessionSection::kWindowKv ? "layer " : "kv source layer ",
              w.layer, " with ratio ", w.ratio, " there");
     }
     if (s.entry_bytes != w.entry_bytes) {
@@ -628,38 +338,6 @@ SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std:
     }
   }
   return h;
-}
-
-SessionHeader read_session_header(const std::string& path, const ModelConfig& c) {
-  return parse_session_header(read_all(path), path, c);
-}
-
-LoadedSession load_session_bytes(const std::vector<uint8_t>& bytes, const std::string& file, const ModelConfig& c,
-                                 const Model& model, ResumeMode mode) {
-  if (model.cache_precision() != CachePrecision::kPacked) {
-    refuse(file, "the model is set to ", name(model.cache_precision()),
-           " caches (the cache precision ablation); session files hold the official packed formats only");
-  }
-  SessionHeader h = parse_session_header(bytes, file, c);
-  DSV41_CHECK(config_hash(model.config()) == h.config_hash, "load_session: the model was built from config ",
-              config_hash(model.config()), ", not from the config given (", h.config_hash, ")");
-  LoadedSession out{model.new_state(), h.has_swa, mode, 0, SessionHeader{}};
-  out.state.pos = h.pos;
-  for (size_t i = 0; i < h.sections.size(); ++i) {
-    const SessionSectionInfo& s = h.sections[i];
-    try {
-      restore_section(out.state, c, s, bytes.data() + s.offset);
-    } catch (const Error& e) {
-      refuse(file, describe(s, i, h.sections.size()), ": ", e.what());
-    }
-  }
-  if (mode == ResumeMode::kGlobalOnly) out.replayed_tokens = replay_rings(out.state, c, model, file);
-  out.header = std::move(h);
-  return out;
-}
-
-LoadedSession load_session(const std::string& path, const ModelConfig& c, const Model& model, ResumeMode mode) {
-  return load_session_bytes(read_all(path), path, c, model, mode);
 }
 
 }  // namespace dsv41::reference

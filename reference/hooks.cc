@@ -1,0 +1,64 @@
+#include "reference/hooks.h"
+
+namespace dsv41::reference {
+namespace {
+
+using K = ComponentKind;
+using Y = ComponentType;
+
+// One row per component; docs/architecture.md prints the same table.
+const std::vector<ComponentInfo> kTable = {
+    {Component::kEmbed, "embed", K::kTensor, Y::kBf16, "[T, hc, dim]", "embed (copied to the hc streams)"},
+    {Component::kInStream, "in_stream", K::kTensor, Y::kBf16, "[T, hc, dim]", "layers.N input (before Engram)"},
+    {Component::kInPre, "in_pre", K::kTensor, Y::kFp32, "[T, hc]",
+     "the pre this layer's attention applies (layers.N-1.hc_ffn; layer 0 one-hot)"},
+    {Component::kEngramIds, "engram_ids", K::kIds, Y::kInt64, "[T, n_cols]", "layers.N.engram hash ids"},
+    {Component::kEngramOut, "engram_out", K::kTensor, Y::kBf16, "[T, hc, dim]", "layers.N.engram"},
+    {Component::kHcAttnPre, "hc_attn_pre", K::kTensor, Y::kFp32, "[T, hc]", "layers.N.hc_attn (pre)"},
+    {Component::kHcAttnPost, "hc_attn_post", K::kTensor, Y::kFp32, "[T, hc]", "layers.N.hc_attn (post)"},
+    {Component::kHcAttnComb, "hc_attn_comb", K::kTensor, Y::kFp32, "[T, hc, hc]", "layers.N.hc_attn (comb)"},
+    {Component::kAttnIn, "attn_in", K::kTensor, Y::kBf16, "[T, dim]", "layers.N.attn_norm"},
+    {Component::kIndexScores, "index_scores", K::kTensor, Y::kBf16, "[T, N]",
+     "layers.N.attn.indexer scores (-inf unreachable or outside the candidates)"},
+    {Component::kCandidates, "candidates", K::kMask, Y::kUint8, "[T, N]",
+     "layers.N.attn.indexer candidate mask (the candidate source)"},
+    {Component::kTopk, "topk", K::kIndex, Y::kInt32, "[T, k]", "layers.N.attn.indexer top-k (positions, -1 pad)"},
+    {Component::kAttnOut, "attn_out", K::kTensor, Y::kBf16, "[T, dim]", "layers.N.attn"},
+    {Component::kAttnStream, "attn_stream", K::kTensor, Y::kBf16, "[T, hc, dim]", "layers.N hc_post after attn"},
+    {Component::kHcFfnPre, "hc_ffn_pre", K::kTensor, Y::kFp32, "[T, hc]", "layers.N.hc_ffn (pre)"},
+    {Component::kHcFfnPost, "hc_ffn_post", K::kTensor, Y::kFp32, "[T, hc]", "layers.N.hc_ffn (post)"},
+    {Component::kHcFfnComb, "hc_ffn_comb", K::kTensor, Y::kFp32, "[T, hc, hc]", "layers.N.hc_ffn (comb)"},
+    {Component::kFfnIn, "ffn_in", K::kTensor, Y::kBf16, "[T, dim]", "layers.N.ffn_norm"},
+    {Component::kExperts, "experts", K::kIndex, Y::kInt32, "[T, k]", "layers.N.ffn.gate (routed experts)"},
+    {Component::kFfnOut, "ffn_out", K::kTensor, Y::kBf16, "[T, dim]", "layers.N.ffn"},
+    {Component::kOutStream, "out_stream", K::kTensor, Y::kBf16, "[T, hc, dim]", "layers.N output"},
+    {Component::kFinalNormOut, "final_norm_out", K::kTensor, Y::kBf16, "[1 or T, dim]", "norm (after hc_pre)"},
+    {Component::kLogits, "logits", K::kTensor, Y::kFp32, "[1 or T, vocab]", "head"},
+    {Component::kCacheWindowKv, "cache.window_kv", K::kCache, Y::kBytes, "[entries, entry_bytes]",
+     "layers.N.attn window_kv_cache"},
+    {Component::kCacheCompressedKv, "cache.compressed_kv", K::kCache, Y::kBytes, "[entries, entry_bytes]",
+     "layers.N.attn compress_kv_cache"},
+    {Component::kCacheIndexKeys, "cache.index_keys", K::kCache, Y::kBytes, "[entries, entry_bytes]",
+     "layers.N.attn.indexer k_cache"},
+};
+
+}  // namespace
+
+const std::vector<ComponentInfo>& component_table() { return kTable; }
+
+const ComponentInfo& component_info(Component c) {
+  const size_t i = static_cast<size_t>(c);
+  DSV41_CHECK(i < kTable.size() && kTable[i].id == c, "component table out of order at ", i);
+  return kTable[i];
+}
+
+const char* name(Component c) { return component_info(c).name; }
+
+std::optional<Component> component_from_name(const std::string& n) {
+  for (const ComponentInfo& i : kTable) {
+    if (n == i.name) return i.id;
+  }
+  return std::nullopt;
+}
+
+}  // namespace dsv41::reference

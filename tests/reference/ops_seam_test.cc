@@ -1,0 +1,251 @@
+// The ops seam (reference/ops.h): the model reaches every component through one table, and a
+// second implementation of that table runs the whole forward. The second implementation is
+// FakeDeviceOps (tests/support/fake_device_ops.h): the reference ops, but every tensor the model
+// passes between them lives in a pretend device memory the model cannot read. Checked on the
+// oracle run (333-token prefill, 8 decode steps):
+//   - the results are the reference's bit for bit (logits, selections, Engram ids, experts, every
+//     cache byte, the compressor state), for both cache precisions;
+//   - every op of the table is called, so none is bypassed by a direct call the fake would refuse;
+//   - without hooks, a step moves nothing to the host until its last op ran (then its record:
+//     logits and selections); with hooks, values go to the host and back, and teacher forcing
+//     through them works as on the host;
+//   - bounded replay (encoder and decoder replay) runs through the seam with the same bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "golden/golden_io.h"
+#include "reference/model.h"
+#include "reference/ops.h"
+#include "tests/support/fake_device_ops.h"
+#include "tests/support/oracle_model.h"
+
+namespace dsv41::reference {
+namespace {
+
+using test::FakeDeviceOps;
+
+const test::OracleModel& oracle() { return test::oracle_model(); }
+
+std::vector<int64_t> decode_tokens() {
+  static const std::vector<int64_t> tokens = [] {
+    const golden::H5File dec(test::kOracleDir + "decode.h5");
+    std::vector<int64_t> t;
+    for (int k = 0; dec.has("decode/step" + std::to_string(k)); ++k) {
+      t.push_back(dec.read<int64_t>("decode/step" + std::to_string(k) + "/input_token/value").data.at(0));
+    }
+    return t;
+  }();
+  return tokens;
+}
+
+// A model of the oracle's config, weights and token map on `ops`.
+Model oracle_model_on(const Ops& ops, CachePrecision precision = CachePrecision::kPacked) {
+  const test::OracleModel& o = oracle();
+  Model m(o.config, ModelWeights::load(test::kOracleDir + "weights.safetensors", o.config), o.token_map, ops);
+  m.set_cache_precision(precision);
+  return m;
+}
+
+uint32_t bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+void expect_same_record(const StepRecord& a, const StepRecord& b, const std::string& what) {
+  ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
+  bool nonzero = false;
+  for (size_t i = 0; i < a.logits.size(); ++i) {
+    ASSERT_FALSE(std::isnan(a.logits[i])) << what << " logit " << i;
+    nonzero = nonzero || a.logits[i] != 0.0f;
+    ASSERT_EQ(bits(a.logits[i]), bits(b.logits[i])) << what << " logit " << i;
+  }
+  EXPECT_TRUE(nonzero) << what << ": all-zero logits";
+  const auto same = [&](const auto& x, const auto& y, const char* name) {
+    ASSERT_EQ(x.size(), y.size()) << what << " " << name;
+    for (const auto& [l, t] : x) {
+      ASSERT_TRUE(y.count(l)) << what << " " << name << " layer " << l;
+      EXPECT_EQ(t.shape(), y.at(l).shape()) << what << " " << name << " layer " << l;
+      EXPECT_EQ(t.data(), y.at(l).data()) << what << " " << name << " layer " << l;
+    }
+  };
+  same(a.topk, b.topk, "topk");
+  same(a.candidates, b.candidates, "candidates");
+  same(a.engram_ids, b.engram_ids, "engram_ids");
+  same(a.experts, b.experts, "experts");
+}
+
+void expect_same_state(const Model& ma, const ModelState& a, const Model& mb, const ModelState& b) {
+  ASSERT_EQ(a.pos, b.pos);
+  const std::vector<CacheView> va = ma.cache_views(a), vb = mb.cache_views(b);
+  ASSERT_EQ(va.size(), vb.size());
+  int64_t bytes = 0;
+  for (size_t i = 0; i < va.size(); ++i) {
+    EXPECT_EQ(va[i].kind, vb[i].kind);
+    EXPECT_EQ(va[i].layer, vb[i].layer);
+    EXPECT_EQ(va[i].bytes, vb[i].bytes) << va[i].kind << " of layer " << va[i].layer;
+    EXPECT_EQ(va[i].positions, vb[i].positions) << va[i].kind << " of layer " << va[i].layer;
+    bytes += static_cast<int64_t>(va[i].bytes.size());
+  }
+  EXPECT_GT(bytes, 0) << "no cache bytes compared";
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    if (!a.layers[l].compressor) continue;
+    const CompressorState &ca = *a.layers[l].compressor, &cb = *b.layers[l].compressor;
+    EXPECT_EQ(ca.next_pos, cb.next_pos);
+    EXPECT_EQ(ma.ops().download(ca.kv).data(), mb.ops().download(cb.kv).data()) << "compressor of layer " << l;
+    EXPECT_EQ(ma.ops().download(ca.score).data(), mb.ops().download(cb.score).data()) << "compressor of layer " << l;
+  }
+}
+
+// Every method of the table (reference/ops.h) but the memory ones, by the name FakeDeviceOps notes.
+const std::vector<std::string>& all_ops() {
+  static const std::vector<std::string> ops = {
+      "slice_rows",   "embed",          "linear",          "linear_fp32",      "grouped_linear",
+      "rms_norm",     "rope_rows",      "qdq",             "write_entries",    "read_entries",
+      "concat_kv_rows", "attention_index_rows", "sparse_attn", "compress",      "index_weights",
+      "index_scores", "candidate_blocks", "mask_scores",   "index_topk",       "hc_mixes",
+      "hc_identity_pre", "hc_pre",      "hc_post",         "engram_hash_ids",  "engram_lookup",
+      "engram_gate_residual", "moe_gate", "moe_routing_weights", "moe_experts"};
+  return ops;
+}
+
+class OpsSeam : public ::testing::TestWithParam<CachePrecision> {};
+
+TEST_P(OpsSeam, FakeDeviceRunsTheOracleForwardBitForBit) {
+  FakeDeviceOps fake;
+  const Model ref = oracle_model_on(reference_ops(), GetParam());
+  const Model dev = oracle_model_on(fake, GetParam());
+  ModelState sr = ref.new_state(), sd = dev.new_state();
+  expect_same_record(ref.prefill(sr, oracle().tokens), dev.prefill(sd, oracle().tokens), "prefill");
+  for (size_t k = 0; k < decode_tokens().size(); ++k) {
+    expect_same_record(ref.decode(sr, decode_tokens()[k]), dev.decode(sd, decode_tokens()[k]),
+                       "decode step " + std::to_string(k));
+  }
+  expect_same_state(ref, sr, dev, sd);
+  // The host cannot read what the device holds.
+  EXPECT_THROW(sd.layers[0].window_kv.bytes.data(), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothPrecisions, OpsSeam, ::testing::Values(CachePrecision::kPacked, CachePrecision::kBf16),
+                         [](const ::testing::TestParamInfo<CachePrecision>& p) {
+                           return std::string(p.param == CachePrecision::kPacked ? "Packed" : "Bf16");
+                         });
+
+// Without hooks, a decode step downloads nothing until every op of the step has run; then exactly
+// its record: one tensor per recorded selection, plus the logits.
+TEST(OpsSeamTransfers, AStepWithoutHooksDownloadsOnlyItsRecordAtTheEnd) {
+  FakeDeviceOps fake;
+  const Model dev = oracle_model_on(fake);
+  ModelState s = dev.new_state();
+  dev.prefill(s, test::oracle_tokens(0, 100));
+  fake.clear();
+  const StepRecord r = dev.decode(s, decode_tokens()[0]);
+  const std::vector<std::string>& ev = fake.events;
+  const auto first_download = std::find(ev.begin(), ev.end(), "download");
+  ASSERT_NE(first_download, ev.end());
+  const std::set<std::string> ops(all_ops().begin(), all_ops().end());
+  for (auto it = first_download; it != ev.end(); ++it) {
+    EXPECT_EQ(ops.count(*it), 0u) << "op " << *it << " ran after the step began downloading its record";
+  }
+  const int64_t downloads = std::count(ev.begin(), ev.end(), "download");
+  const int64_t records =
+      static_cast<int64_t>(r.topk.size() + r.candidates.size() + r.engram_ids.size() + r.experts.size()) + 1;
+  EXPECT_EQ(downloads, records);
+  EXPECT_GT(std::count_if(ev.begin(), first_download, [&](const std::string& e) { return ops.count(e) > 0; }), 100)
+      << "the step ran too few ops";
+}
+
+// Hooks see host values and their replacements reach the device: teacher forcing on the fake
+// device gives the bits it gives on the host, and a replaced expert choice gets its weights.
+TEST(OpsSeamTransfers, HooksSeeAndReplaceDeviceValues) {
+  FakeDeviceOps fake;
+  Model ref = oracle_model_on(reference_ops());
+  Model dev = oracle_model_on(fake);
+  std::vector<std::vector<float>> seen_ref, seen_dev;
+  const auto hooks = [](std::vector<std::vector<float>>& seen) {
+    ForwardHooks h;
+    h.tensor = [&seen](Component what, int layer, Tensor<float>& v) {
+      seen.push_back(v.data());
+      if (what == Component::kAttnOut && layer == 3) v.at(0, 0) = 0.5f;  // a forced value
+    };
+    h.index = [](Component what, int layer, Tensor<int32_t>& v) {
+      if (what != Component::kExperts || layer != 2) return;
+      const std::set<int32_t> used(v.row(0), v.row(0) + v.dim(1));  // token 0's last expert -> the lowest unused
+      for (int32_t e = 0; used.count(v.at(0, v.dim(1) - 1)) != 0; ++e) {
+        if (used.count(e) == 0) v.at(0, v.dim(1) - 1) = e;
+      }
+    };
+    return h;
+  };
+  ref.set_hooks(hooks(seen_ref));
+  dev.set_hooks(hooks(seen_dev));
+  ModelState sr = ref.new_state(), sd = dev.new_state();
+  expect_same_record(ref.prefill(sr, test::oracle_tokens(0, 40)), dev.prefill(sd, test::oracle_tokens(0, 40)),
+                     "hooked prefill");
+  expect_same_record(ref.decode(sr, 5), dev.decode(sd, 5), "hooked decode");
+  EXPECT_EQ(seen_ref, seen_dev);
+  EXPECT_GT(seen_dev.size(), 100u);
+  EXPECT_GT(fake.calls.at("moe_routing_weights"), 0);
+  EXPECT_GT(fake.calls.at("upload"), 0);
+  expect_same_state(ref, sr, dev, sd);
+}
+
+// Decoder replay (rows after the candidate source dropped) and encoder replay (the rings rebuilt)
+// through the seam.
+TEST(OpsSeamReplay, BoundedReplayRunsThroughTheSeam) {
+  FakeDeviceOps fake;
+  const Model ref = oracle_model_on(reference_ops());
+  const Model dev = oracle_model_on(fake);
+  ModelState sr = ref.new_state(), sd = dev.new_state();
+  StepOptions o;
+  o.decoder_replay_rows = 7;
+  expect_same_record(ref.forward_chunk(sr, test::oracle_tokens(0, 120), o),
+                     dev.forward_chunk(sd, test::oracle_tokens(0, 120), o), "decoder replay");
+  ref.replay_local_state(sr, test::oracle_tokens(56, 64));
+  dev.replay_local_state(sd, test::oracle_tokens(56, 64));
+  expect_same_record(ref.decode(sr, 7), dev.decode(sd, 7), "after encoder replay");
+  expect_same_state(ref, sr, dev, sd);
+}
+
+// Every op of the table runs in the tests above (so none of them is dead or bypassed); this runs
+// them all once more in one fresh model and checks the list.
+TEST(OpsSeamCoverage, EveryOpOfTheTableRuns) {
+  FakeDeviceOps fake;
+  Model dev = oracle_model_on(fake);
+  ForwardHooks h;
+  h.index = [](Component, int, Tensor<int32_t>&) {};  // experts hooked: routing weights recomputed
+  dev.set_hooks(h);
+  ModelState replayed = dev.new_state();
+  StepOptions o;
+  o.decoder_replay_rows = 3;  // slices the published selections too
+  dev.forward_chunk(replayed, test::oracle_tokens(0, 80), o);
+  ModelState s = dev.new_state();
+  dev.prefill(s, test::oracle_tokens(0, 80));
+  dev.decode(s, 9);  // reads the rings (read_entries)
+  for (const std::string& op : all_ops()) EXPECT_GT(fake.calls[op], 0) << op << " never ran";
+}
+
+TEST(OpsSeamTensor, DeviceTensorsAreOpaqueAndCopiedDeeply) {
+  Tensor<float> d = Tensor<float>::on_device({2, 3}, std::make_unique<test::FakeStorage<float>>(std::vector<float>(6, 1.0f)),
+                                             "x");
+  EXPECT_FALSE(d.on_host());
+  EXPECT_EQ(d.where(), "fake-device");
+  EXPECT_THROW(d.data(), Error);
+  EXPECT_THROW(d.at(0, 0), Error);
+  Tensor<float> copy = d;
+  static_cast<test::FakeStorage<float>*>(copy.storage())->values[0] = 7.0f;
+  EXPECT_EQ(static_cast<test::FakeStorage<float>*>(d.storage())->values[0], 1.0f) << "a copy must not share storage";
+  Tensor<float> v = std::move(copy).reshaped({3, 2});
+  EXPECT_EQ(v.shape(), (std::vector<int64_t>{3, 2}));
+  EXPECT_FALSE(v.on_host());
+  EXPECT_THROW(std::move(v).reshaped({4, 2}), Error);
+}
+
+}  // namespace
+}  // namespace dsv41::reference
