@@ -21,6 +21,7 @@
 #include "reports/report.h"
 #include "scenarios/cli.h"
 #include "scenarios/id_list.h"
+#include "scenarios/keep.h"
 #include "scenarios/runner.h"
 #include "scenarios/sha256.h"
 
