@@ -1,6 +1,7 @@
 // golden/golden_io.h
 //
-// Reads golden vectors: HDF5 datasets into host arrays, on the HDF5 C API. Host-only.
+// Reads golden vectors: HDF5 datasets into host arrays, on the shared HDF5 layer reports/h5_io.h
+// (library dsv41_h5; golden/ depends on nothing else of reports/). Host-only.
 //
 //   H5File      an open, read-only HDF5 file (RAII)
 //   Array<T>    a dataset's values in row-major order plus its shape

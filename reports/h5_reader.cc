@@ -2,75 +2,20 @@
 
 #include <hdf5.h>
 
-#include <algorithm>
 #include <cstring>
-#include <filesystem>
-#include <type_traits>
+#include <optional>
 
 #include "formats/error.h"
 
 namespace dsv41::reports {
 namespace {
 
-static_assert(std::is_same_v<hid_t, int64_t>, "H5Reader stores hid_t as int64_t");
-
-// Closes an HDF5 handle at scope exit.
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-  void reset(hid_t id) {
-    if (id_ >= 0) close_(id_);
-    id_ = id;
-  }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
-H5Reader::Type type_of(hid_t type) {
-  switch (H5Tget_class(type)) {
-    case H5T_STRING: return H5Reader::Type::kString;
-    case H5T_INTEGER: return H5Tget_sign(type) == H5T_SGN_NONE ? H5Reader::Type::kUInt : H5Reader::Type::kInt;
-    case H5T_FLOAT: return H5Reader::Type::kFloat;
-    case H5T_COMPOUND: return H5Reader::Type::kCompound;
-    default: return H5Reader::Type::kOther;
-  }
-}
+using h5::Handle;
+using h5::space_count;
+using h5::type_name;
+using h5::type_of;
 
 bool is_integer(H5Reader::Type t) { return t == H5Reader::Type::kInt || t == H5Reader::Type::kUInt; }
-
-const char* type_name(H5Reader::Type t) {
-  switch (t) {
-    case H5Reader::Type::kNone: return "nothing";
-    case H5Reader::Type::kString: return "a string";
-    case H5Reader::Type::kInt: return "a signed integer";
-    case H5Reader::Type::kUInt: return "an unsigned integer";
-    case H5Reader::Type::kFloat: return "a float";
-    case H5Reader::Type::kCompound: return "a compound";
-    case H5Reader::Type::kOther: return "an unsupported type";
-  }
-  return "?";
-}
-
-hid_t vlen_utf8() {
-  const hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, H5T_VARIABLE);
-  H5Tset_cset(type, H5T_CSET_UTF8);
-  return type;
-}
-
-int64_t space_count(hid_t space) {
-  const hssize_t n = H5Sget_simple_extent_npoints(space);
-  return n < 0 ? -1 : static_cast<int64_t>(n);
-}
 
 // Reads `count` strings of the (string) file type `ftype` with `read(mem_type, buffer)`.
 template <typename Read>
@@ -78,7 +23,7 @@ std::vector<std::string> read_string_values(hid_t ftype, int64_t count, Read rea
   std::vector<std::string> out;
   if (count == 0) return out;
   if (H5Tis_variable_str(ftype) > 0) {
-    const Handle mem(vlen_utf8(), H5Tclose);
+    const Handle mem(h5::vlen_utf8(), H5Tclose);
     std::vector<char*> ptrs(static_cast<size_t>(count), nullptr);
     if (read(mem.get(), ptrs.data()) < 0) DSV41_FAIL(where, ": cannot read strings");
     for (char* p : ptrs) {
@@ -104,44 +49,22 @@ std::vector<std::string> read_string_values(hid_t ftype, int64_t count, Read rea
 }  // namespace
 
 H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
-  H5E_auto2_t func = nullptr;
-  H5Eget_auto2(H5E_DEFAULT, &func, &saved_data_);
-  saved_func_ = reinterpret_cast<void*>(func);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path_, ec)) {
-    H5Eset_auto2(H5E_DEFAULT, func, saved_data_);
-    DSV41_FAIL("'", path_, "': no such file");
-  }
-  if (H5Fis_hdf5(path_.c_str()) <= 0) {
-    H5Eset_auto2(H5E_DEFAULT, func, saved_data_);
-    DSV41_FAIL("'", path_, "': not an HDF5 file");
-  }
-  file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file_ < 0) {
-    H5Eset_auto2(H5E_DEFAULT, func, saved_data_);
-    DSV41_FAIL("'", path_, "': cannot open the HDF5 file (truncated or corrupt)");
+  h5::OpenFailure why = h5::OpenFailure::kNone;
+  file_ = h5::open_read_only(path_, &why);
+  switch (why) {
+    case h5::OpenFailure::kNone: break;
+    case h5::OpenFailure::kNoFile: DSV41_FAIL("'", path_, "': no such file");
+    case h5::OpenFailure::kNotHdf5: DSV41_FAIL("'", path_, "': not an HDF5 file");
+    case h5::OpenFailure::kCannotOpen: DSV41_FAIL("'", path_, "': cannot open the HDF5 file (truncated or corrupt)");
   }
 }
 
 H5Reader::~H5Reader() {
   if (file_ >= 0) H5Fclose(file_);
-  H5Eset_auto2(H5E_DEFAULT, reinterpret_cast<H5E_auto2_t>(saved_func_), saved_data_);
 }
 
 H5Reader::Kind H5Reader::kind(const std::string& object) const {
-  if (object.empty()) return Kind::kMissing;
-  if (object != "/") {
-    // Every link on the way must exist (H5Lexists fails on a missing intermediate group).
-    size_t start = object[0] == '/' ? 1 : 0;
-    while (true) {
-      const size_t slash = object.find('/', start);
-      const std::string prefix = object.substr(0, slash);
-      if (H5Lexists(file_, prefix.c_str(), H5P_DEFAULT) <= 0) return Kind::kMissing;
-      if (slash == std::string::npos) break;
-      start = slash + 1;
-    }
-  }
+  if (!h5::path_exists(file_, object)) return Kind::kMissing;
   H5O_info_t info;
 #if H5_VERSION_GE(1, 12, 0)
   if (H5Oget_info_by_name3(file_, object.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) return Kind::kOther;
@@ -158,19 +81,10 @@ H5Reader::Kind H5Reader::kind(const std::string& object) const {
 std::vector<std::string> H5Reader::children(const std::string& group) const {
   if (kind(group) != Kind::kGroup) DSV41_FAIL("'", path_, "': group '", group, "' not found");
   const Handle g(H5Gopen2(file_, group.c_str(), H5P_DEFAULT), H5Gclose);
-  H5G_info_t info;
-  if (!g.ok() || H5Gget_info(g.get(), &info) < 0) DSV41_FAIL("'", path_, "': cannot list group '", group, "'");
-  std::vector<std::string> names;
-  for (hsize_t i = 0; i < info.nlinks; ++i) {
-    const ssize_t len =
-        H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
-    if (len < 0) DSV41_FAIL("'", path_, "': cannot list group '", group, "'");
-    std::vector<char> buf(static_cast<size_t>(len) + 1);
-    H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, buf.data(), buf.size(), H5P_DEFAULT);
-    names.emplace_back(buf.data(), static_cast<size_t>(len));
-  }
-  std::sort(names.begin(), names.end());
-  return names;
+  const std::optional<std::vector<std::string>> names =
+      g.ok() ? h5::member_names(g.get()) : std::nullopt;
+  if (!names) DSV41_FAIL("'", path_, "': cannot list group '", group, "'");
+  return *names;
 }
 
 // ---- attributes ----
@@ -224,7 +138,7 @@ namespace {
 
 template <typename T>
 T read_scalar_attr(const H5Reader& r, int64_t file, const std::string& object, const std::string& name,
-                   hid_t mem, bool allow_float) {
+                   bool allow_float) {
   const Handle a(open_attr(
                      r, file, object, name,
                      [&](H5Reader::Type t) { return is_integer(t) || (allow_float && t == H5Reader::Type::kFloat); },
@@ -233,20 +147,22 @@ T read_scalar_attr(const H5Reader& r, int64_t file, const std::string& object, c
   const Handle s(H5Aget_space(a.get()), H5Sclose);
   if (space_count(s.get()) != 1) DSV41_FAIL("'", r.path(), "': ", object, ": attribute '", name, "' is not a scalar");
   T v{};
-  if (H5Aread(a.get(), mem, &v) < 0) DSV41_FAIL("'", r.path(), "': ", object, ": cannot read attribute '", name, "'");
+  if (H5Aread(a.get(), h5::native_type<T>(), &v) < 0) {
+    DSV41_FAIL("'", r.path(), "': ", object, ": cannot read attribute '", name, "'");
+  }
   return v;
 }
 
 }  // namespace
 
 int64_t H5Reader::attr_int(const std::string& object, const std::string& name) const {
-  return read_scalar_attr<int64_t>(*this, file_, object, name, H5T_NATIVE_INT64, false);
+  return read_scalar_attr<int64_t>(*this, file_, object, name, false);
 }
 uint64_t H5Reader::attr_uint(const std::string& object, const std::string& name) const {
-  return read_scalar_attr<uint64_t>(*this, file_, object, name, H5T_NATIVE_UINT64, false);
+  return read_scalar_attr<uint64_t>(*this, file_, object, name, false);
 }
 double H5Reader::attr_double(const std::string& object, const std::string& name) const {
-  return read_scalar_attr<double>(*this, file_, object, name, H5T_NATIVE_DOUBLE, true);
+  return read_scalar_attr<double>(*this, file_, object, name, true);
 }
 
 std::vector<int64_t> H5Reader::attr_ints(const std::string& object, const std::string& name) const {
@@ -255,7 +171,7 @@ std::vector<int64_t> H5Reader::attr_ints(const std::string& object, const std::s
   const int64_t n = space_count(s.get());
   if (n < 0) DSV41_FAIL("'", path_, "': ", object, ": cannot read attribute '", name, "'");
   std::vector<int64_t> v(static_cast<size_t>(n));
-  if (n > 0 && H5Aread(a.get(), H5T_NATIVE_INT64, v.data()) < 0) {
+  if (n > 0 && H5Aread(a.get(), h5::native_type<int64_t>(), v.data()) < 0) {
     DSV41_FAIL("'", path_, "': ", object, ": cannot read attribute '", name, "'");
   }
   return v;
@@ -273,11 +189,9 @@ H5Reader::DatasetInfo H5Reader::dataset_info(const std::string& path) const {
   DatasetInfo info;
   info.type = type_of(t.get());
   info.element_bytes = static_cast<int64_t>(H5Tget_size(t.get()));
-  const int rank = H5Sget_simple_extent_ndims(s.get());
-  if (rank < 0) DSV41_FAIL("'", path_, "': cannot read the shape of dataset '", path, "'");
-  std::vector<hsize_t> dims(static_cast<size_t>(rank));
-  H5Sget_simple_extent_dims(s.get(), dims.data(), nullptr);
-  for (hsize_t d : dims) info.dims.push_back(static_cast<int64_t>(d));
+  const std::optional<std::vector<int64_t>> dims = h5::space_dims(s.get());
+  if (!dims) DSV41_FAIL("'", path_, "': cannot read the shape of dataset '", path, "'");
+  info.dims = *dims;
   if (info.type == Type::kCompound) {
     const int n = H5Tget_nmembers(t.get());
     for (int i = 0; i < n; ++i) {
@@ -316,13 +230,13 @@ void open_dataset(const H5Reader& r, int64_t file, const std::string& path, Acce
 }
 
 template <typename T>
-std::vector<T> read_numbers(const H5Reader& r, int64_t file, const std::string& path, hid_t mem, bool allow_float) {
+std::vector<T> read_numbers(const H5Reader& r, int64_t file, const std::string& path, bool allow_float) {
   OpenDataset d;
   open_dataset(
       r, file, path, [&](H5Reader::Type t) { return is_integer(t) || (allow_float && t == H5Reader::Type::kFloat); },
       allow_float ? "numbers" : "integers", d);
   std::vector<T> v(static_cast<size_t>(d.count));
-  if (d.count > 0 && H5Dread(d.ds.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) {
+  if (d.count > 0 && H5Dread(d.ds.get(), h5::native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) {
     DSV41_FAIL("'", r.path(), "': cannot read dataset '", path, "'");
   }
   return v;
@@ -340,16 +254,16 @@ std::vector<std::string> H5Reader::read_strings(const std::string& path) const {
 }
 
 std::vector<int64_t> H5Reader::read_ints(const std::string& path) const {
-  return read_numbers<int64_t>(*this, file_, path, H5T_NATIVE_INT64, false);
+  return read_numbers<int64_t>(*this, file_, path, false);
 }
 std::vector<uint64_t> H5Reader::read_uints(const std::string& path) const {
-  return read_numbers<uint64_t>(*this, file_, path, H5T_NATIVE_UINT64, false);
+  return read_numbers<uint64_t>(*this, file_, path, false);
 }
 std::vector<uint16_t> H5Reader::read_u16(const std::string& path) const {
-  return read_numbers<uint16_t>(*this, file_, path, H5T_NATIVE_UINT16, false);
+  return read_numbers<uint16_t>(*this, file_, path, false);
 }
 std::vector<double> H5Reader::read_doubles(const std::string& path) const {
-  return read_numbers<double>(*this, file_, path, H5T_NATIVE_DOUBLE, true);
+  return read_numbers<double>(*this, file_, path, true);
 }
 
 // ---- compound members ----
@@ -367,7 +281,7 @@ hid_t open_field(const H5Reader& r, int64_t file, const std::string& path, const
 
 template <typename T>
 std::vector<T> read_number_field(const H5Reader& r, int64_t file, const std::string& path, const std::string& field,
-                                 hid_t native, bool allow_float) {
+                                 bool allow_float) {
   OpenDataset d;
   const Handle ft(open_field(r, file, path, field, d), H5Tclose);
   const H5Reader::Type t = type_of(ft.get());
@@ -376,7 +290,7 @@ std::vector<T> read_number_field(const H5Reader& r, int64_t file, const std::str
                allow_float ? "numbers" : "integers");
   }
   const Handle mem(H5Tcreate(H5T_COMPOUND, sizeof(T)), H5Tclose);
-  H5Tinsert(mem.get(), field.c_str(), 0, native);
+  H5Tinsert(mem.get(), field.c_str(), 0, h5::native_type<T>());
   std::vector<T> v(static_cast<size_t>(d.count));
   if (d.count > 0 && H5Dread(d.ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) {
     DSV41_FAIL("'", r.path(), "': table '", path, "': cannot read column '", field, "'");
@@ -406,10 +320,10 @@ std::vector<std::string> H5Reader::read_field_strings(const std::string& path, c
 }
 
 std::vector<int64_t> H5Reader::read_field_ints(const std::string& path, const std::string& field) const {
-  return read_number_field<int64_t>(*this, file_, path, field, H5T_NATIVE_INT64, false);
+  return read_number_field<int64_t>(*this, file_, path, field, false);
 }
 std::vector<double> H5Reader::read_field_doubles(const std::string& path, const std::string& field) const {
-  return read_number_field<double>(*this, file_, path, field, H5T_NATIVE_DOUBLE, true);
+  return read_number_field<double>(*this, file_, path, field, true);
 }
 
 }  // namespace dsv41::reports

@@ -1,10 +1,10 @@
 // reports/h5_reader.h
 //
-// H5Reader: a read-only HDF5 file for the report reader and the schema check (reports/ does not
-// depend on golden/). It answers what an object is, lists groups, reads attributes (strings,
-// integers, floats, int64 arrays), 1-D datasets (strings, integers, floats) and the members of
-// compound datasets, converting integer and float storage types to the requested C++ type the
-// way HDF5 converts them.
+// H5Reader: a read-only HDF5 file for the report reader and the schema check, built on the
+// shared HDF5 layer (reports/h5_io.h). It answers what an object is, lists groups, reads
+// attributes (strings, integers, floats, int64 arrays), 1-D datasets (strings, integers, floats)
+// and the members of compound datasets, converting integer and float storage types to the
+// requested C++ type the way HDF5 converts them.
 //
 // Contract: every failure (missing or non-HDF5 file, truncated or corrupt file, missing object or
 // attribute, a type that does not convert) throws dsv41::Error "'<file>': <object>: <reason>".
@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "reports/h5_io.h"
+
 namespace dsv41::reports {
 
 class H5Reader {
@@ -35,7 +37,7 @@ class H5Reader {
 
   enum class Kind { kMissing, kGroup, kDataset, kOther };
   // The type class of an attribute or a dataset (kNone: no such attribute).
-  enum class Type { kNone, kString, kInt, kUInt, kFloat, kCompound, kOther };
+  using Type = h5::Type;
 
   // What `object` ("/a/b") is; kMissing when a link on the way does not exist.
   Kind kind(const std::string& object) const;
@@ -74,9 +76,8 @@ class H5Reader {
 
  private:
   std::string path_;
-  int64_t file_ = -1;       // hid_t
-  void* saved_func_ = nullptr;  // H5E_auto2_t of the caller, restored by the destructor
-  void* saved_data_ = nullptr;
+  h5::QuietErrors quiet_;  // for the reader's lifetime (restored after the file is closed)
+  int64_t file_ = -1;      // hid_t
 };
 
 }  // namespace dsv41::reports

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <type_traits>
 
@@ -13,8 +14,6 @@
 
 namespace dsv41::reports {
 namespace {
-
-static_assert(std::is_same_v<hid_t, int64_t>, "H5Writer stores hid_t as int64_t");
 
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
@@ -31,19 +30,10 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
-// A variable-length UTF-8 string type (close with H5Tclose).
-hid_t vlen_utf8() {
-  const hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, H5T_VARIABLE);
-  H5Tset_cset(type, H5T_CSET_UTF8);
-  return type;
-}
-
 }  // namespace
 
 H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
   tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by the checks below
   const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
   const hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
@@ -118,39 +108,38 @@ void H5Writer::write_typed(const std::string& path, const void* data, int64_t me
   if (rc < 0) DSV41_FAIL("'", path_, "': writing dataset '", path, "' failed");
 }
 
+template <typename T>
+void H5Writer::write_numbers(const std::string& path, const std::vector<T>& data, const std::vector<int64_t>& shape) {
+  write_raw(path, data.data(), h5::native_type<T>(), sizeof(T), shape, data.size());
+}
+
 void H5Writer::write(const std::string& p, const std::vector<float>& d, const std::vector<int64_t>& s) {
-  write_raw(p, d.data(), H5T_NATIVE_FLOAT, sizeof(float), s, d.size());
+  write_numbers(p, d, s);
 }
 void H5Writer::write(const std::string& p, const std::vector<double>& d, const std::vector<int64_t>& s) {
-  write_raw(p, d.data(), H5T_NATIVE_DOUBLE, sizeof(double), s, d.size());
+  write_numbers(p, d, s);
 }
 void H5Writer::write(const std::string& p, const std::vector<int32_t>& d, const std::vector<int64_t>& s) {
-  write_raw(p, d.data(), H5T_NATIVE_INT32, sizeof(int32_t), s, d.size());
+  write_numbers(p, d, s);
 }
 void H5Writer::write(const std::string& p, const std::vector<int64_t>& d, const std::vector<int64_t>& s) {
-  write_raw(p, d.data(), H5T_NATIVE_INT64, sizeof(int64_t), s, d.size());
+  write_numbers(p, d, s);
 }
 void H5Writer::write(const std::string& p, const std::vector<uint8_t>& d, const std::vector<int64_t>& s) {
-  write_raw(p, d.data(), H5T_NATIVE_UINT8, sizeof(uint8_t), s, d.size());
+  write_numbers(p, d, s);
 }
 void H5Writer::write(const std::string& p, const std::vector<uint16_t>& d, const std::vector<int64_t>& s) {
-  write_raw(p, d.data(), H5T_NATIVE_UINT16, sizeof(uint16_t), s, d.size());
+  write_numbers(p, d, s);
 }
 void H5Writer::write(const std::string& p, const std::vector<uint64_t>& d, const std::vector<int64_t>& s) {
-  write_raw(p, d.data(), H5T_NATIVE_UINT64, sizeof(uint64_t), s, d.size());
+  write_numbers(p, d, s);
 }
 
 void H5Writer::write_strings(const std::string& path, const std::vector<std::string>& data) {
   std::vector<const char*> ptrs;
   for (const std::string& s : data) ptrs.push_back(s.c_str());
-  const hid_t type = vlen_utf8();
-  try {
-    write_raw(path, ptrs.data(), type, sizeof(char*), {static_cast<int64_t>(data.size())}, data.size());
-  } catch (...) {
-    H5Tclose(type);
-    throw;
-  }
-  H5Tclose(type);
+  const h5::Handle type(h5::vlen_utf8(), H5Tclose);
+  write_raw(path, ptrs.data(), type.get(), sizeof(char*), {static_cast<int64_t>(data.size())}, data.size());
 }
 
 void H5Writer::write_fixed_strings(const std::string& path, const std::vector<std::string>& data) {
@@ -158,17 +147,11 @@ void H5Writer::write_fixed_strings(const std::string& path, const std::vector<st
   for (const std::string& s : data) width = std::max(width, s.size());
   std::vector<char> buf(width * std::max<size_t>(1, data.size()), '\0');
   for (size_t i = 0; i < data.size(); ++i) std::memcpy(buf.data() + i * width, data[i].data(), data[i].size());
-  const hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, width);
-  H5Tset_strpad(type, H5T_STR_NULLPAD);
-  H5Tset_cset(type, H5T_CSET_UTF8);
-  try {
-    write_raw(path, buf.data(), type, width, {static_cast<int64_t>(data.size())}, data.size());
-  } catch (...) {
-    H5Tclose(type);
-    throw;
-  }
-  H5Tclose(type);
+  const h5::Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), width);
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  write_raw(path, buf.data(), type.get(), width, {static_cast<int64_t>(data.size())}, data.size());
 }
 
 void H5Writer::write_columns(const std::string& group, const std::vector<TableColumn>& columns) {
@@ -196,7 +179,7 @@ void H5Writer::write_table(const std::string& path, const std::vector<TableColum
   const size_t rows = columns.front().size();
   // The in-memory row: each member at its natural alignment.
   std::vector<size_t> offsets;
-  std::vector<hid_t> types;
+  std::deque<h5::Handle> types;  // the members' memory types
   size_t size = 0;
   for (const TableColumn& c : columns) {
     DSV41_CHECK(c.size() == rows, "'", path_, "': table '", path, "': column '", c.name, "' has ", c.size(),
@@ -204,23 +187,26 @@ void H5Writer::write_table(const std::string& path, const std::vector<TableColum
     const auto [type, width] = std::visit(
         [](const auto& v) -> std::pair<hid_t, size_t> {
           using V = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<V, std::vector<std::string>>) return {vlen_utf8(), sizeof(char*)};
-          if constexpr (std::is_same_v<V, std::vector<double>>) return {H5Tcopy(H5T_NATIVE_DOUBLE), 8};
-          if constexpr (std::is_same_v<V, std::vector<int64_t>>) return {H5Tcopy(H5T_NATIVE_INT64), 8};
-          if constexpr (std::is_same_v<V, std::vector<uint64_t>>) return {H5Tcopy(H5T_NATIVE_UINT64), 8};
-          return {H5Tcopy(H5T_NATIVE_UINT8), 1};
+          if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+            return {h5::vlen_utf8(), sizeof(char*)};
+          } else {
+            using T = typename V::value_type;
+            return {H5Tcopy(h5::native_type<T>()), sizeof(T)};
+          }
         },
         c.values);
     size = (size + width - 1) / width * width;
     offsets.push_back(size);
-    types.push_back(type);
+    types.emplace_back(type, H5Tclose);
     size += width;
   }
   size = (size + 7) / 8 * 8;
-  const hid_t mem = H5Tcreate(H5T_COMPOUND, size);
-  for (size_t i = 0; i < columns.size(); ++i) H5Tinsert(mem, columns[i].name.c_str(), offsets[i], types[i]);
-  const hid_t file = H5Tcopy(mem);
-  H5Tpack(file);
+  const h5::Handle mem(H5Tcreate(H5T_COMPOUND, size), H5Tclose);
+  for (size_t i = 0; i < columns.size(); ++i) {
+    H5Tinsert(mem.get(), columns[i].name.c_str(), offsets[i], types[i].get());
+  }
+  const h5::Handle file(H5Tcopy(mem.get()), H5Tclose);
+  H5Tpack(file.get());
   std::vector<unsigned char> buf(rows * size);
   for (size_t i = 0; i < columns.size(); ++i) {
     std::visit(
@@ -238,18 +224,7 @@ void H5Writer::write_table(const std::string& path, const std::vector<TableColum
         },
         columns[i].values);
   }
-  const auto close_types = [&] {
-    for (hid_t t : types) H5Tclose(t);
-    H5Tclose(mem);
-    H5Tclose(file);
-  };
-  try {
-    write_typed(path, buf.data(), mem, file, size, {static_cast<int64_t>(rows)}, rows);
-  } catch (...) {
-    close_types();
-    throw;
-  }
-  close_types();
+  write_typed(path, buf.data(), mem.get(), file.get(), size, {static_cast<int64_t>(rows)}, rows);
 }
 
 void H5Writer::group(const std::string& path) {
@@ -282,15 +257,9 @@ void H5Writer::attr(const std::string& object_path, const std::string& name, con
 }
 
 void H5Writer::text_attr(const std::string& object_path, const std::string& name, const std::string& value) {
-  const hid_t type = vlen_utf8();
+  const h5::Handle type(h5::vlen_utf8(), H5Tclose);
   const char* p = value.c_str();
-  try {
-    scalar_attr(object_path, name, type, &p);
-  } catch (...) {
-    H5Tclose(type);
-    throw;
-  }
-  H5Tclose(type);
+  scalar_attr(object_path, name, type.get(), &p);
 }
 
 void H5Writer::scalar_attr(const std::string& object_path, const std::string& name, int64_t type,
@@ -306,21 +275,21 @@ void H5Writer::scalar_attr(const std::string& object_path, const std::string& na
 }
 
 void H5Writer::attr(const std::string& object_path, const std::string& name, int64_t value) {
-  scalar_attr(object_path, name, H5T_NATIVE_INT64, &value);
+  scalar_attr(object_path, name, h5::native_type<int64_t>(), &value);
 }
 void H5Writer::attr(const std::string& object_path, const std::string& name, double value) {
-  scalar_attr(object_path, name, H5T_NATIVE_DOUBLE, &value);
+  scalar_attr(object_path, name, h5::native_type<double>(), &value);
 }
 void H5Writer::attr(const std::string& object_path, const std::string& name, uint64_t value) {
-  scalar_attr(object_path, name, H5T_NATIVE_UINT64, &value);
+  scalar_attr(object_path, name, h5::native_type<uint64_t>(), &value);
 }
 
 void H5Writer::attr(const std::string& object_path, const std::string& name, const std::vector<int64_t>& value) {
   const hid_t obj = static_cast<hid_t>(open_object(object_path));
   const hsize_t n = value.size();
   const hid_t space = H5Screate_simple(1, &n, nullptr);
-  const hid_t a = H5Acreate2(obj, name.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
-  const herr_t rc = a < 0 ? -1 : (n == 0 ? 0 : H5Awrite(a, H5T_NATIVE_INT64, value.data()));
+  const hid_t a = H5Acreate2(obj, name.c_str(), h5::native_type<int64_t>(), space, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t rc = a < 0 ? -1 : (n == 0 ? 0 : H5Awrite(a, h5::native_type<int64_t>(), value.data()));
   if (a >= 0) H5Aclose(a);
   H5Sclose(space);
   H5Oclose(obj);

@@ -6,7 +6,9 @@
 // datasets. Object timestamps are off, so the same writes give the same file contents (what
 // h5diff compares). Writes are atomic: everything goes to "<path>.tmp.<pid>", and commit()
 // flushes, closes and renames it over <path>; a writer destroyed without commit() removes its
-// temp file, so a failed run never leaves a half-written or truncated report behind.
+// temp file, so a failed run never leaves a half-written or truncated report behind. Built on the
+// shared HDF5 layer (reports/h5_io.h); HDF5's error printing is off while the writer exists (its
+// checks report every failure as a dsv41::Error).
 //
 // Example:
 //   H5Writer w("out.h5");
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "reports/h5_io.h"
 #include "reports/table.h"
 
 namespace dsv41::reports {
@@ -79,7 +82,10 @@ class H5Writer {
                    size_t elem, const std::vector<int64_t>& shape, size_t count);
   void scalar_attr(const std::string& object_path, const std::string& name, int64_t type, const void* value);
   int64_t open_object(const std::string& path);
+  template <typename T>
+  void write_numbers(const std::string& path, const std::vector<T>& data, const std::vector<int64_t>& shape);
 
+  h5::QuietErrors quiet_;  // for the writer's lifetime
   std::string path_;
   std::string tmp_path_;
   int64_t file_ = -1;

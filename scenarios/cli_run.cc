@@ -18,11 +18,12 @@
 #include "reference/numerics.h"
 #include "reference/safetensors.h"
 #include "reference/weights.h"
-#include "reference/sha256.h"
 #include "reports/report.h"
 #include "scenarios/cli.h"
 #include "scenarios/id_list.h"
+#include "scenarios/keep.h"
 #include "scenarios/runner.h"
+#include "scenarios/sha256.h"
 
 namespace dsv41::scenarios {
 namespace {
@@ -161,7 +162,7 @@ int run(const RunArgs& a, const std::string& command_line) {
     // The file name only: the path is machine-specific (it is in the command line, under
     // /meta/volatile); the SHA-256 identifies the weights.
     meta.weights = "file:" + std::filesystem::path(weights).filename().string();
-    meta.weights_sha256 = reference::sha256_file_hex(weights);
+    meta.weights_sha256 = sha256_file_hex(weights);
   } else {
     res.weights = reference::ModelWeights::load(
         reference::safetensors::SafetensorsFile::from_entries("generated weights",

@@ -5,13 +5,16 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "formats/error.h"
 #include "scenarios/capture.h"
 #include "scenarios/compare.h"
+#include "scenarios/keep.h"
 #include "scenarios/mutants.h"
+#include "scenarios/verdict.h"
 
 namespace dsv41::scenarios {
 namespace {
@@ -20,7 +23,6 @@ using reports::Comparison;
 using reports::MetricRow;
 using reports::ScenarioResult;
 using reports::StepInfo;
-using reports::StoredTensor;
 using reports::Verdict;
 
 int64_t argmax(const std::vector<float>& v) {
@@ -114,81 +116,6 @@ std::string scenario_ref(const Scenario& s) {
   return s.source.rfind("builtin:", 0) == 0 ? s.source.substr(8) : s.source;
 }
 
-// Keeps a tensor unless the same (step, layer, component, side) is kept already (a failure's
-// tensors and a --save-tensors focus may name the same case).
-void keep(Comparison& cmp, StoredTensor t) {
-  for (const StoredTensor& u : cmp.tensors) {
-    if (u.step == t.step && u.layer == t.layer && u.component == t.component && u.side == t.side) return;
-  }
-  cmp.tensors.push_back(std::move(t));
-}
-
-void store_item(Comparison& cmp, const CapturedItem& it, int64_t step, const std::string& side) {
-  StoredTensor t;
-  t.step = step;
-  t.layer = it.layer;
-  t.component = it.component;
-  t.side = side;
-  switch (it.kind) {
-    case CapturedItem::kFloat:
-      t.logical_dtype = it.type == ValueType::kBf16 ? "bf16" : "fp32";
-      t.shape = it.f.shape();
-      t.values.assign(it.f.data().begin(), it.f.data().end());
-      break;
-    case CapturedItem::kIndex:
-      t.logical_dtype = "int32";
-      t.shape = it.i.shape();
-      t.values.assign(it.i.data().begin(), it.i.data().end());
-      break;
-    case CapturedItem::kMask:
-      t.logical_dtype = "uint8";
-      t.shape = it.m.shape();
-      t.values.assign(it.m.data().begin(), it.m.data().end());
-      break;
-    case CapturedItem::kIds:
-      t.logical_dtype = "int64";
-      t.shape = it.ids_shape;
-      t.values.assign(it.ids.begin(), it.ids.end());
-      break;
-  }
-  keep(cmp, std::move(t));
-}
-
-// Keeps (both sides of) every item of this step the focus names, the logits included.
-void store_focus(Comparison& cmp, const Focus& f, int64_t step, const StepCapture& a, const StepCapture& b) {
-  for (const CapturedItem& it : a.items) {
-    if (f.matches(step, it.layer, it.component)) store_item(cmp, it, step, "a");
-  }
-  for (const CapturedItem& it : b.items) {
-    if (f.matches(step, it.layer, it.component)) store_item(cmp, it, step, "b");
-  }
-  for (const auto& [cap, side] : {std::pair{&a, "a"}, std::pair{&b, "b"}}) {
-    for (const reference::CacheView& v : cap->caches) {
-      if (!f.matches(step, v.layer, "cache." + v.kind)) continue;
-      StoredTensor t;
-      t.step = step;
-      t.layer = v.layer;
-      t.component = "cache." + v.kind;
-      t.side = side;
-      t.logical_dtype = "uint8";
-      t.shape = {v.entries, v.entry_bytes};
-      t.values.assign(v.bytes.begin(), v.bytes.end());
-      keep(cmp, std::move(t));
-    }
-  }
-  if (f.matches(step, -1, "logits")) {
-    for (const auto& [cap, side] : {std::pair{&a, "a"}, std::pair{&b, "b"}}) {
-      if (cap->logits.empty()) continue;
-      CapturedItem it;
-      it.layer = -1;
-      it.component = "logits";
-      it.type = ValueType::kFp32;
-      it.f = reference::Tensor<float>({1, static_cast<int64_t>(cap->logits.size())}, cap->logits, "logits");
-      store_item(cmp, it, step, side);
-    }
-  }
-}
-
 // Recall of A's selected positions by B at a probe step, split by the distance of each position
 // (its group's first token) to the session's last resume boundary.
 void probe_rows(const StepCapture& a, const StepCapture& b, int64_t step, int session, int64_t boundary,
@@ -237,69 +164,6 @@ void probe_rows(const StepCapture& a, const StepCapture& b, int64_t step, int se
   }
 }
 
-}  // namespace
-
-bool Focus::matches(int64_t s, int l, const std::string& c) const {
-  return (step < 0 || s == step) && (layer == -2 || l == layer) && (component.empty() || c == component);
-}
-
-Focus parse_focus(const std::string& text) {
-  Focus f;
-  std::stringstream ss(text);
-  std::string part;
-  bool any = false;
-  while (std::getline(ss, part, ',')) {
-    const size_t eq = part.find('=');
-    DSV41_CHECK(eq != std::string::npos, "--save-tensors '", text, "': '", part, "' is not key=value");
-    const std::string k = part.substr(0, eq), v = part.substr(eq + 1);
-    try {
-      if (k == "step") {
-        f.step = std::stoll(v);
-      } else if (k == "layer") {
-        f.layer = std::stoi(v);
-      } else if (k == "component") {
-        f.component = v;
-      } else {
-        DSV41_FAIL("--save-tensors '", text, "': unknown key '", k, "' (step, layer, component)");
-      }
-    } catch (const std::logic_error&) {
-      DSV41_FAIL("--save-tensors '", text, "': '", v, "' is not a number");
-    }
-    any = true;
-  }
-  DSV41_CHECK(any, "--save-tensors: empty (e.g. step=3,layer=6,component=topk)");
-  return f;
-}
-
-Expectation default_expectation(const Side& a, const Side& b, const Scenario& s, std::string* why) {
-  const bool resumes = [&] {
-    for (const Event& e : s.events) {
-      if (e.kind == Event::kResume) return true;
-    }
-    return false;
-  }();
-  const auto exact_backend = [](const Side& x) { return backend_claim(x.backend) == Claim::kBitExact; };
-  const auto exact_path = [&](const Side& x) {
-    return !resumes || x.path == CachePath::kCold || x.path == CachePath::kFull || x.path == CachePath::kAlone;
-  };
-  const bool same_path = a.path == b.path && a.decoder_rows == b.decoder_rows;
-  if (exact_backend(a) && exact_backend(b) && same_path) {
-    *why = "both backends claim the reference's bits and take the same cache path: the same computation";
-    return Expectation::kBitExact;
-  }
-  if (exact_backend(a) && exact_backend(b) && exact_path(a) && exact_path(b)) {
-    *why = "both backends claim the reference's bits and no path replays (docs/sessions.md: chunking, full resume "
-           "and separate sessions are exact)";
-    return Expectation::kBitExact;
-  }
-  *why = !exact_backend(a) || !exact_backend(b)
-             ? "a backend is approximate by design (ref-bf16kv: precision ablation)"
-             : "bounded replay (global / decoder path) is approximate by design (docs/replay-divergence.md)";
-  return Expectation::kMeasured;
-}
-
-namespace {
-
 // One pair of sides under one mode: both sides replay the scenario's events in lockstep and every
 // step is compared. Fills one reports::Comparison (and the scenario's step list, once).
 class ComparisonRun {
@@ -320,8 +184,13 @@ class ComparisonRun {
     const auto t0 = std::chrono::steady_clock::now();
     try {
       for (size_t e = 0; e < sc_.events.size() && !stop_; ++e) run_event(e);
-      cmp_.verdict = verdict();
-      if (cmp_.verdict == Verdict::kMeasured) first_difference();
+      evidence_.backend_gap = A_.missing_evidence();
+      if (evidence_.backend_gap.empty()) evidence_.backend_gap = B_.missing_evidence();
+      cmp_.verdict = comparison_verdict(cmp_, pair_.expect, evidence_);
+      if (cmp_.verdict == Verdict::kMeasured) {
+        // Where a measured pair first differs (information: nothing is asserted; no tensors kept).
+        if (std::optional<reports::Divergence> d = first_difference(cmp_.rows)) cmp_.first_divergence = *d;
+      }
     } catch (const Error& err) {
       cmp_.verdict = Verdict::kError;
       cmp_.notes.push_back(std::string("error: ") + err.what());
@@ -413,26 +282,14 @@ class ComparisonRun {
     if (r.first_failure_row >= 0 && !cmp_.first_divergence) {
       divergence(r.rows[static_cast<size_t>(r.first_failure_row)], r.first_failure_detail, a, b);
     }
-    if (opt_.save_tensors) store_focus(cmp_, *opt_.save_tensors, step_, a, b);
+    if (opt_.save_tensors) keep_focus(cmp_, *opt_.save_tensors, step_, a, b);
     cmp_.rows.insert(cmp_.rows.end(), r.rows.begin(), r.rows.end());
     if (probe && boundary_.count(session)) {
       probe_rows(a, b, step_, ctx.session, boundary_.at(session), c_, cmp_.rows);
     } else if (probe) {
-      ++probes_unmeasured_;
+      ++evidence_.probes_unmeasured;
     }
-    for (const std::string& v : r.vacuous_items) vacuous_items_.insert(v);
-  }
-
-  static reports::Divergence divergence_at(const MetricRow& r) {
-    reports::Divergence d;
-    d.step = r.step;
-    d.session = r.session;
-    d.position = r.position;
-    d.layer = r.layer;
-    d.component = r.component;
-    d.metric = r.metric;
-    d.value = r.value;
-    return d;
+    for (const std::string& v : r.vacuous_items) evidence_.vacuous_items.insert(v);
   }
 
   // The first failing row: where, how much, and the command that reruns just that case.
@@ -453,67 +310,7 @@ class ComparisonRun {
       f.step = r.step;
       f.layer = r.layer;
       f.component = r.component;
-      store_focus(cmp_, f, step_, a, b);
-    }
-  }
-
-  Verdict verdict() {
-    bool failed = false;
-    for (const MetricRow& r : cmp_.rows) failed = failed || r.verdict == Verdict::kFail;
-    if (failed) return Verdict::kFail;
-    std::string gap = A_.missing_evidence();
-    if (gap.empty()) gap = B_.missing_evidence();
-    // Probe steps exist to measure recall on both sides of a resume boundary: without a
-    // boundary, or when side A's selections never reach across it, the scenario has not tested
-    // what it claims (missing evidence, never a pass).
-    int64_t before = 0, after = 0, probe_rows_seen = 0;
-    for (const MetricRow& r : cmp_.rows) {
-      if (r.metric.rfind("probe_count", 0) == 0) ++probe_rows_seen;
-      if (r.metric == "probe_count[d<-W]" || r.metric == "probe_count[-W<=d<0]") before += static_cast<int64_t>(r.value);
-      if (r.metric == "probe_count[0<=d<W]" || r.metric == "probe_count[d>=W]") after += static_cast<int64_t>(r.value);
-    }
-    if (gap.empty() && probes_unmeasured_ > 0) {
-      gap = std::to_string(probes_unmeasured_) + " probe step(s) ran without a resume boundary before them in their "
-            "session: recall by distance was not measured";
-    }
-    if (gap.empty() && probe_rows_seen > 0 && (before == 0 || after == 0)) {
-      gap = "side A's probe selections did not straddle the resume boundary (" + std::to_string(before) +
-            " before, " + std::to_string(after) + " after it)";
-    }
-    if (gap.empty() && cmp_.items_compared == 0) gap = "nothing was compared";
-    if (gap.empty()) {
-      for (const MetricRow& r : cmp_.rows) {
-        if (r.metric == "present" && r.value < 1.0) {
-          gap = "an output is missing on one side (" + r.component + ", layer " + std::to_string(r.layer) + ", step " +
-                std::to_string(r.step) + ")";
-          break;
-        }
-      }
-    }
-    if (gap.empty() && !vacuous_items_.empty()) {
-      gap = "outputs all zero on both sides (a vacuous comparison): " + *vacuous_items_.begin() +
-            (vacuous_items_.size() > 1 ? " and " + std::to_string(vacuous_items_.size() - 1) + " more" : "");
-    }
-    if (!gap.empty()) {
-      cmp_.notes.push_back(gap);
-      return Verdict::kInconclusive;
-    }
-    return pair_.expect == Expectation::kMeasured ? Verdict::kMeasured : Verdict::kPass;
-  }
-
-  // Where a measured pair first differs (information: nothing is asserted; no tensors kept).
-  void first_difference() {
-    for (const MetricRow& r : cmp_.rows) {
-      const bool exactness = r.metric == "bit_equal_frac" || r.metric == "rows_equal_frac" ||
-                             r.metric == "bytes_equal_frac" || r.metric == "equal_frac";
-      if (!exactness || r.value >= 1.0) continue;
-      reports::Divergence d = divergence_at(r);
-      d.tolerance.origin = "none";
-      d.tolerance.higher_is_better = true;
-      d.tolerance.bound = 1.0;
-      d.tolerance.note = "measured pair: the first difference, not asserted";
-      cmp_.first_divergence = d;
-      return;
+      keep_focus(cmp_, f, step_, a, b);
     }
   }
 
@@ -531,8 +328,8 @@ class ComparisonRun {
   std::map<std::string, std::vector<float>> last_logits_;  // side A's last logits, per session
   std::map<std::string, int64_t> boundary_;                 // last resume position, per session
   std::set<std::string> notes_;
-  int64_t step_ = 0, probes_unmeasured_ = 0;
-  std::set<std::string> vacuous_items_;
+  Evidence evidence_;  // what the verdict weighs besides the rows (backend gap: filled at the end)
+  int64_t step_ = 0;
   bool stop_ = false;
 };
 
@@ -635,21 +432,7 @@ ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, con
       out.comparisons.push_back(ComparisonRun(sc, res, opt, plan.tokens, rules, session_ids, pair, mode, steps).run());
     }
   }
-  out.verdict = Verdict::kPass;
-  for (const Comparison& cmp : out.comparisons) {
-    out.verdict = reports::worse(out.verdict, cmp.verdict);
-    if (cmp.verdict == Verdict::kError && out.error.empty()) {
-      // The scenario's error says which comparison could not complete, and why.
-      out.error = cmp.side_a + " vs " + cmp.side_b + " [" + cmp.mode + "]";
-      for (const std::string& n : cmp.notes) {
-        if (n.rfind("error: ", 0) == 0) {
-          out.error += ": " + n.substr(7);
-          break;
-        }
-      }
-    }
-  }
-  if (out.comparisons.empty()) out.verdict = Verdict::kInconclusive;
+  out.verdict = scenario_verdict(out.comparisons, &out.error);
   return out;
 }
 

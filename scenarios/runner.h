@@ -12,6 +12,7 @@
 //                   measures that component's own error given identical inputs. B's caches are
 //                   still its own (written from the forced inputs).
 // Both sides always consume the same tokens (decode tokens are side A's argmax).
+// The verdicts come from scenarios/verdict.h, the tensors a report keeps from scenarios/keep.h.
 //
 // Example:
 //   RunOptions o;
@@ -26,35 +27,21 @@
 
 #include "reports/report.h"
 #include "scenarios/backend.h"
+#include "scenarios/keep.h"
 #include "scenarios/scenario.h"
 
 namespace dsv41::scenarios {
-
-// One (step, layer, component) whose tensors the report keeps (--save-tensors).
-struct Focus {
-  int64_t step = -1;
-  int layer = -2;          // -2: any layer
-  std::string component;   // "": any
-  bool matches(int64_t s, int l, const std::string& c) const;
-};
-// "step=3,layer=6,component=topk" (any subset); a dsv41::Error otherwise.
-Focus parse_focus(const std::string& text);
 
 struct RunOptions {
   std::vector<std::string> sides;   // "A,B" given: this one pair replaces the scenario's pairs
   std::vector<std::string> modes;   // given: replaces the scenario's modes
   int64_t stop_after_step = -1;     // >= 0: stop after this step
-  std::optional<Focus> save_tensors;  // keep these tensors (both sides)
+  std::optional<Focus> save_tensors;  // keep these tensors (both sides; scenarios/keep.h)
   bool save_failure_tensors = true;   // keep the first divergence's tensors
   // The command prefix a rerun line starts with (e.g. "dsv41 run --config tiny --weights W").
   std::string rerun_prefix = "dsv41 run";
   std::function<void(const std::string&)> progress;  // one line per event (may be empty)
 };
-
-// The expectation of a pair given on the command line (not in the scenario): bitexact when both
-// backends claim the reference's bits and neither path replays (cold/full/alone) or the scenario
-// never resumes; measured otherwise. `why` receives the origin.
-Expectation default_expectation(const Side& a, const Side& b, const Scenario& s, std::string* why);
 
 // What a scenario will run, checked before any work: its pairs (--sides replaces them), modes,
 // tolerance rules (every metric name and component pattern must exist: a typo is an error, never

@@ -1,4 +1,4 @@
-// reference/sha256: SHA-256 against the standard's example vectors, against coreutils'
+// scenarios/sha256: SHA-256 against the standard's example vectors, against coreutils'
 // `sha256sum` at every padding edge, against itself when the message comes in pieces, and on
 // files: sha256_file_hex equals the in-memory hash across its 1 MiB read blocks, reproduces the
 // oracle weights' entry of golden/oracle/SHA256SUMS, and names the path when it cannot read.
@@ -16,7 +16,7 @@
 // padding is a whole block), 65 (one byte into the second block), plus 0, 1, 119, 120, 127, 128
 // (the same edges one block later). Random bytes from the printed data seed (DSV41_SEED
 // overrides).
-#include "reference/sha256.h"
+#include "scenarios/sha256.h"
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -36,7 +36,7 @@
 #include "formats/error.h"
 #include "tests/support/seed.h"
 
-namespace dsv41::reference {
+namespace dsv41::scenarios {
 namespace {
 
 namespace fs = std::filesystem;
@@ -281,4 +281,4 @@ TEST_F(Sha256Files, UnreadablePathsThrowNamingThePath) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::scenarios

@@ -1,9 +1,10 @@
-// reference/sha256.h
+// scenarios/sha256.h
 //
-// SHA-256 (FIPS 180-4, §6.2), written from the standard: the divergence report records the
-// digest of the weights file it ran with (RunMeta::weights_sha256, docs/report-schema.md), so a
-// report names the exact bytes behind its numbers. The hex digests are those of `sha256sum`
-// (64 lowercase hex digits, most significant byte first).
+// SHA-256 (FIPS 180-4, §6.2), written from the standard: `dsv41 run` (scenarios/cli_run.cc)
+// records the digest of the weights file it ran with in the divergence report
+// (RunMeta::weights_sha256, docs/report-schema.md), so a report names the exact bytes behind its
+// numbers. The hex digests are those of `sha256sum` (64 lowercase hex digits, most significant
+// byte first).
 //
 // Contract: a message of any length n >= 0 bytes (the standard allows < 2^64 bits; a longer one
 // is a dsv41::Error). Sha256 hashes a message given in pieces of any sizes: the digest depends
@@ -28,7 +29,7 @@
 #include <cstdint>
 #include <string>
 
-namespace dsv41::reference {
+namespace dsv41::scenarios {
 
 // FIPS 180-4 §4.2.2: the first 32 bits of the fractional parts of the cube roots of the first
 // 64 primes (one per round).
@@ -79,4 +80,4 @@ std::string sha256_hex(const uint8_t* data, size_t n);
 // A dsv41::Error "sha256: cannot open '<path>'" / "sha256: error reading '<path>'" otherwise.
 std::string sha256_file_hex(const std::string& path);
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::scenarios

@@ -1,4 +1,4 @@
-#include "reference/sha256.h"
+#include "scenarios/sha256.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,7 +9,7 @@
 
 #include "formats/error.h"
 
-namespace dsv41::reference {
+namespace dsv41::scenarios {
 namespace {
 
 // §3.2 / §4.1.2: ROTR^n, and the four functions of SHA-256 (all on 32-bit words, mod 2^32).
@@ -146,4 +146,4 @@ std::string sha256_file_hex(const std::string& path) {
   return to_hex(s.finish());
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::scenarios
