@@ -16,15 +16,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// sum_i a[i] * b[i * stride] as one fp32 FMA chain in index order, starting from +0. This is the
-// order torch's CPU fp32 GEMM used for the official einsums (each output accumulated along the
-// contraction with FMA; measured in docs/attention.md), so it reproduces their fp32 bits.
-float dot_fma_f32(const float* a, const float* b, int64_t stride, int64_t n) {
-  float acc = 0.0f;
-  for (int64_t i = 0; i < n; ++i) acc = std::fma(a[i], b[i * stride], acc);
-  return acc;
-}
-
 // One (query, head) row of sparse_attn. q: [D] bf16, out: [D] bf16.
 void sparse_attn_row(const float* q, const Tensor<float>& kv, float sink, const int32_t* idx,
                      int64_t k_total, float scale, float* out) {
@@ -32,20 +23,30 @@ void sparse_attn_row(const float* q, const Tensor<float>& kv, float sink, const 
   const int64_t n = kv.dim(0);
   const std::vector<float> zero(static_cast<size_t>(d), 0.0f);  // the zeroed KV row of index -1
   std::vector<float> acc(static_cast<size_t>(d), 0.0f);   // fp32 numerator
-  std::vector<float> block_kv(static_cast<size_t>(kSparseAttnBlock * d), 0.0f);
+  // The block's KV rows (rows [0, nb) are written before they are read): one buffer per thread.
+  thread_local std::vector<float> block_kv;
+  block_kv.resize(static_cast<size_t>(kSparseAttnBlock * d));
   float m = kSparseAttnInitMax;  // running max (fp32)
   float l = 0.0f;                // running denominator (fp32)
   for (int64_t b0 = 0; b0 < k_total; b0 += kSparseAttnBlock) {
     const int64_t nb = std::min<int64_t>(kSparseAttnBlock, k_total - b0);
+    // Scores: fp32 FMA chains in d order (fma_dot_f32: the order torch's CPU fp32 GEMM used for
+    // the official einsums, measured in docs/attention.md), four rows side by side.
     float s[kSparseAttnBlock];
-    float block_max = -kInf;
+    const float* rows[kSparseAttnBlock];
     for (int64_t j = 0; j < nb; ++j) {
       const int32_t r = idx[b0 + j];
       DSV41_CHECK(r >= -1 && r < n, "sparse_attn: index ", r, " at column ", b0 + j,
                   " outside [-1, ", n, ")");
-      const float* row = r < 0 ? zero.data() : kv.row(r);
-      std::copy(row, row + d, block_kv.begin() + j * d);
-      s[j] = r < 0 ? -kInf : dot_fma_f32(q, row, 1, d) * scale;
+      rows[j] = r < 0 ? zero.data() : kv.row(r);
+      std::copy(rows[j], rows[j] + d, block_kv.begin() + j * d);
+    }
+    int64_t j4 = 0;
+    for (; j4 + 4 <= nb; j4 += 4) fma_dot_f32_x4(q, rows + j4, 1, d, s + j4);
+    for (; j4 < nb; ++j4) s[j4] = fma_dot_f32(q, rows[j4], 1, d);
+    float block_max = -kInf;
+    for (int64_t j = 0; j < nb; ++j) {
+      s[j] = idx[b0 + j] < 0 ? -kInf : s[j] * scale;
       block_max = std::max(block_max, s[j]);
     }
     const float m_new = std::max(m, block_max);
@@ -59,9 +60,17 @@ void sparse_attn_row(const float* q, const Tensor<float>& kv, float sink, const 
       p_bf16[j] = formats::round_to_bf16(p[j]);  // K41:377: probabilities cast to bf16 before PV
     }
     l = l * rescale + static_cast<float>(p_sum);
-    for (int64_t c = 0; c < d; ++c) {
-      const float pv = dot_fma_f32(p_bf16, block_kv.data() + c, d, nb);
-      acc[static_cast<size_t>(c)] = acc[static_cast<size_t>(c)] * rescale + pv;
+    // P.V per channel: an FMA chain over the block's rows in j order, four channels side by side.
+    float pv[4];
+    int64_t c = 0;
+    for (; c + 4 <= d; c += 4) {
+      const float* cols[4] = {block_kv.data() + c, block_kv.data() + c + 1, block_kv.data() + c + 2,
+                              block_kv.data() + c + 3};
+      fma_dot_f32_x4(p_bf16, cols, d, nb, pv);
+      for (int k = 0; k < 4; ++k) acc[static_cast<size_t>(c + k)] = acc[static_cast<size_t>(c + k)] * rescale + pv[k];
+    }
+    for (; c < d; ++c) {
+      acc[static_cast<size_t>(c)] = acc[static_cast<size_t>(c)] * rescale + fma_dot_f32(p_bf16, block_kv.data() + c, d, nb);
     }
     m = m_new;
   }

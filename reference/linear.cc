@@ -63,9 +63,31 @@ float weight_scale(const LinearWeight& w, int64_t o, int64_t kb) {
 // Block-scaled GEMM of fp8/fp4 weights (kernel_cpu _block_scaled_gemm, K41 fp8_gemm/fp4_gemm):
 //   x: [T, in] bf16 -> act_quant -> xq: [T, in] E4M3 values, xs: [T, in/32] E8M0 values
 //   per output: acc (fp32) = 0; for kb in K-block order:
-//     partial = exact sum_{32} xq*w, rounded once to fp32   (dot_f64_f32: exact for these operands)
+//     partial = exact sum_{32} xq*w, rounded once to fp32   (dot_exact_f32: exact for these operands)
 //     acc += (partial * xs[kb]) * ws[kb]                    (fp32, left to right as torch does it)
 //   y = bf16(acc)
+// Outputs [o_begin, o_end) of one row: a: [in] E4M3 values, as: [in/32] E8M0 values; w: [out, in]
+// code values, ws: the E8M0 weight scales (tile_scales: F8's [ceil(out/32), in/32], else F4's
+// [out, in/32]) -> y: [out] bf16. The per-block partial is exact (dot_exact_f32), so the kernel is
+// cloned for AVX2 at no cost in bits: a vector unit sums the 32 exact products in any order.
+DSV41_SIMD_CLONES
+void block_scaled_outputs(const float* __restrict a, const float* __restrict as, const float* __restrict w,
+                          const float* __restrict wscale, bool tile_scales, int64_t in, int64_t o_begin,
+                          int64_t o_end, float* __restrict y) {
+  const int64_t nkb = in / kBlock;
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    const float* b = w + o * in;
+    const float* ws = wscale + (tile_scales ? (o / kBlock) * nkb : o * nkb);
+    float acc = 0.0f;
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      const float partial = dot_exact_f32(a + kb * kBlock, b + kb * kBlock, kBlock);
+      const float scaled = (partial * as[kb]) * ws[kb];
+      acc += scaled;
+    }
+    y[o] = round_to_bf16(acc);
+  }
+}
+
 Tensor<float> block_scaled_linear(const Tensor<float>& x, const LinearWeight& w) {
   const int64_t T = x.dim(0), in = w.in, out = w.out, nkb = in / kBlock;
   Tensor<float> xq({T, in}, w.name + ".x_q");     // E4M3 values
@@ -81,26 +103,16 @@ Tensor<float> block_scaled_linear(const Tensor<float>& x, const LinearWeight& w)
   const int64_t chunks = ceil_div(out, kOutChunk);
   parallel_for(T * chunks, [&](int64_t item) {
     const int64_t t = item / chunks, o_begin = (item % chunks) * kOutChunk;
-    const int64_t o_end = std::min(out, o_begin + kOutChunk);
-    const float* a = xq.row(t);
-    const float* as = xs.row(t);
-    float* yr = y.row(t);
-    for (int64_t o = o_begin; o < o_end; ++o) {
-      const float* b = w.w.data() + o * in;
-      float acc = 0.0f;
-      for (int64_t kb = 0; kb < nkb; ++kb) {
-        const float partial = dot_f64_f32(a + kb * kBlock, b + kb * kBlock, kBlock);
-        const float scaled = (partial * as[kb]) * weight_scale(w, o, kb);
-        acc += scaled;
-      }
-      yr[o] = round_to_bf16(acc);
-    }
+    block_scaled_outputs(xq.row(t), xs.row(t), w.w.data(), w.scale.data(), w.dtype == DType::kF8E4M3, in, o_begin,
+                         std::min(out, o_begin + kOutChunk), y.row(t));
   });
   return y;
 }
 
 // F.linear: y[t, o] = sum_i x[t, i] * w[o, i], double accumulation in index order, rounded
-// once to fp32 (dot_f64_f32); then to bf16 when `to_bf16`. `wv` holds the weight values.
+// once to fp32 (dot_f64_f32), then to bf16 when `to_bf16`; in fp32 otherwise, an fp32 FMA chain in
+// index order (fma_dot_f32). `wv` holds the weight values. Four outputs run side by side, each
+// with its own chain (reference/numerics.h): the same bits as one at a time.
 Tensor<float> plain_linear(const Tensor<float>& x, const LinearWeight& w, const std::vector<float>& wv,
                            bool to_bf16) {
   const int64_t T = x.dim(0), in = w.in, out = w.out;
@@ -111,17 +123,22 @@ Tensor<float> plain_linear(const Tensor<float>& x, const LinearWeight& w, const 
     const int64_t o_end = std::min(out, o_begin + kOutChunk);
     const float* a = x.row(t);
     float* yr = y.row(t);
-    for (int64_t o = o_begin; o < o_end; ++o) {
-      float v;
+    int64_t o = o_begin;
+    for (; o + 4 <= o_end; o += 4) {
+      const float* rows[4] = {wv.data() + o * in, wv.data() + (o + 1) * in, wv.data() + (o + 2) * in,
+                              wv.data() + (o + 3) * in};
+      float v[4];
       if (to_bf16) {
-        v = round_to_bf16(dot_f64_f32(a, wv.data() + o * in, in));
+        dot_f64_f32_x4(a, rows, in, v);
+        for (int k = 0; k < 4; ++k) yr[o + k] = round_to_bf16(v[k]);
       } else {
-        const float* wr = wv.data() + o * in;
-        float acc = 0.0f;
-        for (int64_t i = 0; i < in; ++i) acc = std::fma(a[i], wr[i], acc);
-        v = acc;
+        fma_dot_f32_x4(a, rows, 1, in, v);
+        for (int k = 0; k < 4; ++k) yr[o + k] = v[k];
       }
-      yr[o] = v;
+    }
+    for (; o < o_end; ++o) {
+      const float* wr = wv.data() + o * in;
+      yr[o] = to_bf16 ? round_to_bf16(dot_f64_f32(a, wr, in)) : fma_dot_f32(a, wr, 1, in);
     }
   });
   return y;
@@ -184,14 +201,20 @@ Tensor<float> grouped_linear(const Tensor<float>& x, const LinearWeight& w, int 
   DSV41_CHECK(w.dtype == DType::kBF16, "grouped_linear '", w.name, "': a BF16 weight, got ", dtype_name(w.dtype));
   const int64_t T = x.dim(0), width = w.in, r = w.out / groups;
   Tensor<float> y({T, w.out}, w.name + ".y");
-  for (int64_t t = 0; t < T; ++t) {
-    for (int g = 0; g < groups; ++g) {
-      for (int64_t j = 0; j < r; ++j) {
-        const float* wrow = w.w.data() + (g * r + j) * width;
-        y.at(t, g * r + j) = round_to_bf16(dot_f64_f32(x.row(t) + g * width, wrow, width));
-      }
+  parallel_for(T * groups, [&](int64_t item) {
+    const int64_t t = item / groups, g = item % groups;
+    const float* xg = x.row(t) + g * width;
+    float* yr = y.row(t) + g * r;
+    int64_t j = 0;
+    for (; j + 4 <= r; j += 4) {  // four outputs side by side, each its own chain
+      const float* wrow = w.w.data() + (g * r + j) * width;
+      const float* rows[4] = {wrow, wrow + width, wrow + 2 * width, wrow + 3 * width};
+      float v[4];
+      dot_f64_f32_x4(xg, rows, width, v);
+      for (int k = 0; k < 4; ++k) yr[j + k] = round_to_bf16(v[k]);
     }
-  }
+    for (; j < r; ++j) yr[j] = round_to_bf16(dot_f64_f32(xg, w.w.data() + (g * r + j) * width, width));
+  });
   return y;
 }
 

@@ -24,6 +24,7 @@
 #include "reference/session_store.h"
 #include "reports/h5_writer.h"
 #include "scenarios/cli.h"
+#include "scenarios/runner.h"  // shell_quote
 #include "scenarios/id_list.h"
 
 namespace dsv41::scenarios {
@@ -244,17 +245,6 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   return kExitOk;
 }
 
-// `text` as one shell word: unchanged when it has only safe characters, else in single quotes.
-std::string shell_quote(const std::string& text) {
-  bool safe = !text.empty();
-  for (char ch : text) {
-    safe &= std::isalnum(static_cast<unsigned char>(ch)) != 0 || std::strchr("_./,:@=+-%", ch) != nullptr;
-  }
-  if (safe) return text;
-  std::string out = "'";
-  for (char ch : text) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
 
 }  // namespace
 

@@ -26,14 +26,6 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << ']';
-  return os.str();
-}
-
 // The storage bits of one value: the bf16 pattern (high 16 bits of the fp32 pattern) or the fp32
 // pattern.
 uint32_t storage_bits(float x, ValueType t) {
@@ -81,7 +73,7 @@ std::vector<double> log_softmax(const std::vector<float>& x) {
 }
 
 void check_rank2(const Tensor<int32_t>& t, const std::string& what, const char* side) {
-  DSV41_CHECK(t.rank() == 2, what, ": index tensor ", side, " must be [T, k], got shape ", shape_str(t.shape()));
+  DSV41_CHECK(t.rank() == 2, what, ": index tensor ", side, " must be [T, k], got shape ", reference::shape_string(t.shape()));
 }
 
 // The valid (>= 0) entries of row t of x: [T, k] int32, sorted. -1 is padding; a duplicate or an
@@ -151,8 +143,8 @@ const char* name(FlipClass c) {
 
 TensorMetrics compare_tensors(const Tensor<float>& a, const Tensor<float>& b, ValueType type,
                               const std::string& what) {
-  DSV41_CHECK(a.shape() == b.shape(), what, ": shapes differ: A ", shape_str(a.shape()), " vs B ",
-              shape_str(b.shape()));
+  DSV41_CHECK(a.shape() == b.shape(), what, ": shapes differ: A ", reference::shape_string(a.shape()), " vs B ",
+              reference::shape_string(b.shape()));
   const std::vector<float>& av = a.data();
   const std::vector<float>& bv = b.data();
   if (type == ValueType::kBf16) {
@@ -275,14 +267,14 @@ IndexMetrics compare_index_sets(const Tensor<int32_t>& a, const Tensor<int32_t>&
                                 double tie_eps, const std::string& what) {
   check_rank2(a, what, "A");
   check_rank2(b, what, "B");
-  DSV41_CHECK(a.dim(0) == b.dim(0), what, ": row counts differ: A ", shape_str(a.shape()), " vs B ",
-              shape_str(b.shape()));
+  DSV41_CHECK(a.dim(0) == b.dim(0), what, ": row counts differ: A ", reference::shape_string(a.shape()), " vs B ",
+              reference::shape_string(b.shape()));
   DSV41_CHECK(tie_eps >= 0, what, ": tie_eps must be >= 0, got ", tie_eps);
   const int64_t rows = a.dim(0);
   int64_t n_scores = 0;
   if (scores_a != nullptr) {
     DSV41_CHECK(scores_a->rank() == 2 && scores_a->dim(0) == rows, what, ": scores_a must be [T, N] with T = ",
-                rows, ", got shape ", shape_str(scores_a->shape()));
+                rows, ", got shape ", reference::shape_string(scores_a->shape()));
     n_scores = scores_a->dim(1);
   }
 
@@ -359,9 +351,9 @@ IndexMetrics compare_index_sets(const Tensor<int32_t>& a, const Tensor<int32_t>&
 
 CandidateMetrics compare_candidates(const Tensor<uint8_t>& a, const Tensor<uint8_t>& b, int block_size,
                                     const std::string& what) {
-  DSV41_CHECK(a.rank() == 2, what, ": candidate mask A must be [T, N], got shape ", shape_str(a.shape()));
-  DSV41_CHECK(a.shape() == b.shape(), what, ": shapes differ: A ", shape_str(a.shape()), " vs B ",
-              shape_str(b.shape()));
+  DSV41_CHECK(a.rank() == 2, what, ": candidate mask A must be [T, N], got shape ", reference::shape_string(a.shape()));
+  DSV41_CHECK(a.shape() == b.shape(), what, ": shapes differ: A ", reference::shape_string(a.shape()), " vs B ",
+              reference::shape_string(b.shape()));
   DSV41_CHECK(block_size >= 1, what, ": block_size must be >= 1, got ", block_size);
   check_mask(a, what, "A");
   check_mask(b, what, "B");
@@ -409,9 +401,9 @@ double recall_within_candidates(const Tensor<int32_t>& topk_a, const Tensor<int3
                                 const Tensor<uint8_t>& mask_b, const std::string& what) {
   check_rank2(topk_a, what, "A");
   check_rank2(topk_b, what, "B");
-  DSV41_CHECK(mask_b.rank() == 2, what, ": candidate mask B must be [T, N], got shape ", shape_str(mask_b.shape()));
+  DSV41_CHECK(mask_b.rank() == 2, what, ": candidate mask B must be [T, N], got shape ", reference::shape_string(mask_b.shape()));
   DSV41_CHECK(topk_a.dim(0) == topk_b.dim(0) && topk_a.dim(0) == mask_b.dim(0), what, ": row counts differ: A ",
-              shape_str(topk_a.shape()), ", B ", shape_str(topk_b.shape()), ", mask B ", shape_str(mask_b.shape()));
+              reference::shape_string(topk_a.shape()), ", B ", reference::shape_string(topk_b.shape()), ", mask B ", reference::shape_string(mask_b.shape()));
   check_mask(mask_b, what, "B");
   const int64_t rows = topk_a.dim(0), n = mask_b.dim(1);
   if (rows == 0) return 1.0;

@@ -1,7 +1,8 @@
 // The reference's arithmetic against exact values computed with Boost.Multiprecision
 // (cpp_bin_float, 256 binary digits: every sum below is exact in it, and its + - * / sqrt are
 // correctly rounded). docs/numerics.md derives each bound asserted here:
-//   (a) dot_f64_f32 of one 32-wide fp8 x fp8 or fp4 x fp8 block IS the exactly rounded value;
+//   (a) dot_f64_f32 of one 32-wide fp8 x fp8 or fp4 x fp8 block IS the exactly rounded value,
+//       and so is dot_exact_f32 (any summation order);
 //   (b) dot_f64_f32 of long (n = 4096) bf16 and fp32 dot products is within
 //       n * 2^-53 * sum|a_i b_i| + half an fp32 ulp of the exact value;
 //   (c) RMSNorm's statistic and outputs, and a softmax (fp32 exp terms, fp32 sum in a fixed
@@ -18,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "formats/base.h"
 #include "formats/minifloat.h"
 #include "reference/numerics.h"
 #include "reference/rmsnorm.h"
@@ -99,6 +101,8 @@ TEST(MultiprecisionDot, QuantizedBlocksAreExactlyRounded) {
     for (int i = 0; i < 32; ++i) s += exact(a[i]) * exact(b[i]);
     const float r = dot_f64_f32(a, b, 32);
     ASSERT_FALSE(std::isnan(r));
+    // The order-free form the fp8/fp4 linears use gives the same, exact, value.
+    ASSERT_EQ(f32_bits(dot_exact_f32(a, b, 32)), f32_bits(r)) << "trial " << trial << " kind " << kind;
     nonzero += r != 0.0f;
     inexact += s != exact(r);
     ASSERT_TRUE(is_round_to_nearest_even(s, r))
