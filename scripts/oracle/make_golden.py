@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compact golden copy of one oracle harness run (scripts/oracle/README.md).
 
-    /usr/bin/python3 scripts/oracle/make_golden.py RUN_DIR OUT_DIR
+    /usr/bin/python3 scripts/oracle/make_golden.py RUN_DIR OUT_DIR [--skip-prefill-index-score]
 
 RUN_DIR holds a harness_variant.py run (config.json, weights.safetensors, prefill*.h5,
 prefill_streams*.h5, decode*.h5; the _lowtie suffix of a lowest_index run is optional).
@@ -10,12 +10,19 @@ attributes and values unchanged (float32 copies of bf16 items dropped: f32 = bit
 
   config.json, weights.safetensors   verbatim
   prefill.h5          tokens, logits, per-layer selections (indexer_topk, candidates, gate_indices),
-                      next_pre, Engram ids, the Engram token map, prefill compressor states, DSpark ring
+                      next_pre, Engram ids, attn_out, ffn_out, the mHC mixes hc_{attn,ffn}_{pre,post,comb},
+                      index_score (indexer layers), the Engram token map, prefill compressor states,
+                      DSpark ring
   prefill_streams.h5  embed and every layer's out_stream
   decode.h5           per step: input token, logits, main_hidden, embed, per-layer out_stream,
-                      engram_out, attn_out, ffn_out, next_pre, selections, Engram ids, DSpark drafts,
-                      compressor states; final_state (every cache)
+                      engram_out, attn_out, ffn_out, next_pre, the mHC mixes, selections, index_score,
+                      Engram ids, DSpark drafts, compressor states; final_state (every cache)
   SHA256SUMS
+
+--skip-prefill-index-score leaves the prefill's index_score items out (the bf16 [1, T, n_compressed]
+scores of each indexer layer; w128_long_p1531's, at 1531 tokens, take 2.86 MB compressed, 3.03 MB with
+the decode steps' ones, over the 3 MB a variant's copy may grow by for them); prefill.h5 then says so
+in its root attribute `omitted`. Decode steps keep theirs (0.16 MB there).
 
 Written with HDF5's earliest/v110 format (Debian's libhdf5 1.10 reads it), gzip 9 + shuffle on
 datasets over 16 KiB, no timestamps: the same run gives the same bytes. Every copied dataset is
@@ -37,7 +44,8 @@ L = r"layer\d\d"
 KEEP = {
     "prefill": re.compile(
         r"^prefill/(tokens|logits_last|logits_all|output_ids)$"
-        rf"|^prefill/{L}/(indexer_topk|candidates|candidates_compress_lens|gate_indices|next_pre|engram_hash_ids)$"
+        rf"|^prefill/{L}/(indexer_topk|candidates|candidates_compress_lens|gate_indices|next_pre|engram_hash_ids"
+        r"|attn_out|ffn_out|hc_(attn|ffn)_(pre|post|comb)|index_score)$"
         r"|^prefill/state/engram/[a-z_]+$"
         rf"|^prefill/state/{L}/compressor_(kv|score)_state$"
         r"|^prefill/state/dspark0/window_kv_cache$"),
@@ -45,7 +53,7 @@ KEEP = {
     "decode": re.compile(
         r"^decode/step\d+/(input_token|logits|output_ids|main_hidden|embed)$"
         rf"|^decode/step\d+/{L}/(out_stream|engram_out|attn_out|ffn_out|next_pre|indexer_topk|candidates"
-        r"|candidates_compress_lens|gate_indices|engram_hash_ids)$"
+        r"|candidates_compress_lens|gate_indices|engram_hash_ids|hc_(attn|ffn)_(pre|post|comb)|index_score)$"
         r"|^decode/step\d+/dspark/(draft_ids|draft_logits|confidence)$"
         rf"|^decode/step\d+/state/{L}/compressor_(kv|score)_state$"
         r"|^decode/final_state/.+$"),
@@ -92,7 +100,7 @@ def fixed(v):
     return np.bytes_(v.encode()) if isinstance(v, str) else v
 
 
-def compact(src, dst, keep, desc):
+def compact(src, dst, keep, desc, omitted=None):
     items = []
     with h5py.File(src, "r") as fi:
         fi.visititems(lambda n, o: items.append(n) if isinstance(o, h5py.Group) and "meaning" in o.attrs and keep.search(n) else None)
@@ -108,6 +116,8 @@ def compact(src, dst, keep, desc):
             fo.attrs["source_file"] = fixed(os.path.basename(src))
             fo.attrs["source_sha256"] = fixed(sha256(src))
             fo.attrs["f32_copies"] = fixed("none: bf16 items hold bits only; f32 = (uint32(bits) << 16) viewed as float32")
+            if omitted:
+                fo.attrs["omitted"] = fixed(omitted)
             for name in items:
                 gi, go = fi[name], group(fo, name)
                 for k in sorted(gi.attrs):
@@ -134,12 +144,23 @@ def compact(src, dst, keep, desc):
 
 
 def main():
-    run, out = sys.argv[1], sys.argv[2]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    flags = [a for a in sys.argv[1:] if a.startswith("--")]
+    if len(args) != 2 or set(flags) - {"--skip-prefill-index-score"}:
+        raise SystemExit(__doc__)
+    run, out = args
+    keep, omitted = dict(KEEP), {}
+    if "--skip-prefill-index-score" in flags:
+        pattern = KEEP["prefill"].pattern
+        assert pattern.count("|index_score)$") == 1
+        keep["prefill"] = re.compile(pattern.replace("|index_score)$", ")$"))
+        omitted["prefill"] = ("prefill/layerNN/index_score (bf16 indexer scores), left out by make_golden.py "
+                              "--skip-prefill-index-score to keep the copy small; the full run has them")
     os.makedirs(out, exist_ok=True)
     for fn in ("config.json", "weights.safetensors"):
         shutil.copyfile(os.path.join(run, fn), os.path.join(out, fn))
     for base in ("prefill", "prefill_streams", "decode"):
-        ni, nd = compact(source(run, base), os.path.join(out, base + ".h5"), KEEP[base], DESCRIPTION[base])
+        ni, nd = compact(source(run, base), os.path.join(out, base + ".h5"), keep[base], DESCRIPTION[base], omitted.get(base))
         print(f"{out}/{base}.h5: {ni} items, {nd} datasets, {os.path.getsize(os.path.join(out, base + '.h5'))} bytes")
     names = sorted(f for f in os.listdir(out) if f != "SHA256SUMS")
     with open(os.path.join(out, "SHA256SUMS"), "w") as f:
