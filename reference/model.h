@@ -92,6 +92,7 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const Ops& ops() const { return *ops_; }
   const std::vector<int64_t>& token_map() const { return token_map_; }  // [vocab] Engram compressed ids
+  const ModelWeights& weights() const { return weights_; }
 
   // The precision of the caches of the states this model makes and accepts (default kPacked,
   // the official path). kBf16 is the precision ablation (reference/cache_precision.h).

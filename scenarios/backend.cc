@@ -66,7 +66,8 @@ class ReferenceBackend final : public Backend {
     if (!mutation_ || mutation_->is_cache()) {
       model_.set_hooks(hooks);
     } else {
-      model_.set_hooks(mutated_hooks(hooks, state.pos, static_cast<int64_t>(tokens.size()), step));
+      model_.set_hooks(mutated_hooks(*mutation_, hooks, model_.config(), state.pos, static_cast<int64_t>(tokens.size()),
+                                     step, &fired_));
     }
     reference::StepRecord rec;
     try {
@@ -126,33 +127,6 @@ class ReferenceBackend final : public Backend {
   }
 
  private:
-  reference::ForwardHooks mutated_hooks(const reference::ForwardHooks& inner, int64_t start, int64_t T,
-                                        int64_t step) {
-    reference::ForwardHooks h;
-    const Mutation m = *mutation_;
-    const reference::ModelConfig& c = model_.config();
-    bool* fired = &fired_;
-    h.tensor = [inner, m, step, fired](reference::Component what, int layer, reference::Tensor<float>& v) {
-      *fired = mutate_tensor(m, what, layer, step, v) || *fired;
-      if (inner.tensor) inner.tensor(what, layer, v);
-    };
-    h.index = [inner, m, step, &c, start, T, fired](reference::Component what, int layer,
-                                                   reference::Tensor<int32_t>& v) {
-      int64_t choices = c.n_routed_experts;
-      if (what == reference::Component::kTopk) {
-        const int ratio = c.compress_ratios[static_cast<size_t>(layer)];
-        choices = ratio > 0 ? (start + T) / ratio : 0;
-      }
-      *fired = mutate_index(m, what, layer, step, v, choices) || *fired;
-      if (inner.index) inner.index(what, layer, v);
-    };
-    h.mask = [inner, m, step, &c, fired](reference::Component what, int layer, reference::Tensor<uint8_t>& v) {
-      *fired = mutate_mask(m, what, layer, step, v, c.candidate_block_size) || *fired;
-      if (inner.mask) inner.mask(what, layer, v);
-    };
-    return h;
-  }
-
   std::string name_;
   reference::Model model_;
   CachePrecision precision_;

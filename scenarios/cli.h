@@ -16,10 +16,15 @@
 
 #include <functional>
 #include <iosfwd>
+#include <string>
 
 namespace CLI {
 class App;
 }  // namespace CLI
+
+namespace dsv41::reports {
+struct RunMeta;
+}  // namespace dsv41::reports
 
 namespace dsv41::scenarios {
 
@@ -40,6 +45,11 @@ Verb add_weights_verb(CLI::App& parent);    // scenarios/cli_weights.cc
 Verb add_replay_study_verb(CLI::App& parent);  // scenarios/cli_replay_study.cc
 Verb add_run_verb(CLI::App& parent);        // scenarios/cli_run.cc
 Verb add_report_verb(CLI::App& parent);        // scenarios/cli_report.cc
+Verb add_agree_verb(CLI::App& parent);         // scenarios/cli_agree.cc
+
+// The volatile metadata of a report a verb writes (tool version, commit, command line, time,
+// host, threads): scenarios/cli_run.cc.
+void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line);
 
 // The format self-check: one line per check, then "selfcheck: N passed, M failed".
 // Returns kExitOk or kExitCheckFailed. inject_failure adds one failing check (for tests).

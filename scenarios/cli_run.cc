@@ -51,25 +51,6 @@ std::string default_oracle_weights() {
   return std::string(DSV41_SOURCE_DIR_STRING) + "/golden/oracle/weights.safetensors";
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-int verdict_exit_code(reports::Verdict v) {
-  switch (v) {
-    case reports::Verdict::kPass:
-    case reports::Verdict::kMeasured: return kExitOk;
-    case reports::Verdict::kFail: return kExitCheckFailed;
-    case reports::Verdict::kInconclusive: return kExitInconclusive;
-    case reports::Verdict::kError: return kExitBadInput;
-  }
-  return kExitBadInput;
-}
 
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -175,14 +156,7 @@ int run(const RunArgs& a, const std::string& command_line) {
   meta.config_hash = reference::config_hash(c);
   meta.config_json = reference::to_json_string(c);
   meta.sides = opt.sides;
-  meta.tool_version = DSV41_VERSION_STRING;
-  meta.git_commit = DSV41_GIT_COMMIT_STRING;
-  meta.command_line = command_line;
-  meta.created_utc = utc_now();
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  meta.host = host;
-  meta.threads = reference::reference_threads();
+  stamp_run_meta(meta, command_line);
   std::cerr << "dsv41 run: config " << a.config << " (hash " << meta.config_hash << "), weights " << meta.weights
             << ", " << scenarios.size() << " scenario(s), " << meta.threads << " thread(s)\n";
 
@@ -221,10 +195,26 @@ int run(const RunArgs& a, const std::string& command_line) {
   if (!a.junit.empty()) reports::write_junit(a.junit, report);
   std::cout << reports::format_summary(report, a.rows);
   std::cout << "report: " << a.output << (a.junit.empty() ? "" : ", junit: " + a.junit) << "\n";
-  return verdict_exit_code(report.verdict);
+  return reports::exit_code(report.verdict);
 }
 
 }  // namespace
+
+void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line) {
+  meta.tool_version = DSV41_VERSION_STRING;
+  meta.git_commit = DSV41_GIT_COMMIT_STRING;
+  meta.command_line = command_line;
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  meta.created_utc = buf;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  meta.host = host;
+  meta.threads = reference::reference_threads();
+}
 
 Verb add_run_verb(CLI::App& parent) {
   auto a = std::make_shared<RunArgs>();

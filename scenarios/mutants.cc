@@ -123,6 +123,30 @@ bool mutate_mask(const Mutation& m, reference::Component what, int layer, int64_
   return false;
 }
 
+reference::ForwardHooks mutated_hooks(const Mutation& m, const reference::ForwardHooks& inner,
+                                      const reference::ModelConfig& c, int64_t start, int64_t T, int64_t step,
+                                      bool* fired) {
+  reference::ForwardHooks h;
+  h.tensor = [inner, m, step, fired](reference::Component what, int layer, Tensor<float>& v) {
+    *fired = mutate_tensor(m, what, layer, step, v) || *fired;
+    if (inner.tensor) inner.tensor(what, layer, v);
+  };
+  h.index = [inner, m, step, &c, start, T, fired](reference::Component what, int layer, Tensor<int32_t>& v) {
+    int64_t choices = c.n_routed_experts;
+    if (what == reference::Component::kTopk) {
+      const int ratio = c.compress_ratios[static_cast<size_t>(layer)];
+      choices = ratio > 0 ? (start + T) / ratio : 0;
+    }
+    *fired = mutate_index(m, what, layer, step, v, choices) || *fired;
+    if (inner.index) inner.index(what, layer, v);
+  };
+  h.mask = [inner, m, step, &c, fired](reference::Component what, int layer, Tensor<uint8_t>& v) {
+    *fired = mutate_mask(m, what, layer, step, v, c.candidate_block_size) || *fired;
+    if (inner.mask) inner.mask(what, layer, v);
+  };
+  return h;
+}
+
 bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state) {
   if (!m.is_cache() || m.step != step) return false;
   DSV41_CHECK(m.layer >= 0 && m.layer < static_cast<int>(state.layers.size()), "mutant ", m.component,

@@ -44,6 +44,12 @@ bool mutate_index(const Mutation& m, reference::Component what, int layer, int64
                   reference::Tensor<int32_t>& value, int64_t n_choices);
 bool mutate_mask(const Mutation& m, reference::Component what, int layer, int64_t step,
                  reference::Tensor<uint8_t>& value, int block_size);
+// Hooks that plant the defect (when its step comes) and then call `inner`: what a mutant backend
+// runs a step of T tokens at position `start` with. `*fired` becomes true once the defect applied.
+reference::ForwardHooks mutated_hooks(const Mutation& m, const reference::ForwardHooks& inner,
+                                      const reference::ModelConfig& c, int64_t start, int64_t T, int64_t step,
+                                      bool* fired);
+
 // Flips the bit in the state's cache after the step (cache mutations only).
 bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state);
 

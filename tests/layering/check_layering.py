@@ -19,7 +19,7 @@ import sys
 # reference/: which layer each file stem belongs to.
 OPS_BASE = {"tensor", "dtype", "config", "config_rules", "numerics", "pcg64", "crc32c", "topk",
             "cache_precision"}
-OPS_COMPONENTS = {"linear", "rmsnorm", "rope", "attention", "compressor", "indexer", "mhc", "engram",
+OPS_COMPONENTS = {"linear", "rmsnorm", "rope", "attention", "compressor", "indexer", "mhc", "mhc_budget", "engram",
                   "moe", "embedding", "kv_quant"}
 WEIGHTS_IO = {"safetensors", "weights"}           # the checkpoint: what ops.h's prepare() sees
 SEAM = {"ops", "reference_ops"}

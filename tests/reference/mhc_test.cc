@@ -10,6 +10,7 @@
 // layer L-1's out_stream. The stream after attention is not recorded; it is rebuilt with hc_post
 // from the oracle's attn_out and mixes, and checked through the FFN against out_stream.
 #include "reference/mhc.h"
+#include "reference/mhc_budget.h"
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -40,8 +41,6 @@ constexpr double kNormEps = 1e-20;
 constexpr int kLayers = 10;
 constexpr int kPrefillTokens = 333;
 constexpr int kDecodeSteps = 8;
-constexpr double kU = 0x1p-24;  // unit roundoff of fp32
-
 double ulp_of(float v) { return std::nextafter(std::fabs(v), HUGE_VALF) - std::fabs(v); }
 
 // Bitwise comparison tally of fp32 (or bf16-valued) outputs.
@@ -220,35 +219,6 @@ TEST(MhcSinkhorn, MatchesOracleKernelVectors) {
 
 // ---- Sinkhorn properties ----
 
-// The comb of one token in double precision, same formula: an independent restatement used for
-// the error budget below. logits: [hc*hc] -> comb [hc*hc].
-std::vector<double> sinkhorn_f64(const std::vector<double>& logits) {
-  std::vector<double> c(logits.size());
-  for (int i = 0; i < kHc; ++i) {
-    const double mx = *std::max_element(logits.begin() + i * kHc, logits.begin() + (i + 1) * kHc);
-    double s = 0;
-    for (int j = 0; j < kHc; ++j) s += c[i * kHc + j] = std::exp(logits[i * kHc + j] - mx);
-    for (int j = 0; j < kHc; ++j) c[i * kHc + j] = c[i * kHc + j] / s + kHcEps;
-  }
-  auto rows = [&] {
-    for (int i = 0; i < kHc; ++i) {
-      double s = kHcEps;
-      for (int j = 0; j < kHc; ++j) s += c[i * kHc + j];
-      for (int j = 0; j < kHc; ++j) c[i * kHc + j] /= s;
-    }
-  };
-  auto cols = [&] {
-    for (int j = 0; j < kHc; ++j) {
-      double s = kHcEps;
-      for (int i = 0; i < kHc; ++i) s += c[i * kHc + j];
-      for (int i = 0; i < kHc; ++i) c[i * kHc + j] /= s;
-    }
-  };
-  cols();
-  for (int it = 1; it < kIters; ++it) rows(), cols();
-  return c;
-}
-
 // Bounds, for comb logits in [-2, 2]:
 //   columns are normalised last, so sum_i comb[i][j] = S/(S + eps) up to 5 fp32 roundings, with S
 //   the column sum before that step (within 1e-2 of 1 here): |colsum - 1| <= 1.01 eps + 5u + the
@@ -383,18 +353,9 @@ TEST(MhcPre, NextPreIsTheFfnPre) {
 // ---- hc_mixes on the oracle's forwards, within the GEMM's error budget ----
 
 // The oracle's mixes are torch's fp32 F.linear (MKL sgemm/sgemv, K = hc*dim = 1024, order
-// unknown); the reference's are the double-accumulated dot rounded once. Budget per mix k (Higham
-// & Mary's probabilistic bound for a K-term fp32 dot, exceeded with probability <=
-// 2 exp(-kLambda^2 / 2) = 5e-11 per dot; there are 1.6e5 dots here):
-//   dm_k = kLambda * sqrt(K) * u * sum_i |x_i fn_ki| * r.
-// It reaches the outputs to first order: pre and post through the sigmoid's slope,
-//   |dpre_i| <= |s0| s(1 - s) dm_i + 2 ulp, |dpost_i| <= 2 |s1| s(1 - s) dm_{hc+i} + 2 ulp
-// (2 ulp: the fp32 roundings of z and of the sigmoid), and comb through the Jacobian of the
-// double-precision Sinkhorn (central differences), plus 1 ulp of exp (the oracle's MKL exp) per
-// logit and kCombRoundingUlp for the fp32 roundings of 20 iterations on perturbed inputs.
-constexpr double kLambda = 7.0;
-constexpr double kCombRoundingUlp = 8.0;
-
+// unknown); the reference's are the double-accumulated dot rounded once. The budget of each value
+// is reference/mhc_budget.h's (the probabilistic bound of a K-term fp32 dot, exceeded with
+// probability <= 5e-11 per dot, propagated through the sigmoid and the Sinkhorn; docs/mhc.md).
 struct Budget {
   int64_t n = 0, over = 0;
   double max_ratio = 0;  // max |got - want| / allowed
@@ -410,47 +371,14 @@ struct Budget {
 void check_mixes(const Tensor<float>& stream, const HcParams& p, const MixRecord& want, Budget& b,
                  Tally& tally) {
   const HcMixes got = hc_mixes(stream, p.fn, p.scale, p.base, kNormEps, kIters, kHcEps);
-  const Tensor<float> raw = hc_raw_mixes(stream, p.fn, kNormEps);
   tally.add_all(got.pre.data(), want.pre.data());
   tally.add_all(got.post.data(), want.post.data());
   tally.add_all(got.comb.data(), want.comb.data());
-  const int K = kHc * kDim, C = kHc * kHc;
-  for (int64_t t = 0; t < stream.dim(0); ++t) {
-    const float* x = stream.row(t, 0);
-    double ss = 0, dm[kMix];
-    for (int i = 0; i < K; ++i) ss += double{x[i]} * x[i];
-    for (int k = 0; k < kMix; ++k) {
-      double a = 0;
-      for (int i = 0; i < K; ++i) a += std::fabs(double{x[i]} * p.fn[size_t(k * K + i)]);
-      dm[k] = kLambda * std::sqrt(double(K)) * kU * a / std::sqrt(ss / K);
-    }
-    for (int k = 0; k < 2 * kHc; ++k) {  // pre (k < hc), then post
-      const int part = k / kHc, i = k % kHc;
-      const double z = double{raw.at(t, k)} * p.scale[size_t(part)] + p.base[size_t(k)];
-      const double sg = 1 / (1 + std::exp(-z)),
-                   gain = (1 + part) * std::fabs(p.scale[size_t(part)]);
-      const float w = (part ? want.post : want.pre).at(t, i);
-      b.check((part ? got.post : got.pre).at(t, i), w,
-              gain * sg * (1 - sg) * dm[k] + 2 * ulp_of(w));
-    }
-    std::vector<double> l(C), allowed(C, 0.0);
-    for (int k = 0; k < C; ++k)
-      l[size_t(k)] = double{raw.at(t, 2 * kHc + k)} * p.scale[2] + p.base[size_t(2 * kHc + k)];
-    for (int k = 0; k < C; ++k) {  // column k of the Jacobian, by central differences
-      constexpr double kStep = 1e-4;
-      std::vector<double> lp = l, lm = l;
-      lp[size_t(k)] += kStep;
-      lm[size_t(k)] -= kStep;
-      const std::vector<double> cp = sinkhorn_f64(lp), cm = sinkhorn_f64(lm);
-      const double dl = std::fabs(p.scale[2]) * dm[2 * kHc + k] + 2 * kU;  // + exp's 1 ulp
-      for (int j = 0; j < C; ++j)
-        allowed[size_t(j)] += std::fabs(cp[size_t(j)] - cm[size_t(j)]) / (2 * kStep) * dl;
-    }
-    for (int j = 0; j < C; ++j) {
-      const float w = want.comb.row(t, 0)[j];
-      b.check(got.comb.row(t, 0)[j], w, allowed[size_t(j)] + kCombRoundingUlp * ulp_of(w));
-    }
-  }
+  const HcMixes official{want.pre, want.post, want.comb};
+  const MixesBudget allowed = hc_mixes_budget(stream, p.fn, p.scale, p.base, kNormEps, kIters, kHcEps, official);
+  for (size_t i = 0; i < allowed.pre.size(); ++i) b.check(got.pre.data()[i], want.pre.data()[i], allowed.pre[i]);
+  for (size_t i = 0; i < allowed.post.size(); ++i) b.check(got.post.data()[i], want.post.data()[i], allowed.post[i]);
+  for (size_t i = 0; i < allowed.comb.size(); ++i) b.check(got.comb.data()[i], want.comb.data()[i], allowed.comb[i]);
 }
 
 TEST(MhcMixes, OracleForwardsWithinGemmErrorBudget) {
