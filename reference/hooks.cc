@@ -34,12 +34,16 @@ const std::vector<ComponentInfo> kTable = {
     {Component::kOutStream, "out_stream", K::kTensor, Y::kBf16, "[T, hc, dim]", "layers.N output"},
     {Component::kFinalNormOut, "final_norm_out", K::kTensor, Y::kBf16, "[1 or T, dim]", "norm (after hc_pre)"},
     {Component::kLogits, "logits", K::kTensor, Y::kFp32, "[1 or T, vocab]", "head"},
+    {Component::kAccept, "accept", K::kIds, Y::kInt64, "[2]: accepted drafts m, next token",
+     "none: DeepSpec's accept rule (reference/speculative.h)"},
     {Component::kCacheWindowKv, "cache.window_kv", K::kCache, Y::kBytes, "[entries, entry_bytes]",
      "layers.N.attn window_kv_cache"},
     {Component::kCacheCompressedKv, "cache.compressed_kv", K::kCache, Y::kBytes, "[entries, entry_bytes]",
      "layers.N.attn compress_kv_cache"},
     {Component::kCacheIndexKeys, "cache.index_keys", K::kCache, Y::kBytes, "[entries, entry_bytes]",
      "layers.N.attn.indexer k_cache"},
+    {Component::kCacheCompressor, "cache.compressor", K::kCache, Y::kBytes, "[pending, 8 * dim]: fp32 kv, score rows",
+     "layers.N.attn.compressor kv_state, score_state (pending slots)"},
 };
 
 }  // namespace

@@ -59,9 +59,11 @@ enum class Component : uint8_t {
   kOutStream,
   kFinalNormOut,   // layer -1
   kLogits,         // layer -1
+  kAccept,         // layer -1: a speculative round's accept decision (recorded, not hooked)
   kCacheWindowKv,  // caches after the step (not hooked: read from the state)
   kCacheCompressedKv,
   kCacheIndexKeys,
+  kCacheCompressor,  // the compressors' pending groups (kv_cache.h compressor_views)
 };
 
 enum class ComponentKind : uint8_t {

@@ -233,4 +233,29 @@ std::vector<CacheView> cache_views(const ModelState& state, const Ops& ops) {
   return out;
 }
 
+std::vector<CacheView> compressor_views(const ModelState& state, const Ops& ops) {
+  std::vector<CacheView> out;
+  for (size_t l = 0; l < state.layers.size(); ++l) {
+    if (!state.layers[l].compressor) continue;
+    const CompressorState& c = *state.layers[l].compressor;
+    const Tensor<float> kv = ops.download(c.kv), score = ops.download(c.score);
+    CacheView v;
+    v.kind = "compressor";
+    v.layer = static_cast<int>(l);
+    v.dim = c.dim;
+    v.entry_bytes = 2 * c.dim * static_cast<int64_t>(sizeof(float));
+    v.entries = c.pending();
+    const int64_t group_start = c.next_pos - c.pending();
+    for (int slot = 0; slot < c.pending(); ++slot) {
+      for (const Tensor<float>* t : {&kv, &score}) {
+        const auto* b = reinterpret_cast<const uint8_t*>(t->row(slot));
+        v.bytes.insert(v.bytes.end(), b, b + c.dim * static_cast<int64_t>(sizeof(float)));
+      }
+      v.positions.push_back(group_start + slot);
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 }  // namespace dsv41::reference

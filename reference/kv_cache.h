@@ -185,4 +185,10 @@ struct CacheView {
 // caches (entries [0, size()) in entry order). Bytes are copies, downloaded through `ops`.
 std::vector<CacheView> cache_views(const ModelState& state, const Ops& ops);
 
+// The compressors' pending groups as views of kind "compressor" (one per ratio > 1 layer, in layer
+// order): entry = one pending slot, its fp32 kv row then its fp32 score row (little-endian,
+// entry_bytes = 8 * dim), positions = the slot's token position. Only the pending slots are state
+// (the others are stale); what a rollback or a resume must restore beyond the caches.
+std::vector<CacheView> compressor_views(const ModelState& state, const Ops& ops);
+
 }  // namespace dsv41::reference

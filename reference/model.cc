@@ -194,7 +194,9 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   // Engram history: the compressed ids of the new tokens (host metadata, from the token ids).
   if (!c.engram_layer_ids.empty()) state.engram.write(start, engram_compress_tokens(token_map_, tokens));
 
-  const Observer observe(ops, hooks_);
+  static const ForwardHooks kNoHooks;
+  const ForwardHooks& hooks = options.hooks_off ? kNoHooks : hooks_;
+  const Observer observe(ops, hooks);
   const auto observe_mixes = [&](Component pre, Component post, Component comb, int layer, HcMixes& m) {
     observe(pre, layer, m.pre);
     observe(post, layer, m.post);
@@ -240,7 +242,7 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
     Tensor<float> f_in = ops.rms_norm(ops.hc_pre(stream, am.pre), bw.ffn_norm, c.norm_eps);
     observe(Component::kFfnIn, l, f_in);
     MoeRouting routing = ops.moe_gate(f_in, bw.ffn, c, l);
-    if (hooks_.index) {  // a replaced choice gets the official weights of its experts
+    if (hooks.index) {  // a replaced choice gets the official weights of its experts
       observe(Component::kExperts, l, routing.experts);
       ops.moe_routing_weights(routing, c);
     }
@@ -266,7 +268,8 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
 
   // Head: collapse with the last FFN's pre, norm, fp32 head (the last position; every position
   // with set_full_logits).
-  const int64_t first = full_logits_ ? 0 : cur_T - 1;
+  const bool every_row = full_logits_ || options.all_logits;
+  const int64_t first = every_row ? 0 : cur_T - 1;
   Tensor<float> h = ops.rms_norm(
       ops.hc_pre(ops.slice_rows(stream, first, cur_T - first), ops.slice_rows(pre, first, cur_T - first)),
       weights_.norm, c.norm_eps);
@@ -278,7 +281,7 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   finish_record(ops, sel, rec);
   logits = ops.download(std::move(logits));
   rec.logits.assign(logits.row(cur_T - first - 1), logits.row(cur_T - first - 1) + c.vocab_size);
-  if (full_logits_) rec.all_logits = std::move(logits);
+  if (every_row) rec.all_logits = std::move(logits);
   state.pos = start + T;
   return rec;
 }

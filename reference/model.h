@@ -81,6 +81,12 @@ struct StepOptions {
   // decoder_replay_rows rows of the step, windows truncated at that tail's start; the layers up
   // to the candidate source run on every row and write the exact global state.
   int64_t decoder_replay_rows = 0;
+  // The logits of every position of this step (StepRecord::all_logits), as set_full_logits does
+  // for every step: a speculative verify step needs them.
+  bool all_logits = false;
+  // A step no hook sees (set_hooks is ignored): what a backend runs internally, e.g. the replay
+  // that rolls a speculative verify step back (reference/speculative.h).
+  bool hooks_off = false;
 };
 
 class Model {

@@ -101,6 +101,27 @@ struct StepInfo {
   std::vector<std::string> boundaries;  // e.g. "resume", "window_edge", "chunk_edge"
 };
 
+// One draft position of one speculative round as one side decided it (docs/dspark.md): the table
+// <comparison>/acceptance. The round's fields repeat on each of its rows; a round with no drafts
+// has one row with draft_index -1.
+struct AcceptanceRow {
+  int64_t step = 0;           // the round's step
+  int session = 0;
+  std::string side;           // "a" or "b"
+  int64_t start_pos = 0;      // P: the position of the round's current token
+  int64_t proposed = 0;       // n: drafts offered
+  int64_t verified = 0;       // k: drafts the verify-length policy sent to the target
+  int64_t accepted = 0;       // m: the side's own accept decision
+  int64_t kept = 0;           // drafts both sides kept (side A's decision: lockstep)
+  int64_t next_token = -1;    // the side's correction or bonus token (-1: not computed)
+  int64_t draft_index = 0;    // i: 0-based position among the drafts (-1: a round without drafts)
+  int64_t draft_token = -1;
+  double confidence = 0;      // sigmoid of the drafter's confidence logit (NaN: none)
+  double predicted_survival = 0;  // prod_{j <= i} confidence_j (NaN: none)
+  int realised = 0;           // 1: accepted by this side, 0: rejected, -1: not verified or not decided
+  double accept_prob = 0;     // min(1, p_t / p_d) where decided (1 or 0 in greedy mode; NaN: not decided)
+};
+
 // One pair of sides under one comparison mode.
 struct Comparison {
   std::string side_a, side_b;       // e.g. "ref@cold", "ref-bf16kv@global"
@@ -113,6 +134,7 @@ struct Comparison {
   int64_t items_compared = 0;       // (step, layer, component) outputs compared
   std::vector<std::string> notes;   // e.g. "caches not compared: the formats differ"
   std::vector<MetricRow> rows;
+  std::vector<AcceptanceRow> acceptance;  // speculative rounds (empty without them)
   std::vector<StoredTensor> tensors;
   double seconds = 0;               // wall time (volatile)
 };

@@ -183,6 +183,43 @@ std::vector<MetricRow> read_metrics(const Reader& rd, const std::string& g) {
   return out;
 }
 
+// A file written before the table existed has none: no speculative rounds (schema version 1
+// allows it; docs/report-schema.md, "Versioning").
+std::vector<AcceptanceRow> read_acceptance(const Reader& rd, const std::string& g) {
+  const H5Reader& r = rd.h5();
+  if (r.kind(g) == H5Reader::Kind::kMissing) return {};
+  const int64_t n = rd.check_columns(g, layout::acceptance_columns());
+  const auto ints = [&](const char* c) { return r.read_ints(g + "/" + c); };
+  const auto doubles = [&](const char* c) { return r.read_doubles(g + "/" + c); };
+  const std::vector<int64_t> step = ints("step"), session = ints("session"), start = ints("start_pos"),
+                             proposed = ints("proposed"), verified = ints("verified"), accepted = ints("accepted"),
+                             kept = ints("kept"), next = ints("next_token"), index = ints("draft_index"),
+                             token = ints("draft_token"), realised = ints("realised");
+  const std::vector<std::string> side = r.read_strings(g + "/side");
+  const std::vector<double> confidence = doubles("confidence"), survival = doubles("predicted_survival"),
+                            prob = doubles("accept_prob");
+  std::vector<AcceptanceRow> out(static_cast<size_t>(n));
+  for (size_t i = 0; i < out.size(); ++i) {
+    AcceptanceRow& a = out[i];
+    a.step = step[i];
+    a.session = static_cast<int>(session[i]);
+    a.side = side[i];
+    a.start_pos = start[i];
+    a.proposed = proposed[i];
+    a.verified = verified[i];
+    a.accepted = accepted[i];
+    a.kept = kept[i];
+    a.next_token = next[i];
+    a.draft_index = index[i];
+    a.draft_token = token[i];
+    a.confidence = confidence[i];
+    a.predicted_survival = survival[i];
+    a.realised = static_cast<int>(realised[i]);
+    a.accept_prob = prob[i];
+  }
+  return out;
+}
+
 StoredTensor read_tensor(const Reader& rd, const std::string& g) {
   const H5Reader& r = rd.h5();
   rd.need(g, H5Reader::Kind::kGroup);
@@ -246,6 +283,7 @@ Comparison read_comparison(const Reader& rd, const std::string& g, bool load_ten
     c.first_divergence = d;
   }
   c.rows = read_metrics(rd, g + "/metrics");
+  c.acceptance = read_acceptance(rd, g + "/acceptance");
   rd.need(g + "/tensors", H5Reader::Kind::kGroup);
   if (load_tensors) {
     for (const std::string& k : rd.numbered(g + "/tensors")) c.tensors.push_back(read_tensor(rd, g + "/tensors/" + k));

@@ -1,6 +1,7 @@
 // reports/report_schema.cc: check_report_schema, every problem of a file against
 // docs/report-schema.md (schema_version 1): objects, attributes and their types, column lengths,
-// verdict names, and the consistency of the stored verdicts.
+// verdict names, and the consistency of the stored verdicts. The acceptance/ table is optional
+// (files written before it existed lack it); when present it is checked like the others.
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -299,6 +300,23 @@ std::optional<Verdict> check_comparison(Checker& c, const std::string& g, int64_
     });
   }
   if (verdict && *verdict == Verdict::kPass && has_divergence) c.add(g, "verdict 'pass' but it has a first_divergence");
+  // Optional: a file written before the table existed has none (no speculative rounds).
+  const std::string acc = g + "/acceptance";
+  if (c.r().kind(acc) != Kind::kMissing && c.columns(acc, layout::acceptance_columns())) {
+    c.guarded(acc, [&] {
+      const std::vector<std::string> side = c.r().read_strings(acc + "/side");
+      const std::vector<int64_t> realised = c.r().read_ints(acc + "/realised"),
+                                 index = c.r().read_ints(acc + "/draft_index");
+      for (size_t i = 0; i < side.size(); ++i) {
+        const std::string row = "row " + std::to_string(i) + ": ";
+        if (side[i] != "a" && side[i] != "b") c.add(acc + "/side", row + "'" + side[i] + "' is not \"a\" or \"b\"");
+        if (realised[i] < -1 || realised[i] > 1) {
+          c.add(acc + "/realised", row + std::to_string(realised[i]) + " is not -1, 0 or 1");
+        }
+        if (index[i] < -1) c.add(acc + "/draft_index", row + std::to_string(index[i]) + " is below -1");
+      }
+    });
+  }
   const std::string tg = g + "/tensors";
   if (c.group(tg)) {
     for (const std::string& k : c.r().children(tg)) {

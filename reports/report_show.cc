@@ -2,8 +2,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reports/report.h"
@@ -111,6 +114,75 @@ std::string key_numbers(const Comparison& c) {
   return o.str();
 }
 
+// The speculative rounds of a comparison (its acceptance rows), one line per side that has them
+// and one on the two sides' accept decisions; empty without rounds. A round is one (step,
+// session) of a side; its fields repeat on its rows, so its first row stands for it.
+std::vector<std::string> acceptance_lines(const Comparison& c) {
+  using Round = std::pair<int64_t, int>;  // (step, session): execution order
+  std::map<Round, const AcceptanceRow*> rounds[2];
+  for (const AcceptanceRow& r : c.acceptance) {
+    if (r.side == "a" || r.side == "b") rounds[r.side == "b"].emplace(Round{r.step, r.session}, &r);
+  }
+  std::vector<std::string> lines;
+  for (int s = 0; s < 2; ++s) {
+    if (rounds[s].empty()) continue;
+    const std::string side = s == 0 ? "a" : "b";
+    double m = 0, k = 0;
+    for (const auto& [key, r] : rounds[s]) {
+      m += static_cast<double>(r->accepted);
+      k += static_cast<double>(r->verified);
+    }
+    const double n = static_cast<double>(rounds[s].size());
+    std::ostringstream o;
+    o << "speculative, side " << side << " (" << (s == 0 ? c.side_a : c.side_b) << "): " << rounds[s].size()
+      << " rounds, mean accepted m " << num(m / n) << ", mean tokens per round " << num(m / n + 1)
+      << ", mean verified k " << num(k / n);
+    // Calibration over the verified draft positions with a confidence: the predicted prefix
+    // survival S_i against whether the prefix through i was accepted (i < m).
+    double survival = 0, survived = 0;
+    int64_t positions = 0;
+    for (const AcceptanceRow& r : c.acceptance) {
+      if (r.side != side || r.draft_index < 0 || r.draft_index >= r.verified || std::isnan(r.confidence) ||
+          std::isnan(r.predicted_survival)) {
+        continue;
+      }
+      ++positions;
+      survival += r.predicted_survival;
+      survived += r.draft_index < r.accepted;
+    }
+    if (positions > 0) {
+      const double p = static_cast<double>(positions);
+      o << "; predicted survival mean " << num(survival / p) << " vs realised prefix acceptance " << num(survived / p)
+        << " over " << positions << " verified positions";
+    }
+    lines.push_back(o.str());
+  }
+  if (rounds[0].empty() != rounds[1].empty()) {
+    lines.push_back(std::string("accept decisions: only side ") + (rounds[0].empty() ? "b" : "a") +
+                    " has speculative rounds");
+  } else if (!rounds[0].empty()) {
+    std::set<Round> all;  // the rounds of either side
+    for (const auto& side : rounds) {
+      for (const auto& [key, r] : side) all.insert(key);
+    }
+    const auto decision = [&](int s, const Round& key) -> std::string {
+      const auto it = rounds[s].find(key);
+      if (it == rounds[s].end()) return "no round";
+      return "m=" + std::to_string(it->second->accepted) + " next_token=" + std::to_string(it->second->next_token);
+    };
+    std::string first;
+    for (const Round& key : all) {
+      const std::string da = decision(0, key), db = decision(1, key);
+      if (da == db) continue;
+      first = "accept decisions: first differ at step " + std::to_string(key.first) + " session " +
+              std::to_string(key.second) + ": a " + da + ", b " + db;
+      break;
+    }
+    lines.push_back(first.empty() ? "accept decisions identical in " + std::to_string(all.size()) + " rounds" : first);
+  }
+  return lines;
+}
+
 }  // namespace
 
 std::string format_summary(const RunReport& report, int max_rows) {
@@ -164,6 +236,7 @@ std::string format_summary(const RunReport& report, int max_rows) {
     }
     const std::string key = key_numbers(c);
     if (!key.empty()) out << "               " << key << "\n";
+    for (const std::string& line : acceptance_lines(c)) out << "               " << line << "\n";
   }
 
   // The worst checked metrics, by how far beyond their bounds.

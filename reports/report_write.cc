@@ -79,6 +79,15 @@ void validate(const RunReport& report) {
         DSV41_CHECK(!m.tolerance || !m.tolerance->origin.empty(), where, " row ", i, " (", m.component, " ",
                     m.metric, "): a tolerance without an origin");
       }
+      for (size_t i = 0; i < cmp.acceptance.size(); ++i) {
+        const AcceptanceRow& a = cmp.acceptance[i];
+        DSV41_CHECK(a.side == "a" || a.side == "b", where, " acceptance row ", i, " (step ", a.step,
+                    "): side must be \"a\" or \"b\", got '", a.side, "'");
+        DSV41_CHECK(a.draft_index >= -1, where, " acceptance row ", i, " (step ", a.step, "): draft_index ",
+                    a.draft_index, " is below -1");
+        DSV41_CHECK(a.realised >= -1 && a.realised <= 1, where, " acceptance row ", i, " (step ", a.step,
+                    "): realised ", a.realised, " is not -1, 0 or 1");
+      }
       if (cmp.first_divergence) {
         DSV41_CHECK(!cmp.first_divergence->tolerance.origin.empty(), where,
                     ": the first divergence's tolerance has no origin");
@@ -197,6 +206,37 @@ void write_metrics(H5Writer& w, const std::string& group, const std::vector<Metr
                           {"higher_is_better", higher}, {"origin", origin}, {"note", note}, {"verdict", verdict}});
 }
 
+// Written even without rows (zero-length columns), like steps/ and metrics/.
+void write_acceptance(H5Writer& w, const std::string& group, const std::vector<AcceptanceRow>& rows) {
+  std::vector<int64_t> step, session, start_pos, proposed, verified, accepted, kept, next_token, draft_index,
+      draft_token, realised;
+  std::vector<std::string> side;
+  std::vector<double> confidence, survival, accept_prob;
+  for (const AcceptanceRow& a : rows) {
+    step.push_back(a.step);
+    session.push_back(a.session);
+    side.push_back(a.side);
+    start_pos.push_back(a.start_pos);
+    proposed.push_back(a.proposed);
+    verified.push_back(a.verified);
+    accepted.push_back(a.accepted);
+    kept.push_back(a.kept);
+    next_token.push_back(a.next_token);
+    draft_index.push_back(a.draft_index);
+    draft_token.push_back(a.draft_token);
+    confidence.push_back(a.confidence);
+    survival.push_back(a.predicted_survival);
+    realised.push_back(a.realised);
+    accept_prob.push_back(a.accept_prob);
+  }
+  // The order of layout::acceptance_columns().
+  w.write_columns(group, {{"step", step}, {"session", session}, {"side", side}, {"start_pos", start_pos},
+                          {"proposed", proposed}, {"verified", verified}, {"accepted", accepted}, {"kept", kept},
+                          {"next_token", next_token}, {"draft_index", draft_index}, {"draft_token", draft_token},
+                          {"confidence", confidence}, {"predicted_survival", survival}, {"realised", realised},
+                          {"accept_prob", accept_prob}});
+}
+
 void write_tensor(H5Writer& w, const std::string& g, const StoredTensor& t) {
   w.group(g);
   w.attr(g, "step", static_cast<int64_t>(t.step));
@@ -261,6 +301,7 @@ void write_comparison(H5Writer& w, const std::string& g, const Comparison& c) {
     w.text_attr(f, "rerun", d.rerun);
   }
   write_metrics(w, g + "/metrics", c.rows);
+  write_acceptance(w, g + "/acceptance", c.acceptance);
   w.group(g + "/tensors");
   for (size_t k = 0; k < c.tensors.size(); ++k) write_tensor(w, g + "/tensors/" + layout::index_name(k), c.tensors[k]);
 }

@@ -350,7 +350,8 @@ reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model
   cmp.mode = "teacher-forced";
   cmp.expectation = "tolerance";
   cmp.expectation_origin = "docs/agreement.md: a bound and its origin per metric";
-  RowSink sink{&cmp};
+  RowSink sink;
+  sink.cmp = &cmp;
   sink.rerun = "dsv41 agree '" + run.dir() + "' --mode teacher-forced" + (o.backend == "ref" ? "" : " --backend " + o.backend);
   ModelState state = model.new_state();
   int64_t attributed_steps = 0;

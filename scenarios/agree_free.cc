@@ -45,7 +45,8 @@ reports::Comparison free_running(const OracleRun& run, reference::Model& model, 
     cmp.notes.push_back("the run's streams and caches are torch's tie order: the free run is compared on the "
                         "lowest-index run's logits and selections only");
   }
-  RowSink sink{&cmp};
+  RowSink sink;
+  sink.cmp = &cmp;
   sink.rerun = "dsv41 agree '" + run.dir() + "' --mode free-running";
   reference::ModelState state = model.new_state();
   for (const OracleStep& st : run.steps()) {

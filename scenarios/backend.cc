@@ -35,9 +35,10 @@ class ReferenceBackend final : public Backend {
         mutation_(std::move(mutation)) {
     model_.set_cache_precision(precision);
     if (mutation_) {
-      DSV41_CHECK(mutation_->layer < r.config.n_layers &&
-                      (mutation_->layer >= 0 || mutation_->id == reference::Component::kFinalNormOut ||
-                       mutation_->id == reference::Component::kEmbed),
+      DSV41_CHECK(mutation_->is_round() ||
+                      (mutation_->layer < r.config.n_layers && mutation_->layer >= 0) ||
+                      (mutation_->layer == -1 && (mutation_->id == reference::Component::kFinalNormOut ||
+                                                  mutation_->id == reference::Component::kEmbed)),
                   "backend ", name_, ": layer ", mutation_->layer, " is not a layer of this model (0 .. ",
                   r.config.n_layers - 1, "; -1 for embed and final_norm_out)");
     }
@@ -63,22 +64,43 @@ class ReferenceBackend final : public Backend {
                              const reference::StepOptions& options, const reference::ForwardHooks& hooks,
                              int64_t step) override {
     ModelState& state = as_ref(s).state;
-    if (!mutation_ || mutation_->is_cache()) {
-      model_.set_hooks(hooks);
-    } else {
-      model_.set_hooks(mutated_hooks(*mutation_, hooks, model_.config(), state.pos, static_cast<int64_t>(tokens.size()),
-                                     step, &fired_));
-    }
     reference::StepRecord rec;
-    try {
-      rec = model_.forward_chunk(state, tokens, options);
-    } catch (...) {
-      model_.set_hooks({});
-      throw;
-    }
-    model_.set_hooks({});
+    with_hooks(hooks, state.pos, static_cast<int64_t>(tokens.size()), step,
+               [&] { rec = model_.forward_chunk(state, tokens, options); });
     if (mutation_ && mutation_->is_cache()) fired_ = mutate_cache(*mutation_, step, state) || fired_;
     return rec;
+  }
+
+  VerifyResult verify(BackendSession& s, const VerifyRequest& r, const reference::ForwardHooks& hooks,
+                      int64_t step) override {
+    ModelState& state = as_ref(s).state;
+    const int64_t k = static_cast<int64_t>(r.drafts.size());
+    DSV41_CHECK(!r.keep || (*r.keep >= 0 && *r.keep <= k), "backend ", name_, ": keep ", r.keep.value_or(-1), " of ",
+                k, " drafts");
+    // A speculative defect fires in the first round at or after its step where it changes something.
+    const reference::RoundDefect defect =
+        mutation_ && mutation_->is_round() && !fired_ && step >= mutation_->step ? mutation_->round
+                                                                                 : reference::RoundDefect::kNone;
+    const ModelState before = state;
+    reference::SampleRng rng(r.seed);
+    reference::Verification v;
+    with_hooks(hooks, state.pos, k + 1, step, [&] {
+      v = reference::verify_drafts(model_, state, r.current, r.drafts, r.p_draft, r.sampling, rng, defect);
+    });
+    if (mutation_ && mutation_->is_cache()) fired_ = mutate_cache(*mutation_, step, state) || fired_;
+    fired_ = fired_ || v.defect_applied;
+    VerifyResult out;
+    out.kept = r.keep.value_or(v.decision.accepted);
+    std::vector<int64_t> tokens = {r.current};
+    tokens.insert(tokens.end(), r.drafts.begin(), r.drafts.end());
+    fired_ = reference::roll_back(model_, state, before, tokens, out.kept, defect) || fired_;
+    out.step = std::move(v.step);
+    out.decision = std::move(v.decision);
+    return out;
+  }
+
+  std::unique_ptr<BackendSession> fork(const BackendSession& s) override {
+    return std::make_unique<RefSession>(as_ref(s).state);
   }
 
   SavedState save(const BackendSession& s, bool include_swa) override {
@@ -123,10 +145,31 @@ class ReferenceBackend final : public Backend {
   }
 
   std::vector<reference::CacheView> caches(const BackendSession& s) const override {
-    return model_.cache_views(as_ref(s).state);
+    // The caches, then the compressors' pending groups: what a rollback or a resume must restore.
+    std::vector<reference::CacheView> v = model_.cache_views(as_ref(s).state);
+    std::vector<reference::CacheView> pending = reference::compressor_views(as_ref(s).state, model_.ops());
+    v.insert(v.end(), pending.begin(), pending.end());
+    return v;
   }
 
  private:
+  // Runs `fn` with the caller's hooks (and this backend's planted value defect) set on the model.
+  template <typename F>
+  void with_hooks(const reference::ForwardHooks& hooks, int64_t start, int64_t T, int64_t step, F&& fn) {
+    if (!mutation_ || mutation_->is_cache() || mutation_->is_round()) {
+      model_.set_hooks(hooks);
+    } else {
+      model_.set_hooks(mutated_hooks(*mutation_, hooks, model_.config(), start, T, step, &fired_));
+    }
+    try {
+      fn();
+    } catch (...) {
+      model_.set_hooks({});
+      throw;
+    }
+    model_.set_hooks({});
+  }
+
   std::string name_;
   reference::Model model_;
   CachePrecision precision_;

@@ -27,6 +27,7 @@
 #include <any>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "reference/hooks.h"
 #include "reference/model.h"
 #include "reference/session_store.h"
+#include "reference/speculative.h"
 #include "reference/weights.h"
 
 namespace dsv41::scenarios {
@@ -67,6 +69,23 @@ struct BackendResources {
   std::vector<int64_t> token_map;  // [vocab] Engram compressed ids
 };
 
+// The verify step of a speculative round, as the runner asks a side for it (docs/dspark.md): one
+// step over [current, drafts] with every row's logits, the side's own accept decision
+// (reference::accept_drafts with a SampleRng seeded by `seed`), then the rollback to the kept drafts.
+struct VerifyRequest {
+  int64_t current = -1;
+  std::vector<int64_t> drafts;               // [k] the drafts verified
+  std::vector<std::vector<double>> p_draft;  // [k][vocab] the draft distributions (sampling only)
+  reference::SamplingParams sampling;        // temperature 0: greedy
+  uint64_t seed = 0;                         // the accept rule's random stream
+  std::optional<int64_t> keep;               // lockstep: keep this many drafts whatever the own decision
+};
+struct VerifyResult {
+  reference::StepRecord step;      // the verify step: all_logits [k + 1, vocab]
+  reference::Acceptance decision;  // the side's own decision
+  int64_t kept = 0;                // drafts the session kept (decision.accepted unless `keep` was given)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -81,6 +100,11 @@ class Backend {
   virtual reference::StepRecord step(BackendSession& s, const std::vector<int64_t>& tokens,
                                      const reference::StepOptions& options,
                                      const reference::ForwardHooks& hooks, int64_t step) = 0;
+  // A speculative round's verify step and rollback (VerifyRequest); s ends at its position + kept + 1.
+  virtual VerifyResult verify(BackendSession& s, const VerifyRequest& request, const reference::ForwardHooks& hooks,
+                              int64_t step) = 0;
+  // An independent copy of a session (the runner's greedy lookahead drafts run on one).
+  virtual std::unique_ptr<BackendSession> fork(const BackendSession& s) = 0;
   virtual SavedState save(const BackendSession& s, bool include_swa) = 0;
   // A session continuing from `saved`: kFull needs has_swa; kGlobalOnly rebuilds the SWA rings by
   // encoder replay (approximate by design, docs/sessions.md).

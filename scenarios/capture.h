@@ -38,7 +38,8 @@ struct CapturedItem {
 struct StepCapture {
   int64_t start_pos = 0, tokens = 0;
   std::vector<CapturedItem> items;
-  std::vector<float> logits;                  // [vocab] fp32, last position
+  std::vector<float> logits;                  // [logit_rows, vocab] fp32: the last position (a step)
+  int64_t logit_rows = 1;                     //   or every kept position (a speculative round)
   std::vector<reference::CacheView> caches;   // after the step
   const CapturedItem* find(int layer, const std::string& component) const;
 };
@@ -61,5 +62,19 @@ reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forc
 // Adds the StepRecord's Engram ids (before each Engram layer's "engram_out" item), the logits and
 // the caches.
 void finish_capture(StepCapture& cap, const reference::StepRecord& rec, std::vector<reference::CacheView> caches);
+
+// Speculative rounds (docs/dspark.md): a round's capture holds the kept positions only, so the
+// verify step of a speculative side and the one-token steps of a plain side compare row by row.
+//   first_rows    the first `rows` rows of every per-token item (the verify step's kept rows);
+//                 the logits and the caches are set by the caller
+//   concat_rows   one-token steps as one capture of all their rows, items in the first step's
+//                 order (every step must hold the same items, else a dsv41::Error); a [T, N] item
+//                 whose N grows with the position is padded to the widest with the value of an
+//                 unreachable entry (index_scores -inf, masks 0, selections -1)
+//   align_columns a [T, N] item of a and b cut to the narrower N: the columns beyond are entries
+//                 completed after the last kept row, which no kept row can reach
+StepCapture first_rows(const StepCapture& cap, int64_t rows);
+StepCapture concat_rows(const std::vector<StepCapture>& steps);
+void align_columns(StepCapture& a, StepCapture& b);
 
 }  // namespace dsv41::scenarios

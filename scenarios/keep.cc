@@ -115,7 +115,8 @@ void keep_focus(Comparison& cmp, const Focus& f, int64_t step, const StepCapture
       it.layer = -1;
       it.component = "logits";
       it.type = ValueType::kFp32;
-      it.f = reference::Tensor<float>({1, static_cast<int64_t>(cap->logits.size())}, cap->logits, "logits");
+      it.f = reference::Tensor<float>({cap->logit_rows, static_cast<int64_t>(cap->logits.size()) / cap->logit_rows},
+                                      cap->logits, "logits");
       keep_item(cmp, it, step, side);
     }
   }

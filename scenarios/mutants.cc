@@ -31,7 +31,7 @@ int64_t parse_number(const std::string& text, const std::string& spec, const cha
 }
 
 bool matches(const Mutation& m, reference::Component what, int layer, int64_t step) {
-  return m.id == what && m.layer == layer && m.step == step;
+  return !m.is_round() && m.id == what && m.layer == layer && m.step == step;
 }
 
 // The defect of a float value: its exponent one higher (the value doubled, exact in both storage
@@ -44,6 +44,26 @@ float doubled(float x) {
 }  // namespace
 
 Mutation parse_mutation(const std::string& spec) {
+  // <defect>:S<step> (speculative decoding)
+  static const std::pair<const char*, reference::RoundDefect> kRound[] = {
+      {"rollback_compressor", reference::RoundDefect::kCompressorNotRolledBack},
+      {"accept_one_more", reference::RoundDefect::kAcceptOneMore},
+  };
+  for (const auto& [defect, kind] : kRound) {
+    const std::string prefix = std::string(defect) + ":";
+    if (spec.rfind(prefix, 0) != 0) continue;
+    const std::string s = spec.substr(prefix.size());
+    DSV41_CHECK(!s.empty() && s[0] == 'S', "mutant '", spec, "': expected ", defect, ":S<step> (a speculative ",
+                "defect applies to every layer), got '", s, "'");
+    Mutation m;
+    m.component = defect;
+    m.id = reference::Component::kAccept;
+    m.round = kind;
+    m.layer = -1;
+    m.step = parse_number(s.substr(1), spec, "the step");
+    DSV41_CHECK(m.step >= 0, "mutant '", spec, "': step ", m.step, " < 0");
+    return m;
+  }
   // <component>:L<layer>:S<step>
   const size_t s2 = spec.rfind(':');
   const size_t s1 = s2 == std::string::npos || s2 == 0 ? std::string::npos : spec.rfind(':', s2 - 1);
@@ -62,7 +82,8 @@ Mutation parse_mutation(const std::string& spec) {
   DSV41_CHECK(id && reference::component_info(*id).kind != reference::ComponentKind::kIds &&
                   *id != reference::Component::kLogits,
               "mutant '", spec, "': '", m.component, "' is not a component a defect can be planted in (a tensor hook of "
-              "reference/hooks.h, topk, experts, candidates, cache.window_kv, cache.compressed_kv, cache.index_keys)");
+              "reference/hooks.h, topk, experts, candidates, cache.window_kv, cache.compressed_kv, cache.index_keys; or a "
+              "speculative defect: rollback_compressor:S<n>, accept_one_more:S<n>)");
   m.id = *id;
   return m;
 }
@@ -174,6 +195,14 @@ bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state)
     cache.restore(bytes.data(), n);
     return true;
   };
+  if (m.id == reference::Component::kCacheCompressor) {
+    DSV41_CHECK(ls.compressor.has_value(), "mutant cache.compressor: layer ", m.layer, " has no compressor");
+    if (ls.compressor->pending() == 0) return false;
+    // The newest pending slot's first kv value: its lowest mantissa bit.
+    float& x = ls.compressor->kv.row(ls.compressor->pending() - 1)[0];
+    x = f32_from_bits(f32_bits(x) ^ 1u);
+    return true;
+  }
   if (m.id == reference::Component::kCacheCompressedKv) {
     DSV41_CHECK(ls.compressed_kv.has_value(), "mutant cache.compressed_kv: layer ", m.layer, " is not a kv source");
     return flip_newest(*ls.compressed_kv);

@@ -15,7 +15,17 @@
 //   candidates:  the last row's lowest kept block that is not its newest block is dropped
 //   cache.compressed_kv / cache.index_keys / cache.window_kv: after the step, one bit of the layer's
 //       newest entry (the lowest bit of its first byte) flips in the stored cache
+//   cache.compressor: after the step, the lowest mantissa bit of the first kv value of the layer's
+//       newest pending compressor slot flips (nothing when no token is pending)
 // The defect fires once, at exactly that step; what it changes propagates as a real bug would.
+//
+// Speculative-decoding defects (docs/dspark.md), spec mutant:<defect>:S<step> (no layer: every
+// layer), fire in the first speculative round at or after that step where they change something:
+//   rollback_compressor  after a partial accept the compressors keep the verify step's slots (the
+//                        partial group is not rolled back): changes state when the verify step
+//                        crossed a compressor group boundary after the kept tokens
+//   accept_one_more      the first rejected draft is kept too (the next token: the target's argmax
+//                        after it)
 #pragma once
 
 #include <cstdint>
@@ -23,6 +33,7 @@
 
 #include "reference/hooks.h"
 #include "reference/model.h"
+#include "reference/speculative.h"
 
 namespace dsv41::scenarios {
 
@@ -31,7 +42,11 @@ struct Mutation {
   reference::Component id = reference::Component::kAttnOut;
   int layer = 0;
   int64_t step = 0;
-  bool is_cache() const { return reference::component_info(id).kind == reference::ComponentKind::kCache; }
+  reference::RoundDefect round = reference::RoundDefect::kNone;  // a speculative-decoding defect
+  bool is_round() const { return round != reference::RoundDefect::kNone; }
+  bool is_cache() const {
+    return !is_round() && reference::component_info(id).kind == reference::ComponentKind::kCache;
+  }
 };
 
 // Parses the text after "mutant:" (e.g. "attn_out:L3:S2"); a dsv41::Error names what is wrong.

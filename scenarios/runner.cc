@@ -13,7 +13,9 @@
 #include "scenarios/capture.h"
 #include "scenarios/compare.h"
 #include "scenarios/keep.h"
+#include "reference/sampling.h"
 #include "scenarios/mutants.h"
+#include "scenarios/rounds.h"
 #include "scenarios/verdict.h"
 
 namespace dsv41::scenarios {
@@ -220,9 +222,9 @@ class ComparisonRun {
         run_step(ev.session, {ids.begin() + first, ids.begin() + std::min(n, first + chunk)}, "prefill", ev.probe);
       }
     } else if (ev.kind == Event::kDecode) {
-      for (int64_t i = 0; i < ev.decode && !stop_; ++i) {
-        run_step(ev.session, {argmax(last_logits_.at(ev.session))}, "decode", ev.probe);
-      }
+      for (int64_t i = 0; i < ev.decode && !stop_; ++i) run_step(ev.session, {next_token(ev.session)}, "decode", ev.probe);
+    } else if (ev.kind == Event::kSpeculate) {
+      for (int64_t r = 0; r < ev.speculate.rounds && !stop_; ++r) run_round(ev, r);
     } else {
       const int64_t pos = A_.session(ev.session).pos();
       const StepCapture a = A_.resume(ev.session);
@@ -234,9 +236,59 @@ class ComparisonRun {
     }
   }
 
+  // The token a decode step or a round starts with: the last round's next token, else side A's
+  // argmax (a speculative round that samples draws it from A's distribution with `seed`).
+  int64_t next_token(const std::string& session, const reference::SamplingParams* sampling = nullptr,
+                     uint64_t seed = 0) {
+    const auto pending = pending_.find(session);
+    if (pending != pending_.end()) {
+      const int64_t t = pending->second;
+      pending_.erase(pending);
+      return t;
+    }
+    const std::vector<float>& logits = last_logits_.at(session);
+    if (sampling == nullptr || sampling->temperature == 0) return argmax(logits);
+    reference::SampleRng rng(seed);
+    return reference::sample_from(
+        reference::target_distribution(logits.data(), static_cast<int64_t>(logits.size()), *sampling), rng);
+  }
+
+  // One speculative round (scenarios/rounds.h): side A plans and decides, both sides keep A's
+  // decision, the kept positions and both accept decisions are compared.
+  void run_round(const Event& ev, int64_t round) {
+    const std::string& session = ev.session;
+    const int64_t start = A_.session(session).pos();
+    const uint64_t seed = stream_seed(sc_.seed, "round:" + std::to_string(step_));
+    reference::SamplingParams sampling;
+    sampling.temperature = ev.speculate.temperature;
+    sampling.top_p = ev.speculate.top_p;
+    const int64_t current = next_token(session, &sampling, seed ^ 0x5eedull);
+    const RoundPlan plan = plan_round(A_.backend(session), A_.session(session), current, ev.speculate, round, seed);
+    RoundSide a = run_round_side(A_, session, plan, pair_.a.plain, std::nullopt, nullptr);
+    RoundSide b = run_round_side(B_, session, plan, pair_.b.plain, a.kept, forced_ ? &a.verify : nullptr);
+    align_columns(a.capture, b.capture);
+    if (a.decision.next_token >= 0) pending_[session] = a.decision.next_token;
+    std::vector<std::string> marks;
+    if (a.kept < plan.k) marks.push_back("partial_accept");
+    record_step(session, "speculate", start, a.kept + 1, marks);
+    for (const auto& [side, which] : {std::pair{&a, "a"}, std::pair{&b, "b"}}) {
+      const std::vector<reports::AcceptanceRow> rows =
+          acceptance_rows(plan, *side, which, step_, session_ids_.at(session), start);
+      cmp_.acceptance.insert(cmp_.acceptance.end(), rows.begin(), rows.end());
+    }
+    compare(session, a.capture, b.capture, false);
+    advance();
+  }
+
+  RoundSide run_round_side(SideRunner& side, const std::string& session, const RoundPlan& plan, bool plain,
+                           std::optional<int64_t> keep, const StepCapture* forced) {
+    return scenarios::run_round(side.backend(session), side.session(session), plan, plain, keep, forced, step_);
+  }
+
   void run_step(const std::string& session, const std::vector<int64_t>& tokens, const char* phase, bool probe) {
     const int64_t start = A_.session(session).pos();
     const bool prompt = std::string(phase) == "prefill";
+    if (prompt) pending_.erase(session);  // a new prompt drops a round's pending token
     const StepCapture a = A_.step(session, tokens, step_, nullptr, prompt);
     const StepCapture b = B_.step(session, tokens, step_, forced_ ? &a : nullptr, prompt);
     last_logits_[session] = a.logits;
@@ -326,6 +378,7 @@ class ComparisonRun {
   SideRunner A_, B_;
   Comparison cmp_;
   std::map<std::string, std::vector<float>> last_logits_;  // side A's last logits, per session
+  std::map<std::string, int64_t> pending_;                  // a round's next token, not yet fed
   std::map<std::string, int64_t> boundary_;                 // last resume position, per session
   std::set<std::string> notes_;
   Evidence evidence_;  // what the verdict weighs besides the rows (backend gap: filled at the end)
@@ -380,6 +433,19 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
   plan.modes = opt.modes.empty() ? sc.modes : opt.modes;
   for (const std::string& m : plan.modes) {
     DSV41_CHECK(m == "free-running" || m == "teacher-forced", "mode '", m, "': not free-running or teacher-forced");
+  }
+  for (const Event& e : sc.events) {
+    if (e.kind != Event::kSpeculate) continue;
+    for (const Pair& p : plan.pairs) {
+      const bool plain = p.a.plain || p.b.plain;
+      DSV41_CHECK(!plain || std::find(plan.modes.begin(), plan.modes.end(), "teacher-forced") == plan.modes.end(),
+                  "scenario '", sc.name, "': pair ", p.a.text(), " vs ", p.b.text(), ": teacher forcing needs the same "
+                  "steps on both sides, and a plain side decodes a speculative round one token at a time: run it "
+                  "free-running (--mode free-running)");
+      DSV41_CHECK(!plain || e.speculate.temperature == 0, "scenario '", sc.name, "': pair ", p.a.text(), " vs ",
+                  p.b.text(), ": a plain side decodes greedily, and speculative sampling preserves the target's "
+                  "distribution, not its tokens: compare plain sides at temperature 0");
+    }
   }
   for (const ToleranceRule& r : sc.tolerances) {
     const std::vector<std::string>& metrics = known_metrics();

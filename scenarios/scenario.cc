@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/error.h"
+#include "reference/speculative.h"
 #include "scenarios/backend.h"
 
 namespace dsv41::scenarios {
@@ -92,14 +93,67 @@ uint64_t splitmix(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
-// The stream of one named thing: seed mixed with a stable hash of the name (FNV-1a 64).
+SpeculateSpec parse_speculate(const json& e, const std::string& w) {
+  SpeculateSpec sp;
+  sp.rounds = positive(e["speculate"], w + ".speculate");
+  if (e.contains("policy")) {
+    sp.policy = text(e["policy"], w + ".policy");
+    try {
+      reference::VerifyPolicy::parse(sp.policy);
+    } catch (const Error& err) {
+      DSV41_FAIL(w, ".policy: ", err.what());
+    }
+  }
+  if (e.contains("drafts")) {
+    const std::string d = text(e["drafts"], w + ".drafts");
+    if (d == "dspark") {
+      sp.drafter = SpeculateSpec::kDSpark;
+    } else if (d.rfind("lookahead:", 0) == 0) {
+      sp.drafter = SpeculateSpec::kLookahead;
+      size_t used = 0;
+      try {
+        sp.lookahead = std::stoll(d.substr(10), &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      DSV41_CHECK(used == d.size() - 10 && used > 0 && sp.lookahead >= 1 && sp.lookahead <= 64, w,
+                  ".drafts: lookahead:N needs N in [1, 64], got '", d, "'");
+      DSV41_CHECK(reference::VerifyPolicy::parse(sp.policy).kind == reference::VerifyPolicy::Kind::kFixed, w,
+                  ": lookahead drafts have no confidence: the policy must be fixed:K, got ", sp.policy);
+    } else {
+      DSV41_FAIL(w, ".drafts: '", d, "' is not dspark or lookahead:N");
+    }
+  }
+  if (e.contains("reject_at")) {
+    DSV41_CHECK(e["reject_at"].is_array() && !e["reject_at"].empty(), w, ".reject_at: must be a non-empty array");
+    for (const json& r : e["reject_at"]) {
+      DSV41_CHECK(r.is_number_integer() && r.get<int64_t>() >= -1, w, ".reject_at: entries are draft indices >= 0 "
+                  "or -1 (none), got ", r.dump());
+      sp.reject_at.push_back(r.get<int64_t>());
+    }
+  }
+  if (e.contains("temperature")) {
+    DSV41_CHECK(e["temperature"].is_number() && e["temperature"].get<double>() >= 0, w, ".temperature: must be >= 0");
+    sp.temperature = e["temperature"].get<double>();
+  }
+  if (e.contains("top_p")) {
+    DSV41_CHECK(e["top_p"].is_number() && e["top_p"].get<double>() > 0 && e["top_p"].get<double>() <= 1, w,
+                ".top_p: must be in (0, 1]");
+    sp.top_p = e["top_p"].get<double>();
+  }
+  DSV41_CHECK(sp.temperature > 0 || sp.top_p == 1, w, ": top_p applies to sampling (temperature > 0)");
+  DSV41_CHECK(sp.temperature == 0 || sp.drafter == SpeculateSpec::kDSpark, w,
+              ": sampling needs the draft distributions: drafts must be dspark");
+  return sp;
+}
+
+}  // namespace
+
 uint64_t stream_seed(uint64_t seed, const std::string& name) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;
   return seed ^ h;
 }
-
-}  // namespace
 
 const char* name(CachePath p) {
   switch (p) {
@@ -127,12 +181,17 @@ std::string Side::text() const {
     s += ':';
     s += std::to_string(decoder_rows);
   }
-  return s;
+  return plain ? s + "/plain" : s;
 }
 
-Side parse_side(const std::string& spec) {
-  DSV41_CHECK(!spec.empty(), "side: empty (expected <backend>[@<cache path>], e.g. ref@global)");
+Side parse_side(const std::string& given) {
+  DSV41_CHECK(!given.empty(), "side: empty (expected <backend>[@<cache path>][/plain], e.g. ref@global)");
   Side s;
+  std::string spec = given;
+  if (spec.size() > 6 && spec.compare(spec.size() - 6, 6, "/plain") == 0) {
+    s.plain = true;
+    spec.resize(spec.size() - 6);
+  }
   const size_t at = spec.find('@');
   s.backend = spec.substr(0, at);
   validate_backend_name(s.backend);
@@ -208,11 +267,15 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
   for (size_t i = 0; i < j["events"].size(); ++i) {
     const std::string w = where + ".events[" + std::to_string(i) + "]";
     const json& e = j["events"][i];
-    only_keys(e, w, {"session", "prompt", "chunk", "decode", "resume", "probe"});
+    only_keys(e, w, {"session", "prompt", "chunk", "decode", "resume", "probe", "speculate", "policy", "drafts",
+                     "reject_at", "temperature", "top_p"});
     Event ev;
     if (e.contains("session")) ev.session = text(e["session"], w + ".session");
-    const int kinds = e.contains("prompt") + e.contains("decode") + e.contains("resume");
-    DSV41_CHECK(kinds == 1, w, ": needs exactly one of prompt, decode, resume");
+    const int kinds = e.contains("prompt") + e.contains("decode") + e.contains("resume") + e.contains("speculate");
+    DSV41_CHECK(kinds == 1, w, ": needs exactly one of prompt, decode, resume, speculate");
+    for (const char* key : {"policy", "drafts", "reject_at", "temperature", "top_p"}) {
+      DSV41_CHECK(!e.contains(key) || e.contains("speculate"), w, ": ", key, " belongs to a speculate event");
+    }
     if (e.contains("prompt")) {
       ev.kind = Event::kPrompt;
       ev.segments = parse_segments(e["prompt"], w + ".prompt");
@@ -222,6 +285,10 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
       ev.kind = Event::kDecode;
       ev.decode = positive(e["decode"], w + ".decode");
       DSV41_CHECK(started.count(ev.session), w, ": session '", ev.session, "' decodes before any prompt");
+    } else if (e.contains("speculate")) {
+      ev.kind = Event::kSpeculate;
+      ev.speculate = parse_speculate(e, w);
+      DSV41_CHECK(started.count(ev.session), w, ": session '", ev.session, "' speculates before any prompt");
     } else {
       ev.kind = Event::kResume;
       DSV41_CHECK(e["resume"].is_boolean() && e["resume"].get<bool>(), w, ".resume: must be true");
@@ -230,7 +297,7 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
     DSV41_CHECK(!e.contains("chunk") || ev.kind == Event::kPrompt, w, ": chunk belongs to a prompt event");
     if (e.contains("probe")) {
       DSV41_CHECK(e["probe"].is_boolean(), w, ".probe: must be true or false");
-      DSV41_CHECK(ev.kind != Event::kResume, w, ": a resume is not a probe");
+      DSV41_CHECK(ev.kind == Event::kPrompt || ev.kind == Event::kDecode, w, ": only prompt and decode events probe");
       ev.probe = e["probe"].get<bool>();
     }
     for (const TokenSegment& seg : ev.segments) {

@@ -31,9 +31,18 @@
 //           full: save with SWA rings + load; global: save global state only + encoder replay;
 //           decoder:N: global, then the next prompt step runs the last N rows after the candidate
 //           source only). A boundary for the recall-by-distance metrics of probe steps.
-// A side is "<backend>@<cache path>" (backend: scenarios/backend.h; path default cold); the
-// path "alone" runs each session on its own backend instance (the isolation check of concurrent
-// sessions).
+//   speculate  n speculative rounds (docs/dspark.md), one step each: side A drafts ("drafts":
+//           "dspark", or "lookahead:N" = side A's own greedy continuation of N tokens, computed
+//           on a copy of its session), "reject_at" corrupts draft i of round r (the list cycles;
+//           -1: none), the verify-length "policy" (fixed:K, threshold:TAU, survival:S) picks k,
+//           then each side verifies the same k drafts (or, a plain side, decodes them one token
+//           at a time) and decides; both keep side A's decision (lockstep), and the step
+//           compares the kept positions, the accept decisions and the caches after the rollback.
+//           "temperature"/"top_p": the sampling parameters (default greedy).
+// A side is "<backend>@<cache path>[/plain]" (backend: scenarios/backend.h; path default cold);
+// the path "alone" runs each session on its own backend instance (the isolation check of
+// concurrent sessions); "/plain" makes the side decode a speculative round's tokens one at a
+// time instead of verifying them (what speculative decoding must equal).
 #pragma once
 
 #include <cstdint>
@@ -53,7 +62,8 @@ struct Side {
   std::string backend;        // e.g. "ref", "ref-bf16kv", "mutant:attn_out:L3:S2"
   CachePath path = CachePath::kCold;
   int64_t decoder_rows = 0;   // kDecoder: N
-  std::string text() const;   // "backend@path" as given, normalized
+  bool plain = false;         // "/plain": speculative rounds decoded one token at a time
+  std::string text() const;   // "backend@path[/plain]" as given, normalized
 };
 // "ref", "ref@global", "ref@decoder:16", "mutant:topk:L6:S3@cold"; a dsv41::Error otherwise.
 Side parse_side(const std::string& spec);
@@ -82,13 +92,24 @@ struct TokenSegment {
   std::string span;           // kSpan / kNear
 };
 
+// A speculate event's rounds (above).
+struct SpeculateSpec {
+  int64_t rounds = 0;
+  std::string policy = "fixed:4";     // reference::VerifyPolicy::parse
+  enum Drafter { kDSpark, kLookahead } drafter = kDSpark;
+  int64_t lookahead = 0;              // kLookahead: N drafts
+  std::vector<int64_t> reject_at;     // per round (cycling): the draft index corrupted, -1 none
+  double temperature = 0, top_p = 1;
+};
+
 struct Event {
-  enum Kind { kPrompt, kDecode, kResume } kind = kPrompt;
+  enum Kind { kPrompt, kDecode, kResume, kSpeculate } kind = kPrompt;
   std::string session = "main";
   std::vector<TokenSegment> segments;  // kPrompt
   int64_t chunk = 0;                   // kPrompt: tokens per step (0: one step)
   int64_t decode = 0;                  // kDecode: steps
   bool probe = false;                  // kPrompt/kDecode: report recall by distance to the last resume
+  SpeculateSpec speculate;             // kSpeculate
 };
 
 struct Scenario {
@@ -123,5 +144,9 @@ struct TokenPlan {
   std::vector<std::vector<int64_t>> prompts;  // [event] tokens of each prompt event (empty otherwise)
 };
 TokenPlan plan_tokens(const Scenario& s, int64_t vocab);
+
+// The seed of one named random stream of a scenario: its seed mixed with FNV-1a 64 of the name
+// (token segments "event:E:I", spans "span:NAME:I", speculative rounds "round:STEP").
+uint64_t stream_seed(uint64_t seed, const std::string& name);
 
 }  // namespace dsv41::scenarios

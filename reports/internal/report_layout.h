@@ -42,6 +42,17 @@ inline const std::vector<Column>& steps_columns() {
   return c;
 }
 
+// <comparison>/acceptance: one row per AcceptanceRow, in its field order. Optional on read (a
+// file written before the table existed has none: no speculative rounds); always written.
+inline const std::vector<Column>& acceptance_columns() {
+  static const std::vector<Column> c = {
+      {"step", 'i'},        {"session", 'i'},     {"side", 's'},        {"start_pos", 'i'},
+      {"proposed", 'i'},    {"verified", 'i'},    {"accepted", 'i'},    {"kept", 'i'},
+      {"next_token", 'i'},  {"draft_index", 'i'}, {"draft_token", 'i'}, {"confidence", 'f'},
+      {"predicted_survival", 'f'}, {"realised", 'i'}, {"accept_prob", 'f'}};
+  return c;
+}
+
 inline const std::vector<Column>& summary_columns() {
   static const std::vector<Column> c = {
       {"scenario", 's'}, {"comparison", 'i'}, {"side_a", 's'}, {"side_b", 's'},  {"mode", 's'},

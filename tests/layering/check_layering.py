@@ -19,11 +19,11 @@ import sys
 # reference/: which layer each file stem belongs to.
 OPS_BASE = {"tensor", "dtype", "config", "config_rules", "numerics", "pcg64", "crc32c", "topk",
             "cache_precision"}
-OPS_COMPONENTS = {"linear", "rmsnorm", "rope", "attention", "compressor", "indexer", "mhc", "mhc_budget", "engram",
+OPS_COMPONENTS = {"linear", "rmsnorm", "rope", "attention", "compressor", "indexer", "mhc", "mhc_budget", "engram", "sampling",
                   "moe", "embedding", "kv_quant"}
 WEIGHTS_IO = {"safetensors", "weights"}           # the checkpoint: what ops.h's prepare() sees
 SEAM = {"ops", "reference_ops"}
-MODEL = {"hooks", "kv_cache", "forward", "forward_attention", "model", "byte_accounting",
+MODEL = {"hooks", "kv_cache", "forward", "forward_attention", "model", "byte_accounting", "speculative", "state_diff",
          "session_store", "session_internal", "session_codec", "session_restore", "session_file"}
 
 # What each group may include (folder prefixes, or "reference:<set name>").

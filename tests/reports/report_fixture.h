@@ -9,8 +9,9 @@
 //                     comparison with a first divergence and five stored tensors, one per
 //                     logical dtype; a measured one; an inconclusive one with no rows). Its
 //                     verdicts are consistent (scenario = worst comparison, run = roll-up).
-//   expect_same_report(a, b, tensors)   EXPECTs every field equal (doubles bit for bit, so NaN
-//                     equals NaN); tensors only when asked (read_report skips them by default).
+//   expect_same_report(a, b, tensors)   EXPECTs every field equal, acceptance rows included
+//                     (doubles bit for bit, so NaN equals NaN); tensors only when asked
+//                     (read_report skips them by default).
 //   temp_dir()        a scratch directory of the running test, created empty.
 #pragma once
 
@@ -291,6 +292,27 @@ inline void expect_same_report(const RunReport& a, const RunReport& b, bool tens
         ASSERT_EQ(ra.tolerance.has_value(), rb.tolerance.has_value());
         if (ra.tolerance) expect_same_tolerance(*ra.tolerance, *rb.tolerance);
         EXPECT_EQ(ra.verdict, rb.verdict);
+      }
+      ASSERT_EQ(ca.acceptance.size(), cb.acceptance.size());
+      for (size_t k = 0; k < ca.acceptance.size(); ++k) {
+        const AcceptanceRow &ra = ca.acceptance[k], &rb = cb.acceptance[k];
+        SCOPED_TRACE("acceptance row " + std::to_string(k));
+        EXPECT_EQ(ra.step, rb.step);
+        EXPECT_EQ(ra.session, rb.session);
+        EXPECT_EQ(ra.side, rb.side);
+        EXPECT_EQ(ra.start_pos, rb.start_pos);
+        EXPECT_EQ(ra.proposed, rb.proposed);
+        EXPECT_EQ(ra.verified, rb.verified);
+        EXPECT_EQ(ra.accepted, rb.accepted);
+        EXPECT_EQ(ra.kept, rb.kept);
+        EXPECT_EQ(ra.next_token, rb.next_token);
+        EXPECT_EQ(ra.draft_index, rb.draft_index);
+        EXPECT_EQ(ra.draft_token, rb.draft_token);
+        EXPECT_TRUE(same_bits(ra.confidence, rb.confidence)) << ra.confidence << " vs " << rb.confidence;
+        EXPECT_TRUE(same_bits(ra.predicted_survival, rb.predicted_survival))
+            << ra.predicted_survival << " vs " << rb.predicted_survival;
+        EXPECT_EQ(ra.realised, rb.realised);
+        EXPECT_TRUE(same_bits(ra.accept_prob, rb.accept_prob)) << ra.accept_prob << " vs " << rb.accept_prob;
       }
       if (!tensors) continue;
       ASSERT_EQ(ca.tensors.size(), cb.tensors.size());
