@@ -17,6 +17,9 @@ struct RefSession final : BackendSession {
   ModelState state;
 };
 
+// A step index no planted value or cache defect keys on.
+constexpr int64_t kNoDefectStep = -1;
+
 RefSession& as_ref(BackendSession& s) {
   RefSession* r = dynamic_cast<RefSession*>(&s);
   DSV41_CHECK(r != nullptr, "a session of another backend was passed to a reference backend");
@@ -84,10 +87,11 @@ class ReferenceBackend final : public Backend {
     const ModelState before = state;
     reference::SampleRng rng(r.seed);
     reference::Verification v;
-    with_hooks(hooks, state.pos, k + 1, step, [&] {
+    // Value and cache defects never fire inside a round: one planted in a rolled-back row would
+    // vanish and prove nothing (scenarios/rounds.h).
+    with_hooks(hooks, state.pos, k + 1, kNoDefectStep, [&] {
       v = reference::verify_drafts(model_, state, r.current, r.drafts, r.p_draft, r.sampling, rng, defect);
     });
-    if (mutation_ && mutation_->is_cache()) fired_ = mutate_cache(*mutation_, step, state) || fired_;
     fired_ = fired_ || v.defect_applied;
     VerifyResult out;
     out.kept = r.keep.value_or(v.decision.accepted);
