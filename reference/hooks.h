@@ -59,6 +59,33 @@ enum class Component : uint8_t {
   kOutStream,
   kFinalNormOut,   // layer -1
   kLogits,         // layer -1
+  // DSpark (docs/dspark.md). Forward steps: main_x (layer -1) and each block's ring rows (layer =
+  // the block's layer id n_layers + i). Model::draft: the block components at n_layers + i, the
+  // head's at -1, the Markov chain's per draft slot (layer = slot i).
+  kDSparkMainX,
+  kDSparkMainKv,
+  kDSparkEmbed,
+  kDSparkInStream,
+  kDSparkHcAttnPre,
+  kDSparkHcAttnPost,
+  kDSparkHcAttnComb,
+  kDSparkAttnIn,
+  kDSparkAttnOut,
+  kDSparkAttnStream,
+  kDSparkHcFfnPre,
+  kDSparkHcFfnPost,
+  kDSparkHcFfnComb,
+  kDSparkFfnIn,
+  kDSparkExperts,
+  kDSparkFfnOut,
+  kDSparkOutStream,
+  kDSparkNormOut,
+  kDSparkHeadLogits,
+  kDSparkMarkovEmbed,
+  kDSparkMarkovBias,
+  kDSparkToken,
+  kDSparkLogits,
+  kDSparkConfidence,
   kAccept,         // layer -1: a speculative round's accept decision (recorded, not hooked)
   kCacheWindowKv,  // caches after the step (not hooked: read from the state)
   kCacheCompressedKv,

@@ -158,6 +158,14 @@ Tensor<float> WindowKvRing::read_all(const Ops& ops) const {
   return out;
 }
 
+Tensor<float> WindowKvRing::read_slots(const Ops& ops, int64_t count) const {
+  DSV41_CHECK(count >= 0 && count <= window, "window_kv ring: cannot read ", count, " slots of ", window);
+  for (int64_t s = 0; s < count; ++s) {
+    DSV41_CHECK(positions[static_cast<size_t>(s)] >= 0, "window_kv ring: slot ", s, " is empty");
+  }
+  return ops.read_entries(CacheRows{format, head_dim, window, &bytes}, range(0, count));
+}
+
 void WindowKvRing::clear() { std::fill(positions.begin(), positions.end(), int64_t{-1}); }
 
 // ------------------------------------------------------------------------------ compressor

@@ -119,8 +119,11 @@ struct WindowKvRing {
   // Positions first .. first + count - 1 -> [count, head_dim] bf16; every one must be in the ring
   // (else a dsv41::Error: e.g. a resumed session without its window_kv).
   Tensor<float> read_positions(const Ops& ops, int64_t first, int64_t count) const;
-  // Every slot -> [window, head_dim] bf16 (zeros in empty slots).
+  // Every slot -> [window, head_dim] bf16 (zeros in empty slots). Host values (downloaded).
   Tensor<float> read_all(const Ops& ops) const;
+  // Slots 0 .. count - 1 in SLOT order -> [count, head_dim] bf16, in the ops' memory (the DSpark
+  // attention reads its ring this way, as the official code does); every one must be filled.
+  Tensor<float> read_slots(const Ops& ops, int64_t count) const;
   // Forgets every position (bounded replay rebuilds the ring).
   void clear();
 };
@@ -161,6 +164,11 @@ struct ModelState {
   // [recent_token_count(config)] the raw token id of position p at slot p % size, for the last
   // positions (-1: not written yet). What encoder replay reads after a global-only resume.
   std::vector<int64_t> recent_tokens;
+  // DSpark (config n_mtp_layers > 0; docs/dspark.md): [n_mtp_layers] the window_kv ring of each
+  // DSpark block: kv_norm(wkv(main_x)) of every main position, RoPE'd at that position, in the
+  // window_kv format (kWindowKvFp8, or kBf16 under the precision ablation), slot = pos % window.
+  // Forward steps write every position they run; a draft only reads them. Empty without DSpark.
+  std::vector<WindowKvRing> dspark_window_kv;
   explicit ModelState(int64_t engram_pad) : engram(engram_pad) {}
 };
 

@@ -32,7 +32,13 @@ Model::Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> toke
   }
   DSV41_CHECK(c.max_batch_size >= 1, "max_batch_size must be >= 1");
   schedule_ = layer_schedule(c);
-  for (int l = 0; l < c.n_layers; ++l) rope_.push_back(RopeTable::for_layer(c, l));
+  for (int l = 0; l < c.total_layers(); ++l) rope_.push_back(RopeTable::for_layer(c, l));
+  dspark_target_.assign(static_cast<size_t>(c.n_layers), false);
+  if (c.n_mtp_layers > 0) {
+    DSV41_CHECK(static_cast<int>(weights_.blocks.size()) == c.total_layers(), "DSpark: ", weights_.blocks.size(),
+                " blocks of weights for ", c.total_layers(), " layers");
+    for (int l : c.dspark_target_layer_ids) dspark_target_[static_cast<size_t>(l)] = true;
+  }
   if (!c.engram_layer_ids.empty()) {
     engram_ = EngramLayout::build(c);
     engram_pad_ = engram_pad_id(token_map_, c.engram_pad_id);
@@ -65,6 +71,11 @@ ModelState Model::new_state() const {
       ls.index_keys->place(*ops_);
     }
     s.layers.push_back(std::move(ls));
+  }
+  for (int i = 0; i < c.n_mtp_layers; ++i) {
+    WindowKvRing ring(c.window_size, c.head_dim, stored_format(precision_, CacheFormat::kWindowKvFp8));
+    ring.bytes = ops_->upload(std::move(ring.bytes));
+    s.dspark_window_kv.push_back(std::move(ring));
   }
   return s;
 }
@@ -120,6 +131,7 @@ void Model::replay_local_state(ModelState& state, const std::vector<int64_t>& ta
   DSV41_CHECK(n >= 1 && n <= end, "encoder replay of ", n, " tokens needs a state at position >= ", n,
               ", this one is at ", end);
   for (LayerState& ls : state.layers) ls.window_kv.clear();
+  for (WindowKvRing& ring : state.dspark_window_kv) ring.clear();  // rebuilt from the tail as well
   state.pos = end - n;
   StepOptions o;
   o.window_floor = end - n;
@@ -207,6 +219,7 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   observe(Component::kEmbed, -1, stream);
   Tensor<float> pre = ops.hc_identity_pre(T, hc);  // [T, hc] fp32: the pre the next sublayer applies
   SharedAttention shared;
+  std::vector<Tensor<float>> dspark_parts;  // hc_mean of each DSpark target layer's input, layer order
   // The rows still running: all of them, or only a tail after the candidate source (decoder
   // replay). cur_start / cur_T are their first position and count.
   int64_t cur_start = start, cur_T = T;
@@ -226,6 +239,8 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
       sel.engram_ids.insert_or_assign(l, std::move(ids));
       observe(Component::kEngramOut, l, stream);
     }
+    // DSpark reads the input of its target layers (after the Engram), not their output.
+    if (c.n_mtp_layers > 0 && dspark_target_[static_cast<size_t>(l)]) dspark_parts.push_back(ops.hc_mean(stream));
     // Attention sublayer: its mixes come from the stream before it; it applies the previous pre.
     HcMixes am = ops.hc_mixes(stream, bw.hc_attn, c.norm_eps, c.hc_sinkhorn_iters, c.hc_eps);
     observe_mixes(Component::kHcAttnPre, Component::kHcAttnPost, Component::kHcAttnComb, l, am);
@@ -276,6 +291,8 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   observe(Component::kFinalNormOut, -1, h);
   Tensor<float> logits = ops.linear_fp32(h, weights_.head);  // [cur_T - first, vocab] fp32
   observe(Component::kLogits, -1, logits);
+  // DSpark: every position of the step into the DSpark rings.
+  if (c.n_mtp_layers > 0) dspark_write(state, std::move(dspark_parts), cur_start, cur_T, observe);
 
   // The step's record, on the host.
   finish_record(ops, sel, rec);

@@ -20,7 +20,15 @@
 // owner gets a dsv41::Error.
 //
 // Beyond the official envelope, forward_chunk runs any number of tokens at any position with the
-// same bits as one prefill (docs/sessions.md defines it). Not here (yet): the DSpark draft blocks.
+// same bits as one prefill (docs/sessions.md defines it).
+//
+// DSpark (config n_mtp_layers > 0; docs/dspark.md): every forward step also writes, for each of
+// its positions, main_x = main_norm(main_proj(main_hidden)) into each DSpark block's window_kv
+// ring (ModelState::dspark_window_kv; the official forward_spec's ring writes), so any chunking
+// gives the same ring bits. draft(state, last_token, sampling) then runs the official
+// forward_spec decode branch, reading the state only: the block [last_token, noise...]
+// at positions state.pos .. state.pos + block - 1, the DSpark blocks, the head, the Markov chain
+// and the confidence head. It never changes the state.
 //
 // Cache precision (reference/cache_precision.h): by default the caches hold the official packed
 // formats. set_cache_precision(CachePrecision::kBf16) makes a deliberately perturbed reference for
@@ -33,6 +41,7 @@
 //   ModelState s = m.new_state();
 //   StepRecord r0 = m.prefill(s, prompt);
 //   StepRecord r1 = m.decode(s, next_token);
+//   DraftResult d = m.draft(s, argmax(r1.logits), DraftSampling{});   // tokens at s.pos + 1 ..
 #pragma once
 
 #include <cstdint>
@@ -55,6 +64,8 @@
 
 namespace dsv41::reference {
 
+class Observer;  // reference/forward.h
+
 // What one forward call records, per step (positions [start_pos, start_pos + T)).
 struct StepRecord {
   int64_t start_pos = 0;
@@ -68,6 +79,26 @@ struct StepRecord {
   std::map<int, Tensor<int32_t>> experts;          // layer -> [T, k] routed experts
 };
 
+
+// How Model::draft samples (reference/sampling.h). The same seed replays a draft exactly.
+struct DraftSampling {
+  double temperature = 0.0;  // 0: argmax (lowest index on ties); > 0: the official Gumbel-max sample
+  uint64_t seed = 0;         // one std::mt19937_64(seed) per draft call, slot 0's draws first
+};
+
+// What Model::draft returns. B = dspark_block_size; the draft block's row i sits at position
+// `position` + i (row 0 holds last_token) and predicts the token at `position` + i + 1. In the
+// official output: draft_ids = [last_token, tokens...], draft_logits = logits, confidence.
+struct DraftResult {
+  int64_t position = 0;            // state.pos: the position of last_token (block row 0)
+  int64_t last_token = 0;          // the token the draft continues (draft_ids[0])
+  std::vector<int64_t> tokens;     // [B] drafts; tokens[i] at position + 1 + i (draft_ids[1 + i])
+  Tensor<float> logits;            // [B, vocab] fp32, row i incl. its Markov bias; tokens[i] drawn from it
+  Tensor<float> probs;             // [B, vocab] fp32 the distribution tokens[i] was drawn from
+                                   //   (sampling_probs(row i, T): one-hot of the argmax at T = 0)
+  std::vector<float> confidence;   // [B] confidence-head logits: sigmoid = P(tokens[i] accepted |
+                                   //   tokens[0 .. i-1] accepted)
+};
 
 // How a step may depart from the plain forward: the bounded-replay approximations of
 // docs/sessions.md. The default is the plain forward.
@@ -122,6 +153,13 @@ class Model {
   StepRecord forward_chunk(ModelState& state, const std::vector<int64_t>& tokens,
                            const StepOptions& options = {}) const;
 
+  // The DSpark draft after state.pos (above; docs/dspark.md): last_token is the token at
+  // position state.pos (the one sampled from the last step's logits, not yet run). Needs a state
+  // whose DSpark rings hold the main positions up to state.pos - 1 (a forward step wrote them),
+  // else a dsv41::Error (a fresh state, a state from another model, a ring not rolled back with
+  // its state). Const: the state is not changed. Hooks see the dspark_* components.
+  DraftResult draft(const ModelState& state, int64_t last_token, const DraftSampling& sampling = {}) const;
+
   // Encoder replay after a global-only resume (docs/sessions.md): recomputes every layer's SWA
   // ring from `tail`, the tokens at positions state.pos - tail.size() .. state.pos - 1, with
   // windows truncated at the first of them; reuses the global state as it is. state.pos is
@@ -140,13 +178,18 @@ class Model {
  private:
   // A dsv41::Error unless state.precision == precision_.
   void check_precision(const ModelState& state) const;
+  // DSpark (reference/model_dspark.cc): the rings' rows of the `rows` positions from first_pos,
+  // from the target layers' hc means (each [>= rows, dim]: the last rows are this step's).
+  void dspark_write(ModelState& state, std::vector<Tensor<float>> parts, int64_t first_pos, int64_t rows,
+                    const Observer& observe) const;
 
   ModelConfig config_;
   const Ops* ops_;
   ModelWeights weights_;
   std::vector<int64_t> token_map_;
   std::vector<LayerInfo> schedule_;
-  std::vector<RopeTable> rope_;  // [n_layers], by the layer's kind (window / compressed)
+  std::vector<RopeTable> rope_;  // [total_layers], by the layer's kind (window / compressed)
+  std::vector<bool> dspark_target_;  // [n_layers] the layer's input feeds main_hidden
   EngramLayout engram_;
   int64_t engram_pad_ = 0;
   ForwardHooks hooks_;

@@ -14,9 +14,11 @@
 //     storage, the compressor's partial group) is passed in explicitly.
 //   - tensors may live in the backend's memory (reference/tensor.h DeviceStorage): the model
 //     never reads a tensor's values itself, so a device backend runs a whole step without a host
-//     round trip; the model calls download() only to show a value to a hook and to hand a step's
-//     record (logits, selections) to its caller, and upload() for what it computes on the host
-//     (token ids, window index rows, hook replacements).
+//     round trip; the model calls download() only to show a value to a hook, to hand a step's
+//     record (logits, selections) or a draft's result to its caller, and to sample a draft token
+//     (the sampler and its seeded generator run on the host, reference/sampling.h), and upload()
+//     for what it computes on the host (token ids, window and DSpark index rows, hook
+//     replacements).
 //   - shapes, dtypes and rounding are those of the reference function of the same name: a
 //     backend that claims the reference's bits must give them; one that does not is compared
 //     with tolerances by the scenario runner.
@@ -41,6 +43,7 @@
 #include "reference/attention.h"
 #include "reference/compressor.h"
 #include "reference/config.h"
+#include "reference/dspark.h"
 #include "reference/embedding.h"
 #include "reference/engram.h"
 #include "reference/indexer.h"
@@ -153,6 +156,13 @@ class Ops {
   virtual void moe_routing_weights(MoeRouting& r, const ModelConfig& c) const = 0;
   virtual Tensor<float> moe_experts(const Tensor<float>& x, const MoeWeights& w, const MoeRouting& routing,
                                     const ModelConfig& c) const = 0;
+
+  // ---- dspark.h (the DSpark draft head; its other steps are the components above) ----
+  virtual Tensor<float> hc_mean(const Tensor<float>& stream) const = 0;
+  virtual Tensor<float> concat_cols(const std::vector<Tensor<float>>& parts) const = 0;
+  virtual Tensor<float> concat_rows(const std::vector<Tensor<float>>& parts) const = 0;
+  // logits[slot] += bias, in place (the Markov chain's bias of one draft slot).
+  virtual void add_markov_bias(Tensor<float>& logits, int64_t slot, const Tensor<float>& bias) const = 0;
 };
 
 // The CPU reference's ops (one instance; stateless).

@@ -145,6 +145,17 @@ class ReferenceOps final : public Ops {
                             const ModelConfig& c) const override {
     return reference::moe_experts(x, w, routing, c);
   }
+
+  Tensor<float> hc_mean(const Tensor<float>& stream) const override { return reference::hc_mean(stream); }
+  Tensor<float> concat_cols(const std::vector<Tensor<float>>& parts) const override {
+    return reference::concat_cols(parts);
+  }
+  Tensor<float> concat_rows(const std::vector<Tensor<float>>& parts) const override {
+    return reference::concat_rows(parts);
+  }
+  void add_markov_bias(Tensor<float>& logits, int64_t slot, const Tensor<float>& bias) const override {
+    reference::add_markov_bias(logits, slot, bias);
+  }
 };
 
 }  // namespace

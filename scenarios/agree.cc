@@ -8,6 +8,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "formats/base.h"
 #include "formats/error.h"
@@ -355,6 +356,8 @@ reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model
   sink.rerun = "dsv41 agree '" + run.dir() + "' --mode teacher-forced" + (o.backend == "ref" ? "" : " --backend " + o.backend);
   ModelState state = model.new_state();
   int64_t attributed_steps = 0;
+  const bool dspark = run_has_dspark(run);
+  int64_t drafts = 0, attributed_drafts = 0;
   for (const OracleStep& st : run.steps()) {
     if (o.progress) {
       std::fprintf(stderr, "agree %s: teacher-forced step %lld (%s, %zu tokens)\n", run.name().c_str(),
@@ -365,7 +368,13 @@ reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model
     sink.position = st.start_pos;
     const ModelState before = state;
     Captured cap;
-    model.set_hooks(defect.wrap(forcing_hooks(run, st, cap, Extra{}), c, st));
+    ForwardHooks hooks = forcing_hooks(run, st, cap, Extra{});
+    std::optional<Tensor<float>> main_x;  // DSpark: the step's own main_x (from the forced streams)
+    hooks.tensor = [inner = hooks.tensor, &main_x](Component what, int layer, Tensor<float>& v) {
+      inner(what, layer, v);
+      if (what == Component::kDSparkMainX) main_x = v;
+    };
+    model.set_hooks(defect.wrap(hooks, c, st));
     const StepRecord rec = model.forward_chunk(state, st.tokens);
     model.set_hooks({});
     ++cmp.steps_compared;
@@ -394,6 +403,12 @@ reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model
              tolerance(kAgreeLogitsMaxNmse, false, "measured",
                        "docs/agreement.md: the fp32 head (K = dim), an FMA chain here and MKL's order there; "
                        "measured <= 1.1e-13"));
+    if (dspark) {
+      const DSparkStep ds = dspark_teacher_forced_rows(run, st, model, state, main_x ? &*main_x : nullptr, defect,
+                                                       o.attribute, sink);
+      drafts += ds.drafted;
+      attributed_drafts += ds.attributed;
+    }
   }
   sink.detail = "attributed layer-steps";
   sink.step = run.steps().back().index;
@@ -402,9 +417,15 @@ reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model
            tolerance(kAgreeMaxAttributedFrac, false, "analytic",
                      "agree.h: rounding flips reach ~3.7% of layer-steps at most; a systematic error needs attribution "
                      "everywhere"));
+  if (drafts > 0) {
+    sink.detail = "attributed DSpark drafts";
+    sink.add(-1, "dspark_draft", "attributed_frac", static_cast<double>(attributed_drafts) / static_cast<double>(drafts),
+             tolerance(kAgreeDraftMaxAttributedFrac, false, "analytic",
+                       "agree.h: a draft runs block-size rows through each DSpark block, ~5x a decode layer-step's "
+                       "rounding flips; a systematic error needs attribution everywhere"));
+  }
   sink.detail = "final state";
   final_state_rows(run, model, state, sink);
-  dspark_note(run, cmp);
   return cmp;
 }
 

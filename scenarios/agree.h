@@ -10,10 +10,17 @@
 //                   are replaced (top-k, candidates, experts: rows equal, measured; Engram ids:
 //                   exact); logits NMSE; after the last step every cache value bit for bit and
 //                   the compressor state within its bound.
-//   free-running    nothing forced, against the lowest-index run: logits per step (NMSE, argmax)
-//                   and the drift profile per layer (out_stream NMSE where the run holds streams,
-//                   routing rows equal, top-k rows equal, candidates equal), measured only:
-//                   near-tie selections flip on one-ulp differences (docs/agreement.md).
+//                   DSpark (runs holding decode/stepK/dspark/; scenarios/agree_dspark.cc): the
+//                   draft after every decode step on the official main_hidden path, continuing
+//                   the official last token with the official tokens fed to its Markov chain:
+//                   main_x, the rings (bit for bit), draft logits, confidence, draft tokens
+//                   (tie-equivalent), and the block's output / experts / Markov bias where kept;
+//                   a draft beyond the head's bounds is attributed (below).
+//   free-running    nothing forced, against the lowest-index run: logits per step (NMSE, argmax),
+//                   our own draft after each decode step, and the drift profile per layer
+//                   (out_stream NMSE where the run holds streams, routing rows equal, top-k rows
+//                   equal, candidates equal), measured only: near-tie selections flip on one-ulp
+//                   differences (docs/agreement.md).
 //
 // Attribution (teacher-forced): a layer-step beyond a stream bound is run again from the same
 // state with the official mHC mixes and attention output of that layer forced too. The excess is
@@ -47,6 +54,21 @@ inline constexpr double kAgreeStreamMaxUlps = 2.0;      // bf16 ulps of the row 
 inline constexpr double kAgreeStreamMinEqual = 0.99;    // bit-equal fraction; measured
 inline constexpr double kAgreeLogitsMaxNmse = 1e-12;    // fp32 head, K = dim; measured <= 1.1e-13
 inline constexpr double kAgreeCompressorMaxUlps = 32.0; // fp32 ulps of the slot max; 4x the worst measured
+// DSpark draft logits, teacher-forced (the official main_hidden path, the official tokens feeding
+// the Markov chain): the fp32 head and Markov-head GEMMs on the block's output; measured
+// <= 1.0e-13 on every run (docs/agreement.md, DSpark).
+inline constexpr double kAgreeDraftLogitsMaxNmse = 1e-12;
+// A draft beyond that (or the confidence beyond its fp32 dot bound) is attributed when rerunning
+// it with its blocks' mixes nudged by one fp32 ulp (kAgreeDraftNudges seeded nudges, far inside
+// the mixes' budget) moves it by at least kAgreeDraftMinSensitivity of the observed NMSE (a
+// bf16 rounding boundary inside the block, crossed by the official fp32 GEMM order) and the
+// difference stays within kAgreeStreamMaxNmse. Measured: 2 of 48 run drafts need it, both
+// reproduced exactly by a nudge (ratio 1.0); no oracle draft moves under any nudge. At most
+// kAgreeDraftMaxAttributedFrac of a run's drafts may be attributed: a draft takes block-size rows
+// through a block, ~5x a decode layer-step's ~3.7% (below).
+inline constexpr int kAgreeDraftNudges = 20;
+inline constexpr double kAgreeDraftMinSensitivity = 0.5;
+inline constexpr double kAgreeDraftMaxAttributedFrac = 0.2;
 // Attribution (below): the attention output of an attributed layer-step. Measured: a probability
 // that rounds to bf16 the other way moved one layer-step's attention output by 2.09 bf16 ulp of the
 // row max and NMSE 6.0e-5 (w128_long_p1531 decode step 11 layer 1), another's by 0.5 ulp and 2.1e-6;

@@ -48,6 +48,7 @@ reports::Comparison free_running(const OracleRun& run, reference::Model& model, 
   RowSink sink;
   sink.cmp = &cmp;
   sink.rerun = "dsv41 agree '" + run.dir() + "' --mode free-running";
+  const bool dspark = run_has_dspark(run);  // our own draft after each decode step, measured
   reference::ModelState state = model.new_state();
   for (const OracleStep& st : run.steps()) {
     if (o.progress) {
@@ -91,6 +92,7 @@ reports::Comparison free_running(const OracleRun& run, reference::Model& model, 
     const auto argmax = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
     sink.add(-1, "logits", "nmse", d.nmse, std::nullopt);
     sink.add(-1, "logits", "top1_agree", argmax(rec.logits) == argmax(ref) ? 1.0 : 0.0, std::nullopt);
+    if (dspark) dspark_free_rows(run, st, model, state, argmax(rec.logits), defect, sink);
   }
   if (streams) {
     // The caches at the end: measured here (exact only when every selection agreed).
@@ -105,7 +107,6 @@ reports::Comparison free_running(const OracleRun& run, reference::Model& model, 
       ++cmp.items_compared;
     }
   }
-  dspark_note(run, cmp);
   return cmp;
 }
 

@@ -1,7 +1,8 @@
 // scenarios/agree_internal.h
 //
 // Internal to `dsv41 agree` (scenarios/agree.h): what the teacher-forced comparison
-// (agree.cc), the free-running one (agree_free.cc) and the run driver (agree_report.cc) share.
+// (agree.cc), the free-running one (agree_free.cc), the DSpark rows (agree_dspark.cc) and the run
+// driver (agree_report.cc) share.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,7 @@ reports::Tolerance tolerance(double bound, bool higher_is_better, const char* or
 struct RowSink {
   reports::Comparison* cmp = nullptr;
   int64_t step = 0, position = 0;
-  std::string detail, rerun;
+  std::string detail = "", rerun = "";
   void add(int layer, const std::string& component, const std::string& metric, double value,
            std::optional<reports::Tolerance> tol);
 };
@@ -62,8 +63,22 @@ struct Defect {
 // compressor state within kAgreeCompressorMaxUlps).
 void final_state_rows(const OracleRun& run, const reference::Model& model, const reference::ModelState& state,
                       RowSink& sink);
-// A note when the run holds DSpark outputs, which the reference cannot compare yet.
-void dspark_note(const OracleRun& run, reports::Comparison& cmp);
+// DSpark (scenarios/agree_dspark.cc): does the run hold draft outputs; the rings of `state`
+// against the official ones in `group` ("prefill/state/", "decode/final_state/"), bit for bit;
+// the rows of one teacher-forced step (main_x: the reference's own, captured in the step, or
+// null) and of one free-running step (the draft after `last_token`, the step's own argmax).
+bool run_has_dspark(const OracleRun& run);
+void dspark_ring_rows(const OracleRun& run, const reference::Model& model, const reference::ModelState& state,
+                      const golden::H5File& f, const std::string& group, RowSink& sink);
+struct DSparkStep {
+  bool drafted = false;     // the step held a draft and it was compared
+  bool attributed = false;  // beyond the head's bounds and attributed (agree_dspark.cc)
+};
+DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st, reference::Model& model,
+                                      const reference::ModelState& state, const reference::Tensor<float>* main_x,
+                                      Defect& defect, bool attribute, RowSink& sink);
+void dspark_free_rows(const OracleRun& run, const OracleStep& st, reference::Model& model,
+                      const reference::ModelState& state, int64_t last_token, Defect& defect, RowSink& sink);
 
 reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model, const AgreeOptions& o,
                                    Defect& defect, std::vector<reports::StepInfo>& steps);

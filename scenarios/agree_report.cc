@@ -157,15 +157,7 @@ void final_state_rows(const OracleRun& run, const reference::Model& model, const
       }
     }
   }
-}
-
-void dspark_note(const OracleRun& run, reports::Comparison& cmp) {
-  for (const OracleStep& st : run.steps()) {
-    if (st.items->has(st.prefix + "dspark")) {
-      cmp.notes.push_back("the run holds DSpark outputs; not compared: the reference has no DSpark yet");
-      return;
-    }
-  }
+  dspark_ring_rows(run, model, state, f, group, sink);
 }
 
 }  // namespace agree_detail

@@ -157,6 +157,10 @@ reference::ForwardHooks mutated_hooks(const Mutation& m, const reference::Forwar
     if (what == reference::Component::kTopk) {
       const int ratio = c.compress_ratios[static_cast<size_t>(layer)];
       choices = ratio > 0 ? (start + T) / ratio : 0;
+    } else if (what == reference::Component::kDSparkExperts && c.dspark_n_routed_experts > 0) {
+      choices = c.dspark_n_routed_experts;
+    } else if (what == reference::Component::kDSparkToken) {
+      choices = c.vocab_size;
     }
     *fired = mutate_index(m, what, layer, step, v, choices) || *fired;
     if (inner.index) inner.index(what, layer, v);

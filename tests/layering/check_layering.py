@@ -19,11 +19,12 @@ import sys
 # reference/: which layer each file stem belongs to.
 OPS_BASE = {"tensor", "dtype", "config", "config_rules", "numerics", "pcg64", "crc32c", "topk",
             "cache_precision"}
-OPS_COMPONENTS = {"linear", "rmsnorm", "rope", "attention", "compressor", "indexer", "mhc", "mhc_budget", "engram", "sampling",
-                  "moe", "embedding", "kv_quant"}
+OPS_COMPONENTS = {"linear", "rmsnorm", "rope", "attention", "compressor", "indexer", "mhc", "mhc_budget", "engram",
+                  "moe", "embedding", "kv_quant", "dspark", "sampling"}
 WEIGHTS_IO = {"safetensors", "weights"}           # the checkpoint: what ops.h's prepare() sees
 SEAM = {"ops", "reference_ops"}
-MODEL = {"hooks", "kv_cache", "forward", "forward_attention", "model", "byte_accounting", "speculative", "state_diff",
+MODEL = {"hooks", "kv_cache", "forward", "forward_attention", "model", "model_dspark", "byte_accounting",
+         "speculative", "state_diff",
          "session_store", "session_internal", "session_codec", "session_restore", "session_file"}
 
 # What each group may include (folder prefixes, or "reference:<set name>").

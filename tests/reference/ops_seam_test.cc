@@ -9,7 +9,9 @@
 //   - without hooks, a step moves nothing to the host until its last op ran (then its record:
 //     logits and selections); with hooks, values go to the host and back, and teacher forcing
 //     through them works as on the host;
-//   - bounded replay (encoder and decoder replay) runs through the seam with the same bits.
+//   - bounded replay (encoder and decoder replay) runs through the seam with the same bits;
+//   - Model::draft (DSpark) runs through the seam with the same bits after every step, greedy and
+//     sampled, and moves to the host only the rows it samples and its result.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,6 +83,18 @@ void expect_same_record(const StepRecord& a, const StepRecord& b, const std::str
   same(a.experts, b.experts, "experts");
 }
 
+void expect_same_draft(const DraftResult& a, const DraftResult& b, const std::string& what) {
+  EXPECT_EQ(a.position, b.position) << what;
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  ASSERT_EQ(a.logits.shape(), b.logits.shape()) << what;
+  for (size_t i = 0; i < a.logits.data().size(); ++i) {
+    ASSERT_EQ(bits(a.logits.data()[i]), bits(b.logits.data()[i])) << what << " logit " << i;
+  }
+  EXPECT_EQ(a.probs.data(), b.probs.data()) << what;
+  ASSERT_EQ(a.confidence.size(), b.confidence.size()) << what;
+  for (size_t i = 0; i < a.confidence.size(); ++i) EXPECT_EQ(bits(a.confidence[i]), bits(b.confidence[i])) << what;
+}
+
 void expect_same_state(const Model& ma, const ModelState& a, const Model& mb, const ModelState& b) {
   ASSERT_EQ(a.pos, b.pos);
   const std::vector<CacheView> va = ma.cache_views(a), vb = mb.cache_views(b);
@@ -101,6 +115,12 @@ void expect_same_state(const Model& ma, const ModelState& a, const Model& mb, co
     EXPECT_EQ(ma.ops().download(ca.kv).data(), mb.ops().download(cb.kv).data()) << "compressor of layer " << l;
     EXPECT_EQ(ma.ops().download(ca.score).data(), mb.ops().download(cb.score).data()) << "compressor of layer " << l;
   }
+  ASSERT_EQ(a.dspark_window_kv.size(), b.dspark_window_kv.size());
+  for (size_t i = 0; i < a.dspark_window_kv.size(); ++i) {
+    const WindowKvRing &ra = a.dspark_window_kv[i], &rb = b.dspark_window_kv[i];
+    EXPECT_EQ(ra.positions, rb.positions) << "DSpark ring " << i;
+    EXPECT_EQ(ma.ops().download(ra.bytes).data(), mb.ops().download(rb.bytes).data()) << "DSpark ring " << i;
+  }
 }
 
 // Every method of the table (reference/ops.h) but the memory ones, by the name FakeDeviceOps notes.
@@ -111,7 +131,8 @@ const std::vector<std::string>& all_ops() {
       "concat_kv_rows", "attention_index_rows", "sparse_attn", "compress",      "index_weights",
       "index_scores", "candidate_blocks", "mask_scores",   "index_topk",       "hc_mixes",
       "hc_identity_pre", "hc_pre",      "hc_post",         "engram_hash_ids",  "engram_lookup",
-      "engram_gate_residual", "moe_gate", "moe_routing_weights", "moe_experts"};
+      "engram_gate_residual", "moe_gate", "moe_routing_weights", "moe_experts", "hc_mean",
+      "concat_cols",  "concat_rows",    "add_markov_bias"};
   return ops;
 }
 
@@ -123,10 +144,14 @@ TEST_P(OpsSeam, FakeDeviceRunsTheOracleForwardBitForBit) {
   const Model dev = oracle_model_on(fake, GetParam());
   ModelState sr = ref.new_state(), sd = dev.new_state();
   expect_same_record(ref.prefill(sr, oracle().tokens), dev.prefill(sd, oracle().tokens), "prefill");
+  expect_same_draft(ref.draft(sr, 17), dev.draft(sd, 17), "draft after the prefill");
   for (size_t k = 0; k < decode_tokens().size(); ++k) {
-    expect_same_record(ref.decode(sr, decode_tokens()[k]), dev.decode(sd, decode_tokens()[k]),
-                       "decode step " + std::to_string(k));
+    const std::string step = "decode step " + std::to_string(k);
+    expect_same_record(ref.decode(sr, decode_tokens()[k]), dev.decode(sd, decode_tokens()[k]), step);
+    expect_same_draft(ref.draft(sr, decode_tokens()[k]), dev.draft(sd, decode_tokens()[k]), "draft after " + step);
   }
+  const DraftSampling sampled{0.9, 1234};
+  expect_same_draft(ref.draft(sr, 40, sampled), dev.draft(sd, 40, sampled), "sampled draft");
   expect_same_state(ref, sr, dev, sd);
   // The host cannot read what the device holds.
   EXPECT_THROW(sd.layers[0].window_kv.bytes.data(), Error);
@@ -159,6 +184,12 @@ TEST(OpsSeamTransfers, AStepWithoutHooksDownloadsOnlyItsRecordAtTheEnd) {
   EXPECT_EQ(downloads, records);
   EXPECT_GT(std::count_if(ev.begin(), first_download, [&](const std::string& e) { return ops.count(e) > 0; }), 100)
       << "the step ran too few ops";
+  // A draft downloads each slot's logits row (the sampler runs on the host), then its logits and
+  // confidence; nothing else.
+  fake.clear();
+  const DraftResult d = dev.draft(s, 3);
+  EXPECT_EQ(std::count(fake.events.begin(), fake.events.end(), "download"),
+            static_cast<int64_t>(d.tokens.size()) + 2);
 }
 
 // Hooks see host values and their replacements reach the device: teacher forcing on the fake
@@ -228,6 +259,7 @@ TEST(OpsSeamCoverage, EveryOpOfTheTableRuns) {
   ModelState s = dev.new_state();
   dev.prefill(s, test::oracle_tokens(0, 80));
   dev.decode(s, 9);  // reads the rings (read_entries)
+  dev.draft(s, 9);   // the DSpark ops
   for (const std::string& op : all_ops()) EXPECT_GT(fake.calls[op], 0) << op << " never ran";
 }
 

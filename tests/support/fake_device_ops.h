@@ -217,6 +217,24 @@ class FakeDeviceOps final : public reference::Ops {
                                   host_of(routing.scores, "moe_experts")};
     return dev(ref().moe_experts(host_of(x, "moe_experts"), w, h, c));
   }
+  Tensor<float> hc_mean(const Tensor<float>& stream) const override { return dev(ref().hc_mean(in(stream, "hc_mean"))); }
+  Tensor<float> concat_cols(const std::vector<Tensor<float>>& parts) const override {
+    note("concat_cols");
+    std::vector<Tensor<float>> h;
+    for (const Tensor<float>& p : parts) h.push_back(host_of(p, "concat_cols"));
+    return dev(ref().concat_cols(h));
+  }
+  Tensor<float> concat_rows(const std::vector<Tensor<float>>& parts) const override {
+    note("concat_rows");
+    std::vector<Tensor<float>> h;
+    for (const Tensor<float>& p : parts) h.push_back(host_of(p, "concat_rows"));
+    return dev(ref().concat_rows(h));
+  }
+  void add_markov_bias(Tensor<float>& logits, int64_t slot, const Tensor<float>& bias) const override {
+    Tensor<float> h = in(logits, "add_markov_bias");
+    ref().add_markov_bias(h, slot, host_of(bias, "add_markov_bias"));
+    logits = dev(std::move(h));
+  }
 
  private:
   static const reference::Ops& ref() { return reference::reference_ops(); }
