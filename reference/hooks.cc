@@ -82,6 +82,8 @@ const std::vector<ComponentInfo> kTable = {
      "layers.N.attn.indexer k_cache"},
     {Component::kCacheCompressor, "cache.compressor", K::kCache, Y::kBytes, "[pending, 8 * dim]: fp32 kv, score rows",
      "layers.N.attn.compressor kv_state, score_state (pending slots)"},
+    {Component::kCacheDSparkWindowKv, "cache.dspark_window_kv", K::kCache, Y::kBytes, "[entries, entry_bytes]",
+     "mtp.i.attn window_kv_cache (layer n_layers + i)"},
 };
 
 }  // namespace

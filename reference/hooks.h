@@ -91,6 +91,7 @@ enum class Component : uint8_t {
   kCacheCompressedKv,
   kCacheIndexKeys,
   kCacheCompressor,  // the compressors' pending groups (kv_cache.h compressor_views)
+  kCacheDSparkWindowKv,  // the DSpark blocks' rings (kv_cache.h dspark_views; layer n_layers + i)
 };
 
 enum class ComponentKind : uint8_t {

@@ -193,30 +193,38 @@ CompressedLatents compress(const Ops& ops, CompressorState& state, const Tensor<
 
 // ------------------------------------------------------------------------------ views
 
+namespace {
+
+// A ring's occupied slots by ascending position.
+CacheView ring_view(const char* kind, int layer, const WindowKvRing& ring, const Ops& ops) {
+  const Tensor<uint8_t> bytes = ops.download(ring.bytes);
+  CacheView v;
+  v.kind = kind;
+  v.layer = layer;
+  v.format = ring.format;
+  v.dim = ring.head_dim;
+  v.entry_bytes = ring.entry_bytes();
+  std::vector<int64_t> slots;  // occupied slots, by ascending position
+  for (int s = 0; s < ring.window; ++s) {
+    if (ring.positions[static_cast<size_t>(s)] >= 0) slots.push_back(s);
+  }
+  std::sort(slots.begin(), slots.end(), [&ring](int64_t a, int64_t b) {
+    return ring.positions[static_cast<size_t>(a)] < ring.positions[static_cast<size_t>(b)];
+  });
+  for (int64_t s : slots) {
+    v.bytes.insert(v.bytes.end(), bytes.row(s), bytes.row(s) + v.entry_bytes);
+    v.positions.push_back(ring.positions[static_cast<size_t>(s)]);
+  }
+  v.entries = static_cast<int64_t>(slots.size());
+  return v;
+}
+
+}  // namespace
+
 std::vector<CacheView> cache_views(const ModelState& state, const Ops& ops) {
   std::vector<CacheView> out;
   for (size_t l = 0; l < state.layers.size(); ++l) {
-    const WindowKvRing& ring = state.layers[l].window_kv;
-    const Tensor<uint8_t> bytes = ops.download(ring.bytes);
-    CacheView v;
-    v.kind = "window_kv";
-    v.layer = static_cast<int>(l);
-    v.format = ring.format;
-    v.dim = ring.head_dim;
-    v.entry_bytes = ring.entry_bytes();
-    std::vector<int64_t> slots;  // occupied slots, by ascending position
-    for (int s = 0; s < ring.window; ++s) {
-      if (ring.positions[static_cast<size_t>(s)] >= 0) slots.push_back(s);
-    }
-    std::sort(slots.begin(), slots.end(), [&ring](int64_t a, int64_t b) {
-      return ring.positions[static_cast<size_t>(a)] < ring.positions[static_cast<size_t>(b)];
-    });
-    for (int64_t s : slots) {
-      v.bytes.insert(v.bytes.end(), bytes.row(s), bytes.row(s) + v.entry_bytes);
-      v.positions.push_back(ring.positions[static_cast<size_t>(s)]);
-    }
-    v.entries = static_cast<int64_t>(slots.size());
-    out.push_back(std::move(v));
+    out.push_back(ring_view("window_kv", static_cast<int>(l), state.layers[l].window_kv, ops));
   }
   const auto view_of = [&ops](const char* kind, int layer, const PackedCache& cache) {
     const Tensor<uint8_t> bytes = ops.download(cache.storage());
@@ -262,6 +270,15 @@ std::vector<CacheView> compressor_views(const ModelState& state, const Ops& ops)
       v.positions.push_back(group_start + slot);
     }
     out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::vector<CacheView> dspark_views(const ModelState& state, const Ops& ops) {
+  std::vector<CacheView> out;
+  const int n_layers = static_cast<int>(state.layers.size());
+  for (size_t i = 0; i < state.dspark_window_kv.size(); ++i) {
+    out.push_back(ring_view("dspark_window_kv", n_layers + static_cast<int>(i), state.dspark_window_kv[i], ops));
   }
   return out;
 }

@@ -175,7 +175,8 @@ struct ModelState {
 // The stored bytes of one cache, for a reader that compares two runs' caches after a step
 // (a scenario runner) without knowing the precision.
 struct CacheView {
-  std::string kind;             // "window_kv", "compressed_kv" or "index_keys"
+  std::string kind;             // "window_kv", "compressed_kv", "index_keys" (cache_views),
+                                // "compressor" (compressor_views), "dspark_window_kv" (dspark_views)
   int layer = -1;               // the ring's layer, or the caches' owner (kv source) layer
   formats::CacheFormat format = formats::CacheFormat::kBf16;  // how `bytes` decode (unpack_rows)
   int64_t dim = 0;              // values per entry (head_dim, or index_head_dim)
@@ -198,5 +199,11 @@ std::vector<CacheView> cache_views(const ModelState& state, const Ops& ops);
 // entry_bytes = 8 * dim), positions = the slot's token position. Only the pending slots are state
 // (the others are stale); what a rollback or a resume must restore beyond the caches.
 std::vector<CacheView> compressor_views(const ModelState& state, const Ops& ops);
+
+// The DSpark blocks' rings (ModelState::dspark_window_kv) as views of kind "dspark_window_kv", one
+// per block i with layer n_layers + i, laid out as the window_kv views (occupied slots by
+// ascending position). What a speculative rollback and a full resume must restore for the next
+// draft (docs/dspark.md).
+std::vector<CacheView> dspark_views(const ModelState& state, const Ops& ops);
 
 }  // namespace dsv41::reference

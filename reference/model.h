@@ -100,6 +100,14 @@ struct DraftResult {
                                    //   tokens[0 .. i-1] accepted)
 };
 
+// A defect planted in a draft, for the verifier's self-test (scenarios/mutants.h); kNone is the
+// official draft.
+enum class DraftDefect {
+  kNone,
+  kRopeAtBlockStart,  // every block row's q, own K/V and output RoPE at the block's first position
+                      // (row 0's): "draft position 1+ uses position 0's RoPE"
+};
+
 // How a step may depart from the plain forward: the bounded-replay approximations of
 // docs/sessions.md. The default is the plain forward.
 struct StepOptions {
@@ -158,7 +166,9 @@ class Model {
   // whose DSpark rings hold the main positions up to state.pos - 1 (a forward step wrote them),
   // else a dsv41::Error (a fresh state, a state from another model, a ring not rolled back with
   // its state). Const: the state is not changed. Hooks see the dspark_* components.
-  DraftResult draft(const ModelState& state, int64_t last_token, const DraftSampling& sampling = {}) const;
+  // `defect` plants a defect (the verifier's self-test only).
+  DraftResult draft(const ModelState& state, int64_t last_token, const DraftSampling& sampling = {},
+                    DraftDefect defect = DraftDefect::kNone) const;
 
   // Encoder replay after a global-only resume (docs/sessions.md): recomputes every layer's SWA
   // ring from `tail`, the tokens at positions state.pos - tail.size() .. state.pos - 1, with

@@ -21,10 +21,12 @@ namespace {
 // The window_kv rows of main_x for one DSpark block: kv_norm(wkv(main_x)), RoPE at positions
 // first_pos .. (the block's window table), the ring format's QDQ. main_x: [T, dim] bf16 ->
 // [T, head_dim] bf16 (official DSparkAttention.forward, main_kv).
+// pos_stride 1: row t at first_pos + t (0: every row at first_pos, the planted DraftDefect).
 Tensor<float> main_kv_rows(const Ops& ops, const Tensor<float>& main_x, int64_t first_pos, const ModelConfig& c,
-                           const AttentionWeights& w, const RopeTable& rope, formats::CacheFormat format) {
+                           const AttentionWeights& w, const RopeTable& rope, formats::CacheFormat format,
+                           int64_t pos_stride = 1) {
   Tensor<float> kv = ops.rms_norm(ops.linear(main_x, w.wkv), w.kv_norm, c.norm_eps);  // [T, D] bf16
-  ops.rope_rows(kv, 1, rope, first_pos, 1, false);
+  ops.rope_rows(kv, 1, rope, first_pos, pos_stride, false);
   return ops.qdq(format, kv);
 }
 
@@ -32,21 +34,23 @@ Tensor<float> main_kv_rows(const Ops& ops, const Tensor<float>& main_x, int64_t 
 // branch). x: [B, dim] bf16, the attn_norm output of the draft rows at positions first ..
 // first + B - 1 -> [B, dim] bf16. The ring holds the main positions up to first - 1 (checked by
 // the caller); its slots 0 .. n - 1 (n = min(W, first)) are read in slot order, then the draft's
-// own K/V rows: every query row sees all of them (no causal mask within the block).
+// own K/V rows: every query row sees all of them (no causal mask within the block). pos_stride:
+// as main_kv_rows (1: the official positions).
 Tensor<float> dspark_attention(const Ops& ops, const Tensor<float>& x, int64_t first, const ModelConfig& c,
-                               const AttentionWeights& w, const RopeTable& rope, const WindowKvRing& ring) {
+                               const AttentionWeights& w, const RopeTable& rope, const WindowKvRing& ring,
+                               int64_t pos_stride) {
   const int64_t B = x.dim(0), H = c.n_heads, D = c.head_dim;
   const Tensor<float> qr = ops.rms_norm(ops.linear(x, w.wq_a), w.q_norm, c.norm_eps);  // [B, q_lora] bf16
   Tensor<float> q = ops.linear(qr, w.wq_b);                                              // [B, H*D] bf16
-  ops.rope_rows(q, H, rope, first, 1, false);
-  const Tensor<float> kv = main_kv_rows(ops, x, first, c, w, rope, ring.format);  // [B, D]: the draft's own
+  ops.rope_rows(q, H, rope, first, pos_stride, false);
+  const Tensor<float> kv = main_kv_rows(ops, x, first, c, w, rope, ring.format, pos_stride);  // [B, D]: the draft's own
   const int64_t n = std::min<int64_t>(ring.window, first);
   const Tensor<float> rows = ops.concat_kv_rows(ring.read_slots(ops, n), kv);  // [n + B, D]
   const Tensor<int32_t> idxs = ops.upload(dspark_index_rows(n, B));           // [B, n + B]
   Tensor<float> o = ops.sparse_attn(std::move(q).reshaped({B, H, D}), rows, CacheRows{}, w.attn_sink, idxs,
                                     static_cast<float>(std::pow(static_cast<double>(D), -0.5)));  // [B, H, D]
   Tensor<float> o_flat = std::move(o).reshaped({B, H * D});
-  ops.rope_rows(o_flat, H, rope, first, 1, true);
+  ops.rope_rows(o_flat, H, rope, first, pos_stride, true);
   return ops.linear(ops.grouped_linear(o_flat, w.wo_a, c.o_groups), w.wo_b);
 }
 
@@ -93,7 +97,8 @@ void Model::dspark_write(ModelState& state, std::vector<Tensor<float>> parts, in
   }
 }
 
-DraftResult Model::draft(const ModelState& state, int64_t last_token, const DraftSampling& sampling) const {
+DraftResult Model::draft(const ModelState& state, int64_t last_token, const DraftSampling& sampling,
+                         DraftDefect defect) const {
   const ModelConfig& c = config_;
   const Ops& ops = *ops_;
   DSV41_CHECK(c.n_mtp_layers > 0, "draft: the config has no DSpark blocks (n_mtp_layers = 0)");
@@ -136,7 +141,8 @@ DraftResult Model::draft(const ModelState& state, int64_t last_token, const Draf
     Tensor<float> a_in = ops.rms_norm(ops.hc_pre(stream, pre), bw.attn_norm, c.norm_eps);  // [B, dim] bf16
     observe(Component::kDSparkAttnIn, layer, a_in);
     Tensor<float> a_out = dspark_attention(ops, a_in, first, c, bw.attn, rope_[static_cast<size_t>(layer)],
-                                           state.dspark_window_kv[static_cast<size_t>(i)]);
+                                           state.dspark_window_kv[static_cast<size_t>(i)],
+                                           defect == DraftDefect::kRopeAtBlockStart ? 0 : 1);
     observe(Component::kDSparkAttnOut, layer, a_out);
     stream = ops.hc_post(a_out, stream, am.post, am.comb);
     observe(Component::kDSparkAttnStream, layer, stream);

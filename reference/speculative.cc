@@ -164,6 +164,18 @@ bool roll_back(const Model& model, ModelState& state, const ModelState& before, 
       kept = std::move(stale);
     }
   }
+  if (defect == RoundDefect::kDSparkRingNotRolledBack) {
+    for (size_t i = 0; i < state.dspark_window_kv.size(); ++i) {
+      WindowKvRing& kept = state.dspark_window_kv[i];
+      const WindowKvRing& stale = verified.dspark_window_kv[i];
+      const size_t bytes = static_cast<size_t>(kept.entry_bytes());
+      for (int s = 0; s < kept.window; ++s) {  // an empty slot is never read: no change there
+        changed = changed || (kept.positions[static_cast<size_t>(s)] >= 0 &&
+                              std::memcmp(kept.bytes.row(s), stale.bytes.row(s), bytes) != 0);
+      }
+      kept.bytes = stale.bytes;  // the positions stay rolled back: only the bytes are stale
+    }
+  }
   return changed;
 }
 

@@ -84,6 +84,11 @@ enum class RoundDefect {
   kNone,
   kCompressorNotRolledBack,  // after a partial accept, the compressor's partial groups stay as verified
   kAcceptOneMore,            // one draft more than the rule accepts (when a draft was rejected)
+  kDSparkRingNotRolledBack,  // after a partial accept, the DSpark rings keep the verify step's rows
+                             // in the rejected positions' slots (their position bookkeeping is rolled
+                             // back, their bytes are not): the next draft reads rejected drafts
+  kDraftRopeAtBlockStart,    // the draft's rows 1+ use row 0's RoPE position (Model::draft's
+                             // DraftDefect::kRopeAtBlockStart; fires in the draft, not in roll_back)
 };
 
 struct SpeculativeOptions {
@@ -107,8 +112,10 @@ Verification verify_drafts(const Model& model, ModelState& state, int64_t curren
 // Step 4: `state` (after the verify step of `tokens` = [c, d_1..d_k] from `before`) keeps
 // [c, d_1..d_m]: unchanged when m = k, else `before` advanced by those m + 1 tokens in one
 // hook-free chunk (bit-equal to decoding them one at a time). kCompressorNotRolledBack leaves the
-// verify step's compressor slots in place; returns whether that changed a pending slot (it does when
-// the verify step crossed a compressor group boundary after the kept tokens).
+// verify step's compressor slots in place, kDSparkRingNotRolledBack the verify step's DSpark ring
+// bytes; returns whether the defect changed state (a pending compressor slot: when the verify step
+// crossed a compressor group boundary after the kept tokens; an occupied ring slot: when a rejected
+// position's slot held an earlier position).
 bool roll_back(const Model& model, ModelState& state, const ModelState& before, const std::vector<int64_t>& tokens,
                int64_t m, RoundDefect defect = RoundDefect::kNone);
 

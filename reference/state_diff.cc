@@ -158,6 +158,13 @@ std::string first_state_difference(const ModelState& a, const ModelState& b) {
         ids_diff("recent tokens", "slot", 0, a.recent_tokens, b.recent_tokens)}) {
     if (!d.empty()) return d;
   }
+  if (std::string d = value_diff("DSpark ring count", a.dspark_window_kv.size(), b.dspark_window_kv.size()); !d.empty()) {
+    return d;
+  }
+  for (size_t i = 0; i < a.dspark_window_kv.size(); ++i) {
+    const std::string what = "DSpark block " + std::to_string(i) + " dspark_window_kv";
+    if (std::string d = ring_diff(what, a.dspark_window_kv[i], b.dspark_window_kv[i]); !d.empty()) return d;
+  }
   return "";
 }
 

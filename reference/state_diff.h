@@ -13,7 +13,8 @@
 //     compressed_kv,  present or not, format, owner layer, ratio, dim, capacity, position offset,
 //     index_keys      size (entries written); the bytes of entries [0, size) (later entries of
 //                     the storage are stale: a rewrite dropped them)
-//   the Engram history (pad id, first position, every id), the recent raw tokens (every slot).
+//   the Engram history (pad id, first position, every id), the recent raw tokens (every slot);
+//   per DSpark block i (config n_mtp_layers > 0): its dspark_window_kv ring, as window_kv.
 //
 // The answer is "" when the states are equal, else one sentence naming the first difference: the
 // layer, the cache, the slot / entry / row (with its position) and the byte offset in it with both

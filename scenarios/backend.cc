@@ -103,6 +103,22 @@ class ReferenceBackend final : public Backend {
     return out;
   }
 
+  reference::DraftResult draft(BackendSession& s, int64_t last_token, const reference::DraftSampling& sampling,
+                               const reference::ForwardHooks& hooks, int64_t step) override {
+    const ModelState& state = as_ref(s).state;
+    // draft_rope_pos0 fires in the first draft at or after its step (a block of one row: nothing to change).
+    const bool plant = mutation_ && mutation_->round == reference::RoundDefect::kDraftRopeAtBlockStart && !fired_ &&
+                       step >= mutation_->step && model_.config().dspark_block_size >= 2;
+    reference::DraftResult d;
+    // Value and cache defects never fire inside a round (rounds.h).
+    with_hooks(hooks, state.pos, model_.config().dspark_block_size, kNoDefectStep, [&] {
+      d = model_.draft(state, last_token, sampling,
+                       plant ? reference::DraftDefect::kRopeAtBlockStart : reference::DraftDefect::kNone);
+    });
+    fired_ = fired_ || plant;
+    return d;
+  }
+
   std::unique_ptr<BackendSession> fork(const BackendSession& s) override {
     return std::make_unique<RefSession>(as_ref(s).state);
   }
@@ -149,10 +165,13 @@ class ReferenceBackend final : public Backend {
   }
 
   std::vector<reference::CacheView> caches(const BackendSession& s) const override {
-    // The caches, then the compressors' pending groups: what a rollback or a resume must restore.
+    // The caches, then the compressors' pending groups and the DSpark rings: what a rollback or a
+    // resume must restore.
     std::vector<reference::CacheView> v = model_.cache_views(as_ref(s).state);
-    std::vector<reference::CacheView> pending = reference::compressor_views(as_ref(s).state, model_.ops());
-    v.insert(v.end(), pending.begin(), pending.end());
+    for (std::vector<reference::CacheView> more : {reference::compressor_views(as_ref(s).state, model_.ops()),
+                                                   reference::dspark_views(as_ref(s).state, model_.ops())}) {
+      v.insert(v.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+    }
     return v;
   }
 

@@ -103,13 +103,19 @@ class Backend {
   // A speculative round's verify step and rollback (VerifyRequest); s ends at its position + kept + 1.
   virtual VerifyResult verify(BackendSession& s, const VerifyRequest& request, const reference::ForwardHooks& hooks,
                               int64_t step) = 0;
+  // A DSpark draft after s.pos() (reference::Model::draft: last_token at s.pos(), the drafts at the
+  // positions after it); the session is not changed. hooks see, and may replace, the dspark_*
+  // components. A backend without DSpark (config n_mtp_layers = 0) throws a dsv41::Error.
+  virtual reference::DraftResult draft(BackendSession& s, int64_t last_token, const reference::DraftSampling& sampling,
+                                       const reference::ForwardHooks& hooks, int64_t step) = 0;
   // An independent copy of a session (the runner's greedy lookahead drafts run on one).
   virtual std::unique_ptr<BackendSession> fork(const BackendSession& s) = 0;
   virtual SavedState save(const BackendSession& s, bool include_swa) = 0;
   // A session continuing from `saved`: kFull needs has_swa; kGlobalOnly rebuilds the SWA rings by
   // encoder replay (approximate by design, docs/sessions.md).
   virtual std::unique_ptr<BackendSession> restore(const SavedState& saved, reference::ResumeMode mode) = 0;
-  // Every cache of the session as raw bytes, in a fixed order (reference::cache_views).
+  // Every cache of the session as raw bytes, in a fixed order: reference::cache_views, then the
+  // compressors' pending groups (compressor_views) and the DSpark rings (dspark_views).
   virtual std::vector<reference::CacheView> caches(const BackendSession& s) const = 0;
   // Why this backend's run proves less than it claims ("" when nothing is missing): a planted
   // defect that never applied (its step, layer or selection never came) makes a comparison

@@ -48,6 +48,8 @@ Mutation parse_mutation(const std::string& spec) {
   static const std::pair<const char*, reference::RoundDefect> kRound[] = {
       {"rollback_compressor", reference::RoundDefect::kCompressorNotRolledBack},
       {"accept_one_more", reference::RoundDefect::kAcceptOneMore},
+      {"rollback_dspark", reference::RoundDefect::kDSparkRingNotRolledBack},
+      {"draft_rope_pos0", reference::RoundDefect::kDraftRopeAtBlockStart},
   };
   for (const auto& [defect, kind] : kRound) {
     const std::string prefix = std::string(defect) + ":";
@@ -80,10 +82,10 @@ Mutation parse_mutation(const std::string& spec) {
   DSV41_CHECK(m.step >= 0, "mutant '", spec, "': step ", m.step, " < 0");
   const std::optional<reference::Component> id = reference::component_from_name(m.component);
   DSV41_CHECK(id && reference::component_info(*id).kind != reference::ComponentKind::kIds &&
-                  *id != reference::Component::kLogits,
+                  *id != reference::Component::kLogits && *id != reference::Component::kCacheDSparkWindowKv,
               "mutant '", spec, "': '", m.component, "' is not a component a defect can be planted in (a tensor hook of "
               "reference/hooks.h, topk, experts, candidates, cache.window_kv, cache.compressed_kv, cache.index_keys; or a "
-              "speculative defect: rollback_compressor:S<n>, accept_one_more:S<n>)");
+              "speculative defect: rollback_compressor:S<n>, rollback_dspark:S<n>, accept_one_more:S<n>, draft_rope_pos0:S<n>)");
   m.id = *id;
   return m;
 }

@@ -24,8 +24,14 @@
 //   rollback_compressor  after a partial accept the compressors keep the verify step's slots (the
 //                        partial group is not rolled back): changes state when the verify step
 //                        crossed a compressor group boundary after the kept tokens
+//   rollback_dspark      after a partial accept the DSpark rings keep the verify step's rows in the
+//                        rejected positions' slots (bookkeeping rolled back, bytes not): changes
+//                        state when such a slot held an earlier position (past the ring's wrap)
 //   accept_one_more      the first rejected draft is kept too (the next token: the target's argmax
 //                        after it)
+//   draft_rope_pos0      a DSpark draft (the "dspark" drafter) rotates every block row at row 0's
+//                        position (Model::draft, DraftDefect::kRopeAtBlockStart): fires in the
+//                        first draft at or after the step when the block has 2+ rows
 #pragma once
 
 #include <cstdint>

@@ -100,8 +100,20 @@ RoundSide plain(Backend& b, BackendSession& s, const RoundPlan& plan, std::optio
 
 }  // namespace
 
+DraftSide run_draft(Backend& backend, BackendSession& session, int64_t current, const SpeculateSpec& spec,
+                    uint64_t draft_seed, const StepCapture* forced, int64_t step) {
+  DraftSide out;
+  reference::DraftSampling sampling;
+  sampling.temperature = spec.temperature;
+  sampling.seed = draft_seed;
+  out.capture.start_pos = session.pos();
+  out.capture.tokens = backend.config().dspark_block_size;
+  out.result = backend.draft(session, current, sampling, capture_hooks(out.capture, forced), step);
+  return out;
+}
+
 RoundPlan plan_round(Backend& backend, BackendSession& session, int64_t current, const SpeculateSpec& spec,
-                     int64_t round, uint64_t seed) {
+                     int64_t round, uint64_t seed, const reference::DraftResult* draft) {
   const int64_t vocab = backend.config().vocab_size;
   RoundPlan p;
   p.current = current;
@@ -118,7 +130,14 @@ RoundPlan plan_round(Backend& backend, BackendSession& session, int64_t current,
       p.proposal.push_back(token);
     }
   } else {
-    DSV41_FAIL("speculate: dspark drafts are not available on backend ", backend.name());
+    DSV41_CHECK(draft != nullptr, "speculate: dspark drafts need side A's draft");
+    p.proposal = draft->tokens;
+    p.confidence_logits = draft->confidence;
+    if (spec.temperature > 0) {  // the distributions the drafts were drawn from (fp32 -> double, exact)
+      for (int64_t i = 0; i < draft->probs.dim(0); ++i) {
+        p.p_draft.emplace_back(draft->probs.row(i), draft->probs.row(i) + draft->probs.dim(1));
+      }
+    }
   }
   if (!spec.reject_at.empty()) {
     const int64_t at = spec.reject_at[static_cast<size_t>(round % static_cast<int64_t>(spec.reject_at.size()))];

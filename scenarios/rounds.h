@@ -17,8 +17,14 @@
 // Planted value and cache defects (scenarios/mutants.h) never fire inside a round (a defect in a
 // rolled-back row would vanish and prove nothing); the speculative defects fire only there.
 //
+// DSpark drafts ("drafts": "dspark"): BOTH sides run their own draft at the round's start
+// (run_draft: Backend::draft, teacher-forced from A's when the mode is), its dspark_* outputs
+// lead the round's capture (a plain side drafts too: its state must give the same draft); side A's
+// draft is the proposal (tokens, the distributions they were drawn from, confidence logits).
+//
 // Example:
-//   RoundPlan plan = plan_round(a_backend, a_session, current, spec, round, step, seed);
+//   DraftSide da = run_draft(a_backend, a_session, current, spec, draft_seed, nullptr, step);
+//   RoundPlan plan = plan_round(a_backend, a_session, current, spec, round, seed, &da.result);
 //   RoundSide ra = run_round(a_backend, a_session, plan, /*plain=*/false, std::nullopt, nullptr, step);
 //   RoundSide rb = run_round(b_backend, b_session, plan, /*plain=*/true, ra.kept, nullptr, step);
 #pragma once
@@ -57,9 +63,19 @@ struct RoundSide {
   int64_t kept = 0;                // drafts kept (side A's decision)
 };
 
-// Step 1 on side A's session (unchanged: lookahead drafts run on a fork).
+// One side's DSpark draft after `current` (at the session's position): sampled at the round's
+// temperature (no top-p: the official sampler) with `draft_seed`.
+struct DraftSide {
+  StepCapture capture;             // the dspark_* outputs, in the draft's order
+  reference::DraftResult result;
+};
+DraftSide run_draft(Backend& backend, BackendSession& session, int64_t current, const SpeculateSpec& spec,
+                    uint64_t draft_seed, const StepCapture* forced, int64_t step);
+
+// Step 1 on side A's session (unchanged: lookahead drafts run on a fork). draft: side A's DSpark
+// draft (the "dspark" drafter; nullptr otherwise).
 RoundPlan plan_round(Backend& backend, BackendSession& session, int64_t current, const SpeculateSpec& spec,
-                     int64_t round, uint64_t seed);
+                     int64_t round, uint64_t seed, const reference::DraftResult* draft);
 
 // Steps 2 and 3 on one side. keep: side A's decision (std::nullopt: this side is A and decides).
 // forced: side A's verify capture (teacher forcing; speculative sides only).

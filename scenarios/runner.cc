@@ -263,9 +263,22 @@ class ComparisonRun {
     sampling.temperature = ev.speculate.temperature;
     sampling.top_p = ev.speculate.top_p;
     const int64_t current = next_token(session, &sampling, seed ^ 0x5eedull);
-    const RoundPlan plan = plan_round(A_.backend(session), A_.session(session), current, ev.speculate, round, seed);
+    // DSpark drafts: both sides draft (teacher-forced from A's when the mode is), A's is the proposal.
+    std::optional<DraftSide> da, db;
+    if (ev.speculate.drafter == SpeculateSpec::kDSpark) {
+      const uint64_t draft_seed = stream_seed(sc_.seed, "draft:" + std::to_string(step_));
+      da = run_draft(A_.backend(session), A_.session(session), current, ev.speculate, draft_seed, nullptr, step_);
+      db = run_draft(B_.backend(session), B_.session(session), current, ev.speculate, draft_seed,
+                     forced_ ? &da->capture : nullptr, step_);
+    }
+    const RoundPlan plan = plan_round(A_.backend(session), A_.session(session), current, ev.speculate, round, seed,
+                                      da ? &da->result : nullptr);
     RoundSide a = run_round_side(A_, session, plan, pair_.a.plain, std::nullopt, nullptr);
     RoundSide b = run_round_side(B_, session, plan, pair_.b.plain, a.kept, forced_ ? &a.verify : nullptr);
+    if (da) {  // the draft's outputs lead the round's capture: they came first
+      a.capture.items.insert(a.capture.items.begin(), da->capture.items.begin(), da->capture.items.end());
+      b.capture.items.insert(b.capture.items.begin(), db->capture.items.begin(), db->capture.items.end());
+    }
     align_columns(a.capture, b.capture);
     if (a.decision.next_token >= 0) pending_[session] = a.decision.next_token;
     std::vector<std::string> marks;
@@ -436,6 +449,9 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
   }
   for (const Event& e : sc.events) {
     if (e.kind != Event::kSpeculate) continue;
+    DSV41_CHECK(e.speculate.drafter != SpeculateSpec::kDSpark || c.n_mtp_layers > 0, "scenario '", sc.name,
+                "': a speculate event with dspark drafts needs DSpark blocks, the config has n_mtp_layers = 0 (use "
+                "\"drafts\": \"lookahead:N\")");
     for (const Pair& p : plan.pairs) {
       const bool plain = p.a.plain || p.b.plain;
       DSV41_CHECK(!plain || std::find(plan.modes.begin(), plan.modes.end(), "teacher-forced") == plan.modes.end(),

@@ -22,12 +22,12 @@ TEST(SuiteCli, BuiltinSuitePassesWithAValidReport) {
   int scenarios = 0;
   for (const char* n : {"cold_prefill", "full_cache_hit", "global_only_short", "global_only_hit", "decoder_replay",
                         "repeated_resumptions", "follow_up_turns", "boundary_facts", "long_retrieval",
-                        "concurrent_sessions"}) {
+                        "concurrent_sessions", "speculative_greedy", "speculative_resume", "speculative_rollback"}) {
     EXPECT_TRUE(has(r.out, std::string(n) + ": ")) << n << " missing from the summary";
     EXPECT_TRUE(has(read_bytes(junit), std::string("name=\"") + n + "\"")) << n << " missing from the JUnit";
     scenarios += has(list.out, std::string("  ") + n + " ");
   }
-  EXPECT_EQ(scenarios, 10) << list.out;
+  EXPECT_EQ(scenarios, 13) << list.out;
   EXPECT_TRUE(has(r.out, " 0 fail")) << r.out;
   EXPECT_TRUE(has(r.out, " 0 inconclusive")) << r.out;
   EXPECT_TRUE(has(r.err, "[")) << "progress lines on stderr";
@@ -50,7 +50,7 @@ TEST(SuiteCli, BuiltinSuitePassesWithAValidReport) {
          "f = h5py.File(sys.argv[1], 'r')\n"
          "s = pd.DataFrame(f['summary'][()])\n"
          "names = set(x.decode() if isinstance(x, bytes) else x for x in s['scenario'])\n"
-         "assert len(names) == 10, names\n"
+         "assert len(names) == 13, names\n"
          "assert len(s) > 100, len(s)\n"
          "fails = s[s['verdict'].astype(str).str.contains('fail')]\n"
          "assert len(fails) == 0, fails\n"
