@@ -21,18 +21,45 @@ const char* name(SessionSection s) {
     case SessionSection::kEngramTail: return "Engram tail";
     case SessionSection::kTokenTail: return "token tail";
     case SessionSection::kWindowKv: return "SWA ring";
+    case SessionSection::kDSparkRing: return "DSpark ring";
   }
   return "unknown";
 }
 
 namespace session {
 
+namespace {
+
+// A ring section's payload (kWindowKv, kDSparkRing): per slot its i64 position, then the packed
+// entry [entry_bytes - 8]. Every slot must hold the position ring_position() says.
+void put_ring(std::vector<uint8_t>& p, const WindowKvRing& ring, const ModelConfig& c, const SessionSectionInfo& sec,
+              int64_t pos) {
+  const int64_t eb = sec.entry_bytes - 8;
+  DSV41_CHECK(ring.window == c.window_size && ring.head_dim == c.head_dim && ring.bytes.numel() == ring.window * eb &&
+                  static_cast<int64_t>(ring.positions.size()) == ring.window,
+              "save_session: the ", name(sec.kind), " of layer ", sec.layer, " has window ", ring.window,
+              " and head_dim ", ring.head_dim, ", the config ", c.window_size, " and ", c.head_dim);
+  for (int64_t slot = 0; slot < ring.window; ++slot) {
+    const int64_t at = ring.positions[static_cast<size_t>(slot)];
+    DSV41_CHECK(at == ring_position(pos, ring.window, slot), "save_session: ", name(sec.kind), " of layer ",
+                sec.layer, ": slot ", slot, " holds position ", at, ", a state at position ", pos, " has ",
+                ring_position(pos, ring.window, slot), " there");
+    put_i64(p, at);
+    const uint8_t* entry = ring.bytes.row(slot);
+    p.insert(p.end(), entry, entry + eb);
+  }
+}
+
+}  // namespace
+
 // The payload of one section of `state` (checked against the layout it must have).
 std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig& c, const SessionSectionInfo& sec) {
   std::vector<uint8_t> p;
   p.reserve(static_cast<size_t>(sec.bytes()));
   const int64_t pos = state.pos;
-  const LayerState* ls = sec.layer >= 0 ? &state.layers[static_cast<size_t>(sec.layer)] : nullptr;
+  // The layer's state for the per-layer kinds (a DSpark ring's layer n_layers + i has none).
+  const LayerState* ls =
+      sec.layer >= 0 && sec.layer < c.n_layers ? &state.layers[static_cast<size_t>(sec.layer)] : nullptr;
   switch (sec.kind) {
     case SessionSection::kCompressedKv: {
       DSV41_CHECK(ls->compressed_kv.has_value(), "save_session: layer ", sec.layer, " has no compressed KV cache");
@@ -90,23 +117,14 @@ std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig&
       }
       break;
     }
-    case SessionSection::kWindowKv: {
-      const WindowKvRing& ring = ls->window_kv;
-      const int64_t eb = sec.entry_bytes - 8;
-      DSV41_CHECK(ring.window == c.window_size && ring.head_dim == c.head_dim &&
-                      ring.bytes.numel() == ring.window * eb &&
-                      static_cast<int64_t>(ring.positions.size()) == ring.window,
-                  "save_session: the SWA ring of layer ", sec.layer, " has window ", ring.window, " and head_dim ",
-                  ring.head_dim, ", the config ", c.window_size, " and ", c.head_dim);
-      for (int64_t slot = 0; slot < ring.window; ++slot) {
-        const int64_t at = ring.positions[static_cast<size_t>(slot)];
-        DSV41_CHECK(at == ring_position(pos, ring.window, slot), "save_session: SWA ring of layer ", sec.layer,
-                    ": slot ", slot, " holds position ", at, ", a state at position ", pos, " has ",
-                    ring_position(pos, ring.window, slot), " there");
-        put_i64(p, at);
-        const uint8_t* entry = ring.bytes.row(slot);
-        p.insert(p.end(), entry, entry + eb);
-      }
+    case SessionSection::kWindowKv:
+      put_ring(p, ls->window_kv, c, sec, pos);
+      break;
+    case SessionSection::kDSparkRing: {
+      const size_t i = static_cast<size_t>(sec.layer - c.n_layers);
+      DSV41_CHECK(i < state.dspark_window_kv.size(), "save_session: the state has ", state.dspark_window_kv.size(),
+                  " DSpark rings, the config ", c.n_mtp_layers, " (a state comes from Model::new_state)");
+      put_ring(p, state.dspark_window_kv[i], c, sec, pos);
       break;
     }
   }
@@ -152,10 +170,14 @@ std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos
   add(SessionSection::kEngramTail, -1, 0, int64_t{sizeof(int64_t)}, pos - tail, tail);
   const int64_t recent = std::min<int64_t>(pos, recent_token_count(c));
   add(SessionSection::kTokenTail, -1, 0, int64_t{sizeof(int64_t)}, pos - recent, recent);
-  if (include_swa) {
+  if (include_swa) {  // the local state: the SWA rings, then the DSpark rings (same slots)
+    const int64_t ring_entry = 8 + formats::entry_bytes(CacheFormat::kWindowKvFp8, c.head_dim);
+    const int64_t ring_first = std::max<int64_t>(0, pos - c.window_size);
     for (int l = 0; l < c.n_layers; ++l) {
-      add(SessionSection::kWindowKv, l, 0, 8 + formats::entry_bytes(CacheFormat::kWindowKvFp8, c.head_dim),
-          std::max<int64_t>(0, pos - c.window_size), c.window_size);
+      add(SessionSection::kWindowKv, l, 0, ring_entry, ring_first, c.window_size);
+    }
+    for (int i = 0; i < c.n_mtp_layers; ++i) {
+      add(SessionSection::kDSparkRing, c.n_layers + i, 0, ring_entry, ring_first, c.window_size);
     }
   }
   int64_t offset = session_fixed_bytes(static_cast<int64_t>(out.size()));
@@ -221,10 +243,12 @@ SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std:
   }
   SessionHeader h;
   h.version = get_u32(b + kVersionAt);
-  if (h.version == 1) {
-    refuse(file, "session file format 1 is not read by this build (it reads format ", kSessionFormatVersion,
-           ", which adds the token tail that a global-only resume replays); re-save with this version "
-           "(run the session again and save it)");
+  if (h.version >= 1 && h.version < kSessionFormatVersion) {
+    const char* added = h.version == 1 ? "version 2 added the token tail that a global-only resume replays, version 3 "
+                                         "the DSpark rings of speculative decoding"
+                                       : "version 3 added the DSpark rings of speculative decoding";
+    refuse(file, "format version ", h.version, " is not read by this build: this build reads version ",
+           kSessionFormatVersion, " (", added, "); re-save the session with this build (run it again and save it)");
   }
   if (h.version != kSessionFormatVersion) {
     refuse(file, "unsupported format version ", h.version, " (this build reads version ", kSessionFormatVersion, ")");
@@ -294,7 +318,9 @@ SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std:
     if (s.layer != w.layer || s.ratio != w.ratio) {
       refuse(file, "section table inconsistent: ", where, ": the table names layer ", s.layer, " with ratio ",
              s.ratio, ", but the config's schedule has ",
-             w.layer < 0 || w.kind == SessionSection::kWindowKv ? "layer " : "kv source layer ",
+             w.kind == SessionSection::kDSparkRing                      ? "DSpark block layer "
+             : w.layer < 0 || w.kind == SessionSection::kWindowKv ? "layer "
+                                                                   : "kv source layer ",
              w.layer, " with ratio ", w.ratio, " there");
     }
     if (s.entry_bytes != w.entry_bytes) {

@@ -1,7 +1,7 @@
 // reference/session_restore.cc
 //
 // Loading a session: every section's entries checked and copied into a fresh state of the model;
-// a global-only resume rebuilds the window_kv rings by encoder replay (docs/sessions.md).
+// a global-only resume rebuilds the window_kv and DSpark rings by encoder replay (docs/sessions.md).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,11 +16,44 @@ using namespace session;
 
 namespace {
 
+// A ring section (kWindowKv, kDSparkRing) into `ring`: every slot must hold the position
+// ring_position() says, an empty slot all zeros, a filled one FP8 values that are not NaN codes
+// and E8M0 scales fp8_scale writes.
+void restore_ring(WindowKvRing& ring, const ModelConfig& c, const SessionSectionInfo& sec, const uint8_t* p,
+                  int64_t pos) {
+  const int64_t eb = sec.entry_bytes - 8, d = c.head_dim;
+  const uint8_t lo = formats::fp8_scale(0.0f), hi = formats::fp8_scale(std::numeric_limits<float>::max());
+  for (int64_t slot = 0; slot < sec.count; ++slot) {
+    const uint8_t* at = p + slot * sec.entry_bytes;
+    const int64_t position = get_i64(at), want = ring_position(pos, ring.window, slot);
+    if (position != want) {
+      DSV41_FAIL("slot ", slot, " holds position ", position, ", but at position ", pos, " slot ", slot, " holds ",
+                 want, " (slot = position % window_size ", ring.window,
+                 ", the latest window_size positions; -1: never written)");
+    }
+    const uint8_t* entry = at + 8;
+    for (int64_t i = 0; i < eb; ++i) {
+      const uint8_t b = entry[i];
+      const bool scale = i >= d;
+      if (position < 0 ? b != 0 : (scale ? (b < lo || b > hi) : (b & 0x7Fu) == 0x7Fu)) {  // E4M3 NaN codes
+        DSV41_FAIL("slot ", slot, " (position ", position, ") byte ", i, " is ", hex8(b), ": ",
+                   position < 0 ? "an empty slot holds zeros"
+                   : scale      ? "not an E8M0 scale the quantizer writes [" + hex8(lo) + ", " + hex8(hi) + "]"
+                                : std::string("an E4M3 NaN code (the quantizer saturates)"));
+      }
+    }
+    std::copy(entry, entry + eb, ring.bytes.row(slot));
+    ring.positions[static_cast<size_t>(slot)] = position;
+  }
+}
+
 // Fills the part of `state` that section `sec` holds, checking the entries (throws plain
 // dsv41::Errors; the caller adds the file and section).
 void restore_section(ModelState& state, const ModelConfig& c, const SessionSectionInfo& sec, const uint8_t* p) {
   const int64_t pos = state.pos;
-  LayerState* ls = sec.layer >= 0 ? &state.layers[static_cast<size_t>(sec.layer)] : nullptr;
+  // The layer's state for the per-layer kinds (a DSpark ring's layer n_layers + i has none; the
+  // header check matched every layer against the config's layout).
+  LayerState* ls = sec.layer >= 0 && sec.layer < c.n_layers ? &state.layers[static_cast<size_t>(sec.layer)] : nullptr;
   switch (sec.kind) {
     case SessionSection::kCompressedKv:
       ls->compressed_kv->restore(p, sec.count);
@@ -71,49 +104,28 @@ void restore_section(ModelState& state, const ModelConfig& c, const SessionSecti
       }
       break;
     }
-    case SessionSection::kWindowKv: {
-      WindowKvRing& ring = ls->window_kv;
-      const int64_t eb = sec.entry_bytes - 8, d = c.head_dim;
-      const uint8_t lo = formats::fp8_scale(0.0f), hi = formats::fp8_scale(std::numeric_limits<float>::max());
-      for (int64_t slot = 0; slot < sec.count; ++slot) {
-        const uint8_t* at = p + slot * sec.entry_bytes;
-        const int64_t position = get_i64(at), want = ring_position(pos, ring.window, slot);
-        if (position != want) {
-          DSV41_FAIL("slot ", slot, " holds position ", position, ", but at position ", pos, " slot ", slot,
-                     " holds ", want, " (slot = position % window_size ", ring.window,
-                     ", the latest window_size positions; -1: never written)");
-        }
-        const uint8_t* entry = at + 8;
-        for (int64_t i = 0; i < eb; ++i) {
-          const uint8_t b = entry[i];
-          const bool scale = i >= d;
-          if (position < 0 ? b != 0
-                           : (scale ? (b < lo || b > hi) : (b & 0x7Fu) == 0x7Fu)) {  // E4M3 NaN codes
-            DSV41_FAIL("slot ", slot, " (position ", position, ") byte ", i, " is ", hex8(b), ": ",
-                       position < 0      ? "an empty slot holds zeros"
-                       : scale ? "not an E8M0 scale the quantizer writes [" + hex8(lo) + ", " + hex8(hi) + "]"
-                               : std::string("an E4M3 NaN code (the quantizer saturates)"));
-          }
-        }
-        std::copy(entry, entry + eb, ring.bytes.row(slot));
-        ring.positions[static_cast<size_t>(slot)] = position;
-      }
+    case SessionSection::kWindowKv:
+      restore_ring(ls->window_kv, c, sec, p, pos);
       break;
-    }
+    case SessionSection::kDSparkRing:
+      restore_ring(state.dspark_window_kv[static_cast<size_t>(sec.layer - c.n_layers)], c, sec, p, pos);
+      break;
   }
 }
 
-// A global-only resume (docs/sessions.md, encoder replay) of a loaded state: the rings (the file's,
-// if it had any) are discarded; the Engram history is rebuilt from the token tail, compressed
+// A global-only resume (docs/sessions.md, encoder replay) of a loaded state: the SWA and DSpark
+// rings (the file's, if it had any) are discarded; the Engram history is rebuilt from the token tail, compressed
 // through the model's token map (it must agree with the stored Engram tail); then the last
 // min(pos, window_size) tokens are replayed with windows truncated at the first of them.
 // Returns the number of tokens replayed.
 int64_t replay_rings(ModelState& state, const ModelConfig& c, const Model& model, const std::string& file) {
   const int64_t pos = state.pos, kept = static_cast<int64_t>(state.recent_tokens.size());
-  for (LayerState& ls : state.layers) {
-    std::fill(ls.window_kv.bytes.data().begin(), ls.window_kv.bytes.data().end(), uint8_t{0});
-    ls.window_kv.clear();
-  }
+  const auto empty = [](WindowKvRing& ring) {
+    std::fill(ring.bytes.data().begin(), ring.bytes.data().end(), uint8_t{0});
+    ring.clear();
+  };
+  for (LayerState& ls : state.layers) empty(ls.window_kv);
+  for (WindowKvRing& ring : state.dspark_window_kv) empty(ring);
   if (pos == 0) return 0;
   const int64_t first = pos - std::min(pos, kept);
   std::vector<int64_t> tail;  // [pos - first] raw tokens of positions first .. pos - 1

@@ -15,9 +15,13 @@
 //                     later position never reads further back); the token tail (the raw ids of
 //                     the last min(pos, recent_token_count(c)) positions: what encoder replay
 //                     reads); pos; the config hash.
-//   local (optional)  every layer's SWA ring: per slot its position and packed FP8 entry.
-//                     Without it a session resumes only in global-only mode (encoder replay).
-// Size: fixed bytes (header, section table, the pending / Engram / token / SWA sections) plus
+//   local (optional)  every layer's SWA ring: per slot its position and packed FP8 entry; with a
+//                     DSpark config (n_mtp_layers > 0) also each DSpark block's ring
+//                     (ModelState::dspark_window_kv), the same way, so the next Model::draft of a
+//                     resumed session is the uninterrupted one's bit for bit. Without the local
+//                     state a session resumes only in global-only mode (encoder replay rebuilds
+//                     both kinds of ring).
+// Size: fixed bytes (header, section table, the pending / Engram / token / ring sections) plus
 // exactly global_bytes_for_tokens(byte_accounting(c), pos) bytes of cache entries
 // (byte_accounting.h).
 //
@@ -28,9 +32,10 @@
 // (naming the header, the table or the section), a truncated file, a section table that does not
 // match the config and pos (owner layers, ratios, entry sizes, counts: a kv source at position P
 // holds exactly P / ratio entries), and entries the formats cannot have written (a scale byte
-// outside the quantizer's range, an SWA slot holding the wrong position, a non-finite pending
-// value, an Engram id outside the compressed vocab, a token id outside the vocab); format 1 files
-// (no token tail) are refused: re-save them with this version.
+// outside the quantizer's range, an SWA or DSpark ring slot holding the wrong position, a
+// non-finite pending value, an Engram id outside the compressed vocab, a token id outside the
+// vocab); files of an older format (1: no token tail, 2: no DSpark rings) are refused with both
+// versions and what changed: re-save them with this build.
 //
 // Session files hold the official packed formats only: saving a CachePrecision::kBf16 state, or
 // loading into a model set to kBf16 caches, is a dsv41::Error (the ablation's states are kept in
@@ -58,27 +63,30 @@
 namespace dsv41::reference {
 
 inline constexpr char kSessionMagic[9] = "DSV41SES";  // the first 8 bytes of every file
-inline constexpr uint32_t kSessionFormatVersion = 2;  // 2: + the token tail
+inline constexpr uint32_t kSessionFormatVersion = 3;  // 2: + the token tail; 3: + the DSpark rings
 inline constexpr int64_t kSessionHeaderBytes = 48;      // magic .. header CRC
 inline constexpr int64_t kSessionTableEntryBytes = 44;  // one section table entry
 inline constexpr int64_t kSessionTableCrcBytes = 4;     // the CRC after the table
-inline constexpr uint32_t kSessionFlagSwa = 1u;         // header flags bit 0: SWA rings included
+inline constexpr uint32_t kSessionFlagSwa = 1u;         // header flags bit 0: the local state (SWA and
+                                                        //   DSpark rings) included
 
 enum class SessionSection : uint32_t {
   kCompressedKv = 1,       // a kv source's compressed-KV entries
   kIndexKeys = 2,          // a kv source's index-key entries
   kCompressorPending = 3,  // a ratio > 1 kv source's pending partial group
   kEngramTail = 4,         // the Engram n-gram tail
-  kWindowKv = 5,            // one layer's SWA ring
+  kWindowKv = 5,           // one layer's SWA ring
   kTokenTail = 6,          // the raw token ids of the last positions (format 2)
+  kDSparkRing = 7,         // one DSpark block's ring, layer n_layers + i (format 3)
 };
 const char* name(SessionSection s);
 
 // One section table entry (docs/session-store.md); a section's payload is count x entry_bytes.
 struct SessionSectionInfo {
   SessionSection kind = SessionSection::kCompressedKv;
-  int layer = -1;              // owner layer (kv sources), ring layer (SWA), -1 (Engram, tokens)
-  int ratio = 0;               // the owner's compress ratio (0 for Engram, tokens and SWA)
+  int layer = -1;              // owner layer (kv sources), ring layer (SWA), n_layers + i (DSpark
+                               //   block i), -1 (Engram, tokens)
+  int ratio = 0;               // the owner's compress ratio (0 for Engram, tokens and the rings)
   int64_t entry_bytes = 0;     // bytes per entry
   int64_t first_position = 0;  // see session_layout
   int64_t count = 0;           // entries
@@ -95,7 +103,8 @@ struct SessionSectionInfo {
 //   kEngramTail (count min(pos, engram_max_ngram_size - 1), 0 without Engram layers;
 //     first_position pos - count);
 //   kTokenTail (count min(pos, recent_token_count(c)), first_position pos - count);
-//   with include_swa, per layer kWindowKv (first_position max(0, pos - window), count window).
+//   with include_swa, per layer kWindowKv (first_position max(0, pos - window), count window),
+//     then per DSpark block i (n_mtp_layers > 0) kDSparkRing, layer n_layers + i, the same way.
 std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos, bool include_swa);
 
 // Header + section table + table CRC of a file with n sections.
@@ -126,18 +135,18 @@ SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std:
                                    const ModelConfig& c);
 SessionHeader read_session_header(const std::string& path, const ModelConfig& c);
 
-// How a session's local state (the SWA rings) is rebuilt on loading (docs/sessions.md).
+// How a session's local state (the SWA and DSpark rings) is rebuilt on loading (docs/sessions.md).
 enum class ResumeMode {
-  kFull,        // the file's rings; without them every slot is empty and a step fails
+  kFull,        // the file's rings; without them every slot is empty and a step (or draft) fails
   kGlobalOnly,  // encoder replay: the file's rings, if any, are ignored; the Engram history is
                 // rebuilt from the token tail and Model::replay_local_state replays its last
-                // min(pos, window_size) tokens. Exact when pos <= window_size.
+                // min(pos, window_size) tokens (both kinds of ring). Exact when pos <= window_size.
 };
 
 struct LoadedSession {
-  ModelState state;       // at header.pos. kFull: SWA rings empty (every slot -1) unless has_swa;
-                          // kGlobalOnly: the replayed rings
-  bool has_swa = false;   // the file holds the rings
+  ModelState state;       // at header.pos. kFull: SWA and DSpark rings empty (every slot -1)
+                          // unless has_swa; kGlobalOnly: the replayed rings
+  bool has_swa = false;   // the file holds the rings (flags bit 0)
   ResumeMode mode = ResumeMode::kFull;
   int64_t replayed_tokens = 0;  // kGlobalOnly: the tokens encoder replay ran (min(pos, window_size))
   SessionHeader header;

@@ -1,8 +1,9 @@
 // `dsv41 forward`: runs the reference forward (prefill from position 0, then one-token decode
-// steps fed from --decode, not sampled) on any config and weights, and writes what a port must
-// agree on to an HDF5 file (docs/forward-output.md). Sessions (docs/cli.md, docs/sessions.md):
-// --chunk runs the prompt in chunks, --save-state / --resume save and continue a session
-// (reference/session_store.h).
+// steps fed from --decode, not sampled, or --generate N tokens, plain or speculative:
+// scenarios/forward_generate.h) on any config and weights, and writes what a port must agree on to
+// an HDF5 file (docs/forward-output.md). Sessions (docs/cli.md, docs/sessions.md): --chunk runs
+// the prompt in chunks, --save-state / --resume save and continue a session
+// (reference/session_store.h); --first-token continues a generation from its pending token.
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -24,6 +26,7 @@
 #include "reference/session_store.h"
 #include "reports/h5_writer.h"
 #include "scenarios/cli.h"
+#include "scenarios/forward_generate.h"
 #include "scenarios/runner.h"  // shell_quote
 #include "scenarios/id_list.h"
 
@@ -44,7 +47,52 @@ struct ForwardArgs {
   int64_t chunk = 0;       // 0: the prompt in one step
   int64_t start_pos = -1;  // -1: not given
   int64_t decoder_replay = 0;  // > 0: decoder replay rows for each prompt step (docs/sessions.md)
+  // Generation (scenarios/forward_generate.h).
+  int64_t generate = 0;       // 0: none
+  std::string speculative;    // "": plain generation
+  std::string sampling;       // "": greedy
+  uint64_t seed = 0;
+  bool seed_given = false;
+  int64_t first_token = -1;   // -1: not given
 };
+
+// The generation options, checked against each other and the config before the weights are read.
+std::optional<GenerateOptions> generation_options(const ForwardArgs& a, const reference::ModelConfig& c,
+                                                  bool has_decode) {
+  if (a.generate == 0) {
+    if (!a.speculative.empty()) DSV41_FAIL("--speculative: only with --generate N (the tokens to generate)");
+    if (!a.sampling.empty()) DSV41_FAIL("--sampling: only with --generate N");
+    if (a.seed_given) DSV41_FAIL("--seed: only with --generate N");
+    if (a.first_token >= 0) DSV41_FAIL("--first-token: only with --resume and --generate N");
+    return std::nullopt;
+  }
+  if (has_decode) {
+    DSV41_FAIL("--generate and --decode: choose one (--decode feeds given ids, --generate picks them from the logits)");
+  }
+  GenerateOptions o;
+  o.tokens = a.generate;
+  o.seed = a.seed;
+  if (!a.sampling.empty()) o.sampling = parse_sampling(a.sampling);
+  if (!a.speculative.empty()) {
+    o.speculative = parse_speculative(a.speculative);
+    if (c.n_mtp_layers == 0) {
+      DSV41_FAIL("--speculative: config '", a.config, "' has no DSpark blocks (n_mtp_layers = 0); speculative "
+                 "decoding drafts with them (docs/dspark.md)");
+    }
+  }
+  if (a.first_token >= 0) {
+    if (a.resume.empty()) DSV41_FAIL("--first-token: only with --resume (the pending token of the saved session)");
+    if (!a.prompt.empty()) {
+      DSV41_FAIL("--first-token and --prompt: choose one (--first-token continues a generation from its pending "
+                 "token, --prompt runs more tokens first)");
+    }
+    if (a.first_token >= c.vocab_size) {
+      DSV41_FAIL("--first-token: ", a.first_token, " is outside the vocab [0, ", c.vocab_size, ") of config '",
+                 a.config, "'");
+    }
+  }
+  return o;
+}
 
 std::string layer_name(int l) {
   char buf[16];
@@ -126,9 +174,13 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   if (a.threads > 0) reference::set_reference_threads(a.threads);
   // 1. Inputs that cost nothing to check: config, ids, token map, output path.
   const reference::ModelConfig c = reference::load_config(a.config);
-  const std::vector<int64_t> prompt = parse_id_list(a.prompt, "--prompt");
+  const std::vector<int64_t> prompt = a.prompt.empty() ? std::vector<int64_t>{} : parse_id_list(a.prompt, "--prompt");
   const std::vector<int64_t> decode = parse_id_list(a.decode, "--decode");
-  if (prompt.empty()) DSV41_FAIL("--prompt: at least one token is needed");
+  const std::optional<GenerateOptions> gen = generation_options(a, c, !decode.empty());
+  const std::optional<int64_t> first_token = a.first_token >= 0 ? std::optional<int64_t>(a.first_token) : std::nullopt;
+  if (prompt.empty() && !first_token) {
+    DSV41_FAIL("--prompt: at least one token is needed (or, resuming a generation, --first-token)");
+  }
   check_vocab(prompt, "--prompt", a, c);
   check_vocab(decode, "--decode", a, c);
   // Session options: the file's header, table and checksums are checked here, before the weights.
@@ -152,11 +204,15 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     DSV41_FAIL("resuming at a wrong position: --start-pos ", a.start_pos, ", but the session in '", a.resume,
                "' is at position ", start);
   }
-  const int64_t positions = start + static_cast<int64_t>(prompt.size() + decode.size());
+  // Generation: N generated tokens (+ a draft block beyond the last, for speculative rounds).
+  const int64_t more = gen ? a.generate + (gen->speculative ? c.dspark_block_size : 0)
+                           : static_cast<int64_t>(decode.size());
+  const int64_t positions = start + static_cast<int64_t>(prompt.size()) + more;
   if (positions > c.max_seq_len) {
-    DSV41_FAIL("--prompt / --decode: ", start > 0 ? std::to_string(start) + " resumed positions + " : "",
-               prompt.size(), " prompt tokens + ", decode.size(), " decode steps = ", positions,
-               " positions, more than max_seq_len ", c.max_seq_len, " of config '", a.config, "'");
+    DSV41_FAIL(gen ? "--prompt / --generate: " : "--prompt / --decode: ",
+               start > 0 ? std::to_string(start) + " resumed positions + " : "", prompt.size(), " prompt tokens + ",
+               more, gen ? (gen->speculative ? " generated and drafted tokens" : " generated tokens") : " decode steps",
+               " = ", positions, " positions, more than max_seq_len ", c.max_seq_len, " of config '", a.config, "'");
   }
   if (!a.save_state.empty()) {
     const std::filesystem::path dir = std::filesystem::path(a.save_state).parent_path();
@@ -187,7 +243,21 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   }
   std::vector<StepRecord> steps;
   const std::string how = a.chunk > 0 ? " in chunks of " + std::to_string(a.chunk) : std::string();
-  if (a.resume.empty()) {
+  if (gen) {
+    const std::string mode = gen->speculative ? "speculative " + gen->speculative->str() : std::string("plain");
+    char sampling[96] = "greedy";
+    if (gen->sampling.temperature != 0) {
+      std::snprintf(sampling, sizeof sampling, "temperature %g, top-p %g", gen->sampling.temperature,
+                    gen->sampling.top_p);
+    }
+    const std::string from = a.resume.empty() ? std::string() : "resumed at position " + std::to_string(start) +
+                                                                      " from " + a.resume + ": ";
+    const std::string fed = first_token ? "first token " + std::to_string(*first_token)
+                                        : std::to_string(prompt.size()) + " prompt tokens" + how;
+    std::fprintf(stderr, "dsv41 forward: %s%s, then %lld generated tokens (%s, %s, seed %llu; %d threads)\n",
+                 from.c_str(), fed.c_str(), static_cast<long long>(gen->tokens), mode.c_str(), sampling,
+                 static_cast<unsigned long long>(gen->seed), reference::reference_threads());
+  } else if (a.resume.empty()) {
     std::fprintf(stderr, "dsv41 forward: prefill of %zu tokens%s, then %zu decode steps (%d threads)\n",
                  prompt.size(), how.c_str(), decode.size(), reference::reference_threads());
   } else {
@@ -210,14 +280,25 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   }
   const size_t prompt_steps = steps.size();
   for (size_t k = 0; k < decode.size(); ++k) steps.push_back(model.decode(state, decode[k]));
+  std::vector<int64_t> tokens = prompt;  // the ids fed
+  tokens.insert(tokens.end(), decode.begin(), decode.end());
+  GenerationRun generated;
+  if (gen) {
+    generated = generate(model, state, prompt_steps > 0 ? &steps.back().logits : nullptr, first_token, *gen);
+    steps.insert(steps.end(), generated.steps.begin(), generated.steps.end());
+    tokens.insert(tokens.end(), generated.fed.begin(), generated.fed.end());
+  }
 
   // 3. The output file (docs/forward-output.md). /logits: the prompt's last position (from its
-  // last chunk), then one row per decode step, however the prompt was chunked.
-  std::vector<float> logits = steps[prompt_steps - 1].logits;
-  for (size_t k = prompt_steps; k < steps.size(); ++k) logits.insert(logits.end(), steps[k].logits.begin(), steps[k].logits.end());
-  w.write("/logits", logits, {static_cast<int64_t>(1 + decode.size()), c.vocab_size});
-  std::vector<int64_t> tokens = prompt;
-  tokens.insert(tokens.end(), decode.begin(), decode.end());
+  // last chunk), however the prompt was chunked, then one row per later fed position (a decode
+  // step's, a speculative round's kept rows).
+  std::vector<float> logits;
+  if (prompt_steps > 0) logits = steps[prompt_steps - 1].logits;
+  for (size_t k = prompt_steps; k < steps.size(); ++k) {
+    const std::vector<float>& rows = steps[k].all_logits.rank() == 2 ? steps[k].all_logits.data() : steps[k].logits;
+    logits.insert(logits.end(), rows.begin(), rows.end());
+  }
+  w.write("/logits", logits, {static_cast<int64_t>(logits.size()) / c.vocab_size, c.vocab_size});
   w.write("/tokens", tokens, {static_cast<int64_t>(tokens.size())});
   write_per_layer<int32_t>(w, "/topk", steps, &StepRecord::topk, -1);
   write_per_layer<uint8_t>(w, "/candidates", steps, &StepRecord::candidates, 0);
@@ -234,11 +315,23 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   w.attr("/", "n_decode", static_cast<int64_t>(decode.size()));
   w.attr("/", "start_pos", start);
   if (!a.resume.empty()) w.attr("/", "resumed_from", a.resume);
+  if (gen) {
+    w.attr("/", "n_generate", gen->tokens);
+    if (first_token) w.attr("/", "first_token", *first_token);
+    write_generation(w, generated, *gen, c);
+    if (gen->speculative) std::fprintf(stderr, "dsv41 forward: %s\n", speculative_summary(generated, *gen).c_str());
+    std::fprintf(stderr, "dsv41 forward: pending token %lld (emitted, not yet run by the target)\n",
+                 static_cast<long long>(generated.pending));
+  }
   // The session state, before the output is committed: if saving fails, no output is left.
   if (!a.save_state.empty()) {
     reference::save_session(a.save_state, state, c, !a.drop_swa);
     std::fprintf(stderr, "dsv41 forward: saved the session at position %lld to %s%s\n",
                  static_cast<long long>(state.pos), a.save_state.c_str(), a.drop_swa ? " (without SWA rings)" : "");
+    if (gen) {
+      std::fprintf(stderr, "dsv41 forward: continue the generation with --resume %s --first-token %lld\n",
+                   shell_quote(a.save_state).c_str(), static_cast<long long>(generated.pending));
+    }
   }
   w.commit();
   std::fprintf(stderr, "dsv41 forward: wrote %s\n", a.output.c_str());
@@ -253,8 +346,24 @@ Verb add_forward_verb(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("forward", "run the reference forward (prefill + decode steps) and write an HDF5 file");
   app->add_option("--config", args->config, "config.json path or preset (tiny, full)")->required();
   app->add_option("--weights", args->weights, "safetensors file with the official tensor names")->required();
-  app->add_option("--prompt", args->prompt, "prompt ids: comma-separated, or @FILE with one id per line")->required();
+  app->add_option("--prompt", args->prompt,
+                  "prompt ids: comma-separated, or @FILE with one id per line (required unless --first-token)");
   app->add_option("--decode", args->decode, "ids fed one per decode step (not sampled): comma-separated or @FILE");
+  app->add_option("--generate", args->generate,
+                  "generate N tokens after the prompt (greedy unless --sampling; docs/cli.md)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app->add_option("--speculative", args->speculative,
+                  "with --generate: speculative rounds drafted by the DSpark blocks; K (= fixed:K), fixed:K, "
+                  "threshold:TAU or survival:S (the verify-length policy)");
+  app->add_option("--sampling", args->sampling,
+                  "with --generate: T[,TOP_P] temperature (0: greedy) and top-p (default 1) of the draft and the "
+                  "target");
+  app->add_option("--seed", args->seed, "with --generate: the seed every draw derives from (default 0; docs/cli.md)")
+      ->each([args](const std::string&) { args->seed_given = true; });
+  app->add_option("--first-token", args->first_token,
+                  "with --resume and --generate: the pending token a generating run printed (emitted, not yet run); "
+                  "the generation continues after it")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app->add_option("--token-map", args->token_map, "Engram compressed id of every vocab entry, one per line (default: id*C/V)");
   app->add_option("--threads", args->threads, "worker threads (results do not depend on it; default: all cores)")
       ->check(CLI::Range(1, 1024));

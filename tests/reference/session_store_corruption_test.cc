@@ -1,6 +1,6 @@
 // reference/session_store: every single-bit flip and every truncation of a saved file is refused
-// with a dsv41::Error, never a crash or a successful load; so are wrong configs, versions (format 1
-// included) and magics, inconsistent section tables and entries the formats cannot have written
+// with a dsv41::Error, never a crash or a successful load; so are wrong configs, versions (formats 1
+// and 2 included) and magics, inconsistent section tables and entries the formats cannot have written
 // (docs/session-store.md). Sampled bit flips come from the printed data seed (DSV41_SEED
 // overrides). Fixture and layout helpers: tests/support/session_store_util.h.
 #include "tests/support/session_store_util.h"
@@ -65,9 +65,20 @@ TEST_F(SessionStoreCorruption, BitFlipsOfAFullFileAreRefused) {
   std::mt19937_64 rng(test::seed_for("session_store/swa_bit_flips"));
   std::uniform_int_distribution<size_t> pick(8 * first_swa, 8 * file.size() - 1);
   for (size_t k = 0; k < kSampled; ++k) bits.push_back(pick(rng));
+  // The DSpark ring section (the last one): every bit of its first two slots (slot 0 filled, the
+  // empty slot 13 is not among them) and of its last slot, and a seeded sample of the rest.
+  const size_t dspark = find_section(file, SessionSection::kDSparkRing, fixture().config.n_layers);
+  ASSERT_EQ(dspark + 1, n_sections(file));
+  const size_t d0 = section_offset(file, dspark), slot = section_bytes(file, dspark) / 64;
+  const std::vector<size_t> head = all_bits(d0, d0 + 2 * slot), tail = all_bits(file.size() - slot, file.size());
+  bits.insert(bits.end(), head.begin(), head.end());
+  bits.insert(bits.end(), tail.begin(), tail.end());
+  std::uniform_int_distribution<size_t> pick_dspark(8 * d0, 8 * file.size() - 1);
+  for (size_t k = 0; k < 5000; ++k) bits.push_back(pick_dspark(rng));
   bits.push_back(8 * file.size() - 1);  // the very last bit
   std::printf("[bit flips] full file of %zu bytes: all %zu bits of header, table and global sections "
-              "(%zu bytes), %zu sampled bits of the SWA sections\n",
+              "(%zu bytes), %zu sampled bits of the SWA and DSpark ring sections (every bit of 3 of the "
+              "DSpark ring's 64 slots)\n",
               file.size(), exhaustive, first_swa, bits.size() - exhaustive);
   expect_every_flip_refused(file, bits);
 }
@@ -99,6 +110,11 @@ TEST_F(SessionStoreCorruption, TruncationIsRefused) {
   for (size_t len = table_end + 1; len < file.size(); len += 61) lengths.push_back(len);
   for (size_t i = 0; i < n_sections(file); ++i) {  // around every section boundary
     for (size_t d : {0, 1}) lengths.push_back(section_offset(file, i) + d);
+  }
+  const size_t dspark = find_section(file, SessionSection::kDSparkRing, f.config.n_layers);
+  const size_t slot = section_bytes(file, dspark) / static_cast<size_t>(f.config.window_size);
+  for (size_t at = section_offset(file, dspark); at < file.size(); at += slot) {  // every DSpark ring slot
+    for (size_t d : {0, 1, 8}) lengths.push_back(at + d);                       // and its entry
   }
   lengths.push_back(file.size() - 1);
   for (size_t len : lengths) {
@@ -133,25 +149,33 @@ TEST_F(SessionStoreErrors, AnotherConfigIsRefused) {
   EXPECT_TRUE(has(error_of([&] { read_session_header(path, full); }), "config hash mismatch"));
 }
 
-// A format 1 file as the previous version wrote it: no token tail section, version 1.
-std::vector<uint8_t> as_format_1(const std::vector<uint8_t>& v2) {
-  const size_t n = n_sections(v2), drop = find_section(v2, SessionSection::kTokenTail);
-  const size_t dropped = section_bytes(v2, drop), payloads = 48 + 44 * n + 4;
-  std::vector<uint8_t> out(v2.begin(), v2.begin() + 48);
+// A file of an older format as that version wrote it: `v3` without the sections of the kinds
+// `dropped` (offsets shifted, counts and CRCs recomputed), labelled `version`. Format 2 had no
+// DSpark rings; format 1 had no token tail either.
+std::vector<uint8_t> as_older_format(const std::vector<uint8_t>& v3, uint32_t version,
+                                     const std::vector<SessionSection>& dropped) {
+  const size_t n = n_sections(v3);
+  std::vector<size_t> kept;
   for (size_t i = 0; i < n; ++i) {
-    if (i == drop) continue;
-    std::vector<uint8_t> e(v2.begin() + static_cast<std::ptrdiff_t>(table_entry(i)),
-                           v2.begin() + static_cast<std::ptrdiff_t>(table_entry(i) + 44));
-    set_u64(e, 32, section_offset(v2, i) - 44 - (i > drop ? dropped : 0));
+    const auto kind = static_cast<SessionSection>(get_u32(v3, table_entry(i)));
+    if (std::find(dropped.begin(), dropped.end(), kind) == dropped.end()) kept.push_back(i);
+  }
+  std::vector<uint8_t> out(v3.begin(), v3.begin() + 48), payloads;
+  size_t offset = 48 + 44 * kept.size() + 4;
+  for (size_t i : kept) {
+    std::vector<uint8_t> e(v3.begin() + static_cast<std::ptrdiff_t>(table_entry(i)),
+                           v3.begin() + static_cast<std::ptrdiff_t>(table_entry(i) + 44));
+    set_u64(e, 32, offset);
+    offset += section_bytes(v3, i);
     out.insert(out.end(), e.begin(), e.end());
+    const auto from = v3.begin() + static_cast<std::ptrdiff_t>(section_offset(v3, i));
+    payloads.insert(payloads.end(), from, from + static_cast<std::ptrdiff_t>(section_bytes(v3, i)));
   }
   out.resize(out.size() + 4);
-  out.insert(out.end(), v2.begin() + static_cast<std::ptrdiff_t>(payloads),
-             v2.begin() + static_cast<std::ptrdiff_t>(section_offset(v2, drop)));
-  out.insert(out.end(), v2.begin() + static_cast<std::ptrdiff_t>(section_offset(v2, drop) + dropped), v2.end());
-  set_u32(out, 8, 1);
+  out.insert(out.end(), payloads.begin(), payloads.end());
+  set_u32(out, 8, version);
   set_u64(out, 32, out.size());
-  set_u32(out, 40, static_cast<uint32_t>(n - 1));
+  set_u32(out, 40, static_cast<uint32_t>(kept.size()));
   fix_header_crc(out);
   fix_table_crc(out);
   return out;
@@ -160,29 +184,49 @@ std::vector<uint8_t> as_format_1(const std::vector<uint8_t>& v2) {
 TEST_F(SessionStoreErrors, WrongVersionIsRefused) {
   const ModelConfig& c = fixture().config;
   std::vector<uint8_t> b = session_bytes(prefilled(12), c, true);
-  EXPECT_EQ(get_u32(b, 8), 2u);
-  set_u32(b, 8, 3);
-  EXPECT_TRUE(has(load_error(b, c), "unsupported format version 3 (this build reads version 2)")) << load_error(b, c);
+  EXPECT_EQ(get_u32(b, 8), 3u);
+  set_u32(b, 8, 4);
+  EXPECT_TRUE(has(load_error(b, c), "unsupported format version 4 (this build reads version 3)")) << load_error(b, c);
   fix_header_crc(b);  // a well-formed header of another version
-  EXPECT_TRUE(has(load_error(b, c), "unsupported format version 3"));
+  EXPECT_TRUE(has(load_error(b, c), "unsupported format version 4"));
+  set_u32(b, 8, 0);
+  fix_header_crc(b);
+  EXPECT_TRUE(has(load_error(b, c), "unsupported format version 0 (this build reads version 3)")) << load_error(b, c);
 
-  // Format 1 (no token tail): refused with what to do, in both modes and by the header check.
+  // Formats 1 and 2 as they were written: refused with both versions, what changed and what to
+  // do, in both modes and by the header check.
+  const std::string v2_why = "(version 3 added the DSpark rings of speculative decoding)";
+  const std::string v1_why = "(version 2 added the token tail that a global-only resume replays, version 3 the "
+                             "DSpark rings of speculative decoding)";
   for (bool swa : {false, true}) {
-    const std::vector<uint8_t> v1 = as_format_1(session_bytes(prefilled(12), c, swa));
-    const std::string path = scratch() + "/v1.dsv41s";
-    write_file(path, v1);
-    const std::string want = "session file '" + path + "': session file format 1 is not read by this build (it reads "
-                             "format 2, which adds the token tail that a global-only resume replays); re-save with "
-                             "this version";
-    EXPECT_TRUE(has(error_of([&] { load_session(path, c, *fixture().model); }), want))
-        << error_of([&] { load_session(path, c, *fixture().model); });
-    EXPECT_TRUE(has(error_of([&] { load_session(path, c, *fixture().model, ResumeMode::kGlobalOnly); }), want));
-    EXPECT_TRUE(has(error_of([&] { read_session_header(path, c); }), want));
-    // The same bytes as format 2 would be a valid file but for the missing section.
-    std::vector<uint8_t> relabelled = v1;
-    set_u32(relabelled, 8, 2);
-    fix_header_crc(relabelled);
-    EXPECT_TRUE(has(load_error(relabelled, c), "section table inconsistent")) << load_error(relabelled, c);
+    SCOPED_TRACE(swa ? "with rings" : "global only");
+    const std::vector<uint8_t> v3 = session_bytes(prefilled(12), c, swa);
+    for (uint32_t version : {1u, 2u}) {
+      std::vector<SessionSection> dropped = {SessionSection::kDSparkRing};
+      if (version == 1) dropped.push_back(SessionSection::kTokenTail);
+      const std::vector<uint8_t> old = as_older_format(v3, version, dropped);
+      EXPECT_EQ(n_sections(old), n_sections(v3) - (swa ? 1 : 0) - (version == 1 ? 1 : 0));
+      const std::string path = scratch() + "/v" + std::to_string(version) + ".dsv41s";
+      write_file(path, old);
+      const std::string want = "session file '" + path + "': format version " + std::to_string(version) +
+                               " is not read by this build: this build reads version 3 " +
+                               (version == 1 ? v1_why : v2_why) +
+                               "; re-save the session with this build (run it again and save it)";
+      const std::string e = error_of([&] { load_session(path, c, *fixture().model); });
+      EXPECT_TRUE(has(e, want)) << e;
+      EXPECT_TRUE(has(error_of([&] { load_session(path, c, *fixture().model, ResumeMode::kGlobalOnly); }), want));
+      EXPECT_TRUE(has(error_of([&] { read_session_header(path, c); }), want));
+      // The same bytes labelled format 3: a valid file but for the missing sections (a format 2
+      // file without rings has format 3's layout: only its version keeps it out).
+      std::vector<uint8_t> relabelled = old;
+      set_u32(relabelled, 8, 3);
+      fix_header_crc(relabelled);
+      if (version == 2 && !swa) {
+        EXPECT_EQ(relabelled, v3);
+      } else {
+        EXPECT_TRUE(has(load_error(relabelled, c), "section table inconsistent")) << load_error(relabelled, c);
+      }
+    }
   }
 }
 
@@ -219,7 +263,7 @@ TEST_F(SessionStoreErrors, InconsistentSectionTableIsRefused) {
     std::vector<uint8_t> b = good;
     set_u64(b, 24, 14);
     fix_header_crc(b);
-    EXPECT_TRUE(has(load_error(b, c), "section table inconsistent: section 1 of 20 (compressed KV of layer 2): holds 6 "
+    EXPECT_TRUE(has(load_error(b, c), "section table inconsistent: section 1 of 21 (compressed KV of layer 2): holds 6 "
                                       "entries, but a state at position 14 holds exactly pos / ratio = 7"))
         << load_error(b, c);
   }
@@ -255,11 +299,11 @@ TEST_F(SessionStoreErrors, InconsistentSectionTableIsRefused) {
     fix_table_crc(b);
     EXPECT_TRUE(has(load_error(b, c), "starts at byte")) << load_error(b, c);
   }
-  {  // the SWA flag cleared: the table has 10 sections too many
+  {  // the SWA flag cleared: the table has 11 sections too many (10 SWA rings, 1 DSpark ring)
     std::vector<uint8_t> b = good;
     set_u32(b, 12, 0);
     fix_header_crc(b);
-    EXPECT_TRUE(has(load_error(b, c), "20 sections, but a state of this config without SWA rings has 10")) << load_error(b, c);
+    EXPECT_TRUE(has(load_error(b, c), "21 sections, but a state of this config without SWA rings has 10")) << load_error(b, c);
   }
   {  // the token tail: 12 ids at position 12, first position 0
     std::vector<uint8_t> b = good;
@@ -267,7 +311,7 @@ TEST_F(SessionStoreErrors, InconsistentSectionTableIsRefused) {
     EXPECT_EQ(i, 9u);
     set_u64(b, table_entry(i) + 24, 11);
     fix_table_crc(b);
-    EXPECT_TRUE(has(load_error(b, c), "section 10 of 20 (token tail): holds 11 entries, but a state at position 12 "
+    EXPECT_TRUE(has(load_error(b, c), "section 10 of 21 (token tail): holds 11 entries, but a state at position 12 "
                                       "holds exactly min(pos, window_size + engram_max_ngram_size - 1) = 12"))
         << load_error(b, c);
     b = good;
@@ -323,11 +367,26 @@ TEST_F(SessionStoreErrors, CorruptEntriesAreRefused) {
   const size_t empty_slot = 20 * (8 + static_cast<size_t>(c.head_dim + c.head_dim / 32));
   e = patched(SessionSection::kWindowKv, 3, empty_slot + 8, {0x01});
   EXPECT_TRUE(has(e, "slot 20 (position -1) byte 0 is 0x01: an empty slot holds zeros")) << e;
+  // The DSpark ring (layer n_layers = 10), validated as the SWA rings are.
+  e = patched(SessionSection::kDSparkRing, 10, 0, {1});
+  EXPECT_TRUE(has(e, "section 21 of 21 (DSpark ring of layer 10): slot 0 holds position 1, but at position 13 slot 0 "
+                     "holds 0"))
+      << e;
+  e = patched(SessionSection::kDSparkRing, 10, 13 * 140, {13, 0, 0, 0, 0, 0, 0, 0});  // empty slot 13 claims 13
+  EXPECT_TRUE(has(e, "(DSpark ring of layer 10): slot 13 holds position 13, but at position 13 slot 13 holds -1")) << e;
+  e = patched(SessionSection::kDSparkRing, 10, 2 * 140 + 8 + 5, {0xFF});
+  EXPECT_TRUE(has(e, "(DSpark ring of layer 10): slot 2 (position 2) byte 5 is 0xff: an E4M3 NaN code")) << e;
+  e = patched(SessionSection::kDSparkRing, 10, 12 * 140 + 8 + static_cast<size_t>(c.head_dim) + 3, {0xFF});
+  EXPECT_TRUE(has(e, "(DSpark ring of layer 10): slot 12 (position 12) byte 131 is 0xff: not an E8M0 scale the "
+                     "quantizer writes"))
+      << e;
+  e = patched(SessionSection::kDSparkRing, 10, 63 * 140 + 8 + 7, {0x01});
+  EXPECT_TRUE(has(e, "(DSpark ring of layer 10): slot 63 (position -1) byte 7 is 0x01: an empty slot holds zeros")) << e;
   e = patched(SessionSection::kEngramTail, -1, 8, {0x00, 0x10, 0, 0, 0, 0, 0, 0});
   EXPECT_TRUE(has(e, "(Engram tail): position 11 holds compressed id 4096, outside [0, engram_compressed_vocab_size 512)"))
       << e;
   e = patched(SessionSection::kTokenTail, -1, 8 * 12, {0x00, 0x04, 0, 0, 0, 0, 0, 0});
-  EXPECT_TRUE(has(e, "section 10 of 20 (token tail): position 12 holds token id 1024, outside the vocab [0, 1024)")) << e;
+  EXPECT_TRUE(has(e, "section 10 of 21 (token tail): position 12 holds token id 1024, outside the vocab [0, 1024)")) << e;
   e = patched(SessionSection::kTokenTail, -1, 0, {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF});
   EXPECT_TRUE(has(e, "(token tail): position 0 holds token id -1, outside the vocab [0, 1024)")) << e;
   e = patched(SessionSection::kCompressorPending, 4, 4 * 7, {0x00, 0x00, 0xC0, 0x7F});

@@ -34,7 +34,7 @@ TEST_F(SessionStore, SaveLoadGivesTheSameStateByteForByte) {
     save_session(path, s, f.config, true);
     const LoadedSession l = load_session(path, f.config, *f.model);
     EXPECT_TRUE(l.has_swa);
-    EXPECT_EQ(l.header.version, 2u);
+    EXPECT_EQ(l.header.version, 3u);
     EXPECT_EQ(l.header.pos, n);
     {  // the token tail: the raw ids of the last min(n, 64 + 3) positions
       const std::vector<uint8_t> file = read_file(path);
@@ -255,7 +255,7 @@ TEST_F(SessionStore, StateWithoutSwaCannotContinue) {
 // ---- size == byte accounting ----
 
 // file size - fixed bytes (header, table, the constant sections: pending, Engram tail, token
-// tail, SWA) ==
+// tail, SWA and DSpark rings) ==
 // global_bytes_for_tokens(P) (byte_accounting.h), == global_bytes_per_token x P when P is a
 // multiple of every ratio. The constant sections are computed here from the config.
 TEST_F(SessionStore, FileSizeMatchesTheByteAccounting) {
@@ -282,9 +282,11 @@ TEST_F(SessionStore, FileSizeMatchesTheByteAccounting) {
       const int64_t engram = std::min<int64_t>(p, c.engram_max_ngram_size - 1) * int64_t{sizeof(int64_t)};
       const int64_t token_tail =
           std::min<int64_t>(p, c.window_size + c.engram_max_ngram_size - 1) * int64_t{sizeof(int64_t)};
+      const int64_t rings = c.n_layers + c.n_mtp_layers;  // SWA, then DSpark (1 on the tiny config)
+      ASSERT_EQ(c.n_mtp_layers, 1);
       const int64_t window_kv_bytes =
-          swa ? c.n_layers * c.window_size * (8 + formats::entry_bytes(formats::CacheFormat::kWindowKvFp8, c.head_dim)) : 0;
-      if (swa) sections += c.n_layers;
+          swa ? rings * c.window_size * (8 + formats::entry_bytes(formats::CacheFormat::kWindowKvFp8, c.head_dim)) : 0;
+      if (swa) sections += rings;
       const int64_t fixed = session_fixed_bytes(sections) + pending + engram + token_tail + window_kv_bytes;
       EXPECT_EQ(size - fixed, global_bytes_for_tokens(acc, p));
       if (p % lcm_ratio == 0) {
@@ -319,7 +321,11 @@ TEST_F(SessionStore, ReleasedLayoutMatchesTheByteAccounting) {
     pooled += o.ratio > 1 ? 1 : 0;
   }
   EXPECT_EQ(static_cast<int64_t>(session_layout(c, 10, false).size()), 2 * owners + pooled + 2);
-  EXPECT_EQ(static_cast<int64_t>(session_layout(c, 10, true).size()), 2 * owners + pooled + 2 + c.n_layers);
+  ASSERT_EQ(c.n_mtp_layers, 3);  // the DSpark rings follow the SWA rings
+  EXPECT_EQ(static_cast<int64_t>(session_layout(c, 10, true).size()),
+            2 * owners + pooled + 2 + c.n_layers + c.n_mtp_layers);
+  EXPECT_EQ(session_layout(c, 10, true).back().kind, SessionSection::kDSparkRing);
+  EXPECT_EQ(session_layout(c, 10, true).back().layer, c.n_layers + c.n_mtp_layers - 1);
   for (int64_t p : {10, 4096}) {  // the token tail: window_size + engram_max_ngram_size - 1 = 131 ids at most
     const SessionSectionInfo& t = session_layout(c, p, false).back();
     EXPECT_EQ(t.kind, SessionSection::kTokenTail);

@@ -379,9 +379,16 @@ TEST_F(SessionCliErrors, BadSessionFiles) {
 
   const std::string flipped = dir + "/flipped.dsv41s";
   std::string f = bytes;
-  f[f.size() - 1000] = static_cast<char>(f[f.size() - 1000] ^ 0x04);  // inside the last SWA ring
+  f[f.size() - 1000] = static_cast<char>(f[f.size() - 1000] ^ 0x04);  // inside the DSpark ring (the last section)
   std::ofstream(flipped, std::ios::binary) << f;
-  expect_refused(s, "--resume '" + flipped + "'", "session file '" + flipped + "': section 20 of 20 (SWA ring of layer 9): checksum mismatch");
+  expect_refused(s, "--resume '" + flipped + "'",
+                 "session file '" + flipped + "': section 21 of 21 (DSpark ring of layer 10): checksum mismatch");
+  f = bytes;
+  const size_t swa = f.size() - 64 * 140 - 1000;  // inside the last SWA ring, before the 64-slot DSpark ring
+  f[swa] = static_cast<char>(f[swa] ^ 0x04);
+  std::ofstream(flipped, std::ios::binary) << f;
+  expect_refused(s, "--resume '" + flipped + "'",
+                 "session file '" + flipped + "': section 20 of 21 (SWA ring of layer 9): checksum mismatch");
 
   expect_refused(s, "--resume '" + dir + "/absent.dsv41s'", "cannot open session file '" + dir + "/absent.dsv41s'");
 }
