@@ -20,6 +20,7 @@
 #include "formats/error.h"
 #include "scenarios/runner.h"
 #include "tests/support/oracle_model.h"
+#include "tests/support/runner_fixture.h"
 
 namespace dsv41::scenarios {
 namespace {
@@ -29,14 +30,7 @@ using reports::Comparison;
 using reports::MetricRow;
 using reports::Verdict;
 
-const BackendResources& resources() {
-  static const BackendResources r = [] {
-    const test::OracleModel& m = test::oracle_model();
-    return BackendResources{m.config, reference::ModelWeights::load(test::kOracleDir + "weights.safetensors", m.config),
-                            m.token_map};
-  }();
-  return r;
-}
+const BackendResources& resources() { return test::oracle_resources(); }
 
 // Four DSpark rounds (fixed:5), a decode step, two more under threshold:0.3, two under survival:0.05;
 // with a seed for every stream (printed by the runner).
@@ -63,10 +57,7 @@ Comparison run(const std::string& a, const std::string& b, const std::string& mo
       .comparisons.at(0);
 }
 
-void expect_real_evidence(const Comparison& c) {
-  ASSERT_GT(c.items_compared, 0);
-  for (const MetricRow& r : c.rows) ASSERT_FALSE(std::isnan(r.value)) << r.component << " " << r.metric;
-}
+using test::expect_real_evidence;
 
 std::string where(const Comparison& c) {
   if (!c.first_divergence) return "no divergence";

@@ -12,6 +12,7 @@
 #include "formats/error.h"
 #include "scenarios/runner.h"
 #include "tests/support/oracle_model.h"
+#include "tests/support/runner_fixture.h"
 #include "tests/support/small_scenario.h"
 
 namespace dsv41::scenarios {
@@ -22,14 +23,7 @@ using reports::MetricRow;
 using reports::ScenarioResult;
 using reports::Verdict;
 
-const BackendResources& resources() {
-  static const BackendResources r = [] {
-    const test::OracleModel& m = test::oracle_model();
-    return BackendResources{m.config, reference::ModelWeights::load(test::kOracleDir + "weights.safetensors", m.config),
-                            m.token_map};
-  }();
-  return r;
-}
+const BackendResources& resources() { return test::oracle_resources(); }
 
 // tests/support/small_scenario.h, with the given pairs and extra keys.
 // Steps: 0, 1 prefill chunks; 2, 3 decode; 4 resume; 5 prompt; 6 decode.
@@ -52,16 +46,7 @@ std::set<std::tuple<int64_t, int, std::string>> failing_items(const Comparison& 
   return out;
 }
 
-void expect_real_evidence(const Comparison& c) {
-  ASSERT_GT(c.items_compared, 0);
-  ASSERT_FALSE(c.rows.empty());
-  bool nonzero_logit = false;
-  for (const MetricRow& r : c.rows) {
-    ASSERT_FALSE(std::isnan(r.value)) << r.component << " " << r.metric << " at step " << r.step;
-    nonzero_logit = nonzero_logit || (r.component == "logits" && r.metric == "margin_a" && r.value > 0);
-  }
-  EXPECT_TRUE(nonzero_logit) << "the logits were never compared on real values";
-}
+using test::expect_real_evidence;
 
 TEST(Runner, IdenticalSidesPassBitExact) {
   const ScenarioResult r = run(small_scenario(), "ref@cold", "ref@full", "free-running");

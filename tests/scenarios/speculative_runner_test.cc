@@ -25,6 +25,7 @@
 #include "scenarios/runner.h"
 #include "tests/support/error_of.h"
 #include "tests/support/oracle_model.h"
+#include "tests/support/runner_fixture.h"
 
 namespace dsv41::scenarios {
 namespace {
@@ -35,14 +36,7 @@ using reports::MetricRow;
 using reports::ScenarioResult;
 using reports::Verdict;
 
-const BackendResources& resources() {
-  static const BackendResources r = [] {
-    const test::OracleModel& m = test::oracle_model();
-    return BackendResources{m.config, reference::ModelWeights::load(test::kOracleDir + "weights.safetensors", m.config),
-                            m.token_map};
-  }();
-  return r;
-}
+const BackendResources& resources() { return test::oracle_resources(); }
 
 std::string scenario_json(const std::string& extra_event = "") {
   return R"({
@@ -68,15 +62,7 @@ ScenarioResult run(const std::string& a, const std::string& b, const std::string
   return run_scenario(parse_scenario(scenario_json(), "speculative_runner_test"), resources(), o);
 }
 
-void expect_real_evidence(const Comparison& c) {
-  ASSERT_GT(c.items_compared, 0);
-  bool nonzero_logit = false;
-  for (const MetricRow& r : c.rows) {
-    ASSERT_FALSE(std::isnan(r.value)) << r.component << " " << r.metric << " at step " << r.step;
-    nonzero_logit = nonzero_logit || (r.component == "logits" && r.metric == "margin_a" && r.value > 0);
-  }
-  EXPECT_TRUE(nonzero_logit) << "the logits were never compared on real values";
-}
+using test::expect_real_evidence;
 
 TEST(SpeculativeRunner, SpeculativeEqualsPlainDecodingBitForBit) {
   const ScenarioResult r = run("ref/plain", "ref");

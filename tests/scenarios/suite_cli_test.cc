@@ -58,7 +58,7 @@ TEST(SuiteCli, BuiltinSuitePassesWithAValidReport) {
   }
   const std::string cmd = py + " '" + script + "' '" + out + "' > '" + scratch() + "/py.txt' 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << read_bytes(scratch() + "/py.txt");
-  EXPECT_TRUE(has(read_bytes(scratch() + "/py.txt"), "scenarios 10"));
+  EXPECT_TRUE(has(read_bytes(scratch() + "/py.txt"), "scenarios 13"));
 }
 
 }  // namespace
