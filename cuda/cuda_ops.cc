@@ -57,10 +57,10 @@ void CudaOps::count(const char* op, bool on_gpu) const {
   (on_gpu ? c.gpu : c.host) += 1;
 }
 
-const float* CudaOps::mirror(const std::vector<float>& host) const {
+const float* CudaOps::mirror(const std::vector<float>& host, bool refresh) const {
   std::lock_guard<std::mutex> l(s_->mu);
   auto& slot = s_->mirrors[host.data()];
-  if (!slot || slot->size() != host.size()) {
+  if (!slot || slot->size() != host.size() || refresh) {
     slot = std::make_unique<DeviceBuffer<float>>(host.size());
     if (!host.empty()) slot->upload(host);
   }
@@ -80,11 +80,20 @@ void mirror_linear(const CudaOps& ops, const reference::LinearWeight& w,
 
 }  // namespace
 
-void CudaOps::prepare(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>&) const {
+void CudaOps::prepare(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
+  {
+    // RoPE tables: mirrored on first use by rope_rows; forget any older table at these addresses.
+    std::lock_guard<std::mutex> l(s_->mu);
+    for (const reference::RopeTable& r : rope) {
+      s_->mirrors.erase(r.cos(0));
+      s_->mirrors.erase(r.sin(0));
+    }
+  }
   // The dense weights the ported ops read; routed experts and hc_mixes weights stay on the host
-  // until their ops are ported (their fallbacks read the host copies). RoPE tables are mirrored
-  // on first use (rope_rows).
-  const auto m = [this](const std::vector<float>& v) { mirror(v); };
+  // until their ops are ported (their fallbacks read the host copies).
+  // Copied again even when an address is known: a new model's weights may sit where a freed
+  // model's were.
+  const auto m = [this](const std::vector<float>& v) { mirror(v, /*refresh=*/true); };
   m(wt.embed.data());
   m(wt.norm.data());
   mirror_linear(*this, wt.head, m);

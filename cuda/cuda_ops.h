@@ -143,8 +143,9 @@ class CudaOps final : public reference::Ops {
 
  private:
   struct State;
-  // Device copy of host weight values (mirrored once, found again by address).
-  const float* mirror(const std::vector<float>& host) const;
+  // Device copy of host weight values (mirrored once, found again by address; refresh: copy
+  // again, prepare() does it for every weight it walks).
+  const float* mirror(const std::vector<float>& host, bool refresh = false) const;
   void count(const char* op, bool on_gpu) const;
   // The host copy of a tensor wherever it lives (no device clone).
   template <typename T>
