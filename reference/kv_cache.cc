@@ -44,6 +44,7 @@ PackedCache::PackedCache(std::string label, formats::CacheFormat format, int own
 }
 
 void PackedCache::place(const Ops& ops) { storage_ = ops.upload(std::move(storage_)); }
+void PackedCache::fetch(const Ops& ops) { storage_ = ops.download(std::move(storage_)); }
 
 void PackedCache::write(const Ops& ops, int64_t first_entry, const Tensor<float>& rows) {
   DSV41_CHECK(rows.rank() == 2 && rows.dim(1) == dim_, label_, " of layer ", owner_layer_, ": rows of width ",

@@ -66,6 +66,8 @@ class PackedCache {
 
   // Moves the storage into the ops' memory (Model::new_state does it once).
   void place(const Ops& ops);
+  // Moves it back to host memory (a device backend saving a session, scenarios/backend.cc).
+  void fetch(const Ops& ops);
 
   // Quantizes (kBf16: stores as is) and stores rows as entries first_entry .. first_entry + n - 1.
   // rows: [n, dim] bf16 (post-RoPE, pre-QDQ). first_entry <= size() (appends, or rewrites a tail:

@@ -5,6 +5,10 @@
 #include "formats/error.h"
 #include "scenarios/mutants.h"
 
+#if defined(DSV41_HAVE_CUDA)
+#include "cuda/cuda_ops.h"
+#endif
+
 namespace dsv41::scenarios {
 namespace {
 
@@ -27,13 +31,35 @@ RefSession& as_ref(BackendSession& s) {
 }
 const RefSession& as_ref(const BackendSession& s) { return as_ref(const_cast<BackendSession&>(s)); }
 
+// Moves every tensor of a state into `ops`' memory (to_device) or back to the host: session files
+// are written and read on the host (reference/session_*.cc), a device backend's state lives on
+// the device between steps.
+void move_state(ModelState& st, const reference::Ops& ops, bool to_device) {
+  const auto move = [&](auto& t) { t = to_device ? ops.upload(std::move(t)) : ops.download(std::move(t)); };
+  for (reference::LayerState& ls : st.layers) {
+    move(ls.window_kv.bytes);
+    if (ls.compressor) {
+      move(ls.compressor->kv);
+      move(ls.compressor->score);
+    }
+    for (std::optional<reference::PackedCache>* c : {&ls.compressed_kv, &ls.index_keys}) {
+      if (*c) to_device ? (*c)->place(ops) : (*c)->fetch(ops);
+    }
+  }
+  for (reference::WindowKvRing& ring : st.dspark_window_kv) move(ring.bytes);
+}
+
 // The reference (official formats or the bf16 ablation), optionally with one planted defect.
 class ReferenceBackend final : public Backend {
  public:
+  // ops: the components the model runs on (nullptr: the CPU reference). A device backend's
+  // sessions are saved and restored through the host (move_state), with the same session bytes.
   ReferenceBackend(std::string name, const BackendResources& r, CachePrecision precision,
-                   std::optional<Mutation> mutation)
+                   std::optional<Mutation> mutation, std::unique_ptr<reference::Ops> ops = nullptr)
       : name_(std::move(name)),
-        model_(r.config, r.weights, r.token_map),
+        ops_(std::move(ops)),
+        model_(r.config, r.weights, r.token_map, ops_ ? *ops_ : reference::reference_ops()),
+        resources_(ops_ ? &r : nullptr),
         precision_(precision),
         mutation_(std::move(mutation)) {
     model_.set_cache_precision(precision);
@@ -128,7 +154,11 @@ class ReferenceBackend final : public Backend {
     SavedState out;
     out.pos = state.pos;
     out.has_swa = include_swa;
-    if (precision_ == CachePrecision::kPacked) {
+    if (precision_ == CachePrecision::kPacked && ops_) {
+      ModelState host = state;  // a device copy, then moved to the host
+      move_state(host, model_.ops(), /*to_device=*/false);
+      out.bytes = reference::session_bytes(host, model_.config(), include_swa);
+    } else if (precision_ == CachePrecision::kPacked) {
       out.bytes = reference::session_bytes(state, model_.config(), include_swa);
     } else {
       // Session files hold the official formats only: the ablation keeps its state in memory.
@@ -144,6 +174,18 @@ class ReferenceBackend final : public Backend {
   std::unique_ptr<BackendSession> restore(const SavedState& saved, reference::ResumeMode mode) override {
     if (precision_ == CachePrecision::kPacked) {
       DSV41_CHECK(!saved.bytes.empty(), "backend ", name_, ": the saved state holds no session bytes");
+      if (ops_) {
+        // Loaded (and, global-only, replayed) by a host model of the same weights, then uploaded:
+        // the same session bytes on both sides (the replay runs on the CPU reference for now).
+        if (!host_model_) {
+          host_model_ = std::make_unique<reference::Model>(resources_->config, resources_->weights,
+                                                           resources_->token_map);
+        }
+        reference::LoadedSession l =
+            reference::load_session_bytes(saved.bytes, "saved session", model_.config(), *host_model_, mode);
+        move_state(l.state, model_.ops(), /*to_device=*/true);
+        return std::make_unique<RefSession>(std::move(l.state));
+      }
       reference::LoadedSession l =
           reference::load_session_bytes(saved.bytes, "saved session", model_.config(), model_, mode);
       return std::make_unique<RefSession>(std::move(l.state));
@@ -194,7 +236,10 @@ class ReferenceBackend final : public Backend {
   }
 
   std::string name_;
+  std::unique_ptr<reference::Ops> ops_;  // nullptr: reference_ops(); declared before the model using it
   reference::Model model_;
+  const BackendResources* resources_;    // device backends: to build host_model_ (outlives the backend)
+  std::unique_ptr<reference::Model> host_model_;  // device backends: loads saved sessions on the host
   CachePrecision precision_;
   std::optional<Mutation> mutation_;
   bool fired_ = false;
@@ -209,16 +254,25 @@ std::vector<std::pair<std::string, std::string>> backend_catalog() {
                      "approximate by design"},
       {"mutant:<component>:L<layer>:S<step>", "the reference with one planted defect (scenarios/mutants.h): "
                                                "the verifier's self-test; claims the reference's bits"},
+      {"cuda", "the model over the CUDA ops table (cuda/cuda_ops.h, docs/cuda.md): ported ops as kernels, the "
+               "rest as counted host fallbacks; claims the reference's bits (every ported op is bit-exact)"},
   };
 }
 
 void validate_backend_name(const std::string& spec) {
   if (spec == "ref" || spec == "ref-bf16kv") return;
+  if (spec == "cuda") {
+#if defined(DSV41_HAVE_CUDA)
+    return;
+#else
+    DSV41_FAIL("backend cuda: this build has no CUDA path (configured without nvcc; DSV41_HAVE_CUDA is off)");
+#endif
+  }
   if (spec.rfind("mutant:", 0) == 0) {
     parse_mutation(spec.substr(7));
     return;
   }
-  DSV41_FAIL("unknown backend '", spec, "' (known: ref, ref-bf16kv, mutant:<component>:L<layer>:S<step>)");
+  DSV41_FAIL("unknown backend '", spec, "' (known: ref, ref-bf16kv, cuda, mutant:<component>:L<layer>:S<step>)");
 }
 
 Claim backend_claim(const std::string& spec) {
@@ -230,6 +284,13 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendReso
   validate_backend_name(spec);
   if (spec == "ref") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::nullopt);
   if (spec == "ref-bf16kv") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kBf16, std::nullopt);
+#if defined(DSV41_HAVE_CUDA)
+  // Every ported op is bit-exact and every fallback is the reference itself: claims bitexact.
+  if (spec == "cuda") {
+    return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::nullopt,
+                                              std::make_unique<gpu::CudaOps>());
+  }
+#endif
   return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, parse_mutation(spec.substr(7)));
 }
 

@@ -1,0 +1,135 @@
+// cuda/cuda_fallback.cc
+//
+// The ops of CudaOps not yet ported: each is an EXPLICIT host fallback, counted per call
+// (CudaOps::counts), that downloads its inputs, calls the reference op (reference_ops()) and
+// uploads its outputs. Bit-exact by construction (it IS the reference), and slow: every call is
+// a device round trip. Issue 12 ports them one by one (docs/cuda.md lists what is left).
+#include <utility>
+
+#include "cuda/cuda_ops.h"
+#include "cuda/device_tensor.h"
+
+namespace dsv41::gpu {
+
+using reference::Tensor;
+
+namespace {
+const reference::Ops& ref() { return reference::reference_ops(); }
+}  // namespace
+
+Tensor<int32_t> CudaOps::attention_index_rows(const Tensor<int32_t>& window, const Tensor<int32_t>& topk,
+                                              int64_t offset, int64_t width) const {
+  count("attention_index_rows", false);
+  return upload(ref().attention_index_rows(host_copy(window), host_copy(topk), offset, width));
+}
+
+Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& window_kv,
+                                   const reference::CacheRows& compressed, const Tensor<float>& sink,
+                                   const Tensor<int32_t>& idxs, float softmax_scale) const {
+  count("sparse_attn", false);
+  const Tensor<uint8_t> bytes = compressed.bytes ? host_copy(*compressed.bytes) : Tensor<uint8_t>();
+  reference::CacheRows c = compressed;
+  c.bytes = compressed.bytes ? &bytes : nullptr;
+  return upload(ref().sparse_attn(host_copy(q), host_copy(window_kv), c, host_copy(sink), host_copy(idxs),
+                                  softmax_scale));
+}
+
+reference::CompressedLatents CudaOps::compress(const Tensor<float>& kv, const Tensor<float>& score, int64_t start_pos,
+                                               int ratio, Tensor<float>& kv_state, Tensor<float>& score_state) const {
+  count("compress", false);
+  Tensor<float> ks = host_copy(kv_state), ss = host_copy(score_state);
+  reference::CompressedLatents out = ref().compress(host_copy(kv), host_copy(score), start_pos, ratio, ks, ss);
+  kv_state = kv_state.on_host() ? std::move(ks) : upload(std::move(ks));
+  score_state = score_state.on_host() ? std::move(ss) : upload(std::move(ss));
+  out.latent = upload(std::move(out.latent));
+  return out;
+}
+
+Tensor<float> CudaOps::index_weights(const Tensor<float>& proj, int index_head_dim) const {
+  count("index_weights", false);
+  return upload(ref().index_weights(host_copy(proj), index_head_dim));
+}
+
+Tensor<float> CudaOps::index_scores(const Tensor<float>& q, const reference::CacheRows& keys,
+                                    const Tensor<float>& weights, const std::vector<int64_t>& reach) const {
+  count("index_scores", false);
+  const Tensor<uint8_t> bytes = keys.bytes ? host_copy(*keys.bytes) : Tensor<uint8_t>();
+  reference::CacheRows k = keys;
+  k.bytes = keys.bytes ? &bytes : nullptr;
+  return upload(ref().index_scores(host_copy(q), k, host_copy(weights), reach));
+}
+
+Tensor<uint8_t> CudaOps::candidate_blocks(const Tensor<float>& scores, const std::vector<int64_t>& reach,
+                                          int topk_blocks, int block_size) const {
+  count("candidate_blocks", false);
+  return upload(ref().candidate_blocks(host_copy(scores), reach, topk_blocks, block_size));
+}
+
+void CudaOps::mask_scores(Tensor<float>& scores, const Tensor<uint8_t>& mask) const {
+  count("mask_scores", false);
+  Tensor<float> h = host_copy(scores);
+  ref().mask_scores(h, host_copy(mask));
+  scores = scores.on_host() ? std::move(h) : upload(std::move(h));
+}
+
+Tensor<int32_t> CudaOps::index_topk(const Tensor<float>& scores, const std::vector<int64_t>& reach, int k) const {
+  count("index_topk", false);
+  return upload(ref().index_topk(host_copy(scores), reach, k));
+}
+
+reference::HcMixes CudaOps::hc_mixes(const Tensor<float>& stream, const reference::HcWeights& w, double norm_eps,
+                                     int iters, double hc_eps) const {
+  count("hc_mixes", false);
+  reference::HcMixes m = ref().hc_mixes(host_copy(stream), w, norm_eps, iters, hc_eps);
+  m.pre = upload(std::move(m.pre));
+  m.post = upload(std::move(m.post));
+  m.comb = upload(std::move(m.comb));
+  return m;
+}
+
+Tensor<int64_t> CudaOps::engram_hash_ids(const reference::EngramLayout& layout, int layer_index,
+                                         const reference::EngramHistory& history, int64_t start_pos,
+                                         int64_t count_) const {
+  count("engram_hash_ids", false);  // computed from the host history by design (reference/ops.h)
+  return upload(ref().engram_hash_ids(layout, layer_index, history, start_pos, count_));
+}
+
+Tensor<float> CudaOps::engram_lookup(const reference::EngramWeights& w, int head_dim,
+                                     const Tensor<int64_t>& ids) const {
+  count("engram_lookup", false);
+  return upload(ref().engram_lookup(w, head_dim, host_copy(ids)));
+}
+
+Tensor<float> CudaOps::engram_gate_residual(const Tensor<float>& x, const Tensor<float>& kv,
+                                            const reference::EngramWeights& w, double eps) const {
+  count("engram_gate_residual", false);
+  return upload(ref().engram_gate_residual(host_copy(x), host_copy(kv), w, eps));
+}
+
+reference::MoeRouting CudaOps::moe_gate(const Tensor<float>& x, const reference::MoeWeights& w,
+                                        const reference::ModelConfig& c, int layer) const {
+  count("moe_gate", false);
+  reference::MoeRouting r = ref().moe_gate(host_copy(x), w, c, layer);
+  r.experts = upload(std::move(r.experts));
+  r.weights = upload(std::move(r.weights));
+  r.scores = upload(std::move(r.scores));
+  return r;
+}
+
+void CudaOps::moe_routing_weights(reference::MoeRouting& r, const reference::ModelConfig& c) const {
+  count("moe_routing_weights", false);
+  reference::MoeRouting h{host_copy(r.experts), host_copy(r.weights), host_copy(r.scores)};
+  ref().moe_routing_weights(h, c);
+  r.experts = upload(std::move(h.experts));
+  r.weights = upload(std::move(h.weights));
+  r.scores = upload(std::move(h.scores));
+}
+
+Tensor<float> CudaOps::moe_experts(const Tensor<float>& x, const reference::MoeWeights& w,
+                                   const reference::MoeRouting& routing, const reference::ModelConfig& c) const {
+  count("moe_experts", false);
+  const reference::MoeRouting h{host_copy(routing.experts), host_copy(routing.weights), host_copy(routing.scores)};
+  return upload(ref().moe_experts(host_copy(x), w, h, c));
+}
+
+}  // namespace dsv41::gpu

@@ -1,0 +1,248 @@
+// cuda/cuda_ops.cc
+//
+// CudaOps (cuda/cuda_ops.h): device memory, the weight mirror, the call counts, and the ops that
+// run as kernels (cuda/<component>.cu). Each ported op checks shapes on the host as the
+// reference does (a shape error is the reference's own error: the op calls the reference's
+// checks by re-running it on host copies), then launches. The host fallbacks are in
+// cuda/cuda_fallback.cc.
+#include "cuda/cuda_ops.h"
+
+#include <functional>
+#include <mutex>
+#include <numeric>
+#include <utility>
+
+#include "cuda/device_tensor.h"
+#include "cuda/kernels.h"
+#include "cuda/ops.h"
+#include "formats/packed.h"
+
+namespace dsv41::gpu {
+
+using reference::Tensor;
+
+struct CudaOps::State {
+  std::mutex mu;
+  std::map<const void*, std::unique_ptr<DeviceBuffer<float>>> mirrors;  // host values -> device copy
+  std::map<std::string, OpCalls> calls;
+};
+
+CudaOps::CudaOps() : s_(std::make_unique<State>()) {
+  DSV41_CHECK(device_count() > 0, "backend cuda: no CUDA device (gpu::device_count() == 0)");
+}
+CudaOps::~CudaOps() = default;
+
+std::vector<std::string> CudaOps::ported() {
+  return {"upload", "download", "slice_rows", "embed", "linear", "linear_fp32", "grouped_linear", "rms_norm",
+          "rope_rows", "qdq", "write_entries", "read_entries", "concat_kv_rows", "hc_identity_pre", "hc_pre",
+          "hc_post", "hc_mean", "concat_cols", "concat_rows", "add_markov_bias"};
+}
+std::vector<std::string> CudaOps::host_fallbacks() {
+  return {"attention_index_rows", "sparse_attn", "compress", "index_weights", "index_scores", "candidate_blocks",
+          "mask_scores", "index_topk", "hc_mixes", "engram_hash_ids", "engram_lookup", "engram_gate_residual",
+          "moe_gate", "moe_routing_weights", "moe_experts"};
+}
+
+std::map<std::string, OpCalls> CudaOps::counts() const {
+  std::lock_guard<std::mutex> l(s_->mu);
+  return s_->calls;
+}
+void CudaOps::reset_counts() const {
+  std::lock_guard<std::mutex> l(s_->mu);
+  s_->calls.clear();
+}
+void CudaOps::count(const char* op, bool on_gpu) const {
+  std::lock_guard<std::mutex> l(s_->mu);
+  OpCalls& c = s_->calls[op];
+  (on_gpu ? c.gpu : c.host) += 1;
+}
+
+const float* CudaOps::mirror(const std::vector<float>& host, bool refresh) const {
+  std::lock_guard<std::mutex> l(s_->mu);
+  auto& slot = s_->mirrors[host.data()];
+  if (!slot || slot->size() != host.size() || refresh) {
+    slot = std::make_unique<DeviceBuffer<float>>(host.size());
+    if (!host.empty()) slot->upload(host);
+  }
+  return slot->get();
+}
+
+// ---- memory ----
+
+namespace {
+
+void mirror_linear(const CudaOps& ops, const reference::LinearWeight& w,
+                   const std::function<void(const std::vector<float>&)>& m) {
+  (void)ops;
+  if (!w.w.empty()) m(w.w);
+  if (!w.scale.empty()) m(w.scale);
+}
+
+}  // namespace
+
+void CudaOps::prepare(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
+  {
+    // RoPE tables: mirrored on first use by rope_rows; forget any older table at these addresses.
+    std::lock_guard<std::mutex> l(s_->mu);
+    for (const reference::RopeTable& r : rope) {
+      s_->mirrors.erase(r.cos(0));
+      s_->mirrors.erase(r.sin(0));
+    }
+  }
+  // The dense weights the ported ops read; routed experts and hc_mixes weights stay on the host
+  // until their ops are ported (their fallbacks read the host copies).
+  // Copied again even when an address is known: a new model's weights may sit where a freed
+  // model's were.
+  const auto m = [this](const std::vector<float>& v) { mirror(v, /*refresh=*/true); };
+  m(wt.embed.data());
+  m(wt.norm.data());
+  mirror_linear(*this, wt.head, m);
+  for (const reference::BlockWeights& b : wt.blocks) {
+    m(b.attn_norm.data());
+    m(b.ffn_norm.data());
+    const reference::AttentionWeights& a = b.attn;
+    for (const reference::LinearWeight* lw : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.comp_wkv, &a.comp_wgate,
+                                              &a.idx_wq_b, &a.idx_weights_proj, &a.idx_wk, &b.ffn.s_w1, &b.ffn.s_w2,
+                                              &b.ffn.s_w3, &b.engram.wkv}) {
+      mirror_linear(*this, *lw, m);
+    }
+    for (const Tensor<float>* t : {&a.q_norm, &a.kv_norm, &a.comp_norm, &a.idx_k_norm}) m(t->data());
+  }
+  mirror_linear(*this, wt.dspark.main_proj, m);
+  mirror_linear(*this, wt.dspark.markov_head, m);
+  mirror_linear(*this, wt.dspark.confidence_proj, m);
+  m(wt.dspark.main_norm.data());
+  m(wt.dspark.norm.data());
+}
+
+namespace {
+
+template <typename T>
+Tensor<T> upload_any(Tensor<T> host) {
+  if (!host.on_host()) return host;
+  Tensor<T> d = device_tensor<T>(host.shape(), host.name());
+  if (host.numel() > 0) copy_to_device(dev(d), host.data().data(), static_cast<size_t>(host.numel()) * sizeof(T));
+  return d;
+}
+
+template <typename T>
+Tensor<T> download_any(Tensor<T> t) {
+  if (t.on_host()) return t;
+  Tensor<T> h(t.shape(), t.name());
+  if (t.numel() > 0) copy_to_host(h.data().data(), dev(t), static_cast<size_t>(t.numel()) * sizeof(T));
+  return h;
+}
+
+template <typename T>
+Tensor<T> slice_any(const Tensor<T>& x, int64_t first, int64_t count) {
+  if (x.on_host()) return upload_any(reference::slice_rows(x, first, count));
+  DSV41_CHECK(x.rank() >= 1 && first >= 0 && count >= 0 && first + count <= x.dim(0), "rows [", first, ", ",
+              first + count, ") outside ", x.rank() >= 1 ? x.dim(0) : 0, " rows of '", x.name(), "'");
+  std::vector<int64_t> shape = x.shape();
+  const int64_t row = x.dim(0) == 0 ? 0 : x.numel() / x.dim(0);
+  shape[0] = count;
+  Tensor<T> y = device_tensor<T>(shape, x.name());
+  copy_on_device(dev(y), dev(x) + first * row, static_cast<size_t>(count * row) * sizeof(T));
+  return y;
+}
+
+}  // namespace
+
+template <typename T>
+Tensor<T> CudaOps::host_copy(const Tensor<T>& t) const {
+  if (t.on_host()) return t;
+  Tensor<T> h(t.shape(), t.name());
+  if (t.numel() > 0) copy_to_host(h.data().data(), dev(t), static_cast<size_t>(t.numel()) * sizeof(T));
+  return h;
+}
+template Tensor<float> CudaOps::host_copy(const Tensor<float>&) const;
+template Tensor<int32_t> CudaOps::host_copy(const Tensor<int32_t>&) const;
+template Tensor<int64_t> CudaOps::host_copy(const Tensor<int64_t>&) const;
+template Tensor<uint8_t> CudaOps::host_copy(const Tensor<uint8_t>&) const;
+
+Tensor<float> CudaOps::upload(Tensor<float> h) const { return upload_any(std::move(h)); }
+Tensor<int32_t> CudaOps::upload(Tensor<int32_t> h) const { return upload_any(std::move(h)); }
+Tensor<int64_t> CudaOps::upload(Tensor<int64_t> h) const { return upload_any(std::move(h)); }
+Tensor<uint8_t> CudaOps::upload(Tensor<uint8_t> h) const { return upload_any(std::move(h)); }
+Tensor<float> CudaOps::download(Tensor<float> t) const { return download_any(std::move(t)); }
+Tensor<int32_t> CudaOps::download(Tensor<int32_t> t) const { return download_any(std::move(t)); }
+Tensor<int64_t> CudaOps::download(Tensor<int64_t> t) const { return download_any(std::move(t)); }
+Tensor<uint8_t> CudaOps::download(Tensor<uint8_t> t) const { return download_any(std::move(t)); }
+Tensor<float> CudaOps::slice_rows(const Tensor<float>& x, int64_t first, int64_t count) const {
+  return slice_any(x, first, count);
+}
+Tensor<uint8_t> CudaOps::slice_rows(const Tensor<uint8_t>& x, int64_t first, int64_t count) const {
+  return slice_any(x, first, count);
+}
+Tensor<int32_t> CudaOps::slice_rows(const Tensor<int32_t>& x, int64_t first, int64_t count) const {
+  return slice_any(x, first, count);
+}
+
+// ---- embedding, rmsnorm, rope ----
+
+Tensor<float> CudaOps::embed(const std::vector<int64_t>& tokens, const Tensor<float>& table, int64_t hc) const {
+  DSV41_CHECK(table.rank() == 2 && hc > 0, "embed: table '", table.name(), "' ", reference::shape_string(table.shape()),
+              ", hc ", hc);
+  const int64_t T = static_cast<int64_t>(tokens.size()), vocab = table.dim(0), dim = table.dim(1);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t id = tokens[static_cast<size_t>(t)];
+    DSV41_CHECK(id >= 0 && id < vocab, "embed: token ", t, " = ", id, " is outside the vocab [0, ", vocab, ")");
+  }
+  count("embed", true);
+  const float* tab = table.on_host() ? mirror(table.data()) : dev(table);
+  auto ids = to_device(tokens);
+  Tensor<float> y = device_tensor<float>({T, hc, dim}, "stream");
+  gpu::embed(ids->get(), T, tab, dim, hc, dev(y));
+  return y;
+}
+
+Tensor<float> CudaOps::rms_norm(const Tensor<float>& x, const Tensor<float>& weight, double eps) const {
+  const int64_t n = x.rank() >= 1 ? x.dim(x.rank() - 1) : 0;
+  if (x.rank() < 1 || n <= 0 || weight.numel() != n || n >= 32768) {
+    count("rms_norm", false);  // the reference raises its error
+    return upload(reference::reference_ops().rms_norm(host_copy(x), host_copy(weight), eps));
+  }
+  count("rms_norm", true);
+  DevIn<float> in(x);
+  const float* w = weight.on_host() ? mirror(weight.data()) : dev(weight);
+  Tensor<float> y = device_tensor<float>(x.shape(), x.name() + ".rms_norm");
+  gpu::rms_norm(in.get(), w, x.numel() / n, n, eps, dev(y));
+  return y;
+}
+
+void CudaOps::rope_rows(Tensor<float>& x, int64_t heads, const reference::RopeTable& rope, int64_t first_pos,
+                        int64_t pos_stride, bool inverse) const {
+  const int64_t rd = rope.rope_dim();
+  const bool shape_ok = x.rank() == 2 && heads > 0 && x.dim(1) % heads == 0 && x.dim(1) / heads >= rd;
+  const int64_t T = shape_ok ? x.dim(0) : 0;
+  const bool pos_ok = T == 0 || (first_pos >= 0 && first_pos + (T - 1) * pos_stride < rope.max_seq_len() &&
+                                 first_pos + (T - 1) * pos_stride >= 0);
+  if (!shape_ok || !pos_ok || x.on_host()) {
+    count("rope_rows", false);  // the reference raises its error (or: a host tensor stays on the host)
+    Tensor<float> h = host_copy(x);
+    reference::reference_ops().rope_rows(h, heads, rope, first_pos, pos_stride, inverse);
+    x = x.on_host() ? std::move(h) : upload(std::move(h));
+    return;
+  }
+  count("rope_rows", true);
+  const int64_t half = rd / 2, table = rope.max_seq_len() * half;
+  // The [max_seq_len, rd/2] tables, mirrored once, found again by their host address.
+  const float* dcos;
+  const float* dsin;
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    auto& c = s_->mirrors[rope.cos(0)];
+    auto& s = s_->mirrors[rope.sin(0)];
+    if (!c) {
+      c = std::make_unique<DeviceBuffer<float>>(static_cast<size_t>(table));
+      copy_to_device(c->get(), rope.cos(0), c->bytes());
+      s = std::make_unique<DeviceBuffer<float>>(static_cast<size_t>(table));
+      copy_to_device(s->get(), rope.sin(0), s->bytes());
+    }
+    dcos = c->get();
+    dsin = s->get();
+  }
+  gpu::rope_rows(dev(x), T, heads, x.dim(1) / heads, rd, dcos, dsin, first_pos, pos_stride, inverse);
+}
+
+}  // namespace dsv41::gpu

@@ -1,0 +1,159 @@
+// cuda/cuda_ops.h
+//
+// CudaOps: the CUDA path behind the ops seam (reference/ops.h), backend name "cuda". Host header:
+// no CUDA types (library dsv41_cuda_ops, built only when nvcc is found: DSV41_HAVE_CUDA).
+//
+// Tensors produced by these ops live in device memory (a CudaStorage, cuda/device_tensor.h:
+// cudaMalloc'd, clone = device-to-device copy); upload/download move them. An op given a host
+// tensor uploads a temporary copy, so every method also works on host inputs (tests do that).
+// Weights stay host memory in ModelWeights; prepare() mirrors them to the device once, and the
+// ops find a mirror again by the host address of its values (weights outlive the model, and
+// the model outlives nothing it prepared: reference/ops.h). A weight an op meets that prepare()
+// did not see is mirrored on first use.
+//
+// Ported ops run as kernels (cuda/<component>.cu ↔ reference/<component>.cc); the others run
+// through an EXPLICIT host fallback (download inputs, call reference_ops(), upload outputs),
+// counted per call, so a report states exactly which ops ran on the GPU:
+//   ported()         names of the ops with a kernel
+//   host_fallbacks() names of the ops that always fall back
+//   counts()         per op name: calls on the GPU and calls through the host fallback
+// An input the reference rejects (a non-bf16 linear input, a non-finite cache row) is detected on
+// the device; the op then re-runs the reference on the host, which raises its exact error.
+// docs/cuda.md lists which ported ops are bit-exact (all of them, today) and why.
+//
+// Example:
+//   if (gpu::device_count() == 0) ...;                     // CudaOps needs a device (ctor throws)
+//   gpu::CudaOps ops;
+//   reference::Model m(config, weights, token_map, ops);   // the whole forward on CudaOps
+//   for (auto& [op, n] : ops.counts()) printf("%s gpu %ld host %ld\n", op.c_str(), n.gpu, n.host);
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "reference/ops.h"
+
+namespace dsv41::gpu {
+
+struct OpCalls {
+  int64_t gpu = 0;   // calls that ran as kernels
+  int64_t host = 0;  // calls through the host fallback
+};
+
+class CudaOps final : public reference::Ops {
+ public:
+  // Throws dsv41::Error("no CUDA device ...") when there is none.
+  CudaOps();
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  std::string name() const override { return "cuda"; }
+
+  static std::vector<std::string> ported();
+  static std::vector<std::string> host_fallbacks();
+  std::map<std::string, OpCalls> counts() const;
+  void reset_counts() const;
+
+  // ---- memory ----
+  void prepare(const reference::ModelWeights& weights, const std::vector<reference::RopeTable>& rope) const override;
+  reference::Tensor<float> upload(reference::Tensor<float> host) const override;
+  reference::Tensor<int32_t> upload(reference::Tensor<int32_t> host) const override;
+  reference::Tensor<int64_t> upload(reference::Tensor<int64_t> host) const override;
+  reference::Tensor<uint8_t> upload(reference::Tensor<uint8_t> host) const override;
+  reference::Tensor<float> download(reference::Tensor<float> t) const override;
+  reference::Tensor<int32_t> download(reference::Tensor<int32_t> t) const override;
+  reference::Tensor<int64_t> download(reference::Tensor<int64_t> t) const override;
+  reference::Tensor<uint8_t> download(reference::Tensor<uint8_t> t) const override;
+  reference::Tensor<float> slice_rows(const reference::Tensor<float>& x, int64_t first, int64_t count_) const override;
+  reference::Tensor<uint8_t> slice_rows(const reference::Tensor<uint8_t>& x, int64_t first,
+                                        int64_t count_) const override;
+  reference::Tensor<int32_t> slice_rows(const reference::Tensor<int32_t>& x, int64_t first,
+                                        int64_t count_) const override;
+
+  // ---- ported (kernels) ----
+  reference::Tensor<float> embed(const std::vector<int64_t>& tokens, const reference::Tensor<float>& table,
+                                 int64_t hc) const override;
+  reference::Tensor<float> linear(const reference::Tensor<float>& x, const reference::LinearWeight& w) const override;
+  reference::Tensor<float> linear_fp32(const reference::Tensor<float>& x,
+                                       const reference::LinearWeight& w) const override;
+  reference::Tensor<float> grouped_linear(const reference::Tensor<float>& x, const reference::LinearWeight& w,
+                                          int groups) const override;
+  reference::Tensor<float> rms_norm(const reference::Tensor<float>& x, const reference::Tensor<float>& weight,
+                                    double eps) const override;
+  void rope_rows(reference::Tensor<float>& x, int64_t heads, const reference::RopeTable& rope, int64_t first_pos,
+                 int64_t pos_stride, bool inverse) const override;
+  reference::Tensor<float> qdq(formats::CacheFormat format, const reference::Tensor<float>& x) const override;
+  void write_entries(reference::Tensor<uint8_t>& storage, formats::CacheFormat format,
+                     const std::vector<int64_t>& entries, const reference::Tensor<float>& rows) const override;
+  reference::Tensor<float> read_entries(const reference::CacheRows& cache,
+                                        const std::vector<int64_t>& entries) const override;
+  reference::Tensor<float> concat_kv_rows(const reference::Tensor<float>& window,
+                                          const reference::Tensor<float>& compressed) const override;
+  reference::Tensor<float> hc_identity_pre(int64_t tokens, int64_t hc) const override;
+  reference::Tensor<float> hc_pre(const reference::Tensor<float>& stream,
+                                  const reference::Tensor<float>& pre) const override;
+  reference::Tensor<float> hc_post(const reference::Tensor<float>& f, const reference::Tensor<float>& residual,
+                                   const reference::Tensor<float>& post,
+                                   const reference::Tensor<float>& comb) const override;
+  reference::Tensor<float> hc_mean(const reference::Tensor<float>& stream) const override;
+  reference::Tensor<float> concat_cols(const std::vector<reference::Tensor<float>>& parts) const override;
+  reference::Tensor<float> concat_rows(const std::vector<reference::Tensor<float>>& parts) const override;
+  void add_markov_bias(reference::Tensor<float>& logits, int64_t slot,
+                       const reference::Tensor<float>& bias) const override;
+
+  // ---- host fallbacks (cuda/cuda_fallback.cc) ----
+  reference::Tensor<int32_t> attention_index_rows(const reference::Tensor<int32_t>& window,
+                                                  const reference::Tensor<int32_t>& topk, int64_t offset,
+                                                  int64_t width) const override;
+  reference::Tensor<float> sparse_attn(const reference::Tensor<float>& q, const reference::Tensor<float>& window_kv,
+                                       const reference::CacheRows& compressed, const reference::Tensor<float>& sink,
+                                       const reference::Tensor<int32_t>& idxs, float softmax_scale) const override;
+  reference::CompressedLatents compress(const reference::Tensor<float>& kv, const reference::Tensor<float>& score,
+                                        int64_t start_pos, int ratio, reference::Tensor<float>& kv_state,
+                                        reference::Tensor<float>& score_state) const override;
+  reference::Tensor<float> index_weights(const reference::Tensor<float>& proj, int index_head_dim) const override;
+  reference::Tensor<float> index_scores(const reference::Tensor<float>& q, const reference::CacheRows& keys,
+                                        const reference::Tensor<float>& weights,
+                                        const std::vector<int64_t>& reach) const override;
+  reference::Tensor<uint8_t> candidate_blocks(const reference::Tensor<float>& scores,
+                                              const std::vector<int64_t>& reach, int topk_blocks,
+                                              int block_size) const override;
+  void mask_scores(reference::Tensor<float>& scores, const reference::Tensor<uint8_t>& mask) const override;
+  reference::Tensor<int32_t> index_topk(const reference::Tensor<float>& scores, const std::vector<int64_t>& reach,
+                                        int k) const override;
+  reference::HcMixes hc_mixes(const reference::Tensor<float>& stream, const reference::HcWeights& w, double norm_eps,
+                              int iters, double hc_eps) const override;
+  reference::Tensor<int64_t> engram_hash_ids(const reference::EngramLayout& layout, int layer_index,
+                                             const reference::EngramHistory& history, int64_t start_pos,
+                                             int64_t count_) const override;
+  reference::Tensor<float> engram_lookup(const reference::EngramWeights& w, int head_dim,
+                                         const reference::Tensor<int64_t>& ids) const override;
+  reference::Tensor<float> engram_gate_residual(const reference::Tensor<float>& x, const reference::Tensor<float>& kv,
+                                                const reference::EngramWeights& w, double eps) const override;
+  reference::MoeRouting moe_gate(const reference::Tensor<float>& x, const reference::MoeWeights& w,
+                                 const reference::ModelConfig& c, int layer) const override;
+  void moe_routing_weights(reference::MoeRouting& r, const reference::ModelConfig& c) const override;
+  reference::Tensor<float> moe_experts(const reference::Tensor<float>& x, const reference::MoeWeights& w,
+                                       const reference::MoeRouting& routing,
+                                       const reference::ModelConfig& c) const override;
+
+ private:
+  struct State;
+  // Device copy of host weight values (mirrored once, found again by address; refresh: copy
+  // again, prepare() does it for every weight it walks).
+  const float* mirror(const std::vector<float>& host, bool refresh = false) const;
+  void count(const char* op, bool on_gpu) const;
+  // The host copy of a tensor wherever it lives (no device clone).
+  template <typename T>
+  reference::Tensor<T> host_copy(const reference::Tensor<T>& t) const;
+  reference::Tensor<float> linear_path(const char* op, const reference::Tensor<float>& x,
+                                       const reference::LinearWeight& w, bool fp32) const;
+
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace dsv41::gpu

@@ -1,0 +1,63 @@
+// cuda/kernels.h
+//
+// Host-callable launchers of the ported ops (library dsv41_cuda), one group per cuda/<component>.cu,
+// mirroring reference/<component>.cc. Plain C++17, no CUDA types: device memory is a raw pointer,
+// every launcher runs on the default stream and throws dsv41::Error when a CUDA call or launch
+// fails (DSV41_CUDA_CHECK). Shapes and dtypes are those of the reference function of the same
+// name; the CudaOps table (cuda/cuda_ops.h) checks shapes on the host before calling these.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dsv41::gpu {
+
+// ---- memory (cuda/memory.cu) ----
+void copy_on_device(void* dst, const void* src, std::size_t bytes);  // synchronous D2D copy
+// dst[dst_row[i]] = src[src_row[i]] for i < n, rows of `row_bytes` bytes (index arrays on device;
+// nullptr = the identity).
+void copy_rows(const uint8_t* src, const int64_t* src_row, uint8_t* dst, const int64_t* dst_row, int64_t n,
+               int64_t row_bytes);
+// y[t, off .. off + w) = x[t, 0 .. w): x [T, w], y [T, width] fp32.
+void copy_cols(const float* x, int64_t T, int64_t w, float* y, int64_t width, int64_t off);
+// y[i] += b[i], i < n (fp32, one add each: add_markov_bias).
+void add_in_place(float* y, const float* b, int64_t n);
+
+// ---- embedding.cu ----
+// tokens [T] (checked on the host), table [vocab, dim] -> stream [T, hc, dim].
+void embed(const int64_t* tokens, int64_t T, const float* table, int64_t dim, int64_t hc, float* stream);
+
+// ---- rmsnorm.cu ----
+// x [rows, n] -> y [rows, n] bf16: rms_norm_row of reference/rmsnorm.cc (torch's sum order).
+void rms_norm(const float* x, const float* weight, int64_t rows, int64_t n, double eps, float* y);
+
+// ---- rope.cu ----
+// rope_rows of reference/rope.h in place; cos/sin: [max_seq_len, rd/2] fp32 tables.
+void rope_rows(float* x, int64_t T, int64_t heads, int64_t width, int64_t rd, const float* cos, const float* sin,
+               int64_t first_pos, int64_t pos_stride, bool inverse);
+
+// ---- linear.cu ----
+// Outputs status: 0 when every input was valid, else nonzero (the caller re-runs the reference to
+// raise its exact error). x [T, in]; y [T, out].
+// kind 0: F8 (tile scales [ceil(out/32), in/32]), 1: F4 (row scales [out, in/32]): block-scaled.
+int block_scaled_linear(const float* x, int64_t T, int64_t in, const float* w, const float* wscale, bool tile_scales,
+                        int64_t out, float* y);
+// to_bf16: double sum in index order -> fp32 -> bf16 (BF16 weights, x must be bf16 values);
+// else fp32 FMA chain in index order (fp32 out). wscale != nullptr: w values * scale first
+// (linear_fp32 of F8/F4 weights; tile_scales as above).
+int plain_linear(const float* x, int64_t T, int64_t in, const float* w, const float* wscale, bool tile_scales,
+                 int64_t out, bool to_bf16, float* y);
+// grouped_linear: x [T, G * width], w [out, width] bf16 -> y [T, out] bf16.
+int grouped_linear(const float* x, int64_t T, int64_t groups, int64_t width, const float* w, int64_t out, float* y);
+
+// ---- mhc.cu ----
+void hc_identity_pre(int64_t T, int64_t hc, float* pre);  // pre [T, hc]: column 0 = 1, else 0
+// stream [T, hc, dim], pre [T, hc] -> y [T, dim] bf16.
+void hc_pre(const float* stream, const float* pre, int64_t T, int64_t hc, int64_t dim, float* y);
+// f [T, dim], residual [T, hc, dim], post [T, hc], comb [T, hc, hc] -> y [T, hc, dim] bf16.
+void hc_post(const float* f, const float* residual, const float* post, const float* comb, int64_t T, int64_t hc,
+             int64_t dim, float* y);
+// stream [T, hc, dim] -> y [T, dim] bf16: the fp32 sum of the copies in order, / hc (dspark hc_mean).
+void hc_mean(const float* stream, int64_t T, int64_t hc, int64_t dim, float* y);
+
+}  // namespace dsv41::gpu

@@ -1,0 +1,82 @@
+// cuda/mhc.cu ↔ reference/mhc.cc (hc_identity_pre, hc_pre, hc_post) and reference/dspark.cc (hc_mean)
+//
+// One thread per output element; each sums over the hc copies in index order with separate fp32
+// multiplies and adds (the host never contracts to FMA; --fmad=false here): BIT-EXACT.
+// (hc_mixes, the Sinkhorn part, falls back to the host for now: cuda_ops.cc.)
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+#include "formats/minifloat.h"
+
+namespace dsv41::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void identity_pre_kernel(int64_t T, int64_t hc, float* __restrict__ pre) {
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k < T * hc) pre[k] = k % hc == 0 ? 1.0f : 0.0f;
+}
+
+// y[t, d] = bf16(sum_i pre[t, i] * stream[t, i, d]).
+__global__ void hc_pre_kernel(const float* __restrict__ stream, const float* __restrict__ pre, int64_t T, int64_t hc,
+                              int64_t dim, float* __restrict__ y) {
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= T * dim) return;
+  const int64_t t = k / dim, d = k % dim;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < hc; ++i) sum = __fadd_rn(sum, __fmul_rn(pre[t * hc + i], stream[(t * hc + i) * dim + d]));
+  y[k] = formats::round_to_bf16(sum);
+}
+
+// y[t, j, d] = bf16(post[t, j] * f[t, d] + sum_i comb[t, i, j] * residual[t, i, d]).
+__global__ void hc_post_kernel(const float* __restrict__ f, const float* __restrict__ residual,
+                               const float* __restrict__ post, const float* __restrict__ comb, int64_t T, int64_t hc,
+                               int64_t dim, float* __restrict__ y) {
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= T * hc * dim) return;
+  const int64_t t = k / (hc * dim), j = (k / dim) % hc, d = k % dim;
+  const float* c = comb + t * hc * hc;
+  float mixed = 0.0f;
+  for (int64_t i = 0; i < hc; ++i) mixed = __fadd_rn(mixed, __fmul_rn(c[i * hc + j], residual[(t * hc + i) * dim + d]));
+  y[k] = formats::round_to_bf16(__fadd_rn(__fmul_rn(post[t * hc + j], f[t * dim + d]), mixed));
+}
+
+// y[t, d] = bf16((sum_i stream[t, i, d]) / hc).
+__global__ void hc_mean_kernel(const float* __restrict__ stream, int64_t T, int64_t hc, int64_t dim,
+                               float* __restrict__ y) {
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= T * dim) return;
+  const int64_t t = k / dim, d = k % dim;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < hc; ++i) sum = __fadd_rn(sum, stream[(t * hc + i) * dim + d]);
+  y[k] = formats::round_to_bf16(__fdiv_rn(sum, static_cast<float>(hc)));
+}
+
+}  // namespace
+
+void hc_identity_pre(int64_t T, int64_t hc, float* pre) {
+  if (T * hc == 0) return;
+  identity_pre_kernel<<<grid_for(T * hc, kThreads), kThreads>>>(T, hc, pre);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_pre(const float* stream, const float* pre, int64_t T, int64_t hc, int64_t dim, float* y) {
+  if (T * dim == 0) return;
+  hc_pre_kernel<<<grid_for(T * dim, kThreads), kThreads>>>(stream, pre, T, hc, dim, y);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_post(const float* f, const float* residual, const float* post, const float* comb, int64_t T, int64_t hc,
+             int64_t dim, float* y) {
+  if (T * hc * dim == 0) return;
+  hc_post_kernel<<<grid_for(T * hc * dim, kThreads), kThreads>>>(f, residual, post, comb, T, hc, dim, y);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_mean(const float* stream, int64_t T, int64_t hc, int64_t dim, float* y) {
+  if (T * dim == 0) return;
+  hc_mean_kernel<<<grid_for(T * dim, kThreads), kThreads>>>(stream, T, hc, dim, y);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dsv41::gpu

@@ -1,0 +1,103 @@
+// tests/cuda/linear_test.cc: cuda/linear.cu (CudaOps::linear, linear_fp32, grouped_linear) vs
+// reference/linear.cc, bit for bit, for every weight dtype on random and odd shapes (T = 1,
+// outputs not a multiple of 32, K = 32), adversarial inputs (zeros, large values that saturate
+// the act_quant block scale), and the reference's errors (a non-bf16 input).
+#include "formats/minifloat.h"
+#include "reference/dtype.h"
+#include "reference/linear.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace dsv41::test {
+namespace {
+
+using reference::DType;
+using reference::LinearWeight;
+
+// A random weight in `dtype`: E4M3 / E2M1 code values with E8M0 scales in [2^-8, 2^0], or bf16 / fp32.
+LinearWeight random_weight(DType dtype, int64_t out, int64_t in) {
+  LinearWeight w;
+  w.name = "test.w";
+  w.dtype = dtype;
+  w.out = out;
+  w.in = in;
+  w.w.resize(static_cast<size_t>(out * in));
+  std::uniform_int_distribution<int> code(0, 255), scale(119, 127);
+  std::normal_distribution<float> n(0.0f, 0.05f);
+  for (float& v : w.w) {
+    if (dtype == DType::kF8E4M3) {
+      int c = code(rng());
+      while ((c & 0x7F) == 0x7F) c = code(rng());  // no NaN codes in weights
+      v = formats::e4m3_decode(static_cast<uint32_t>(c));
+    } else if (dtype == DType::kF4) {
+      v = formats::e2m1_decode(static_cast<uint32_t>(code(rng()) & 0xF));
+    } else if (dtype == DType::kBF16) {
+      v = formats::round_to_bf16(n(rng()));
+    } else {
+      v = n(rng());
+    }
+  }
+  int64_t scales = 0;
+  if (dtype == DType::kF8E4M3) scales = ((out + 31) / 32) * ((in + 31) / 32);
+  if (dtype == DType::kF4) scales = out * (in / 32);
+  for (int64_t i = 0; i < scales; ++i) w.scale.push_back(formats::e8m0_decode(static_cast<uint32_t>(scale(rng()))));
+  return w;
+}
+
+struct Shape {
+  int64_t T, out, in;
+};
+
+class Linear : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Linear, EqualsReferenceBitForBit) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  for (const Shape s : {Shape{1, 1, 32}, Shape{1, 33, 64}, Shape{3, 70, 96}, Shape{17, 128, 256}, Shape{5, 257, 512}}) {
+    const LinearWeight w = random_weight(GetParam(), s.out, s.in);
+    for (float scale : {1.0f, 1e-3f, 3e4f}) {
+      reference::Tensor<float> x = random_bf16({s.T, s.in}, scale);
+      x.at(0, 0) = 0.0f;  // zeros and a zero block are legal
+      EXPECT_TRUE(same_bits(reference::linear(x, w), cuda_ops().linear(x, w)))
+          << "linear T=" << s.T << " out=" << s.out << " in=" << s.in << " scale " << scale;
+      EXPECT_TRUE(same_bits(reference::linear_fp32(x, w), cuda_ops().linear_fp32(x, w)))
+          << "linear_fp32 T=" << s.T << " out=" << s.out << " in=" << s.in;
+      const reference::Tensor<float> on_device = cuda_ops().upload(x);  // device input, as the model gives
+      EXPECT_TRUE(same_bits(reference::linear(x, w), cuda_ops().linear(on_device, w)));
+    }
+  }
+}
+
+TEST_P(Linear, RaisesTheReferenceErrorOnANonBf16Input) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  if (GetParam() == DType::kF32) GTEST_SKIP() << "F32 weights take fp32 inputs";
+  const LinearWeight w = random_weight(GetParam(), 32, 64);
+  reference::Tensor<float> x = random_bf16({2, 64});
+  x.at(1, 5) = 1.0f + 1.0f / 1024.0f;  // not a bf16 value
+  EXPECT_THROW(cuda_ops().linear(x, w), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Linear, ::testing::Values(DType::kF8E4M3, DType::kF4, DType::kBF16, DType::kF32),
+                         [](const auto& info) {
+                           std::string n = reference::dtype_name(info.param);
+                           for (char& c : n) c = c == '_' ? 'x' : c;
+                           return n;
+                         });
+
+TEST(GroupedLinear, EqualsReferenceBitForBit) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  for (const auto [T, groups, r, width] : {std::array<int64_t, 4>{1, 1, 1, 1}, {3, 2, 5, 33}, {9, 8, 16, 64}}) {
+    const LinearWeight w = random_weight(DType::kBF16, groups * r, width);
+    const reference::Tensor<float> x = random_bf16({T, groups * width});
+    EXPECT_TRUE(same_bits(reference::grouped_linear(x, w, static_cast<int>(groups)),
+                          cuda_ops().grouped_linear(x, w, static_cast<int>(groups))))
+        << "T=" << T << " groups=" << groups;
+  }
+}
+
+TEST(LinearShapes, ZeroRowsGiveZeroRows) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  const LinearWeight w = random_weight(DType::kF8E4M3, 64, 64);
+  EXPECT_TRUE(same_bits(reference::linear(random_bf16({0, 64}), w), cuda_ops().linear(random_bf16({0, 64}), w)));
+}
+
+}  // namespace
+}  // namespace dsv41::test

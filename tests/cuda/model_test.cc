@@ -1,0 +1,78 @@
+// tests/cuda/model_test.cc: the whole forward on CudaOps (reference::Model over gpu::CudaOps) on the
+// tiny oracle (golden/oracle), against the reference Model: a 333-token prefill, a chunked
+// continuation and decode steps, every logit and every recorded selection bit for bit (every ported
+// op is bit-exact and every fallback is the reference, so the bound is zero). Then the `cuda`
+// scenario backend: a session saved on cuda resumes on ref (and back) with the same bytes. Prints
+// which ops ran on the GPU and how many calls fell back to the host.
+#include <cstdio>
+
+#include "reference/model.h"
+#include "scenarios/backend.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/support/oracle_model.h"
+
+namespace dsv41::test {
+namespace {
+
+void expect_same(const reference::StepRecord& a, const reference::StepRecord& b, const std::string& what) {
+  ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
+  for (size_t i = 0; i < a.logits.size(); ++i) {
+    ASSERT_EQ(bits(a.logits[i]), bits(b.logits[i])) << what << ": first differing logit " << i;
+  }
+  const auto same = [&](const auto& x, const auto& y, const char* name) {
+    ASSERT_EQ(x.size(), y.size()) << what << " " << name;
+    for (const auto& [l, t] : x) EXPECT_TRUE(same_bits(t, y.at(l))) << what << " " << name << " layer " << l;
+  };
+  same(a.topk, b.topk, "topk");
+  same(a.candidates, b.candidates, "candidates");
+  same(a.engram_ids, b.engram_ids, "engram_ids");
+  same(a.experts, b.experts, "experts");
+}
+
+TEST(CudaModel, OracleForwardEqualsReferenceBitForBit) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  const OracleModel& o = oracle_model();
+  cuda_ops().reset_counts();
+  reference::Model ref(o.config, o.model->weights(), o.token_map);
+  reference::Model dev(o.config, o.model->weights(), o.token_map, cuda_ops());
+  reference::ModelState sr = ref.new_state(), sd = dev.new_state();
+  expect_same(ref.prefill(sr, o.tokens), dev.prefill(sd, o.tokens), "prefill 333");
+  const std::vector<int64_t> next = {5, 17, 3, 250, 9};
+  expect_same(ref.forward_chunk(sr, {next[0], next[1]}), dev.forward_chunk(sd, {next[0], next[1]}), "chunk of 2");
+  for (size_t k = 2; k < next.size(); ++k) {
+    expect_same(ref.decode(sr, next[k]), dev.decode(sd, next[k]), "decode " + std::to_string(k));
+  }
+  std::printf("%-22s %8s %8s\n", "op", "gpu", "host");
+  for (const auto& [op, n] : cuda_ops().counts()) {
+    std::printf("%-22s %8lld %8lld\n", op.c_str(), static_cast<long long>(n.gpu), static_cast<long long>(n.host));
+  }
+  EXPECT_GT(cuda_ops().counts()["linear"].gpu, 0);
+  EXPECT_EQ(cuda_ops().counts()["linear"].host, 0);
+}
+
+TEST(CudaBackend, SessionSavedOnOneSideResumesOnTheOther) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  const OracleModel& o = oracle_model();
+  scenarios::BackendResources r{o.config, o.model->weights(), o.token_map};
+  auto cuda = scenarios::make_backend("cuda", r);
+  auto ref = scenarios::make_backend("ref", r);
+  EXPECT_EQ(cuda->claim(), scenarios::Claim::kBitExact);
+  auto sc = cuda->new_session();
+  auto sr = ref->new_session();
+  const std::vector<int64_t> prompt = oracle_tokens(0, 40);
+  expect_same(ref->step(*sr, prompt, {}, {}, 0), cuda->step(*sc, prompt, {}, {}, 0), "backend prefill");
+  for (bool swa : {true, false}) {
+    const scenarios::SavedState from_cuda = cuda->save(*sc, swa), from_ref = ref->save(*sr, swa);
+    ASSERT_EQ(from_cuda.bytes, from_ref.bytes) << "session bytes, include_swa " << swa;
+    const auto mode = swa ? reference::ResumeMode::kFull : reference::ResumeMode::kGlobalOnly;
+    auto on_ref = ref->restore(from_cuda, mode);
+    auto on_cuda = cuda->restore(from_ref, mode);
+    expect_same(ref->step(*on_ref, {7}, {}, {}, 1), cuda->step(*on_cuda, {7}, {}, {}, 1), "after resume");
+  }
+  const auto a = ref->caches(*sr), b = cuda->caches(*sc);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].bytes, b[i].bytes) << a[i].kind << " layer " << a[i].layer;
+}
+
+}  // namespace
+}  // namespace dsv41::test
