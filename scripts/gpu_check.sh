@@ -6,7 +6,9 @@
 #   3. dsv41 run cold_prefill full_cache_hit --sides ref,cuda (free-running and teacher-forced)
 #   4. compute-sanitizer memcheck on the component tests (when the tool exists and time is left)
 # Logs go to $OUT (default: ./gpu_out); a short table is printed last.
-# Usage: scripts/gpu_check.sh [--no-sanitizer]
+# Usage: [DSV41_CMAKE_ARGS=...] scripts/gpu_check.sh [--no-sanitizer]
+# The lent H200 has no nlohmann-json: scripts/device_tree.sh stages a copy (.devdeps) and trims
+# the tree the run tool sends; see it for the whole call.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -17,7 +19,8 @@ t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || echo unknown > "$OUT/commit.txt"
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_REQUIRE_CUDA=ON > "$OUT/configure.log" 2>&1 \
+# shellcheck disable=SC2086
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_REQUIRE_CUDA=ON ${DSV41_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1 \
   && RESULT[configure]=ok || RESULT[configure]=FAIL
 TESTS="cuda_linear_test cuda_rmsnorm_test cuda_rope_test cuda_kv_quant_ops_test cuda_mhc_test cuda_model_test"
 cmake --build build -j"$JOBS" --target $TESTS dsv41 > "$OUT/build.log" 2>&1 && RESULT[build]=ok || RESULT[build]=FAIL
