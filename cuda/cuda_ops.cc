@@ -57,62 +57,79 @@ void CudaOps::count(const char* op, bool on_gpu) const {
   (on_gpu ? c.gpu : c.host) += 1;
 }
 
-const float* CudaOps::mirror(const std::vector<float>& host, bool refresh) const {
-  std::lock_guard<std::mutex> l(s_->mu);
-  auto& slot = s_->mirrors[host.data()];
-  if (!slot || slot->size() != host.size() || refresh) {
-    slot = std::make_unique<DeviceBuffer<float>>(host.size());
-    if (!host.empty()) slot->upload(host);
+CudaOps::Mirror CudaOps::mirror(const float* host, size_t n) const {
+  Mirror m;
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    const auto it = s_->mirrors.find(host);
+    if (it != s_->mirrors.end() && it->second->size() == n) {
+      m.p_ = it->second->get();
+      return m;
+    }
   }
-  return slot->get();
+  m.temp_ = std::make_unique<DeviceBuffer<float>>(n);  // not registered: this call's copy only
+  if (n > 0) copy_to_device(m.temp_->get(), host, n * sizeof(float));
+  m.p_ = m.temp_->get();
+  return m;
+}
+
+void CudaOps::register_mirror(const float* host, size_t n) const {
+  auto buf = std::make_unique<DeviceBuffer<float>>(n);
+  if (n > 0) copy_to_device(buf->get(), host, n * sizeof(float));
+  std::lock_guard<std::mutex> l(s_->mu);
+  s_->mirrors[host] = std::move(buf);
 }
 
 // ---- memory ----
 
 namespace {
 
-void mirror_linear(const CudaOps& ops, const reference::LinearWeight& w,
-                   const std::function<void(const std::vector<float>&)>& m) {
-  (void)ops;
-  if (!w.w.empty()) m(w.w);
-  if (!w.scale.empty()) m(w.scale);
-}
-
-}  // namespace
-
-void CudaOps::prepare(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
-  {
-    // RoPE tables: mirrored on first use by rope_rows; forget any older table at these addresses.
-    std::lock_guard<std::mutex> l(s_->mu);
-    for (const reference::RopeTable& r : rope) {
-      s_->mirrors.erase(r.cos(0));
-      s_->mirrors.erase(r.sin(0));
-    }
-  }
-  // The dense weights the ported ops read; routed experts and hc_mixes weights stay on the host
-  // until their ops are ported (their fallbacks read the host copies).
-  // Copied again even when an address is known: a new model's weights may sit where a freed
-  // model's were.
-  const auto m = [this](const std::vector<float>& v) { mirror(v, /*refresh=*/true); };
-  m(wt.embed.data());
-  m(wt.norm.data());
-  mirror_linear(*this, wt.head, m);
+// Every host array prepare() mirrors: the dense weights the ported ops read, then the RoPE tables
+// ([max_seq_len, rd/2] fp32 each). Routed experts and hc_mixes weights stay on the host until
+// their ops are ported (their fallbacks read the host copies).
+void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope,
+                       const std::function<void(const float*, size_t)>& f) {
+  const auto v = [&f](const std::vector<float>& x) { f(x.data(), x.size()); };
+  const auto lin = [&v](const reference::LinearWeight& w) {
+    if (!w.w.empty()) v(w.w);
+    if (!w.scale.empty()) v(w.scale);
+  };
+  v(wt.embed.data());
+  v(wt.norm.data());
+  lin(wt.head);
   for (const reference::BlockWeights& b : wt.blocks) {
-    m(b.attn_norm.data());
-    m(b.ffn_norm.data());
+    v(b.attn_norm.data());
+    v(b.ffn_norm.data());
     const reference::AttentionWeights& a = b.attn;
     for (const reference::LinearWeight* lw : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.comp_wkv, &a.comp_wgate,
                                               &a.idx_wq_b, &a.idx_weights_proj, &a.idx_wk, &b.ffn.s_w1, &b.ffn.s_w2,
                                               &b.ffn.s_w3, &b.engram.wkv}) {
-      mirror_linear(*this, *lw, m);
+      lin(*lw);
     }
-    for (const Tensor<float>* t : {&a.q_norm, &a.kv_norm, &a.comp_norm, &a.idx_k_norm}) m(t->data());
+    for (const Tensor<float>* t : {&a.q_norm, &a.kv_norm, &a.comp_norm, &a.idx_k_norm}) v(t->data());
   }
-  mirror_linear(*this, wt.dspark.main_proj, m);
-  mirror_linear(*this, wt.dspark.markov_head, m);
-  mirror_linear(*this, wt.dspark.confidence_proj, m);
-  m(wt.dspark.main_norm.data());
-  m(wt.dspark.norm.data());
+  lin(wt.dspark.main_proj);
+  lin(wt.dspark.markov_head);
+  lin(wt.dspark.confidence_proj);
+  v(wt.dspark.main_norm.data());
+  v(wt.dspark.norm.data());
+  for (const reference::RopeTable& r : rope) {
+    const size_t n = static_cast<size_t>(r.max_seq_len() * (r.rope_dim() / 2));
+    f(r.cos(0), n);
+    f(r.sin(0), n);
+  }
+}
+
+}  // namespace
+
+// Copied again even when an address is known: a new model's weights may sit where a freed one's were.
+void CudaOps::prepare(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
+  for_each_mirrored(wt, rope, [this](const float* p, size_t n) { register_mirror(p, n); });
+}
+
+void CudaOps::release(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
+  std::lock_guard<std::mutex> l(s_->mu);
+  for_each_mirrored(wt, rope, [this](const float* p, size_t) { s_->mirrors.erase(p); });
 }
 
 namespace {
@@ -189,7 +206,8 @@ Tensor<float> CudaOps::embed(const std::vector<int64_t>& tokens, const Tensor<fl
     DSV41_CHECK(id >= 0 && id < vocab, "embed: token ", t, " = ", id, " is outside the vocab [0, ", vocab, ")");
   }
   count("embed", true);
-  const float* tab = table.on_host() ? mirror(table.data()) : dev(table);
+  const Mirror host_tab = table.on_host() ? mirror(table.data()) : Mirror{};
+  const float* tab = table.on_host() ? host_tab.get() : dev(table);
   auto ids = to_device(tokens);
   Tensor<float> y = device_tensor<float>({T, hc, dim}, "stream");
   gpu::embed(ids->get(), T, tab, dim, hc, dev(y));
@@ -204,7 +222,8 @@ Tensor<float> CudaOps::rms_norm(const Tensor<float>& x, const Tensor<float>& wei
   }
   count("rms_norm", true);
   DevIn<float> in(x);
-  const float* w = weight.on_host() ? mirror(weight.data()) : dev(weight);
+  const Mirror host_w = weight.on_host() ? mirror(weight.data()) : Mirror{};
+  const float* w = weight.on_host() ? host_w.get() : dev(weight);
   Tensor<float> y = device_tensor<float>(x.shape(), x.name() + ".rms_norm");
   gpu::rms_norm(in.get(), w, x.numel() / n, n, eps, dev(y));
   return y;
@@ -226,23 +245,10 @@ void CudaOps::rope_rows(Tensor<float>& x, int64_t heads, const reference::RopeTa
   }
   count("rope_rows", true);
   const int64_t half = rd / 2, table = rope.max_seq_len() * half;
-  // The [max_seq_len, rd/2] tables, mirrored once, found again by their host address.
-  const float* dcos;
-  const float* dsin;
-  {
-    std::lock_guard<std::mutex> l(s_->mu);
-    auto& c = s_->mirrors[rope.cos(0)];
-    auto& s = s_->mirrors[rope.sin(0)];
-    if (!c) {
-      c = std::make_unique<DeviceBuffer<float>>(static_cast<size_t>(table));
-      copy_to_device(c->get(), rope.cos(0), c->bytes());
-      s = std::make_unique<DeviceBuffer<float>>(static_cast<size_t>(table));
-      copy_to_device(s->get(), rope.sin(0), s->bytes());
-    }
-    dcos = c->get();
-    dsin = s->get();
-  }
-  gpu::rope_rows(dev(x), T, heads, x.dim(1) / heads, rd, dcos, dsin, first_pos, pos_stride, inverse);
+  // The [max_seq_len, rd/2] tables: prepare()'s mirrors, or this call's copies.
+  const Mirror dcos = mirror(rope.cos(0), static_cast<size_t>(table));
+  const Mirror dsin = mirror(rope.sin(0), static_cast<size_t>(table));
+  gpu::rope_rows(dev(x), T, heads, x.dim(1) / heads, rd, dcos.get(), dsin.get(), first_pos, pos_stride, inverse);
 }
 
 }  // namespace dsv41::gpu

@@ -6,10 +6,11 @@
 // Tensors produced by these ops live in device memory (a CudaStorage, cuda/device_tensor.h:
 // cudaMalloc'd, clone = device-to-device copy); upload/download move them. An op given a host
 // tensor uploads a temporary copy, so every method also works on host inputs (tests do that).
-// Weights stay host memory in ModelWeights; prepare() mirrors them to the device once, and the
-// ops find a mirror again by the host address of its values (weights outlive the model, and
-// the model outlives nothing it prepared: reference/ops.h). A weight an op meets that prepare()
-// did not see is mirrored on first use.
+// Weights stay host memory in ModelWeights; prepare() mirrors them (and the RoPE tables) to the
+// device once, and the ops find a mirror again by the host address of its values; release()
+// (the Model's destructor) forgets them, so a later allocation at the same address is never
+// taken for a prepared weight. A weight an op meets that prepare() did not register (a test's
+// own weight, a copied Model's) is uploaded for that call only: never cached by address.
 //
 // Ported ops run as kernels (cuda/<component>.cu ↔ reference/<component>.cc); the others run
 // through an EXPLICIT host fallback (download inputs, call reference_ops(), upload outputs),
@@ -34,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/ops.h"
 #include "reference/ops.h"
 
 namespace dsv41::gpu {
@@ -60,6 +62,7 @@ class CudaOps final : public reference::Ops {
 
   // ---- memory ----
   void prepare(const reference::ModelWeights& weights, const std::vector<reference::RopeTable>& rope) const override;
+  void release(const reference::ModelWeights& weights, const std::vector<reference::RopeTable>& rope) const override;
   reference::Tensor<float> upload(reference::Tensor<float> host) const override;
   reference::Tensor<int32_t> upload(reference::Tensor<int32_t> host) const override;
   reference::Tensor<int64_t> upload(reference::Tensor<int64_t> host) const override;
@@ -143,9 +146,20 @@ class CudaOps final : public reference::Ops {
 
  private:
   struct State;
-  // Device copy of host weight values (mirrored once, found again by address; refresh: copy
-  // again, prepare() does it for every weight it walks).
-  const float* mirror(const std::vector<float>& host, bool refresh = false) const;
+  // The device copy of n host values: the registered mirror when prepare() registered exactly
+  // these (address and size), else a copy uploaded for this call, freed with the Mirror.
+  class Mirror {
+   public:
+    const float* get() const { return p_; }
+   private:
+    friend class CudaOps;
+    const float* p_ = nullptr;
+    std::unique_ptr<DeviceBuffer<float>> temp_;
+  };
+  Mirror mirror(const float* host, size_t n) const;
+  Mirror mirror(const std::vector<float>& host) const { return mirror(host.data(), host.size()); }
+  // prepare(): copies n host values to the device under their address (again if known).
+  void register_mirror(const float* host, size_t n) const;
   void count(const char* op, bool on_gpu) const;
   // The host copy of a tensor wherever it lives (no device clone).
   template <typename T>

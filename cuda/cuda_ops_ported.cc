@@ -71,8 +71,10 @@ Tensor<float> CudaOps::linear_path(const char* op, const Tensor<float>& x, const
   const bool tile = w.dtype == DType::kF8E4M3;
   DevIn<float> in(x);
   Tensor<float> y = device_tensor<float>({x.dim(0), w.out}, w.name + ".y");
-  const float* wv = mirror(w.w);
-  const float* ws = quantized ? mirror(w.scale) : nullptr;
+  const Mirror wm = mirror(w.w);
+  const Mirror sm = quantized ? mirror(w.scale) : Mirror{};
+  const float* wv = wm.get();
+  const float* ws = quantized ? sm.get() : nullptr;
   int status = 0;
   if (!fp32 && quantized) {
     status = gpu::block_scaled_linear(in.get(), x.dim(0), w.in, wv, ws, tile, w.out, dev(y));
@@ -102,7 +104,8 @@ Tensor<float> CudaOps::grouped_linear(const Tensor<float>& x, const LinearWeight
   count("grouped_linear", true);
   DevIn<float> in(x);
   Tensor<float> y = device_tensor<float>({x.dim(0), w.out}, w.name + ".y");
-  gpu::grouped_linear(in.get(), x.dim(0), groups, w.in, mirror(w.w), w.out, dev(y));
+  const Mirror wm = mirror(w.w);
+  gpu::grouped_linear(in.get(), x.dim(0), groups, w.in, wm.get(), w.out, dev(y));
   return y;
 }
 

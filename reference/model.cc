@@ -20,6 +20,13 @@ std::vector<int64_t> default_token_map(const ModelConfig& c) {
   return map;
 }
 
+Model::~Model() {
+  try {
+    ops_->release(weights_, rope_);
+  } catch (...) {  // a destructor does not throw; the ops' mirrors are only a cache
+  }
+}
+
 Model::Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> token_map, const Ops& ops)
     : config_(std::move(config)), ops_(&ops), weights_(std::move(weights)), token_map_(std::move(token_map)) {
   const ModelConfig& c = config_;

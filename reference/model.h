@@ -133,6 +133,14 @@ class Model {
   // token_map: [vocab] compressed id of every vocab entry (Engram); see default_token_map.
   // ops: the components it runs (reference/ops.h); they must outlive the model.
   Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> token_map, const Ops& ops = reference_ops());
+  // Tells the ops to forget what prepare() mirrored (Ops::release). A copy's weights sit at
+  // addresses the ops never prepared: correct on every backend, but a device backend uploads them
+  // per call (build a Model from the weights instead where speed matters).
+  ~Model();
+  Model(Model&&) = default;
+  Model(const Model&) = default;
+  Model& operator=(Model&&) = delete;
+  Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
   const Ops& ops() const { return *ops_; }

@@ -12,6 +12,7 @@ namespace dsv41::reference {
 // ---- defaults of the memory methods: host memory, nothing to move ----
 
 void Ops::prepare(const ModelWeights&, const std::vector<RopeTable>&) const {}
+void Ops::release(const ModelWeights&, const std::vector<RopeTable>&) const {}
 Tensor<float> Ops::upload(Tensor<float> host) const { return host; }
 Tensor<int32_t> Ops::upload(Tensor<int32_t> host) const { return host; }
 Tensor<int64_t> Ops::upload(Tensor<int64_t> host) const { return host; }

@@ -121,7 +121,9 @@ TEST(DSparkRunner, AcceptanceRowsCarryTheDraftsConfidence) {
     double& s = survival.try_emplace({a.step, a.side}, 1.0).first->second;
     s *= a.confidence;
     EXPECT_DOUBLE_EQ(a.predicted_survival, s);
-    if (a.draft_index >= a.verified) EXPECT_EQ(a.realised, -1);
+    if (a.draft_index >= a.verified) {
+      EXPECT_EQ(a.realised, -1);
+    }
   }
 }
 
