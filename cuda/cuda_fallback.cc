@@ -17,23 +17,6 @@ namespace {
 const reference::Ops& ref() { return reference::reference_ops(); }
 }  // namespace
 
-Tensor<int32_t> CudaOps::attention_index_rows(const Tensor<int32_t>& window, const Tensor<int32_t>& topk,
-                                              int64_t offset, int64_t width) const {
-  count("attention_index_rows", false);
-  return upload(ref().attention_index_rows(host_copy(window), host_copy(topk), offset, width));
-}
-
-Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& window_kv,
-                                   const reference::CacheRows& compressed, const Tensor<float>& sink,
-                                   const Tensor<int32_t>& idxs, float softmax_scale) const {
-  count("sparse_attn", false);
-  const Tensor<uint8_t> bytes = compressed.bytes ? host_copy(*compressed.bytes) : Tensor<uint8_t>();
-  reference::CacheRows c = compressed;
-  c.bytes = compressed.bytes ? &bytes : nullptr;
-  return upload(ref().sparse_attn(host_copy(q), host_copy(window_kv), c, host_copy(sink), host_copy(idxs),
-                                  softmax_scale));
-}
-
 reference::CompressedLatents CudaOps::compress(const Tensor<float>& kv, const Tensor<float>& score, int64_t start_pos,
                                                int ratio, Tensor<float>& kv_state, Tensor<float>& score_state) const {
   count("compress", false);
@@ -75,16 +58,6 @@ void CudaOps::mask_scores(Tensor<float>& scores, const Tensor<uint8_t>& mask) co
 Tensor<int32_t> CudaOps::index_topk(const Tensor<float>& scores, const std::vector<int64_t>& reach, int k) const {
   count("index_topk", false);
   return upload(ref().index_topk(host_copy(scores), reach, k));
-}
-
-reference::HcMixes CudaOps::hc_mixes(const Tensor<float>& stream, const reference::HcWeights& w, double norm_eps,
-                                     int iters, double hc_eps) const {
-  count("hc_mixes", false);
-  reference::HcMixes m = ref().hc_mixes(host_copy(stream), w, norm_eps, iters, hc_eps);
-  m.pre = upload(std::move(m.pre));
-  m.post = upload(std::move(m.post));
-  m.comb = upload(std::move(m.comb));
-  return m;
 }
 
 Tensor<int64_t> CudaOps::engram_hash_ids(const reference::EngramLayout& layout, int layer_index,

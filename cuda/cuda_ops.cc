@@ -35,11 +35,12 @@ CudaOps::~CudaOps() = default;
 std::vector<std::string> CudaOps::ported() {
   return {"upload", "download", "slice_rows", "embed", "linear", "linear_fp32", "grouped_linear", "rms_norm",
           "rope_rows", "qdq", "write_entries", "read_entries", "concat_kv_rows", "hc_identity_pre", "hc_pre",
-          "hc_post", "hc_mean", "concat_cols", "concat_rows", "add_markov_bias"};
+          "hc_post", "hc_mean", "concat_cols", "concat_rows", "add_markov_bias", "hc_mixes", "sparse_attn",
+          "attention_index_rows"};
 }
 std::vector<std::string> CudaOps::host_fallbacks() {
-  return {"attention_index_rows", "sparse_attn", "compress", "index_weights", "index_scores", "candidate_blocks",
-          "mask_scores", "index_topk", "hc_mixes", "engram_hash_ids", "engram_lookup", "engram_gate_residual",
+  return {"compress", "index_weights", "index_scores", "candidate_blocks",
+          "mask_scores", "index_topk", "engram_hash_ids", "engram_lookup", "engram_gate_residual",
           "moe_gate", "moe_routing_weights", "moe_experts"};
 }
 
@@ -85,8 +86,9 @@ void CudaOps::register_mirror(const float* host, size_t n) const {
 namespace {
 
 // Every host array prepare() mirrors: the dense weights the ported ops read, then the RoPE tables
-// ([max_seq_len, rd/2] fp32 each). Routed experts and hc_mixes weights stay on the host until
-// their ops are ported (their fallbacks read the host copies).
+// ([max_seq_len, rd/2] fp32 each). Routed experts stay on the host until their op is ported (its
+// fallback reads the host copies); of the mHC weights only hc_fn is read on the device (scale and
+// base serve the host-side Sinkhorn).
 void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope,
                        const std::function<void(const float*, size_t)>& f) {
   const auto v = [&f](const std::vector<float>& x) { f(x.data(), x.size()); };
@@ -107,6 +109,8 @@ void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<refe
       lin(*lw);
     }
     for (const Tensor<float>* t : {&a.q_norm, &a.kv_norm, &a.comp_norm, &a.idx_k_norm}) v(t->data());
+    v(b.hc_attn.fn.data());
+    v(b.hc_ffn.fn.data());
   }
   lin(wt.dspark.main_proj);
   lin(wt.dspark.markov_head);

@@ -57,7 +57,25 @@ void hc_pre(const float* stream, const float* pre, int64_t T, int64_t hc, int64_
 // f [T, dim], residual [T, hc, dim], post [T, hc], comb [T, hc, hc] -> y [T, hc, dim] bf16.
 void hc_post(const float* f, const float* residual, const float* post, const float* comb, int64_t T, int64_t hc,
              int64_t dim, float* y);
+// hc_raw_mixes of reference/mhc.h: stream [T, hc, dim] bf16, fn [(2+hc)*hc, hc*dim] fp32 ->
+// mixes [T, (2+hc)*hc] fp32; r [T] is scratch (the per-token rsqrt). hc*dim < 32768 (checked by
+// the caller: the reference's torch sum order is not modelled beyond).
+void hc_raw_mixes(const float* stream, const float* fn, int64_t T, int64_t hc, int64_t dim, double norm_eps,
+                  float* r, float* mixes);
 // stream [T, hc, dim] -> y [T, dim] bf16: the fp32 sum of the copies in order, / hc (dspark hc_mean).
 void hc_mean(const float* stream, int64_t T, int64_t hc, int64_t dim, float* y);
+
+// ---- attention.cu ----
+// sparse_attn's device stages (reference/attention.h): q [T, H, D], kv [N, D], idxs [T, K] (every
+// index in [-1, N): checked by the caller). Scores s [T, H, K] = fl(fma-chain(q, kv_j) * scale),
+// -inf for -1. Then, with the host's bf16 probabilities p [T, H, K], per-block rescale factors
+// [T, H, ceil(K/64)] and denominators l [T, H]: out [T, H, D] bf16.
+void sparse_attn_scores(const float* q, const float* kv, const int32_t* idxs, int64_t T, int64_t H, int64_t D,
+                        int64_t K, float scale, float* s);
+void sparse_attn_pv(const float* kv, const int32_t* idxs, const float* p, const float* rescale, const float* l,
+                    int64_t T, int64_t H, int64_t D, int64_t K, float* out);
+// attention_index_rows: window [rows, kw], topk [rows, kt] -> out [rows, kw + width] int32.
+void attention_index_rows(const int32_t* window, int64_t kw, const int32_t* topk, int64_t kt, int64_t rows,
+                          int64_t offset, int64_t width, int32_t* out);
 
 }  // namespace dsv41::gpu

@@ -2,9 +2,14 @@
 //
 // One thread per output element; each sums over the hc copies in index order with separate fp32
 // multiplies and adds (the host never contracts to FMA; --fmad=false here): BIT-EXACT.
-// (hc_mixes, the Sinkhorn part, falls back to the host for now: cuda_ops.cc.)
+// hc_raw_mixes (the heavy part of hc_mixes): one thread per token for the rsqrt statistic
+// (cuda/torch_sum.cuh: the reference's torch sum order, bit-exact), then one thread per (token,
+// mix) for the double dot product in index order (__dadd_rn/__dmul_rn, one rounding to fp32, then
+// one fp32 multiply by r): BIT-EXACT. The split + Sinkhorn (std::exp, glibc's) runs on the host
+// on the downloaded [T, (2+hc)*hc] mixes (CudaOps::hc_mixes).
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
+#include "cuda/torch_sum.cuh"
 #include "formats/minifloat.h"
 
 namespace dsv41::gpu {
@@ -52,7 +57,40 @@ __global__ void hc_mean_kernel(const float* __restrict__ stream, int64_t T, int6
   y[k] = formats::round_to_bf16(__fdiv_rn(sum, static_cast<float>(hc)));
 }
 
+// r[t] = 1 / sqrt(torch_sum(x^2) / (hc*dim) + eps), x = stream[t] flattened (hc_raw_mixes).
+__global__ void hc_rsqrt_kernel(const float* __restrict__ stream, int64_t T, int64_t width, float eps,
+                                float* __restrict__ r) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  const float mean = __fdiv_rn(torch_sum::torch_sum_sq(stream + t * width, width), static_cast<float>(width));
+  r[t] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+// mixes[t, k] = fp32(sum_i double(x[i]) * double(fn[k, i]), i ascending) * r[t].
+__global__ void hc_dot_kernel(const float* __restrict__ stream, const float* __restrict__ fn,
+                              const float* __restrict__ r, int64_t T, int64_t width, int64_t n_mix,
+                              float* __restrict__ mixes) {
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= T * n_mix) return;
+  const int64_t t = k / n_mix, m = k % n_mix;
+  const float* x = stream + t * width;
+  const float* w = fn + m * width;
+  double acc = 0.0;
+  for (int64_t i = 0; i < width; ++i) acc = __dadd_rn(acc, __dmul_rn(static_cast<double>(x[i]), static_cast<double>(w[i])));
+  mixes[k] = __fmul_rn(__double2float_rn(acc), r[t]);
+}
+
 }  // namespace
+
+void hc_raw_mixes(const float* stream, const float* fn, int64_t T, int64_t hc, int64_t dim, double norm_eps,
+                  float* r, float* mixes) {
+  const int64_t width = hc * dim, n_mix = (2 + hc) * hc;
+  if (T == 0) return;
+  hc_rsqrt_kernel<<<grid_for(T, kThreads), kThreads>>>(stream, T, width, static_cast<float>(norm_eps), r);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+  hc_dot_kernel<<<grid_for(T * n_mix, kThreads), kThreads>>>(stream, fn, r, T, width, n_mix, mixes);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
 
 void hc_identity_pre(int64_t T, int64_t hc, float* pre) {
   if (T * hc == 0) return;

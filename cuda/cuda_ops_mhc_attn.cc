@@ -1,0 +1,173 @@
+// cuda/cuda_ops_mhc_attn.cc
+//
+// CudaOps::hc_mixes and CudaOps::sparse_attn (and attention_index_rows): the O(width) work runs as
+// kernels (cuda/mhc.cu, cuda/attention.cu), the scalar transcendental steps run on the host, in
+// the reference's own code, on small downloaded tensors. Why: the reference takes std::exp (glibc
+// expf, not correctly rounded everywhere) for the Sinkhorn comb and for the online softmax; the
+// device's expf differs, and no device routine is proven to equal glibc bit for bit. Keeping
+// those steps on the host keeps both ops BIT-EXACT by construction (docs/cuda.md):
+//   hc_mixes     device: hc_raw_mixes [T, (2+hc)*hc]; host: hc_split_sinkhorn (sigmoid, exp, Sinkhorn)
+//   sparse_attn  device: scores s[t,h,j] = fl(fma_dot(q, kv_j) * scale) (-inf for -1);
+//                host:   per (t, h) and block: max, rescale = exp(m - m'), p_j = exp(s_j - m'),
+//                        l (double p_sum), bf16(p_j); then l += exp(sink - m)
+//                device: acc[d] = acc[d] * rescale + fma-chain_j(bf16(p_j) * kv_j[d]); out = bf16(acc / l)
+// Inputs the reference rejects (bad shapes, an index outside [-1, N)) run the reference on the
+// host, which raises its own error (counted as a host call).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <utility>
+
+#include "cuda/cuda_ops.h"
+#include "cuda/device_tensor.h"
+#include "cuda/kernels.h"
+#include "formats/minifloat.h"
+#include "reference/attention.h"
+#include "reference/mhc.h"
+#include "reference/numerics.h"
+
+namespace dsv41::gpu {
+
+using reference::Tensor;
+
+namespace {
+const reference::Ops& ref() { return reference::reference_ops(); }
+constexpr int64_t kTorchSerialSumLimit = 32768;  // reference/rmsnorm.cc: longer rows are not modelled
+}  // namespace
+
+reference::HcMixes CudaOps::hc_mixes(const Tensor<float>& stream, const reference::HcWeights& w, double norm_eps,
+                                     int iters, double hc_eps) const {
+  const int64_t hc = stream.rank() == 3 ? stream.dim(1) : 0, dim = stream.rank() == 3 ? stream.dim(2) : 0;
+  const int64_t width = hc * dim, n_mix = reference::hc_mix_count(hc);
+  const bool ok = stream.rank() == 3 && hc >= 1 && dim >= 1 && width < kTorchSerialSumLimit &&
+                  w.fn.numel() == n_mix * width && w.scale.numel() == 3 && w.base.numel() == n_mix;
+  if (!ok) {  // the reference raises its error (or handles the shape its own way)
+    count("hc_mixes", false);
+    reference::HcMixes m = ref().hc_mixes(host_copy(stream), w, norm_eps, iters, hc_eps);
+    m.pre = upload(std::move(m.pre));
+    m.post = upload(std::move(m.post));
+    m.comb = upload(std::move(m.comb));
+    return m;
+  }
+  count("hc_mixes", true);
+  const int64_t T = stream.dim(0);
+  Tensor<float> raw({T, n_mix}, "hc_mixes");
+  if (T > 0) {
+    DevIn<float> s(stream);
+    const Mirror fn = mirror(w.fn.data());
+    DeviceBuffer<float> r(static_cast<size_t>(T)), mixes(static_cast<size_t>(T * n_mix));
+    gpu::hc_raw_mixes(s.get(), fn.get(), T, hc, dim, norm_eps, r.get(), mixes.get());
+    raw.data() = mixes.download();
+  }
+  reference::HcMixes m = reference::hc_split_sinkhorn(raw, w.scale.data(), w.base.data(), static_cast<int>(hc),
+                                                      iters, hc_eps);
+  m.pre = upload(std::move(m.pre));
+  m.post = upload(std::move(m.post));
+  m.comb = upload(std::move(m.comb));
+  return m;
+}
+
+// ---- attention.h ----
+
+Tensor<int32_t> CudaOps::attention_index_rows(const Tensor<int32_t>& window, const Tensor<int32_t>& topk,
+                                              int64_t offset, int64_t width) const {
+  const bool ok = window.rank() == 2 && topk.rank() == 2 && topk.dim(0) == window.dim(0) && topk.dim(1) <= width &&
+                  offset >= 0;
+  if (!ok) {  // the reference raises its error
+    count("attention_index_rows", false);
+    return upload(ref().attention_index_rows(host_copy(window), host_copy(topk), offset, width));
+  }
+  count("attention_index_rows", true);
+  const int64_t rows = window.dim(0), kw = window.dim(1), kt = topk.dim(1);
+  DevIn<int32_t> w(window), k(topk);
+  Tensor<int32_t> out = device_tensor<int32_t>({rows, kw + width}, "topk_idxs");
+  gpu::attention_index_rows(w.get(), kw, k.get(), kt, rows, offset, width, dev(out));
+  return out;
+}
+
+namespace {
+
+// The host stage of sparse_attn: the reference's sparse_attn_row (reference/attention.cc) minus
+// its dot products and its P.V sums, on the scores s [K] of one (query, head): per block of 64,
+// the running max, rescale = std::exp(m - m'), p_j = std::exp(s_j - m'), l = l * rescale +
+// fl32(double sum of p_j in j order), p_j rounded to bf16 for P.V; at the end l += std::exp(sink -
+// m). The same statements in the same order as the reference (built with -ffp-contract=off).
+void softmax_row(const float* s, int64_t k_total, float sink, float* p_bf16, float* rescale, float* l_out) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  float m = reference::kSparseAttnInitMax;
+  float l = 0.0f;
+  for (int64_t b0 = 0, b = 0; b0 < k_total; b0 += reference::kSparseAttnBlock, ++b) {
+    const int64_t nb = std::min<int64_t>(reference::kSparseAttnBlock, k_total - b0);
+    float block_max = -kInf;
+    for (int64_t j = 0; j < nb; ++j) block_max = std::max(block_max, s[b0 + j]);
+    const float m_new = std::max(m, block_max);
+    rescale[b] = std::exp(m - m_new);
+    double p_sum = 0.0;
+    for (int64_t j = 0; j < nb; ++j) {
+      const float p = std::exp(s[b0 + j] - m_new);
+      p_sum += static_cast<double>(p);
+      p_bf16[b0 + j] = formats::round_to_bf16(p);
+    }
+    l = l * rescale[b] + static_cast<float>(p_sum);
+    m = m_new;
+  }
+  *l_out = l + std::exp(sink - m);
+}
+
+}  // namespace
+
+Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& window_kv,
+                                   const reference::CacheRows& compressed, const Tensor<float>& sink,
+                                   const Tensor<int32_t>& idxs, float softmax_scale) const {
+  const auto host = [&] {  // the reference raises its error
+    count("sparse_attn", false);
+    const Tensor<uint8_t> bytes = compressed.bytes ? host_copy(*compressed.bytes) : Tensor<uint8_t>();
+    reference::CacheRows c = compressed;
+    c.bytes = compressed.bytes ? &bytes : nullptr;
+    return upload(ref().sparse_attn(host_copy(q), host_copy(window_kv), c, host_copy(sink), host_copy(idxs),
+                                    softmax_scale));
+  };
+  if (!(q.rank() == 3 && window_kv.rank() == 2 && idxs.rank() == 2)) return host();
+  const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2), K = idxs.dim(1);
+  if (!(window_kv.dim(1) == D && idxs.dim(0) == T && sink.numel() == H)) return host();
+  // The KV rows: the window part, then every compressed entry (read_all_entries), on the device.
+  Tensor<float> kv_all;
+  const Tensor<float>* kv = &window_kv;
+  if (compressed.count != 0) {
+    if (!(compressed.count > 0 && compressed.dim == D)) return host();
+    std::vector<int64_t> all(static_cast<size_t>(compressed.count));
+    std::iota(all.begin(), all.end(), int64_t{0});
+    kv_all = concat_kv_rows(window_kv, read_entries(compressed, all));
+    kv = &kv_all;
+  }
+  const int64_t n = kv->dim(0);
+  const Tensor<int32_t> hidx = host_copy(idxs);
+  for (int32_t r : hidx.data()) {
+    if (r < -1 || r >= n) return host();
+  }
+  count("sparse_attn", true);
+  Tensor<float> out = device_tensor<float>({T, H, D}, "sparse_attn_out");
+  if (T * H == 0) return out;
+  DevIn<float> dq(q), dkv(*kv);
+  DevIn<int32_t> di(idxs);
+  const int64_t blocks = (K + reference::kSparseAttnBlock - 1) / reference::kSparseAttnBlock;
+  std::vector<float> s(static_cast<size_t>(T * H * K));
+  if (!s.empty()) {
+    DeviceBuffer<float> ds(s.size());
+    gpu::sparse_attn_scores(dq.get(), dkv.get(), di.get(), T, H, D, K, softmax_scale, ds.get());
+    s = ds.download();
+  }
+  const Tensor<float> hsink = host_copy(sink);
+  std::vector<float> p(s.size()), rescale(static_cast<size_t>(T * H * blocks)), l(static_cast<size_t>(T * H));
+  reference::parallel_for(T * H, [&](int64_t i) {
+    softmax_row(s.data() + i * K, K, hsink.data()[static_cast<size_t>(i % H)], p.data() + i * K,
+                rescale.data() + i * blocks, l.data() + i);
+  });
+  const auto up = [](const std::vector<float>& v) { return to_device(v); };
+  const auto dp = up(p), dr = up(rescale), dl = up(l);
+  gpu::sparse_attn_pv(dkv.get(), di.get(), dp->get(), dr->get(), dl->get(), T, H, D, K, dev(out));
+  return out;
+}
+
+}  // namespace dsv41::gpu
