@@ -67,18 +67,6 @@ Tensor<int64_t> CudaOps::engram_hash_ids(const reference::EngramLayout& layout, 
   return upload(ref().engram_hash_ids(layout, layer_index, history, start_pos, count_));
 }
 
-Tensor<float> CudaOps::engram_lookup(const reference::EngramWeights& w, int head_dim,
-                                     const Tensor<int64_t>& ids) const {
-  count("engram_lookup", false);
-  return upload(ref().engram_lookup(w, head_dim, host_copy(ids)));
-}
-
-Tensor<float> CudaOps::engram_gate_residual(const Tensor<float>& x, const Tensor<float>& kv,
-                                            const reference::EngramWeights& w, double eps) const {
-  count("engram_gate_residual", false);
-  return upload(ref().engram_gate_residual(host_copy(x), host_copy(kv), w, eps));
-}
-
 reference::MoeRouting CudaOps::moe_gate(const Tensor<float>& x, const reference::MoeWeights& w,
                                         const reference::ModelConfig& c, int layer) const {
   count("moe_gate", false);

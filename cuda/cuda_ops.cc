@@ -24,6 +24,7 @@ using reference::Tensor;
 struct CudaOps::State {
   std::mutex mu;
   std::map<const void*, std::unique_ptr<DeviceBuffer<float>>> mirrors;  // host values -> device copy
+  std::map<const void*, std::unique_ptr<DeviceBuffer<uint8_t>>> byte_mirrors;  // the same for bytes
   std::map<std::string, OpCalls> calls;
 };
 
@@ -36,11 +37,11 @@ std::vector<std::string> CudaOps::ported() {
   return {"upload", "download", "slice_rows", "embed", "linear", "linear_fp32", "grouped_linear", "rms_norm",
           "rope_rows", "qdq", "write_entries", "read_entries", "concat_kv_rows", "hc_identity_pre", "hc_pre",
           "hc_post", "hc_mean", "concat_cols", "concat_rows", "add_markov_bias", "hc_mixes", "sparse_attn",
-          "attention_index_rows"};
+          "attention_index_rows", "engram_lookup", "engram_gate_residual"};
 }
 std::vector<std::string> CudaOps::host_fallbacks() {
   return {"compress", "index_weights", "index_scores", "candidate_blocks",
-          "mask_scores", "index_topk", "engram_hash_ids", "engram_lookup", "engram_gate_residual",
+          "mask_scores", "index_topk", "engram_hash_ids",
           "moe_gate", "moe_routing_weights", "moe_experts"};
 }
 
@@ -74,6 +75,31 @@ CudaOps::Mirror CudaOps::mirror(const float* host, size_t n) const {
   return m;
 }
 
+CudaOps::MirrorOf<uint8_t> CudaOps::mirror(const std::vector<uint8_t>& host_v) const {
+  const uint8_t* host = host_v.data();
+  const size_t n = host_v.size();
+  MirrorOf<uint8_t> m;
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    const auto it = s_->byte_mirrors.find(host);
+    if (it != s_->byte_mirrors.end() && it->second->size() == n) {
+      m.p_ = it->second->get();
+      return m;
+    }
+  }
+  m.temp_ = std::make_unique<DeviceBuffer<uint8_t>>(n);  // not registered: this call's copy only
+  if (n > 0) copy_to_device(m.temp_->get(), host, n);
+  m.p_ = m.temp_->get();
+  return m;
+}
+
+void CudaOps::register_mirror(const uint8_t* host, size_t n) const {
+  auto buf = std::make_unique<DeviceBuffer<uint8_t>>(n);
+  if (n > 0) copy_to_device(buf->get(), host, n);
+  std::lock_guard<std::mutex> l(s_->mu);
+  s_->byte_mirrors[host] = std::move(buf);
+}
+
 void CudaOps::register_mirror(const float* host, size_t n) const {
   auto buf = std::make_unique<DeviceBuffer<float>>(n);
   if (n > 0) copy_to_device(buf->get(), host, n * sizeof(float));
@@ -90,7 +116,8 @@ namespace {
 // fallback reads the host copies); of the mHC weights only hc_fn is read on the device (scale and
 // base serve the host-side Sinkhorn).
 void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope,
-                       const std::function<void(const float*, size_t)>& f) {
+                       const std::function<void(const float*, size_t)>& f,
+                       const std::function<void(const uint8_t*, size_t)>& bytes) {
   const auto v = [&f](const std::vector<float>& x) { f(x.data(), x.size()); };
   const auto lin = [&v](const reference::LinearWeight& w) {
     if (!w.w.empty()) v(w.w);
@@ -111,6 +138,12 @@ void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<refe
     for (const Tensor<float>* t : {&a.q_norm, &a.kv_norm, &a.comp_norm, &a.idx_k_norm}) v(t->data());
     v(b.hc_attn.fn.data());
     v(b.hc_ffn.fn.data());
+    if (b.has_engram) {
+      v(b.engram.q_weight.data());
+      v(b.engram.k_weight.data());
+      bytes(b.engram.table.data().data(), b.engram.table.data().size());
+      bytes(b.engram.table_scale.data().data(), b.engram.table_scale.data().size());
+    }
   }
   lin(wt.dspark.main_proj);
   lin(wt.dspark.markov_head);
@@ -128,12 +161,16 @@ void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<refe
 
 // Copied again even when an address is known: a new model's weights may sit where a freed one's were.
 void CudaOps::prepare(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
-  for_each_mirrored(wt, rope, [this](const float* p, size_t n) { register_mirror(p, n); });
+  for_each_mirrored(
+      wt, rope, [this](const float* p, size_t n) { register_mirror(p, n); },
+      [this](const uint8_t* p, size_t n) { register_mirror(p, n); });
 }
 
 void CudaOps::release(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
   std::lock_guard<std::mutex> l(s_->mu);
-  for_each_mirrored(wt, rope, [this](const float* p, size_t) { s_->mirrors.erase(p); });
+  for_each_mirrored(
+      wt, rope, [this](const float* p, size_t) { s_->mirrors.erase(p); },
+      [this](const uint8_t* p, size_t) { s_->byte_mirrors.erase(p); });
 }
 
 namespace {

@@ -148,18 +148,23 @@ class CudaOps final : public reference::Ops {
   struct State;
   // The device copy of n host values: the registered mirror when prepare() registered exactly
   // these (address and size), else a copy uploaded for this call, freed with the Mirror.
-  class Mirror {
+  template <typename T>
+  class MirrorOf {
    public:
-    const float* get() const { return p_; }
+    const T* get() const { return p_; }
    private:
     friend class CudaOps;
-    const float* p_ = nullptr;
-    std::unique_ptr<DeviceBuffer<float>> temp_;
+    const T* p_ = nullptr;
+    std::unique_ptr<DeviceBuffer<T>> temp_;
   };
+  using Mirror = MirrorOf<float>;
   Mirror mirror(const float* host, size_t n) const;
   Mirror mirror(const std::vector<float>& host) const { return mirror(host.data(), host.size()); }
+  // The same for byte arrays (the Engram fp8 tables), kept in a map of their own.
+  MirrorOf<uint8_t> mirror(const std::vector<uint8_t>& host) const;
   // prepare(): copies n host values to the device under their address (again if known).
   void register_mirror(const float* host, size_t n) const;
+  void register_mirror(const uint8_t* host, size_t n) const;
   void count(const char* op, bool on_gpu) const;
   // The host copy of a tensor wherever it lives (no device clone).
   template <typename T>

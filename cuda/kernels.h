@@ -78,4 +78,14 @@ void sparse_attn_pv(const float* kv, const int32_t* idxs, const float* p, const 
 void attention_index_rows(const int32_t* window, int64_t kw, const int32_t* topk, int64_t kt, int64_t rows,
                           int64_t offset, int64_t width, int32_t* out);
 
+// ---- engram.cu ----
+// engram_lookup: codes [rows, head_dim] E4M3, scales [rows, head_dim/32] E8M0, ids [T, cols] (each
+// in [0, rows): checked by the caller) -> out [T, cols * head_dim] bf16.
+void engram_lookup(const uint8_t* codes, const uint8_t* scales, int64_t head_dim, const int64_t* ids, int64_t T,
+                   int64_t cols, float* out);
+// engram_gate_residual: x [T, hc, dim], kv [T, (hc+1)*dim], q/k weights [hc*dim] (dim < 32768),
+// inv_sqrt_dim = fp32(dim^-0.5) -> gates [T, hc] (scratch) and out [T, hc, dim] bf16.
+void engram_gate_residual(const float* x, const float* kv, const float* q_weight, const float* k_weight, int64_t T,
+                          int64_t hc, int64_t dim, double eps, float inv_sqrt_dim, float* gates, float* out);
+
 }  // namespace dsv41::gpu
