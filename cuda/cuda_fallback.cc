@@ -67,16 +67,6 @@ Tensor<int64_t> CudaOps::engram_hash_ids(const reference::EngramLayout& layout, 
   return upload(ref().engram_hash_ids(layout, layer_index, history, start_pos, count_));
 }
 
-reference::MoeRouting CudaOps::moe_gate(const Tensor<float>& x, const reference::MoeWeights& w,
-                                        const reference::ModelConfig& c, int layer) const {
-  count("moe_gate", false);
-  reference::MoeRouting r = ref().moe_gate(host_copy(x), w, c, layer);
-  r.experts = upload(std::move(r.experts));
-  r.weights = upload(std::move(r.weights));
-  r.scores = upload(std::move(r.scores));
-  return r;
-}
-
 void CudaOps::moe_routing_weights(reference::MoeRouting& r, const reference::ModelConfig& c) const {
   count("moe_routing_weights", false);
   reference::MoeRouting h{host_copy(r.experts), host_copy(r.weights), host_copy(r.scores)};
@@ -84,13 +74,6 @@ void CudaOps::moe_routing_weights(reference::MoeRouting& r, const reference::Mod
   r.experts = upload(std::move(h.experts));
   r.weights = upload(std::move(h.weights));
   r.scores = upload(std::move(h.scores));
-}
-
-Tensor<float> CudaOps::moe_experts(const Tensor<float>& x, const reference::MoeWeights& w,
-                                   const reference::MoeRouting& routing, const reference::ModelConfig& c) const {
-  count("moe_experts", false);
-  const reference::MoeRouting h{host_copy(routing.experts), host_copy(routing.weights), host_copy(routing.scores)};
-  return upload(ref().moe_experts(host_copy(x), w, h, c));
 }
 
 }  // namespace dsv41::gpu

@@ -37,12 +37,13 @@ std::vector<std::string> CudaOps::ported() {
   return {"upload", "download", "slice_rows", "embed", "linear", "linear_fp32", "grouped_linear", "rms_norm",
           "rope_rows", "qdq", "write_entries", "read_entries", "concat_kv_rows", "hc_identity_pre", "hc_pre",
           "hc_post", "hc_mean", "concat_cols", "concat_rows", "add_markov_bias", "hc_mixes", "sparse_attn",
-          "attention_index_rows", "engram_lookup", "engram_gate_residual"};
+          "attention_index_rows", "engram_lookup", "engram_gate_residual", "moe_gate",
+          "moe_experts"};
 }
 std::vector<std::string> CudaOps::host_fallbacks() {
   return {"compress", "index_weights", "index_scores", "candidate_blocks",
           "mask_scores", "index_topk", "engram_hash_ids",
-          "moe_gate", "moe_routing_weights", "moe_experts"};
+          "moe_routing_weights"};
 }
 
 std::map<std::string, OpCalls> CudaOps::counts() const {
@@ -112,9 +113,9 @@ void CudaOps::register_mirror(const float* host, size_t n) const {
 namespace {
 
 // Every host array prepare() mirrors: the dense weights the ported ops read, then the RoPE tables
-// ([max_seq_len, rd/2] fp32 each). Routed experts stay on the host until their op is ported (its
-// fallback reads the host copies); of the mHC weights only hc_fn is read on the device (scale and
-// base serve the host-side Sinkhorn).
+// ([max_seq_len, rd/2] fp32 each), the MoE gate and routed experts, the Engram tables (bytes) and
+// q/k weights. Of the mHC weights only hc_fn is read on the device (scale and base serve the
+// host-side Sinkhorn); the MoE gate bias serves the host-side routing.
 void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope,
                        const std::function<void(const float*, size_t)>& f,
                        const std::function<void(const uint8_t*, size_t)>& bytes) {
@@ -136,6 +137,10 @@ void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<refe
       lin(*lw);
     }
     for (const Tensor<float>* t : {&a.q_norm, &a.kv_norm, &a.comp_norm, &a.idx_k_norm}) v(t->data());
+    lin(b.ffn.gate);
+    for (const std::vector<reference::LinearWeight>* ws : {&b.ffn.w1, &b.ffn.w2, &b.ffn.w3}) {
+      for (const reference::LinearWeight& w : *ws) lin(w);
+    }
     v(b.hc_attn.fn.data());
     v(b.hc_ffn.fn.data());
     if (b.has_engram) {

@@ -88,4 +88,10 @@ void engram_lookup(const uint8_t* codes, const uint8_t* scales, int64_t head_dim
 void engram_gate_residual(const float* x, const float* kv, const float* q_weight, const float* k_weight, int64_t T,
                           int64_t hc, int64_t dim, double eps, float inv_sqrt_dim, float* gates, float* out);
 
+// ---- moe.cu ----
+// acc [T, dim] fp32 += y [n, dim] row i into row tokens[i] (device [n], each in [0, T)), i in order.
+void moe_scatter_add(float* acc, const float* y, const int64_t* tokens, int64_t n, int64_t dim);
+// out[k] = bf16(acc[k] + shared[k]), k < n.
+void moe_finish(const float* acc, const float* shared, int64_t n, float* out);
+
 }  // namespace dsv41::gpu

@@ -18,6 +18,7 @@
 #include "cuda/cuda_ops.h"
 #include "cuda/ops.h"
 #include "formats/minifloat.h"
+#include "reference/linear.h"
 #include "reference/ops.h"
 #include "reference/tensor.h"
 
@@ -51,6 +52,36 @@ inline reference::Tensor<float> random_bf16(std::vector<int64_t> shape, float sc
   std::normal_distribution<float> d(0.0f, scale);
   for (float& v : t.data()) v = formats::round_to_bf16(d(rng()));
   return t;
+}
+
+// A random weight in `dtype`: E4M3 / E2M1 code values with E8M0 scales in [2^-8, 2^0], or bf16 / fp32.
+inline reference::LinearWeight random_weight(reference::DType dtype, int64_t out, int64_t in) {
+  reference::LinearWeight w;
+  w.name = "test.w";
+  w.dtype = dtype;
+  w.out = out;
+  w.in = in;
+  w.w.resize(static_cast<size_t>(out * in));
+  std::uniform_int_distribution<int> code(0, 255), scale(119, 127);
+  std::normal_distribution<float> n(0.0f, 0.05f);
+  for (float& v : w.w) {
+    if (dtype == reference::DType::kF8E4M3) {
+      int c = code(rng());
+      while ((c & 0x7F) == 0x7F) c = code(rng());  // no NaN codes in weights
+      v = formats::e4m3_decode(static_cast<uint32_t>(c));
+    } else if (dtype == reference::DType::kF4) {
+      v = formats::e2m1_decode(static_cast<uint32_t>(code(rng()) & 0xF));
+    } else if (dtype == reference::DType::kBF16) {
+      v = formats::round_to_bf16(n(rng()));
+    } else {
+      v = n(rng());
+    }
+  }
+  int64_t scales = 0;
+  if (dtype == reference::DType::kF8E4M3) scales = ((out + 31) / 32) * ((in + 31) / 32);
+  if (dtype == reference::DType::kF4) scales = out * (in / 32);
+  for (int64_t i = 0; i < scales; ++i) w.scale.push_back(formats::e8m0_decode(static_cast<uint32_t>(scale(rng()))));
+  return w;
 }
 
 inline uint32_t bits(float f) {
