@@ -22,7 +22,8 @@ const reference::Ops& ref() { return reference::reference_ops(); }
 constexpr int64_t kTorchSerialSumLimit = 32768;  // reference/rmsnorm.cc: longer rows are not modelled
 }  // namespace
 
-Tensor<float> CudaOps::engram_lookup(const reference::EngramWeights& w, int head_dim, const Tensor<int64_t>& ids) const {
+Tensor<float> CudaOps::engram_lookup(const reference::EngramWeights& w, int head_dim,
+                                     const Tensor<int64_t>& ids) const {
   const auto host = [&] {
     count("engram_lookup", false);
     return upload(ref().engram_lookup(w, head_dim, host_copy(ids)));

@@ -26,7 +26,8 @@ __global__ void lookup_kernel(const uint8_t* __restrict__ codes, const uint8_t* 
   if (k >= T * cols * hd) return;
   const int64_t tc = k / hd, d = k % hd;
   const int64_t id = ids[tc];
-  const float v = __fmul_rn(formats::e4m3_decode(codes[id * hd + d]), formats::e8m0_decode(scales[id * (hd / 32) + d / 32]));
+  const float v =
+      __fmul_rn(formats::e4m3_decode(codes[id * hd + d]), formats::e8m0_decode(scales[id * (hd / 32) + d / 32]));
   out[k] = formats::round_to_bf16(v);
 }
 

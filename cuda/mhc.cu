@@ -76,7 +76,9 @@ __global__ void hc_dot_kernel(const float* __restrict__ stream, const float* __r
   const float* x = stream + t * width;
   const float* w = fn + m * width;
   double acc = 0.0;
-  for (int64_t i = 0; i < width; ++i) acc = __dadd_rn(acc, __dmul_rn(static_cast<double>(x[i]), static_cast<double>(w[i])));
+  for (int64_t i = 0; i < width; ++i) {
+    acc = __dadd_rn(acc, __dmul_rn(static_cast<double>(x[i]), static_cast<double>(w[i])));
+  }
   mixes[k] = __fmul_rn(__double2float_rn(acc), r[t]);
 }
 

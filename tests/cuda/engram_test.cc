@@ -56,7 +56,8 @@ TEST(EngramLookup, EqualsReferenceBitForBit) {
 
 void expect_same_gate(const reference::Tensor<float>& x, const reference::Tensor<float>& kv,
                       const reference::EngramWeights& w, const std::string& what) {
-  EXPECT_TRUE(same_bits(ref_ops().engram_gate_residual(x, kv, w, 1e-6), cuda_ops().engram_gate_residual(x, kv, w, 1e-6)))
+  EXPECT_TRUE(
+      same_bits(ref_ops().engram_gate_residual(x, kv, w, 1e-6), cuda_ops().engram_gate_residual(x, kv, w, 1e-6)))
       << what;
 }
 
