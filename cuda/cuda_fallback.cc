@@ -28,20 +28,6 @@ reference::CompressedLatents CudaOps::compress(const Tensor<float>& kv, const Te
   return out;
 }
 
-Tensor<float> CudaOps::index_weights(const Tensor<float>& proj, int index_head_dim) const {
-  count("index_weights", false);
-  return upload(ref().index_weights(host_copy(proj), index_head_dim));
-}
-
-Tensor<float> CudaOps::index_scores(const Tensor<float>& q, const reference::CacheRows& keys,
-                                    const Tensor<float>& weights, const std::vector<int64_t>& reach) const {
-  count("index_scores", false);
-  const Tensor<uint8_t> bytes = keys.bytes ? host_copy(*keys.bytes) : Tensor<uint8_t>();
-  reference::CacheRows k = keys;
-  k.bytes = keys.bytes ? &bytes : nullptr;
-  return upload(ref().index_scores(host_copy(q), k, host_copy(weights), reach));
-}
-
 Tensor<uint8_t> CudaOps::candidate_blocks(const Tensor<float>& scores, const std::vector<int64_t>& reach,
                                           int topk_blocks, int block_size) const {
   count("candidate_blocks", false);

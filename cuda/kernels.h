@@ -94,4 +94,12 @@ void moe_scatter_add(float* acc, const float* y, const int64_t* tokens, int64_t 
 // out[k] = bf16(acc[k] + shared[k]), k < n.
 void moe_finish(const float* acc, const float* shared, int64_t n, float* out);
 
+// ---- indexer.cu ----
+// index_weights: w[k] = bf16(proj[k] * scale), k < n.
+void index_weights(const float* proj, int64_t n, float scale, float* w);
+// index_scores: q [T, heads, d], keys [n, d], w [T, heads], reach [T] (device, each in [0, n]) ->
+// scores [T, n] bf16 (-inf from reach[t] on).
+void index_scores(const float* q, const float* keys, const float* w, const int64_t* reach, int64_t T, int64_t heads,
+                  int64_t d, int64_t n, float* scores);
+
 }  // namespace dsv41::gpu
