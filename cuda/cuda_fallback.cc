@@ -28,24 +28,6 @@ reference::CompressedLatents CudaOps::compress(const Tensor<float>& kv, const Te
   return out;
 }
 
-Tensor<uint8_t> CudaOps::candidate_blocks(const Tensor<float>& scores, const std::vector<int64_t>& reach,
-                                          int topk_blocks, int block_size) const {
-  count("candidate_blocks", false);
-  return upload(ref().candidate_blocks(host_copy(scores), reach, topk_blocks, block_size));
-}
-
-void CudaOps::mask_scores(Tensor<float>& scores, const Tensor<uint8_t>& mask) const {
-  count("mask_scores", false);
-  Tensor<float> h = host_copy(scores);
-  ref().mask_scores(h, host_copy(mask));
-  scores = scores.on_host() ? std::move(h) : upload(std::move(h));
-}
-
-Tensor<int32_t> CudaOps::index_topk(const Tensor<float>& scores, const std::vector<int64_t>& reach, int k) const {
-  count("index_topk", false);
-  return upload(ref().index_topk(host_copy(scores), reach, k));
-}
-
 Tensor<int64_t> CudaOps::engram_hash_ids(const reference::EngramLayout& layout, int layer_index,
                                          const reference::EngramHistory& history, int64_t start_pos,
                                          int64_t count_) const {

@@ -38,12 +38,11 @@ std::vector<std::string> CudaOps::ported() {
           "rope_rows", "qdq", "write_entries", "read_entries", "concat_kv_rows", "hc_identity_pre", "hc_pre",
           "hc_post", "hc_mean", "concat_cols", "concat_rows", "add_markov_bias", "hc_mixes", "sparse_attn",
           "attention_index_rows", "engram_lookup", "engram_gate_residual", "moe_gate",
-          "moe_experts", "index_weights", "index_scores"};
+          "moe_experts", "index_weights", "index_scores",
+          "candidate_blocks", "mask_scores", "index_topk"};
 }
 std::vector<std::string> CudaOps::host_fallbacks() {
-  return {"compress", "candidate_blocks",
-          "mask_scores", "index_topk", "engram_hash_ids",
-          "moe_routing_weights"};
+  return {"compress", "engram_hash_ids", "moe_routing_weights"};
 }
 
 std::map<std::string, OpCalls> CudaOps::counts() const {

@@ -1,10 +1,12 @@
 // cuda/cuda_ops_indexer.cc
 //
-// CudaOps::index_weights and CudaOps::index_scores (cuda/indexer.cu kernels, BIT-EXACT:
-// docs/cuda.md). The keys are the index-key cache entries 0 .. count - 1, unpacked on the device
-// (CudaOps::read_entries, bit-exact) as the reference's read_all_entries does. Inputs the reference
-// rejects (bad shapes, a reach outside [0, N]) run the reference on host copies, which raises its
-// own error (a host call).
+// CudaOps::index_weights and CudaOps::index_scores (cuda/indexer.cu kernels), candidate_blocks,
+// mask_scores and index_topk (cuda/topk.cu kernels): BIT-EXACT, docs/cuda.md. The keys of
+// index_scores are the index-key cache entries 0 .. count - 1, unpacked on the device
+// (CudaOps::read_entries, bit-exact) as the reference's read_all_entries does. Inputs the
+// reference rejects (bad shapes, a reach outside [0, N], a NaN score for the top-k) run the
+// reference on host copies, which raises its own error (a host call).
+#include <algorithm>
 #include <numeric>
 #include <utility>
 
@@ -59,6 +61,69 @@ Tensor<float> CudaOps::index_scores(const Tensor<float>& q, const reference::Cac
   const auto dr = to_device(reach);
   gpu::index_scores(dq.get(), dk.get(), dw.get(), dr->get(), T, heads, d, n, dev(scores));
   return scores;
+}
+
+namespace {
+
+// The reference's check_reach: one value per row, each in [0, n].
+bool reach_ok(const std::vector<int64_t>& reach, int64_t rows, int64_t n) {
+  if (static_cast<int64_t>(reach.size()) != rows) return false;
+  for (int64_t r : reach) {
+    if (r < 0 || r > n) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Tensor<uint8_t> CudaOps::candidate_blocks(const Tensor<float>& scores, const std::vector<int64_t>& reach,
+                                          int topk_blocks, int block_size) const {
+  const bool ok = topk_blocks > 0 && block_size > 0 && scores.rank() == 2 &&
+                  reach_ok(reach, scores.dim(0), scores.dim(1));
+  if (!ok) {  // the reference raises its error
+    count("candidate_blocks", false);
+    return upload(ref().candidate_blocks(host_copy(scores), reach, topk_blocks, block_size));
+  }
+  count("candidate_blocks", true);
+  const int64_t rows = scores.dim(0), n = scores.dim(1);
+  Tensor<uint8_t> mask = device_tensor<uint8_t>({rows, n}, "candidates");
+  if (rows * n == 0) return mask;
+  DevIn<float> s(scores);
+  const auto dr = to_device(reach);
+  gpu::candidate_blocks(s.get(), dr->get(), rows, n, topk_blocks, block_size, dev(mask));
+  return mask;
+}
+
+void CudaOps::mask_scores(Tensor<float>& scores, const Tensor<uint8_t>& mask) const {
+  if (!(mask.shape() == scores.shape() && !scores.on_host())) {  // the reference's error, or a host tensor
+    count("mask_scores", false);
+    Tensor<float> h = host_copy(scores);
+    ref().mask_scores(h, host_copy(mask));
+    scores = scores.on_host() ? std::move(h) : upload(std::move(h));
+    return;
+  }
+  count("mask_scores", true);
+  DevIn<uint8_t> m(mask);
+  gpu::mask_scores(dev(scores), m.get(), scores.numel());
+}
+
+Tensor<int32_t> CudaOps::index_topk(const Tensor<float>& scores, const std::vector<int64_t>& reach, int k) const {
+  const auto host = [&] {  // the reference raises its error
+    count("index_topk", false);
+    return upload(ref().index_topk(host_copy(scores), reach, k));
+  };
+  if (!(scores.rank() == 2 && k > 0)) return host();
+  const int64_t rows = scores.dim(0), n = scores.dim(1);
+  if (!reach_ok(reach, rows, n) || (rows > 0 && reach.back() != n)) return host();
+  const int64_t kk = std::min<int64_t>(k, n);
+  Tensor<int32_t> out = device_tensor<int32_t>({rows, kk}, "indexer_topk");
+  if (rows * kk > 0) {
+    DevIn<float> s(scores);
+    const auto dr = to_device(reach);
+    if (!gpu::index_topk(s.get(), dr->get(), rows, n, kk, dev(out))) return host();  // a NaN score
+  }
+  count("index_topk", true);
+  return out;
 }
 
 }  // namespace dsv41::gpu

@@ -102,4 +102,15 @@ void index_weights(const float* proj, int64_t n, float scale, float* w);
 void index_scores(const float* q, const float* keys, const float* w, const int64_t* reach, int64_t T, int64_t heads,
                   int64_t d, int64_t n, float* scores);
 
+// ---- topk.cu ----
+// select_index_topk (offset 0): scores [rows, n] (no NaN: returns false when one is met, out
+// untouched), reach [rows] on the device, k = min(index_topk, n) -> out [rows, k] int32: the k best
+// positions (value descending, lower index first) in ascending order, -1 from reach[t] on.
+bool index_topk(const float* scores, const int64_t* reach, int64_t rows, int64_t n, int64_t k, int32_t* out);
+// select_candidate_blocks' mask: scores [rows, n], reach [rows] (device) -> mask [rows, n] uint8.
+void candidate_blocks(const float* scores, const int64_t* reach, int64_t rows, int64_t n, int64_t topk_blocks,
+                      int64_t block_size, uint8_t* mask);
+// apply_candidate_mask: scores[i] = -inf where mask[i] == 0, i < n (in place).
+void mask_scores(float* scores, const uint8_t* mask, int64_t n);
+
 }  // namespace dsv41::gpu

@@ -48,7 +48,8 @@ TEST(CudaModel, OracleForwardEqualsReferenceBitForBit) {
   }
   EXPECT_GT(cuda_ops().counts()["linear"].gpu, 0);
   EXPECT_EQ(cuda_ops().counts()["linear"].host, 0);
-  for (const char* op : {"hc_mixes", "sparse_attn", "attention_index_rows", "engram_lookup", "engram_gate_residual"}) {
+  for (const char* op : {"hc_mixes", "sparse_attn", "attention_index_rows", "engram_lookup", "engram_gate_residual",
+                         "moe_gate", "moe_experts", "index_weights", "index_topk", "candidate_blocks"}) {
     EXPECT_EQ(cuda_ops().counts()[op].host, 0) << op;
   }
 }
