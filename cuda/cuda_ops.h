@@ -15,7 +15,8 @@
 // Ported ops run as kernels (cuda/<component>.cu ↔ reference/<component>.cc); the others run
 // through an EXPLICIT host fallback (download inputs, call reference_ops(), upload outputs),
 // counted per call, so a report states exactly which ops ran on the GPU:
-//   ported()         names of the ops with a kernel
+//   ported()         names of the ops with a kernel (some are hybrids: kernels plus the
+//                    reference's glibc exp/log steps on small downloaded tensors, docs/cuda.md)
 //   host_fallbacks() names of the ops that always fall back
 //   counts()         per op name: calls on the GPU and calls through the host fallback
 // An input the reference rejects (a non-bf16 linear input, a non-finite cache row) is detected on

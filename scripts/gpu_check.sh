@@ -39,7 +39,8 @@ done
 tr=$(date +%s)
 
 if [[ "${1:-}" != "--no-sanitizer" ]] && command -v compute-sanitizer > /dev/null; then
-  for t in cuda_linear_test cuda_rmsnorm_test cuda_kv_quant_ops_test cuda_mhc_test; do
+  for t in cuda_linear_test cuda_rmsnorm_test cuda_kv_quant_ops_test cuda_mhc_test cuda_attention_test cuda_engram_test \
+           cuda_moe_test cuda_indexer_test cuda_topk_test; do
     if timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/tests/cuda/$t > "$OUT/memcheck_$t.log" 2>&1
     then RESULT[memcheck_$t]=clean; else RESULT[memcheck_$t]="FAIL/timeout (rc $?)"; fi
   done
