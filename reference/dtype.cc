@@ -13,7 +13,7 @@ struct DTypeInfo {
 constexpr DTypeInfo kDTypes[] = {
     {DType::kF32, "F32", 32},      {DType::kBF16, "BF16", 16}, {DType::kF8E4M3, "F8_E4M3", 8},
     {DType::kF8E8M0, "F8_E8M0", 8}, {DType::kF4, "F4", 4},      {DType::kI32, "I32", 32},
-    {DType::kI64, "I64", 64},
+    {DType::kI64, "I64", 64},     {DType::kU8, "U8", 8},
 };
 
 const DTypeInfo& dinfo(DType d) { return kDTypes[static_cast<int>(d)]; }
@@ -29,7 +29,7 @@ DType dtype_from_name(const std::string& name) {
     if (name == i.name) return i.dtype;
   }
   DSV41_FAIL("unsupported safetensors dtype '", name,
-             "' (supported: F32, BF16, F8_E4M3, F8_E8M0, F4, I32, I64)");
+             "' (supported: F32, BF16, F8_E4M3, F8_E8M0, F4, I32, I64, U8)");
 }
 
 int64_t stored_bytes(DType d, int64_t numel) {

@@ -61,6 +61,7 @@ std::vector<float> Entry::to_f32() const {
         out[i] = static_cast<float>(static_cast<int64_t>(u));
         break;
       }
+      case DType::kU8: out[i] = static_cast<float>(b[i]); break;
     }
   }
   return out;

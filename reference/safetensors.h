@@ -5,7 +5,7 @@
 // The JSON header is parsed with nlohmann::json; the raw bytes are kept as stored.
 //
 // Stored dtypes (the official checkpoint's):
-//   F32, BF16, F8_E4M3, F8_E8M0, I32, I64, and F4: packed E2M1, two per byte, element 2k in the low
+//   F32, BF16, F8_E4M3, F8_E8M0, I32, I64, U8, and F4: packed E2M1, two per byte, element 2k in the low
 //   nibble; its header shape is LOGICAL ([out, in]), so it holds numel/2 bytes.
 //
 // Contract: read() validates the whole file before returning (header length within the file,

@@ -418,6 +418,7 @@ StEntry make_tensor(const TensorSpec& s, uint64_t seed) {
     }
     case DType::kI32:
     case DType::kI64:
+    case DType::kU8:
       DSV41_FAIL("generate_weights: no integer tensors expected ('", s.name, "')");
   }
   return t;

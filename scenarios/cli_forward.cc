@@ -4,6 +4,8 @@
 // an HDF5 file (docs/forward-output.md). Sessions (docs/cli.md, docs/sessions.md): --chunk runs
 // the prompt in chunks, --save-state / --resume save and continue a session
 // (reference/session_store.h); --first-token continues a generation from its pending token.
+// --dump DIR also writes the run as a port dump (docs/port-dump.md): every hooked component,
+// the logits and the caches of every step, recorded with capture_hooks (scenarios/capture.h).
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstring>
@@ -26,7 +28,9 @@
 #include "reference/session_store.h"
 #include "reports/h5_writer.h"
 #include "scenarios/cli.h"
+#include "scenarios/capture.h"
 #include "scenarios/forward_generate.h"
+#include "scenarios/port_dump.h"
 #include "scenarios/runner.h"  // shell_quote
 #include "scenarios/id_list.h"
 
@@ -38,6 +42,7 @@ using reference::Tensor;
 
 struct ForwardArgs {
   std::string config, weights, prompt, decode, token_map, output;
+  std::string dump;  // --dump DIR: a port dump of the run (docs/port-dump.md); "": none
   int threads = 0;
   // Sessions.
   std::string save_state, resume;
@@ -226,9 +231,20 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     DSV41_FAIL("--token-map '", a.token_map, "': ", map.size(), " ids, but config '", a.config, "' has a vocab of ",
                c.vocab_size, " (one compressed id per vocab entry)");
   }
+  if (a.output.empty() && a.dump.empty()) DSV41_FAIL("-o/--output or --dump: at least one output is needed");
+  if (!a.dump.empty() && gen) {
+    DSV41_FAIL("--dump with --generate: not supported yet (dump version 1 records prefill and decode steps)");
+  }
+  if (!a.dump.empty() && a.decoder_replay > 0) {
+    DSV41_FAIL("--dump with --decoder-replay: not supported (its later layers run fewer rows than the step's "
+               "tokens, which dump version 1 does not describe)");
+  }
   // Created now (as <output>.tmp.<pid>) so an unwritable path fails before the forward; removed
   // again if anything below throws.
-  reports::H5Writer w(a.output);
+  std::optional<reports::H5Writer> w;
+  if (!a.output.empty()) w.emplace(a.output);
+  std::optional<PortDumpWriter> dump;
+  if (!a.dump.empty()) dump.emplace(a.dump, c, a.weights, command_line);
 
   // 2. Weights and the forward.
   reference::Model model(c, reference::ModelWeights::load(a.weights, c), std::move(map));
@@ -241,6 +257,21 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     state = std::move(loaded.state);
     replayed = loaded.replayed_tokens;
   }
+  // --dump: every step's hooked components are recorded into `cap` (hooks set after the resume,
+  // so a global-only resume's encoder replay is not recorded), then written as one step file.
+  StepCapture cap;
+  if (dump) model.set_hooks(capture_hooks(cap, nullptr));
+  auto dump_step = [&](const StepRecord& rec, std::vector<int64_t> ids, std::string event) {
+    if (!dump) return;
+    std::vector<reference::CacheView> caches = model.cache_views(state);
+    for (std::vector<reference::CacheView> more : {reference::compressor_views(state, model.ops()),
+                                                   reference::dspark_views(state, model.ops())}) {
+      for (reference::CacheView& v : more) caches.push_back(std::move(v));
+    }
+    finish_capture(cap, rec, std::move(caches));
+    dump->add_step(cap, ids, event);
+    cap = StepCapture{};
+  };
   std::vector<StepRecord> steps;
   const std::string how = a.chunk > 0 ? " in chunks of " + std::to_string(a.chunk) : std::string();
   if (gen) {
@@ -274,12 +305,16 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     const size_t end = std::min(prompt.size(), at + chunk);
     reference::StepOptions options;
     options.decoder_replay_rows = a.decoder_replay;
-    steps.push_back(model.forward_chunk(state, std::vector<int64_t>(prompt.begin() + static_cast<std::ptrdiff_t>(at),
-                                                                    prompt.begin() + static_cast<std::ptrdiff_t>(end)),
-                                        options));
+    const std::vector<int64_t> ids(prompt.begin() + static_cast<std::ptrdiff_t>(at),
+                                   prompt.begin() + static_cast<std::ptrdiff_t>(end));
+    steps.push_back(model.forward_chunk(state, ids, options));
+    dump_step(steps.back(), ids, !a.resume.empty() && at == 0 ? "resume+prefill" : "prefill");
   }
   const size_t prompt_steps = steps.size();
-  for (size_t k = 0; k < decode.size(); ++k) steps.push_back(model.decode(state, decode[k]));
+  for (size_t k = 0; k < decode.size(); ++k) {
+    steps.push_back(model.decode(state, decode[k]));
+    dump_step(steps.back(), {decode[k]}, !a.resume.empty() && prompt.empty() && k == 0 ? "resume+decode" : "decode");
+  }
   std::vector<int64_t> tokens = prompt;  // the ids fed
   tokens.insert(tokens.end(), decode.begin(), decode.end());
   GenerationRun generated;
@@ -289,39 +324,45 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     tokens.insert(tokens.end(), generated.fed.begin(), generated.fed.end());
   }
 
+  if (dump) {
+    dump->finish();
+    std::fprintf(stderr, "dsv41 forward: wrote the port dump %s (%zu steps)\n", a.dump.c_str(), steps.size());
+  }
   // 3. The output file (docs/forward-output.md). /logits: the prompt's last position (from its
   // last chunk), however the prompt was chunked, then one row per later fed position (a decode
   // step's, a speculative round's kept rows).
-  std::vector<float> logits;
-  if (prompt_steps > 0) logits = steps[prompt_steps - 1].logits;
-  for (size_t k = prompt_steps; k < steps.size(); ++k) {
-    const std::vector<float>& rows = steps[k].all_logits.rank() == 2 ? steps[k].all_logits.data() : steps[k].logits;
-    logits.insert(logits.end(), rows.begin(), rows.end());
-  }
-  w.write("/logits", logits, {static_cast<int64_t>(logits.size()) / c.vocab_size, c.vocab_size});
-  w.write("/tokens", tokens, {static_cast<int64_t>(tokens.size())});
-  write_per_layer<int32_t>(w, "/topk", steps, &StepRecord::topk, -1);
-  write_per_layer<uint8_t>(w, "/candidates", steps, &StepRecord::candidates, 0);
-  write_per_layer<int64_t>(w, "/engram", steps, &StepRecord::engram_ids, -1);
-  write_per_layer<int32_t>(w, "/experts", steps, &StepRecord::experts, -1);
-  write_caches(w, state, c, model.ops());
-  w.attr("/", "tool", std::string("dsv41 ") + DSV41_VERSION_STRING);
-  w.attr("/", "git_commit", DSV41_GIT_COMMIT_STRING);
-  w.attr("/", "config_hash", reference::config_hash(c));
-  w.attr("/", "config_json", reference::to_json_string(c, -1));
-  w.attr("/", "weights", a.weights);
-  w.attr("/", "command_line", command_line);
-  w.attr("/", "prompt_len", static_cast<int64_t>(prompt.size()));
-  w.attr("/", "n_decode", static_cast<int64_t>(decode.size()));
-  w.attr("/", "start_pos", start);
-  if (!a.resume.empty()) w.attr("/", "resumed_from", a.resume);
-  if (gen) {
-    w.attr("/", "n_generate", gen->tokens);
-    if (first_token) w.attr("/", "first_token", *first_token);
-    write_generation(w, generated, *gen, c);
-    if (gen->speculative) std::fprintf(stderr, "dsv41 forward: %s\n", speculative_summary(generated, *gen).c_str());
-    std::fprintf(stderr, "dsv41 forward: pending token %lld (emitted, not yet run by the target)\n",
-                 static_cast<long long>(generated.pending));
+  if (w) {
+    std::vector<float> logits;
+    if (prompt_steps > 0) logits = steps[prompt_steps - 1].logits;
+    for (size_t k = prompt_steps; k < steps.size(); ++k) {
+      const std::vector<float>& rows = steps[k].all_logits.rank() == 2 ? steps[k].all_logits.data() : steps[k].logits;
+      logits.insert(logits.end(), rows.begin(), rows.end());
+    }
+    w->write("/logits", logits, {static_cast<int64_t>(logits.size()) / c.vocab_size, c.vocab_size});
+    w->write("/tokens", tokens, {static_cast<int64_t>(tokens.size())});
+    write_per_layer<int32_t>(*w, "/topk", steps, &StepRecord::topk, -1);
+    write_per_layer<uint8_t>(*w, "/candidates", steps, &StepRecord::candidates, 0);
+    write_per_layer<int64_t>(*w, "/engram", steps, &StepRecord::engram_ids, -1);
+    write_per_layer<int32_t>(*w, "/experts", steps, &StepRecord::experts, -1);
+    write_caches(*w, state, c, model.ops());
+    w->attr("/", "tool", std::string("dsv41 ") + DSV41_VERSION_STRING);
+    w->attr("/", "git_commit", DSV41_GIT_COMMIT_STRING);
+    w->attr("/", "config_hash", reference::config_hash(c));
+    w->attr("/", "config_json", reference::to_json_string(c, -1));
+    w->attr("/", "weights", a.weights);
+    w->attr("/", "command_line", command_line);
+    w->attr("/", "prompt_len", static_cast<int64_t>(prompt.size()));
+    w->attr("/", "n_decode", static_cast<int64_t>(decode.size()));
+    w->attr("/", "start_pos", start);
+    if (!a.resume.empty()) w->attr("/", "resumed_from", a.resume);
+    if (gen) {
+      w->attr("/", "n_generate", gen->tokens);
+      if (first_token) w->attr("/", "first_token", *first_token);
+      write_generation(*w, generated, *gen, c);
+      if (gen->speculative) std::fprintf(stderr, "dsv41 forward: %s\n", speculative_summary(generated, *gen).c_str());
+      std::fprintf(stderr, "dsv41 forward: pending token %lld (emitted, not yet run by the target)\n",
+                   static_cast<long long>(generated.pending));
+    }
   }
   // The session state, before the output is committed: if saving fails, no output is left.
   if (!a.save_state.empty()) {
@@ -333,8 +374,10 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
                    shell_quote(a.save_state).c_str(), static_cast<long long>(generated.pending));
     }
   }
-  w.commit();
-  std::fprintf(stderr, "dsv41 forward: wrote %s\n", a.output.c_str());
+  if (w) {
+    w->commit();
+    std::fprintf(stderr, "dsv41 forward: wrote %s\n", a.output.c_str());
+  }
   return kExitOk;
 }
 
@@ -367,7 +410,10 @@ Verb add_forward_verb(CLI::App& parent) {
   app->add_option("--token-map", args->token_map, "Engram compressed id of every vocab entry, one per line (default: id*C/V)");
   app->add_option("--threads", args->threads, "worker threads (results do not depend on it; default: all cores)")
       ->check(CLI::Range(1, 1024));
-  app->add_option("-o,--output", args->output, "output HDF5 file (written atomically)")->required();
+  app->add_option("-o,--output", args->output, "output HDF5 file (written atomically; -o or --dump is required)");
+  app->add_option("--dump", args->dump,
+                  "write a port dump of the run to DIR (new or empty): one safetensors file per step and "
+                  "dump.json (docs/port-dump.md)");
   app->add_option("--decoder-replay", args->decoder_replay,
                   "SWA decoder replay: layers after the candidate source run only the last N rows of each prompt "
                   "step (approximate by design; docs/sessions.md)")

@@ -1,0 +1,92 @@
+// scenarios/port_dump.h
+//
+// The port dump (docs/port-dump.md, "dsv41 port dump, version 1"): what a port writes of a run so
+// dsv41 can judge it. A directory holds one safetensors file per step, step_000123.safetensors, and
+// a manifest dump.json (format, version, config and its hash, the steps, the components present).
+// Keys: "layerNN.<component>" (NN two digits, the component names of reference/hooks.h),
+// "model.<component>" for layer -1 (embed, final_norm_out, logits, ...), "layerNN.cache.<kind>"
+// for a cache's packed bytes (reference::CacheView) with "layerNN.cache.<kind>.positions", and
+// "step.tokens" / "step.positions" for the step's ids and positions.
+//
+// PortDumpWriter writes the reference's own dump from StepCaptures (scenarios/capture.h);
+// read_port_dump reads any dump and validates it against the manifest, the component table and
+// the config: every problem is a dsv41::Error naming the file, the key and the reason.
+//
+// Example:
+//   PortDumpWriter w("dump", config, "weights.safetensors", "dsv41 forward ...");
+//   w.add_step(capture, {1, 2, 3}, "prefill");
+//   w.finish();
+//   PortDump d = read_port_dump("dump");
+//   const reference::safetensors::Entry* e = d.steps[0].find(3, "attn_out");   // [T, dim] BF16
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "reference/config.h"
+#include "reference/safetensors.h"
+#include "scenarios/capture.h"
+
+namespace dsv41::scenarios {
+
+inline constexpr const char* kPortDumpFormat = "dsv41 port dump";
+inline constexpr int kPortDumpVersion = 1;
+inline constexpr const char* kPortDumpManifest = "dump.json";
+
+// "layer03.attn_out", "model.logits" (layer -1).
+std::string dump_key(int layer, const std::string& component);
+// "step_000123.safetensors".
+std::string dump_step_file(int64_t step);
+// The safetensors dtype a component is stored as (BF16, F32, I32, I64, U8), from the component table.
+reference::DType dump_dtype(const std::string& component);
+
+struct PortDumpStep {
+  int64_t index = 0;                // 0, 1, ... in run order
+  int64_t start_pos = 0;            // the position of its first token
+  std::vector<int64_t> tokens;      // [T] the ids fed
+  std::vector<int64_t> positions;   // [T] start_pos, start_pos + 1, ...
+  std::string event;                // "prefill", "decode", "resume+prefill", ... (docs/port-dump.md)
+  std::string file;                 // the step file's path
+  std::map<std::string, reference::safetensors::Entry> tensors;  // by key, as stored
+  std::map<std::string, std::string> metadata;                   // the file's __metadata__
+
+  // The stored tensor of (layer, component); nullptr when the dump does not hold it.
+  const reference::safetensors::Entry* find(int layer, const std::string& component) const;
+};
+
+struct PortDump {
+  std::string dir;
+  int version = 0;
+  std::string config_hash;
+  reference::ModelConfig config;
+  std::string tool, weights, command_line;
+  std::map<std::string, std::vector<int>> components;  // component -> its layers, in every step
+  std::vector<std::string> not_covered;                // table components the dump does not hold
+  std::vector<PortDumpStep> steps;
+};
+
+// Reads and validates a dump directory (docs/port-dump.md, "Validation").
+PortDump read_port_dump(const std::string& dir);
+
+// Writes a dump: step files as added (each atomic), then the manifest (atomic) in finish().
+// `dir` must not exist or be empty, so no stale step file is mistaken for part of the dump.
+class PortDumpWriter {
+ public:
+  PortDumpWriter(std::string dir, const reference::ModelConfig& config, std::string weights,
+                 std::string command_line);
+  // One step: the capture (items, logits, caches; capture.start_pos / tokens set), its ids and
+  // its session event. Steps must follow each other (start_pos = the last step's end).
+  void add_step(const StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event);
+  void finish();
+
+ private:
+  std::string dir_;
+  reference::ModelConfig config_;
+  std::string weights_, command_line_;
+  std::map<std::string, std::vector<int>> components_;
+  std::vector<PortDumpStep> steps_;  // metadata only (no tensors kept)
+};
+
+}  // namespace dsv41::scenarios
