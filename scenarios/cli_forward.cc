@@ -244,7 +244,7 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   std::optional<reports::H5Writer> w;
   if (!a.output.empty()) w.emplace(a.output);
   std::optional<PortDumpWriter> dump;
-  if (!a.dump.empty()) dump.emplace(a.dump, c, a.weights, command_line);
+  if (!a.dump.empty()) dump.emplace(a.dump, c, a.weights, a.token_map.empty() ? "default" : a.token_map, command_line);
 
   // 2. Weights and the forward.
   reference::Model model(c, reference::ModelWeights::load(a.weights, c), std::move(map));

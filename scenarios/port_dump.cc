@@ -167,8 +167,12 @@ const Entry* PortDumpStep::find(int layer, const std::string& component) const {
 // Writer.
 
 PortDumpWriter::PortDumpWriter(std::string dir, const reference::ModelConfig& config, std::string weights,
-                               std::string command_line)
-    : dir_(std::move(dir)), config_(config), weights_(std::move(weights)), command_line_(std::move(command_line)) {
+                               std::string token_map, std::string command_line)
+    : dir_(std::move(dir)),
+      config_(config),
+      weights_(std::move(weights)),
+      token_map_(std::move(token_map)),
+      command_line_(std::move(command_line)) {
   std::error_code ec;
   if (fs::exists(dir_, ec)) {
     if (!fs::is_directory(dir_, ec)) DSV41_FAIL("--dump '", dir_, "': exists and is not a directory");
@@ -260,6 +264,7 @@ void PortDumpWriter::finish() {
   m["config_hash"] = reference::config_hash(config_);
   m["config"] = json::parse(reference::to_json_string(config_, -1));
   m["weights"] = weights_;
+  m["token_map"] = token_map_;
   m["command_line"] = command_line_;
   m["n_steps"] = steps_.size();
   json steps = json::array();
@@ -398,6 +403,7 @@ PortDump read_port_dump(const std::string& dir) {
     }
     d.tool = m.value("tool", "");
     d.weights = m.value("weights", "");
+    d.token_map = m.value("token_map", "");
     d.command_line = m.value("command_line", "");
     for (const auto& [name, layers] : field(m, "components", where).items()) {
       table_row(name, name);

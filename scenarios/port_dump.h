@@ -61,7 +61,7 @@ struct PortDump {
   int version = 0;
   std::string config_hash;
   reference::ModelConfig config;
-  std::string tool, weights, command_line;
+  std::string tool, weights, token_map, command_line;
   std::map<std::string, std::vector<int>> components;  // component -> its layers, in every step
   std::vector<std::string> not_covered;                // table components the dump does not hold
   std::vector<PortDumpStep> steps;
@@ -74,8 +74,9 @@ PortDump read_port_dump(const std::string& dir);
 // `dir` must not exist or be empty, so no stale step file is mistaken for part of the dump.
 class PortDumpWriter {
  public:
+  // token_map: where the Engram token map came from (a file, or "default"); recorded in the manifest.
   PortDumpWriter(std::string dir, const reference::ModelConfig& config, std::string weights,
-                 std::string command_line);
+                 std::string token_map, std::string command_line);
   // One step: the capture (items, logits, caches; capture.start_pos / tokens set), its ids and
   // its session event. Steps must follow each other (start_pos = the last step's end).
   void add_step(const StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event);
@@ -84,7 +85,7 @@ class PortDumpWriter {
  private:
   std::string dir_;
   reference::ModelConfig config_;
-  std::string weights_, command_line_;
+  std::string weights_, token_map_, command_line_;
   std::map<std::string, std::vector<int>> components_;
   std::vector<PortDumpStep> steps_;  // metadata only (no tensors kept)
 };

@@ -342,4 +342,27 @@ TEST(PortDump, DocsTableIsTheComponentTable) {
   }
 }
 
+// A resumed session: the first step after --resume starts at the saved position, event
+// "resume+prefill"; the steps after it follow on.
+TEST(PortDump, RecordsAResumedSession) {
+  const std::string base = "forward --config '" + kConfig + "' --weights '" + kWeights + "' ";
+  const std::string state = scratch() + "/s.dsv41s", d = scratch() + "/resumed";
+  fs::remove_all(d);
+  dsv41::test::CliResult r =
+      dsv41::test::run_dsv41(base + "--prompt 1,2,3,4,5,6,7,8,9,10 --save-state '" + state + "' -o '" + scratch() +
+                             "/first.h5'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = dsv41::test::run_dsv41(base + "--resume '" + state + "' --prompt 11,12 --decode 3 --dump '" + d + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const PortDump p = read_port_dump(d);
+  ASSERT_EQ(p.steps.size(), 2u);
+  EXPECT_EQ(p.steps[0].event, "resume+prefill");
+  EXPECT_EQ(p.steps[0].start_pos, 10);
+  EXPECT_EQ(p.steps[0].tokens, (std::vector<int64_t>{11, 12}));
+  EXPECT_EQ(p.steps[0].positions, (std::vector<int64_t>{10, 11}));
+  EXPECT_EQ(p.steps[1].event, "decode");
+  EXPECT_EQ(p.steps[1].start_pos, 12);
+  EXPECT_EQ(p.token_map, "default");
+}
+
 }  // namespace
