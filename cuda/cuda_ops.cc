@@ -261,7 +261,7 @@ Tensor<float> CudaOps::embed(const std::vector<int64_t>& tokens, const Tensor<fl
 
 Tensor<float> CudaOps::rms_norm(const Tensor<float>& x, const Tensor<float>& weight, double eps) const {
   const int64_t n = x.rank() >= 1 ? x.dim(x.rank() - 1) : 0;
-  if (x.rank() < 1 || n <= 0 || weight.numel() != n || n >= 32768) {
+  if (x.rank() < 1 || n <= 0 || weight.numel() != n || n >= reference::kTorchSerialSumLimit) {
     count("rms_norm", false);  // the reference raises its error
     return upload(reference::reference_ops().rms_norm(host_copy(x), host_copy(weight), eps));
   }

@@ -12,6 +12,7 @@
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
 #include "reference/engram.h"
+#include "reference/rmsnorm.h"
 
 namespace dsv41::gpu {
 
@@ -19,7 +20,6 @@ using reference::Tensor;
 
 namespace {
 const reference::Ops& ref() { return reference::reference_ops(); }
-constexpr int64_t kTorchSerialSumLimit = 32768;  // reference/rmsnorm.cc: longer rows are not modelled
 }  // namespace
 
 Tensor<float> CudaOps::engram_lookup(const reference::EngramWeights& w, int head_dim,
@@ -50,7 +50,7 @@ Tensor<float> CudaOps::engram_gate_residual(const Tensor<float>& x, const Tensor
                                             const reference::EngramWeights& w, double eps) const {
   const int64_t T = x.rank() == 3 ? x.dim(0) : 0, hc = x.rank() == 3 ? x.dim(1) : 0,
                 dim = x.rank() == 3 ? x.dim(2) : 0;
-  const bool ok = x.rank() == 3 && dim >= 1 && dim < kTorchSerialSumLimit && kv.rank() == 2 && kv.dim(0) == T &&
+  const bool ok = x.rank() == 3 && dim >= 1 && dim < reference::kTorchSerialSumLimit && kv.rank() == 2 && kv.dim(0) == T &&
                   kv.dim(1) == (hc + 1) * dim && w.q_weight.numel() == hc * dim && w.k_weight.numel() == hc * dim &&
                   w.q_weight.on_host() && w.k_weight.on_host();
   if (!ok) {  // the reference raises its error (or handles the shape its own way)

@@ -26,6 +26,7 @@
 #include "reference/attention.h"
 #include "reference/mhc.h"
 #include "reference/numerics.h"
+#include "reference/rmsnorm.h"
 
 namespace dsv41::gpu {
 
@@ -33,14 +34,13 @@ using reference::Tensor;
 
 namespace {
 const reference::Ops& ref() { return reference::reference_ops(); }
-constexpr int64_t kTorchSerialSumLimit = 32768;  // reference/rmsnorm.cc: longer rows are not modelled
 }  // namespace
 
 reference::HcMixes CudaOps::hc_mixes(const Tensor<float>& stream, const reference::HcWeights& w, double norm_eps,
                                      int iters, double hc_eps) const {
   const int64_t hc = stream.rank() == 3 ? stream.dim(1) : 0, dim = stream.rank() == 3 ? stream.dim(2) : 0;
   const int64_t width = hc * dim, n_mix = reference::hc_mix_count(hc);
-  const bool ok = stream.rank() == 3 && hc >= 1 && dim >= 1 && width < kTorchSerialSumLimit &&
+  const bool ok = stream.rank() == 3 && hc >= 1 && dim >= 1 && width < reference::kTorchSerialSumLimit &&
                   w.fn.numel() == n_mix * width && w.scale.numel() == 3 && w.base.numel() == n_mix;
   if (!ok) {  // the reference raises its error (or handles the shape its own way)
     count("hc_mixes", false);
@@ -88,31 +88,16 @@ Tensor<int32_t> CudaOps::attention_index_rows(const Tensor<int32_t>& window, con
 
 namespace {
 
-// The host stage of sparse_attn: the reference's sparse_attn_row (reference/attention.cc) minus
-// its dot products and its P.V sums, on the scores s [K] of one (query, head): per block of 64,
-// the running max, rescale = std::exp(m - m'), p_j = std::exp(s_j - m'), l = l * rescale +
-// fl32(double sum of p_j in j order), p_j rounded to bf16 for P.V; at the end l += std::exp(sink -
-// m). The same statements in the same order as the reference (built with -ffp-contract=off).
+// The host stage of sparse_attn: the reference's online softmax (reference::OnlineSoftmax, the
+// statements of sparse_attn_row minus its dot products and P.V sums) on the scores s [K] of one
+// (query, head): per block of 64, p_bf16 and the numerator's rescale; the final denominator.
 void softmax_row(const float* s, int64_t k_total, float sink, float* p_bf16, float* rescale, float* l_out) {
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  float m = reference::kSparseAttnInitMax;
-  float l = 0.0f;
+  reference::OnlineSoftmax sm;
   for (int64_t b0 = 0, b = 0; b0 < k_total; b0 += reference::kSparseAttnBlock, ++b) {
     const int64_t nb = std::min<int64_t>(reference::kSparseAttnBlock, k_total - b0);
-    float block_max = -kInf;
-    for (int64_t j = 0; j < nb; ++j) block_max = std::max(block_max, s[b0 + j]);
-    const float m_new = std::max(m, block_max);
-    rescale[b] = std::exp(m - m_new);
-    double p_sum = 0.0;
-    for (int64_t j = 0; j < nb; ++j) {
-      const float p = std::exp(s[b0 + j] - m_new);
-      p_sum += static_cast<double>(p);
-      p_bf16[b0 + j] = formats::round_to_bf16(p);
-    }
-    l = l * rescale[b] + static_cast<float>(p_sum);
-    m = m_new;
+    rescale[b] = sm.block(s + b0, nb, p_bf16 + b0);
   }
-  *l_out = l + std::exp(sink - m);
+  *l_out = sm.finish(sink);
 }
 
 }  // namespace

@@ -4,11 +4,10 @@
 // bit-exact), the scalar transcendental steps run on the host in the reference's own statements,
 // for the reason of docs/cuda.md (the reference takes glibc's std::exp / std::log1p; the device's
 // differ): BIT-EXACT by construction.
-//   moe_gate     device: logits = linear_fp32(x, gate) [T, E]; host: sqrt(softplus(logit / temp)),
-//                the biased stable sort (lower expert index wins ties), moe_routing_weights.
+//   moe_gate     device: logits = linear_fp32(x, gate) [T, E]; host: reference::moe_route
+//                (sqrt(softplus(logit / temp)), the biased stable sort, moe_routing_weights).
 //   moe_experts  per expert in index order: device gather of its tokens' rows, w1 and w3 linears;
-//                host: clamp, silu(g) * u, * routing weight, bf16 (reference expert_forward's
-//                loop); device: w2 linear, acc[token] += y in list order (cuda/moe.cu); then the
+//                host: reference::swiglu (clamp, silu(g) * u, * routing weight, bf16); device: w2 linear, acc[token] += y in list order (cuda/moe.cu); then the
 //                shared expert the same way and bf16(acc + shared) on the device.
 // moe_routing_weights stays a host fallback (a few scalars per token).
 // Inputs the reference rejects run the reference on host copies, which raises its own error.
@@ -31,43 +30,13 @@ namespace {
 
 const reference::Ops& ref() { return reference::reference_ops(); }
 
-// reference/moe.cc softplus, silu and activated(): the same statements.
-float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
-float silu(float v) { return v / (1.0f + std::exp(-v)); }
-int activated(const reference::ModelConfig& c, int layer) {
-  return layer < c.n_layers || c.dspark_n_activated_experts == 0 ? c.n_activated_experts
-                                                                 : c.dspark_n_activated_experts;
-}
-
-// The middle of reference expert_forward on host copies of g = w1(x) and u = w3(x) (bf16):
-// h = bf16(rw[t] * (silu(min(g, limit)) * clamp(u, -limit, limit))).
-Tensor<float> swiglu_host(const Tensor<float>& g, const Tensor<float>& u, const float* routing_weight,
-                          double swiglu_limit) {
-  const int64_t T = g.dim(0), inter = g.dim(1);
-  const float limit = static_cast<float>(swiglu_limit);
-  Tensor<float> h({T, inter}, "expert.h");
-  reference::parallel_for(T, [&](int64_t t) {
-    for (int64_t i = 0; i < inter; ++i) {
-      float gv = g.at(t, i), uv = u.at(t, i);
-      if (limit > 0.0f) {
-        uv = std::min(std::max(uv, -limit), limit);
-        gv = std::min(gv, limit);
-      }
-      float hv = silu(gv) * uv;
-      if (routing_weight != nullptr) hv = routing_weight[t] * hv;
-      h.at(t, i) = formats::round_to_bf16(hv);
-    }
-  });
-  return h;
-}
-
 // reference expert_forward with the three linears on the device. x: [n, dim] (device or host).
 Tensor<float> expert_forward(const CudaOps& ops, const Tensor<float>& x, const reference::LinearWeight& w1,
                              const reference::LinearWeight& w2, const reference::LinearWeight& w3,
                              const float* routing_weight, double swiglu_limit) {
   const Tensor<float> g = ops.download(ops.linear(x, w1));
   const Tensor<float> u = ops.download(ops.linear(x, w3));
-  return ops.linear(swiglu_host(g, u, routing_weight, swiglu_limit), w2);
+  return ops.linear(reference::swiglu(g, u, routing_weight, swiglu_limit), w2);  // the host step
 }
 
 const uint8_t* bytes_of(const float* p) { return reinterpret_cast<const uint8_t*>(p); }
@@ -77,7 +46,7 @@ const uint8_t* bytes_of(const float* p) { return reinterpret_cast<const uint8_t*
 reference::MoeRouting CudaOps::moe_gate(const Tensor<float>& x, const reference::MoeWeights& w,
                                         const reference::ModelConfig& c, int layer) const {
   const int64_t E = w.gate.out;
-  const int k = activated(c, layer);
+  const int k = reference::moe_activated_experts(c, layer);
   const bool ok = c.score_func == reference::ScoreFunc::kSqrtSoftplus && x.rank() == 2 && E > 0 && k >= 0 &&
                   k <= E && w.gate_bias.numel() == E;
   if (!ok) {  // the reference raises its error
@@ -90,25 +59,7 @@ reference::MoeRouting CudaOps::moe_gate(const Tensor<float>& x, const reference:
   }
   const Tensor<float> logits = host_copy(linear_fp32(x, w.gate));  // [T, E] fp32, the device GEMM
   count("moe_gate", true);
-  const int64_t T = x.dim(0);
-  reference::MoeRouting r{Tensor<int32_t>({T, k}, "moe.experts"), Tensor<float>({T, k}, "moe.weights"),
-                          Tensor<float>({T, E}, "moe.scores")};
-  const float temp = static_cast<float>(c.gate_temp);
-  const std::vector<float>& bias = w.gate_bias.data();
-  for (int64_t t = 0; t < T; ++t) {  // reference moe_gate's loop
-    std::vector<float> biased(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) {
-      r.scores.at(t, e) = std::sqrt(softplus(logits.at(t, e) / temp));
-      biased[static_cast<size_t>(e)] = r.scores.at(t, e) + bias[static_cast<size_t>(e)];
-    }
-    std::vector<int> order(static_cast<size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return biased[static_cast<size_t>(a)] > biased[static_cast<size_t>(b)];
-    });
-    for (int j = 0; j < k; ++j) r.experts.at(t, j) = order[static_cast<size_t>(j)];
-  }
-  reference::moe_routing_weights(r, c);
+  reference::MoeRouting r = reference::moe_route(logits, w, c, layer);  // the host step
   r.experts = upload(std::move(r.experts));
   r.weights = upload(std::move(r.weights));
   r.scores = upload(std::move(r.scores));

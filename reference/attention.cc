@@ -26,8 +26,7 @@ void sparse_attn_row(const float* q, const Tensor<float>& kv, float sink, const 
   // The block's KV rows (rows [0, nb) are written before they are read): one buffer per thread.
   thread_local std::vector<float> block_kv;
   block_kv.resize(static_cast<size_t>(kSparseAttnBlock * d));
-  float m = kSparseAttnInitMax;  // running max (fp32)
-  float l = 0.0f;                // running denominator (fp32)
+  OnlineSoftmax sm;  // running max and denominator (fp32)
   for (int64_t b0 = 0; b0 < k_total; b0 += kSparseAttnBlock) {
     const int64_t nb = std::min<int64_t>(kSparseAttnBlock, k_total - b0);
     // Scores: fp32 FMA chains in d order (fma_dot_f32: the order torch's CPU fp32 GEMM used for
@@ -44,22 +43,9 @@ void sparse_attn_row(const float* q, const Tensor<float>& kv, float sink, const 
     int64_t j4 = 0;
     for (; j4 + 4 <= nb; j4 += 4) fma_dot_f32_x4(q, rows + j4, 1, d, s + j4);
     for (; j4 < nb; ++j4) s[j4] = fma_dot_f32(q, rows[j4], 1, d);
-    float block_max = -kInf;
-    for (int64_t j = 0; j < nb; ++j) {
-      s[j] = idx[b0 + j] < 0 ? -kInf : s[j] * scale;
-      block_max = std::max(block_max, s[j]);
-    }
-    const float m_new = std::max(m, block_max);
-    const float rescale = std::exp(m - m_new);
-    float p[kSparseAttnBlock];
+    for (int64_t j = 0; j < nb; ++j) s[j] = idx[b0 + j] < 0 ? -kInf : s[j] * scale;
     float p_bf16[kSparseAttnBlock];
-    double p_sum = 0.0;
-    for (int64_t j = 0; j < nb; ++j) {
-      p[j] = std::exp(s[j] - m_new);
-      p_sum += static_cast<double>(p[j]);
-      p_bf16[j] = formats::round_to_bf16(p[j]);  // K41:377: probabilities cast to bf16 before PV
-    }
-    l = l * rescale + static_cast<float>(p_sum);
+    const float rescale = sm.block(s, nb, p_bf16);
     // P.V per channel: an FMA chain over the block's rows in j order, four channels side by side.
     float pv[4];
     int64_t c = 0;
@@ -72,13 +58,30 @@ void sparse_attn_row(const float* q, const Tensor<float>& kv, float sink, const 
     for (; c < d; ++c) {
       acc[static_cast<size_t>(c)] = acc[static_cast<size_t>(c)] * rescale + fma_dot_f32(p_bf16, block_kv.data() + c, d, nb);
     }
-    m = m_new;
   }
-  l = l + std::exp(sink - m);  // the sink: denominator only, not scaled
+  const float l = sm.finish(sink);  // the sink: denominator only, not scaled
   for (int64_t c = 0; c < d; ++c) out[c] = formats::round_to_bf16(acc[static_cast<size_t>(c)] / l);
 }
 
 }  // namespace
+
+float OnlineSoftmax::block(const float* s, int64_t nb, float* p_bf16) {
+  float block_max = -kInf;
+  for (int64_t j = 0; j < nb; ++j) block_max = std::max(block_max, s[j]);
+  const float m_new = std::max(m, block_max);
+  const float rescale = std::exp(m - m_new);
+  double p_sum = 0.0;
+  for (int64_t j = 0; j < nb; ++j) {
+    const float p = std::exp(s[j] - m_new);
+    p_sum += static_cast<double>(p);
+    p_bf16[j] = formats::round_to_bf16(p);  // K41:377: probabilities cast to bf16 before PV
+  }
+  l = l * rescale + static_cast<float>(p_sum);
+  m = m_new;
+  return rescale;
+}
+
+float OnlineSoftmax::finish(float sink) const { return l + std::exp(sink - m); }
 
 Tensor<float> sparse_attn(const Tensor<float>& q, const Tensor<float>& kv,
                           const std::vector<float>& sink, const Tensor<int32_t>& idxs,

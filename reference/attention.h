@@ -51,6 +51,20 @@ Tensor<float> sparse_attn(const Tensor<float>& q, const Tensor<float>& kv,
                           const std::vector<float>& sink, const Tensor<int32_t>& idxs,
                           float softmax_scale);
 
+// The online softmax of one (q, h) row of sparse_attn above, block by block: m the running max,
+// l the running denominator (fp32). Shared with device backends that keep the exp steps on the
+// host (std::exp is glibc's: cuda/cuda_ops_mhc_attn.cc).
+struct OnlineSoftmax {
+  float m = kSparseAttnInitMax;
+  float l = 0.0f;
+  // One block: s [nb] scaled scores (-inf for index -1), nb <= kSparseAttnBlock. Writes
+  // p_bf16[j] = bf16(exp(s_j - m')), updates l and m; returns r = exp(m - m'), the factor of the
+  // numerator acc.
+  float block(const float* s, int64_t nb, float* p_bf16);
+  // The final denominator: l + exp(sink - m).
+  float finish(float sink) const;
+};
+
 // Window index rows of a prefill chunk: queries at positions start_pos .. start_pos + seqlen - 1,
 // each reading positions max(0, p - W + 1) .. p, the current token included. Row width is
 // min(start_pos + seqlen, W); entry j of query p holds position max(0, p - W + 1) + j, written as

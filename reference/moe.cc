@@ -16,12 +16,12 @@ float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
 // torch's silu on fp32: v / (1 + exp(-v)).
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
-int activated(const ModelConfig& c, int layer) {
+}  // namespace
+
+int moe_activated_experts(const ModelConfig& c, int layer) {
   return layer < c.n_layers || c.dspark_n_activated_experts == 0 ? c.n_activated_experts
                                                                  : c.dspark_n_activated_experts;
 }
-
-}  // namespace
 
 void moe_routing_weights(MoeRouting& r, const ModelConfig& c) {
   const int64_t T = r.experts.dim(0), k = r.experts.dim(1), E = r.scores.dim(1);
@@ -42,12 +42,15 @@ void moe_routing_weights(MoeRouting& r, const ModelConfig& c) {
 }
 
 MoeRouting moe_gate(const Tensor<float>& x, const MoeWeights& w, const ModelConfig& c, int layer) {
-  const int64_t T = x.dim(0);
-  const int E = static_cast<int>(w.gate.out);
-  const int k = activated(c, layer);
   DSV41_CHECK(c.score_func == ScoreFunc::kSqrtSoftplus, "layer ", layer,
               ": only score_func sqrtsoftplus (the released one) is implemented, got ", name(c.score_func));
-  Tensor<float> logits = linear_fp32(x, w.gate);  // [T, E] fp32
+  return moe_route(linear_fp32(x, w.gate), w, c, layer);  // logits [T, E] fp32
+}
+
+MoeRouting moe_route(const Tensor<float>& logits, const MoeWeights& w, const ModelConfig& c, int layer) {
+  const int64_t T = logits.dim(0);
+  const int E = static_cast<int>(w.gate.out);
+  const int k = moe_activated_experts(c, layer);
   MoeRouting r{Tensor<int32_t>({T, k}, "moe.experts"), Tensor<float>({T, k}, "moe.weights"),
                Tensor<float>({T, E}, "moe.scores")};
   const float temp = static_cast<float>(c.gate_temp);
@@ -71,7 +74,13 @@ Tensor<float> expert_forward(const Tensor<float>& x, const LinearWeight& w1, con
                              const LinearWeight& w3, const float* routing_weight, double swiglu_limit) {
   const Tensor<float> g = linear(x, w1);  // [T, inter] bf16
   const Tensor<float> u = linear(x, w3);  // [T, inter] bf16
-  const int64_t T = x.dim(0), inter = g.dim(1);
+  return linear(swiglu(g, u, routing_weight, swiglu_limit), w2);
+}
+
+Tensor<float> swiglu(const Tensor<float>& g, const Tensor<float>& u, const float* routing_weight, double swiglu_limit) {
+  const int64_t T = g.dim(0), inter = g.dim(1);
+  DSV41_CHECK(u.shape() == g.shape(), "swiglu: w1 output ", shape_string(g.shape()), " vs w3 output ",
+              shape_string(u.shape()));
   const float limit = static_cast<float>(swiglu_limit);
   Tensor<float> h({T, inter}, "expert.h");  // bf16 after the cast
   for (int64_t t = 0; t < T; ++t) {
@@ -86,7 +95,7 @@ Tensor<float> expert_forward(const Tensor<float>& x, const LinearWeight& w1, con
       h.at(t, i) = round_to_bf16(hv);
     }
   }
-  return linear(h, w2);
+  return h;
 }
 
 Tensor<float> moe_experts(const Tensor<float>& x, const MoeWeights& w, const MoeRouting& routing,

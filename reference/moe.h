@@ -51,6 +51,17 @@ void moe_routing_weights(MoeRouting& r, const ModelConfig& c);
 // x: [T, dim] bf16 -> routing of each token.
 MoeRouting moe_gate(const Tensor<float>& x, const MoeWeights& w, const ModelConfig& c, int layer);
 
+// The pieces of moe_gate and expert_forward that device backends run on the host (their exp and
+// log are glibc's: cuda/cuda_ops_moe.cc):
+//   moe_activated_experts  k of the layer (DSpark blocks: dspark_n_activated_experts when set)
+//   moe_route              moe_gate after its GEMM: logits [T, E] fp32 -> scores, the biased stable
+//                          sort (ties: lower expert index), routing weights
+//   swiglu                 expert_forward between its GEMMs: g = w1(x), u = w3(x) [T, inter] bf16,
+//                          routing_weight [T] fp32 or nullptr -> h [T, inter] bf16
+int moe_activated_experts(const ModelConfig& c, int layer);
+MoeRouting moe_route(const Tensor<float>& logits, const MoeWeights& w, const ModelConfig& c, int layer);
+Tensor<float> swiglu(const Tensor<float>& g, const Tensor<float>& u, const float* routing_weight, double swiglu_limit);
+
 // One SwiGLU expert. x: [T, dim] bf16; routing_weight: [T] fp32 or nullptr -> [T, dim] bf16.
 Tensor<float> expert_forward(const Tensor<float>& x, const LinearWeight& w1, const LinearWeight& w2,
                              const LinearWeight& w3, const float* routing_weight, double swiglu_limit);

@@ -15,9 +15,6 @@
 namespace dsv41::reference {
 namespace {
 
-// torch parallelizes the reduction of one long row from 32768 elements on (at::internal::
-// GRAIN_SIZE); below that the row is reduced by one thread in the order implemented here.
-constexpr int64_t kTorchSerialSumLimit = 32768;
 constexpr int kLevels = 4;  // multi_row_sum's num_levels
 
 // ceil(log2(v)), 0 for v <= 1 (c10::llvm::CeilLog2).

@@ -34,6 +34,9 @@ namespace dsv41::reference {
 
 // Lanes of torch's Vectorized<float> on the oracle's CPU (AVX2) and the independent accumulator
 // chains of its row_sum (ilp_factor).
+// torch parallelizes the reduction of one long row from 32768 elements on (at::internal::
+// GRAIN_SIZE); shorter rows are reduced by one thread in the order torch_sum_f32 implements.
+inline constexpr int64_t kTorchSerialSumLimit = 32768;
 inline constexpr int64_t kTorchSumLanes = 8;
 inline constexpr int64_t kTorchSumChains = 4;
 

@@ -125,7 +125,7 @@ TEST(SpeculativeDSpark, RingNotRolledBackIsNamedByTheStateDiffAndChangesTheNextD
       << "the stale ring slots never reached the draft";
 }
 
-TEST(SpeculativeDSpark, RopeAtBlockStartChangesRowsOnePlusOnly) {
+TEST(SpeculativeDSpark, RopeAtBlockStartChangesEveryRowOfTheDraftAttention) {
   ModelState s = model().new_state();
   const int64_t c = argmax(model().forward_chunk(s, test::oracle_tokens(7, 40)).logits);
   std::vector<float> good_attn, bad_attn;  // dspark_attn_out of the first block: [B, dim]
