@@ -5,6 +5,7 @@
 
 #include "bench/dspark_acceptance.h"
 #include "formats/error.h"
+#include "reference/numerics.h"
 #include "reference/sampling.h"
 
 namespace dsv41::bench {
@@ -20,19 +21,12 @@ using reference::SpeculativeOptions;
 using reference::SpeculativeRound;
 using reference::StepRecord;
 
-uint64_t splitmix64(uint64_t x) {
-  uint64_t z = x + 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 uint64_t derive_seed(uint64_t seed, Stream stream, uint64_t weights, int64_t prompt, int64_t round) {
-  uint64_t h = splitmix64(seed);
-  h = splitmix64(h ^ static_cast<uint64_t>(stream));
-  h = splitmix64(h ^ weights);
-  h = splitmix64(h ^ static_cast<uint64_t>(prompt));
-  return splitmix64(h ^ static_cast<uint64_t>(round));
+  uint64_t h = reference::splitmix64(seed);
+  h = reference::splitmix64(h ^ static_cast<uint64_t>(stream));
+  h = reference::splitmix64(h ^ weights);
+  h = reference::splitmix64(h ^ static_cast<uint64_t>(prompt));
+  return reference::splitmix64(h ^ static_cast<uint64_t>(round));
 }
 
 std::string seed_derivation_text() {

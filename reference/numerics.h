@@ -33,6 +33,16 @@
 
 namespace dsv41::reference {
 
+// SplitMix64 (Steele, Lea, Flood 2014): output i (0, 1, ...) of the generator seeded with s, the
+// finalizer of s + (i + 1) * 0x9E3779B97F4A7C15. The seed derivations of the CLI and the benches
+// are built on it (a fixed, portable function of integers).
+inline uint64_t splitmix64(uint64_t s, uint64_t i = 0) {
+  uint64_t z = s + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 using formats::round_to_bf16;
 
 // sum_i a[i]*b[i] accumulated in double in index order, rounded once to fp32.

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "formats/error.h"
+#include "reference/numerics.h"
 
 namespace dsv41::scenarios {
 
@@ -95,12 +96,7 @@ reference::SamplingParams parse_sampling(const std::string& text) {
   return s;
 }
 
-uint64_t split_seed(uint64_t s, uint64_t i) {
-  uint64_t z = s + (i + 1) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t split_seed(uint64_t s, uint64_t i) { return reference::splitmix64(s, i); }
 
 GenerationRun generate(const reference::Model& model, reference::ModelState& state,
                        const std::vector<float>* prompt_logits, std::optional<int64_t> first_token,
