@@ -17,17 +17,6 @@ namespace {
 const reference::Ops& ref() { return reference::reference_ops(); }
 }  // namespace
 
-reference::CompressedLatents CudaOps::compress(const Tensor<float>& kv, const Tensor<float>& score, int64_t start_pos,
-                                               int ratio, Tensor<float>& kv_state, Tensor<float>& score_state) const {
-  count("compress", false);
-  Tensor<float> ks = host_copy(kv_state), ss = host_copy(score_state);
-  reference::CompressedLatents out = ref().compress(host_copy(kv), host_copy(score), start_pos, ratio, ks, ss);
-  kv_state = kv_state.on_host() ? std::move(ks) : upload(std::move(ks));
-  score_state = score_state.on_host() ? std::move(ss) : upload(std::move(ss));
-  out.latent = upload(std::move(out.latent));
-  return out;
-}
-
 Tensor<int64_t> CudaOps::engram_hash_ids(const reference::EngramLayout& layout, int layer_index,
                                          const reference::EngramHistory& history, int64_t start_pos,
                                          int64_t count_) const {

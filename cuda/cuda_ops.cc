@@ -39,10 +39,10 @@ std::vector<std::string> CudaOps::ported() {
           "hc_post", "hc_mean", "concat_cols", "concat_rows", "add_markov_bias", "hc_mixes", "sparse_attn",
           "attention_index_rows", "engram_lookup", "engram_gate_residual", "moe_gate",
           "moe_experts", "index_weights", "index_scores",
-          "candidate_blocks", "mask_scores", "index_topk"};
+          "candidate_blocks", "mask_scores", "index_topk", "compress"};
 }
 std::vector<std::string> CudaOps::host_fallbacks() {
-  return {"compress", "engram_hash_ids", "moe_routing_weights"};
+  return {"engram_hash_ids", "moe_routing_weights"};
 }
 
 std::map<std::string, OpCalls> CudaOps::counts() const {

@@ -1,16 +1,16 @@
 // cuda/cuda_ops_mhc_attn.cc
 //
-// CudaOps::hc_mixes and CudaOps::sparse_attn (and attention_index_rows): the O(width) work runs as
-// kernels (cuda/mhc.cu, cuda/attention.cu), the scalar transcendental steps run on the host, in
-// the reference's own code, on small downloaded tensors. Why: the reference takes std::exp (glibc
-// expf, not correctly rounded everywhere) for the Sinkhorn comb and for the online softmax; the
-// device's expf differs, and no device routine is proven to equal glibc bit for bit. Keeping
-// those steps on the host keeps both ops BIT-EXACT by construction (docs/cuda.md):
-//   hc_mixes     device: hc_raw_mixes [T, (2+hc)*hc]; host: hc_split_sinkhorn (sigmoid, exp, Sinkhorn)
-//   sparse_attn  device: scores s[t,h,j] = fl(fma_dot(q, kv_j) * scale) (-inf for -1);
-//                host:   per (t, h) and block: max, rescale = exp(m - m'), p_j = exp(s_j - m'),
-//                        l (double p_sum), bf16(p_j); then l += exp(sink - m)
-//                device: acc[d] = acc[d] * rescale + fma-chain_j(bf16(p_j) * kv_j[d]); out = bf16(acc / l)
+// CudaOps::hc_mixes and CudaOps::sparse_attn (and attention_index_rows), all on the device
+// (cuda/mhc.cu, cuda/attention.cu), BIT-EXACT (docs/cuda.md). Their exp steps are libm_expf, glibc's
+// expf rebuilt bit for bit (cuda/libm_expf.h), so they give the reference's std::exp:
+//   hc_mixes     hc_raw_mixes [T, (2+hc)*hc], then hc_split_sinkhorn (sigmoid, exp, Sinkhorn)
+//   sparse_attn  scores s[t,h,j] = fl(fma_dot(q, kv_j) * scale) (-inf for -1); the online softmax
+//                per (t, h) and block (max, rescale = exp(m - m'), p_j = exp(s_j - m'), l with a
+//                double p_sum, bf16(p_j); then l += exp(sink - m)); acc[d] = acc[d] * rescale +
+//                fma-chain_j(bf16(p_j) * kv_j[d]); out = bf16(acc / l)
+// When this process's std::exp is not the libm libm_expf reproduces (libm_expf_matches_host), the
+// exp steps run on the host in the reference's own code (reference::hc_split_sinkhorn,
+// reference::OnlineSoftmax) on downloaded tensors: still bit-exact, slower.
 // Inputs the reference rejects (bad shapes, an index outside [-1, N)) run the reference on the
 // host, which raises its own error (counted as a host call).
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "cuda/cuda_ops.h"
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
+#include "cuda/libm_expf.h"
 #include "formats/minifloat.h"
 #include "reference/attention.h"
 #include "reference/mhc.h"
@@ -52,6 +53,19 @@ reference::HcMixes CudaOps::hc_mixes(const Tensor<float>& stream, const referenc
   }
   count("hc_mixes", true);
   const int64_t T = stream.dim(0);
+  if (iters >= 1 && libm_expf_matches_host()) {  // the whole op on the device
+    reference::HcMixes m{device_tensor<float>({T, hc}, "hc_pre_mix"), device_tensor<float>({T, hc}, "hc_post_mix"),
+                         device_tensor<float>({T, hc, hc}, "hc_comb")};
+    if (T > 0) {
+      DevIn<float> s(stream);
+      const Mirror fn = mirror(w.fn.data()), scale = mirror(w.scale.data()), base = mirror(w.base.data());
+      DeviceBuffer<float> r(static_cast<size_t>(T)), mixes(static_cast<size_t>(T * n_mix));
+      gpu::hc_raw_mixes(s.get(), fn.get(), T, hc, dim, norm_eps, r.get(), mixes.get());
+      gpu::hc_split_sinkhorn(mixes.get(), scale.get(), base.get(), T, hc, iters, hc_eps, dev(m.pre), dev(m.post),
+                             dev(m.comb));
+    }
+    return m;
+  }
   Tensor<float> raw({T, n_mix}, "hc_mixes");
   if (T > 0) {
     DevIn<float> s(stream);
@@ -137,6 +151,15 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
   DevIn<float> dq(q), dkv(*kv);
   DevIn<int32_t> di(idxs);
   const int64_t blocks = (K + reference::kSparseAttnBlock - 1) / reference::kSparseAttnBlock;
+  if (libm_expf_matches_host()) {  // all three stages on the device
+    DevIn<float> dsink(sink);
+    DeviceBuffer<float> ds(static_cast<size_t>(T * H * K)), dp(static_cast<size_t>(T * H * K)),
+        dr(static_cast<size_t>(T * H * blocks)), dl(static_cast<size_t>(T * H));
+    if (K > 0) gpu::sparse_attn_scores(dq.get(), dkv.get(), di.get(), T, H, D, K, softmax_scale, ds.get());
+    gpu::sparse_attn_softmax(ds.get(), dsink.get(), T, H, K, dp.get(), dr.get(), dl.get());
+    gpu::sparse_attn_pv(dkv.get(), di.get(), dp.get(), dr.get(), dl.get(), T, H, D, K, dev(out));
+    return out;
+  }
   std::vector<float> s(static_cast<size_t>(T * H * K));
   if (!s.empty()) {
     DeviceBuffer<float> ds(s.size());

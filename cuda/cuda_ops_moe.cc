@@ -1,14 +1,15 @@
 // cuda/cuda_ops_moe.cc
 //
-// CudaOps::moe_gate and CudaOps::moe_experts: the linears run as kernels (cuda/linear.cu,
-// bit-exact), the scalar transcendental steps run on the host in the reference's own statements,
-// for the reason of docs/cuda.md (the reference takes glibc's std::exp / std::log1p; the device's
-// differ): BIT-EXACT by construction.
+// CudaOps::moe_gate and CudaOps::moe_experts: BIT-EXACT.
 //   moe_gate     device: logits = linear_fp32(x, gate) [T, E]; host: reference::moe_route
-//                (sqrt(softplus(logit / temp)), the biased stable sort, moe_routing_weights).
-//   moe_experts  per expert in index order: device gather of its tokens' rows, w1 and w3 linears;
-//                host: reference::swiglu (clamp, silu(g) * u, * routing weight, bf16); device: w2 linear, acc[token] += y in list order (cuda/moe.cu); then the
-//                shared expert the same way and bf16(acc + shared) on the device.
+//                (sqrt(softplus(logit / temp)) with glibc's exp/log1p, the biased stable sort,
+//                moe_routing_weights) on the downloaded logits: log1p has no proven device twin.
+//   moe_experts  per expert in index order: device gather of its tokens' rows, w1 and w3 linears,
+//                the SwiGLU (cuda/moe.cu swiglu: clamp, silu(g) * u with libm_expf = glibc's expf
+//                bit for bit, * routing weight, bf16), w2 linear, acc[token] += y in list order;
+//                then the shared expert the same way and bf16(acc + shared). When this process's
+//                std::exp is not the libm libm_expf reproduces (libm_expf_matches_host), the
+//                SwiGLU runs on the host in the reference's own reference::swiglu.
 // moe_routing_weights stays a host fallback (a few scalars per token).
 // Inputs the reference rejects run the reference on host copies, which raises its own error.
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "cuda/cuda_ops.h"
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
+#include "cuda/libm_expf.h"
 #include "reference/moe.h"
 #include "reference/numerics.h"
 
@@ -34,6 +36,19 @@ const reference::Ops& ref() { return reference::reference_ops(); }
 Tensor<float> expert_forward(const CudaOps& ops, const Tensor<float>& x, const reference::LinearWeight& w1,
                              const reference::LinearWeight& w2, const reference::LinearWeight& w3,
                              const float* routing_weight, double swiglu_limit) {
+  if (libm_expf_matches_host()) {  // the SwiGLU on the device (cuda/moe.cu swiglu)
+    const Tensor<float> g = ops.linear(x, w1), u = ops.linear(x, w3);
+    if (!(g.rank() == 2 && u.shape() == g.shape())) {  // the reference raises its error
+      return ops.linear(reference::swiglu(ops.download(g), ops.download(u), routing_weight, swiglu_limit), w2);
+    }
+    const int64_t n = g.dim(0), inter = g.dim(1);
+    DevIn<float> dg(g), du(u);
+    const auto rw = routing_weight != nullptr ? to_device(std::vector<float>(routing_weight, routing_weight + n))
+                                              : nullptr;
+    Tensor<float> h = device_tensor<float>({n, inter}, "expert.h");
+    gpu::swiglu(dg.get(), du.get(), rw ? rw->get() : nullptr, n, inter, swiglu_limit, n * inter > 0 ? dev(h) : nullptr);
+    return ops.linear(h, w2);
+  }
   const Tensor<float> g = ops.download(ops.linear(x, w1));
   const Tensor<float> u = ops.download(ops.linear(x, w3));
   return ops.linear(reference::swiglu(g, u, routing_weight, swiglu_limit), w2);  // the host step

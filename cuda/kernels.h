@@ -63,7 +63,24 @@ void hc_post(const float* f, const float* residual, const float* post, const flo
 void hc_raw_mixes(const float* stream, const float* fn, int64_t T, int64_t hc, int64_t dim, double norm_eps,
                   float* r, float* mixes);
 // stream [T, hc, dim] -> y [T, dim] bf16: the fp32 sum of the copies in order, / hc (dspark hc_mean).
+// hc_split_sinkhorn of reference/mhc.h, one thread per token (libm_expf for the comb's exp):
+// mixes [T, (2+hc)*hc] fp32, scale [3], base [(2+hc)*hc] -> pre [T, hc], post [T, hc], comb [T, hc, hc].
+void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int64_t T, int64_t hc, int iters,
+                       double hc_eps, float* pre, float* post, float* comb);
 void hc_mean(const float* stream, int64_t T, int64_t hc, int64_t dim, float* y);
+
+// ---- compressor.cu ----
+// compress's pooling (reference/compressor.cc): groups first_group .. first_group + n_groups - 1
+// -> latent [n_groups, dim] bf16. kv, score: [T, dim] fp32 rows of tokens start_pos ..; a group's
+// tokens before start_pos are read from kv_state / score_state [ratio, dim] (slot = t).
+void compress_pool(const float* kv, const float* score, int64_t dim, int64_t start_pos, int ratio,
+                   const float* kv_state, const float* score_state, int64_t first_group, int64_t n_groups,
+                   float* latent);
+// State slots p % ratio <- the input rows of tokens p_lo .. p_hi - 1 (after compress_pool).
+void compress_state_write(const float* kv, const float* score, int64_t dim, int64_t start_pos, int ratio,
+                          int64_t p_lo, int64_t p_hi, float* kv_state, float* score_state);
+// y[i] = libm_expf(the float with bits first + i), i < n (cuda/libm_expf.h; its exhaustive test).
+void libm_expf_range(uint32_t first, int64_t n, float* y);
 
 // ---- attention.cu ----
 // sparse_attn's device stages (reference/attention.h): q [T, H, D], kv [N, D], idxs [T, K] (every
@@ -72,6 +89,10 @@ void hc_mean(const float* stream, int64_t T, int64_t hc, int64_t dim, float* y);
 // [T, H, ceil(K/64)] and denominators l [T, H]: out [T, H, D] bf16.
 void sparse_attn_scores(const float* q, const float* kv, const int32_t* idxs, int64_t T, int64_t H, int64_t D,
                         int64_t K, float scale, float* s);
+// The online softmax of every (t, h) row of s [T, H, K] with sink [H]: p [T, H, K] bf16 values,
+// rescale [T, H, ceil(K/64)], l [T, H] (reference::OnlineSoftmax with libm_expf).
+void sparse_attn_softmax(const float* s, const float* sink, int64_t T, int64_t H, int64_t K, float* p,
+                         float* rescale, float* l);
 void sparse_attn_pv(const float* kv, const int32_t* idxs, const float* p, const float* rescale, const float* l,
                     int64_t T, int64_t H, int64_t D, int64_t K, float* out);
 // attention_index_rows: window [rows, kw], topk [rows, kt] -> out [rows, kw + width] int32.
@@ -92,6 +113,9 @@ void engram_gate_residual(const float* x, const float* kv, const float* q_weight
 // acc [T, dim] fp32 += y [n, dim] row i into row tokens[i] (device [n], each in [0, T)), i in order.
 void moe_scatter_add(float* acc, const float* y, const int64_t* tokens, int64_t n, int64_t dim);
 // out[k] = bf16(acc[k] + shared[k]), k < n.
+// reference::swiglu: g, u [n, inter] bf16, routing_weight [n] fp32 or nullptr -> h [n, inter] bf16.
+void swiglu(const float* g, const float* u, const float* routing_weight, int64_t n, int64_t inter, double limit,
+            float* h);
 void moe_finish(const float* acc, const float* shared, int64_t n, float* out);
 
 // ---- indexer.cu ----

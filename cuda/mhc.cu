@@ -5,10 +5,15 @@
 // hc_raw_mixes (the heavy part of hc_mixes): one thread per token for the rsqrt statistic
 // (cuda/torch_sum.cuh: the reference's torch sum order, bit-exact), then one thread per (token,
 // mix) for the double dot product in index order (__dadd_rn/__dmul_rn, one rounding to fp32, then
-// one fp32 multiply by r): BIT-EXACT. The split + Sinkhorn (std::exp, glibc's) runs on the host
-// on the downloaded [T, (2+hc)*hc] mixes (CudaOps::hc_mixes).
+// one fp32 multiply by r): BIT-EXACT. hc_split_sinkhorn: one thread per token, the statements of
+// reference/mhc.cc hc_split_sinkhorn_row (torch_sigmoid_f32 of cuda/torch_math.cuh for pre and
+// post, libm_expf = glibc's expf bit for bit for the comb, the Sinkhorn sums sequential from 0 with
+// true divisions): BIT-EXACT. (CudaOps::hc_mixes runs the reference's own split on the host when
+// this process's libm is not the one libm_expf reproduces.)
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
+#include "cuda/libm_expf.h"
+#include "cuda/torch_math.cuh"
 #include "cuda/torch_sum.cuh"
 #include "formats/minifloat.h"
 
@@ -82,6 +87,60 @@ __global__ void hc_dot_kernel(const float* __restrict__ stream, const float* __r
   mixes[k] = __fmul_rn(__double2float_rn(acc), r[t]);
 }
 
+// reference/mhc.cc normalise_rows / normalise_cols: c /= (sequential sum + e).
+__device__ void normalise_rows(float* c, int hc, float e) {
+  for (int i = 0; i < hc; ++i) {
+    float sum = 0.0f;
+    for (int j = 0; j < hc; ++j) sum = __fadd_rn(sum, c[i * hc + j]);
+    const float d = __fadd_rn(sum, e);
+    for (int j = 0; j < hc; ++j) c[i * hc + j] = __fdiv_rn(c[i * hc + j], d);
+  }
+}
+__device__ void normalise_cols(float* c, int hc, float e) {
+  for (int j = 0; j < hc; ++j) {
+    float sum = 0.0f;
+    for (int i = 0; i < hc; ++i) sum = __fadd_rn(sum, c[i * hc + j]);
+    const float d = __fadd_rn(sum, e);
+    for (int i = 0; i < hc; ++i) c[i * hc + j] = __fdiv_rn(c[i * hc + j], d);
+  }
+}
+
+__global__ void hc_split_sinkhorn_kernel(const float* __restrict__ mixes, const float* __restrict__ scale,
+                                         const float* __restrict__ base, int64_t T, int hc, int iters, float e,
+                                         float* __restrict__ pre, float* __restrict__ post, float* __restrict__ comb) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  using torch_math::torch_sigmoid_f32;
+  const float* mix = mixes + t * (2 + hc) * hc;
+  float* p = pre + t * hc;
+  float* q = post + t * hc;
+  float* c = comb + t * hc * hc;
+  for (int i = 0; i < hc; ++i) {
+    p[i] = __fadd_rn(torch_sigmoid_f32(__fadd_rn(__fmul_rn(mix[i], scale[0]), base[i])), e);
+    q[i] = __fmul_rn(2.0f, torch_sigmoid_f32(__fadd_rn(__fmul_rn(mix[hc + i], scale[1]), base[hc + i])));
+  }
+  const int off = 2 * hc;  // hc_comb_logits_row
+  for (int k = 0; k < hc * hc; ++k) c[k] = __fadd_rn(__fmul_rn(mix[off + k], scale[2]), base[off + k]);
+  for (int i = 0; i < hc; ++i) {
+    float* row = c + i * hc;
+    float mx = row[0];
+    for (int j = 1; j < hc; ++j) mx = (mx < row[j]) ? row[j] : mx;  // std::max
+    for (int j = 0; j < hc; ++j) row[j] = __fsub_rn(row[j], mx);
+  }
+  for (int k = 0; k < hc * hc; ++k) c[k] = libm_expf(c[k]);
+  for (int i = 0; i < hc; ++i) {  // hc_sinkhorn_row: the softmax's division, then + e
+    float* row = c + i * hc;
+    float sum = 0.0f;
+    for (int j = 0; j < hc; ++j) sum = __fadd_rn(sum, row[j]);
+    for (int j = 0; j < hc; ++j) row[j] = __fadd_rn(__fdiv_rn(row[j], sum), e);
+  }
+  normalise_cols(c, hc, e);
+  for (int it = 1; it < iters; ++it) {
+    normalise_rows(c, hc, e);
+    normalise_cols(c, hc, e);
+  }
+}
+
 }  // namespace
 
 void hc_raw_mixes(const float* stream, const float* fn, int64_t T, int64_t hc, int64_t dim, double norm_eps,
@@ -110,6 +169,14 @@ void hc_post(const float* f, const float* residual, const float* post, const flo
              int64_t dim, float* y) {
   if (T * hc * dim == 0) return;
   hc_post_kernel<<<grid_for(T * hc * dim, kThreads), kThreads>>>(f, residual, post, comb, T, hc, dim, y);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int64_t T, int64_t hc, int iters,
+                       double hc_eps, float* pre, float* post, float* comb) {
+  if (T == 0) return;
+  hc_split_sinkhorn_kernel<<<grid_for(T, kThreads), kThreads>>>(mixes, scale, base, T, static_cast<int>(hc), iters,
+                                                                static_cast<float>(hc_eps), pre, post, comb);
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
