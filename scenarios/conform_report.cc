@@ -256,11 +256,14 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
     const StepCapture& b = forced ? j.forced_port : j.free_port;
     std::vector<MetricRow> rows;
     for (const MetricRow& r : sc.rows) {
+      // End to end, index scores serve the top-k's tie analysis only (docs/conform.md).
+      if (!forced && r.component == reference::name(reference::Component::kIndexScores)) continue;
       if (port_holds(b, r.layer, r.component) && only.admits(r.component, r.layer)) rows.push_back(r);
     }
     std::vector<MetricRow> extra;
     add_port_rows(a, b, j.step, tol, extra);
     for (const MetricRow& r : extra) {
+      if (!forced && r.component == reference::name(reference::Component::kIndexScores)) continue;
       if (only.admits(r.component, r.layer)) rows.push_back(r);
     }
     std::stable_sort(rows.begin(), rows.end(),
