@@ -308,7 +308,9 @@ std::string ranges(const std::vector<int>& v) {
   for (size_t i = 0; i < v.size();) {
     size_t k = i;
     while (k + 1 < v.size() && v[k + 1] == v[k] + 1) ++k;
-    s += (s.empty() ? "" : ", ") + std::to_string(v[i]) + (k > i ? "-" + std::to_string(v[k]) : "");
+    if (!s.empty()) s += ", ";
+    s += std::to_string(v[i]);
+    if (k > i) s += "-" + std::to_string(v[k]);
     i = k + 1;
   }
   return s;

@@ -50,7 +50,10 @@ const std::string kWeights = kOracle + "weights.safetensors";
 // 70 prompt tokens in chunks of 48 (48, 22: the 64-slot window wraps), then 2 decode steps.
 std::string id_list(int64_t n, int64_t mul) {
   std::string s;
-  for (int64_t i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string((i * mul + 11) % 1024);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string((i * mul + 11) % 1024);
+  }
   return s;
 }
 
