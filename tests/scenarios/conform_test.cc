@@ -253,6 +253,68 @@ INSTANTIATE_TEST_SUITE_P(Planted, ConformLocates,
                                   std::to_string(i.param.step);
                          });
 
+// A port whose attention output at layer 3, step 2 is doubled in one element, and which carries on
+// from it (its later components and steps computed from the wrong value): teacher-forced, only that
+// item fails (the error neither hides nor smears the later ones); end to end, the logits do.
+TEST(Conform, AConsistentPortBugFailsOnlyWhereItIs) {
+  using namespace dsv41::reference;
+  const ModelConfig c = load_config_file(kConfig);
+  Model m(c, ModelWeights::load(kWeights, c), default_token_map(c));
+  ModelState s = m.new_state();
+  const std::string dir = scratch() + "/buggy";
+  fs::remove_all(dir);
+  dsv41::scenarios::PortDumpWriter w(dir, c, kWeights, "default", "conform_test: a consistent port bug");
+  dsv41::scenarios::StepCapture cap;
+  int64_t step = 0;
+  bool fired = false;
+  const ForwardHooks record = dsv41::scenarios::capture_hooks(cap, nullptr);
+  ForwardHooks bug = record;
+  bug.tensor = [&](Component what, int layer, Tensor<float>& v) {
+    if (what == Component::kAttnOut && layer == 3 && step == 2) {
+      v.data()[7] = v.data()[7] == 0.0f ? 1.0f : 2.0f * v.data()[7];  // a bf16 value stays one
+      fired = true;
+    }
+    record.tensor(what, layer, v);  // the port records the value it carries on with
+  };
+  m.set_hooks(bug);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 70; ++i) ids.push_back((i * 37 + 11) % 1024);
+  auto run = [&](const std::vector<int64_t>& t, const char* event) {
+    const StepRecord r = m.forward_chunk(s, t);
+    std::vector<CacheView> caches = m.cache_views(s);
+    for (std::vector<CacheView> more : {compressor_views(s, m.ops()), dspark_views(s, m.ops())}) {
+      caches.insert(caches.end(), more.begin(), more.end());
+    }
+    dsv41::scenarios::finish_capture(cap, r, std::move(caches));
+    w.add_step(cap, t, event);
+    cap = dsv41::scenarios::StepCapture{};
+    ++step;
+  };
+  run(std::vector<int64_t>(ids.begin(), ids.begin() + 48), "prefill");
+  run(std::vector<int64_t>(ids.begin() + 48, ids.end()), "prefill");
+  run({5}, "decode");
+  run({723}, "decode");
+  w.finish();
+  ASSERT_TRUE(fired);
+  const dsv41::reports::RunReport r = judge(dir);
+  EXPECT_EQ(dsv41::scenarios::conform_exit_code(r), 1);
+  const std::optional<RootCause> rc = dsv41::scenarios::root_cause(r);
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(rc->mode, dsv41::scenarios::kConformTeacherForced);
+  EXPECT_EQ(rc->component, "attn_out");
+  EXPECT_EQ(rc->layer, 3);
+  EXPECT_EQ(rc->step, 2);
+  std::vector<std::string> fails;
+  for (const std::string& n : r.scenarios[0].comparisons[0].notes) {
+    if (n.rfind("FAIL ", 0) == 0) fails.push_back(n);
+  }
+  EXPECT_EQ(fails.size(), 1u) << (fails.size() > 1 ? fails[1] : "");
+  const dsv41::reports::Comparison& e2e = r.scenarios[0].comparisons[1];
+  EXPECT_EQ(e2e.verdict, Verdict::kFail);
+  ASSERT_TRUE(e2e.first_divergence.has_value());
+  EXPECT_EQ(e2e.first_divergence->step, 2);
+}
+
 TEST(Conform, PerturbedCacheByteFailsInTheCaches) {
   const std::string dir = copy_dump();
   const int layer = first_layer("cache.compressed_kv");
