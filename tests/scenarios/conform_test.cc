@@ -148,6 +148,7 @@ TEST(Conform, ReferenceDumpPassesBitExactly) {
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(has(r.out, "every covered component of every step agrees")) << r.out;
   EXPECT_TRUE(has(r.out, "support matrix")) << r.out;
+  EXPECT_TRUE(dsv41::reports::check_report_schema(scratch() + "/r.h5").empty());
   const dsv41::reports::RunReport rep = dsv41::reports::read_report(scratch() + "/r.h5");
   EXPECT_EQ(rep.verdict, Verdict::kPass);
   ASSERT_EQ(rep.scenarios.size(), 1u);
