@@ -1,0 +1,136 @@
+// scenarios/cli_conform.cc
+//
+// dsv41 conform DUMP --config C --weights W [--token-map F] [--tolerances FILE] [-o report.h5]
+//                    [--junit FILE] [--stop-after-step N] [--only COMPONENT[@LAYER]]
+//   Judges a port's dump (docs/port-dump.md) against the reference (scenarios/conform.h,
+//   docs/conform.md): the root cause first (the earliest component wrong given right inputs), then
+//   the summary, every failure with a one-line repro, and the support matrix. Exit code: 0 pass,
+//   1 a component beyond its bound, 2 bad input or error, 3 coverage too thin to judge.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "formats/error.h"
+#include "reference/config.h"
+#include "reference/model.h"
+#include "reference/numerics.h"
+#include "reports/report.h"
+#include "scenarios/cli.h"
+#include "scenarios/conform.h"
+#include "scenarios/id_list.h"
+#include "scenarios/runner.h"
+#include "scenarios/sha256.h"
+
+namespace dsv41::scenarios {
+namespace {
+
+struct ConformArgs {
+  std::string dump, config, weights, token_map, tolerances, junit, only;
+  std::string output = "conform.h5";
+  int64_t stop_after_step = -1;
+  int threads = 0;
+  bool no_end_to_end = false;
+  bool quiet = false;
+};
+
+int run(const ConformArgs& a, const std::string& command_line) {
+  // 1. Everything that can be checked before the weights are read.
+  const reference::ModelConfig c = reference::load_config(a.config);
+  const PortDump d = read_port_dump(a.dump);
+  if (reference::config_hash(c) != d.config_hash) {
+    DSV41_FAIL("--config '", a.config, "' (hash ", reference::config_hash(c), ") is not the config of the dump '", a.dump,
+               "' (", kPortDumpManifest, ": hash ", d.config_hash, ")");
+  }
+  std::vector<int64_t> map = a.token_map.empty() ? reference::default_token_map(c)
+                                                 : parse_id_list("@" + a.token_map, "--token-map");
+  if (static_cast<int64_t>(map.size()) != c.vocab_size) {
+    DSV41_FAIL("--token-map '", a.token_map, "': ", map.size(), " ids, but config '", a.config, "' has a vocab of ",
+               c.vocab_size);
+  }
+  ConformOptions o;
+  o.tolerances_file = a.tolerances;
+  if (!a.tolerances.empty()) load_conform_tolerances(a.tolerances);  // refused before the weights
+  o.progress = !a.quiet;
+  o.end_to_end = !a.no_end_to_end;
+  o.stop_after_step = a.stop_after_step;
+  o.only = a.only;
+  o.rerun_prefix = "dsv41 conform " + shell_quote(a.dump) + " --config " + shell_quote(a.config) + " --weights " +
+                   shell_quote(a.weights) + (a.token_map.empty() ? "" : " --token-map " + shell_quote(a.token_map)) +
+                   (a.tolerances.empty() ? "" : " --tolerances " + shell_quote(a.tolerances));
+  if (a.threads > 0) reference::set_reference_threads(a.threads);
+
+  // 2. The judgement.
+  reports::RunReport report = conform(d, reference::ModelWeights::load(a.weights, c), map, o);
+  report.meta.config_name = a.config;
+  report.meta.weights = "file:" + a.weights;
+  report.meta.weights_sha256 = sha256_file_hex(a.weights);
+  stamp_run_meta(report.meta, command_line);
+  reports::write_report(a.output, report);
+  if (!a.junit.empty()) reports::write_junit(a.junit, report);
+
+  // 3. The root cause first, then the summary, the failures and the support matrix.
+  if (const std::optional<RootCause> rc = root_cause(report)) {
+    std::cout << "root cause (" << rc->mode << "): step " << rc->step << ", "
+              << (rc->layer < 0 ? std::string("model") : "layer " + std::to_string(rc->layer)) << ", " << rc->component
+              << ": " << rc->metric << " = " << rc->value << "; " << rc->detail << "\n  repro: " << rc->repro << "\n";
+  } else if (report.verdict == reports::Verdict::kPass) {
+    std::cout << "conform: every covered component of every step agrees with the reference\n";
+  }
+  std::cout << reports::format_summary(report);
+  constexpr size_t kMaxLines = 40;
+  for (const reports::Comparison& cmp : report.scenarios.front().comparisons) {
+    size_t shown = 0, fails = 0;
+    for (const std::string& n : cmp.notes) fails += n.rfind("FAIL ", 0) == 0;
+    for (const std::string& n : cmp.notes) {
+      if (n.rfind("FAIL ", 0) == 0 && shown++ >= kMaxLines) continue;
+      std::cout << "  [" << cmp.mode << "] " << n << "\n";
+    }
+    if (fails > kMaxLines) std::cout << "  [" << cmp.mode << "] ... and " << fails - kMaxLines << " more failures (report: notes)\n";
+  }
+  std::cout << "support matrix (" << d.steps.size() << " steps):\n";
+  for (const std::string& line : support_matrix_lines(d)) std::cout << "  " << line << "\n";
+  std::cout << "report: " << a.output << (a.junit.empty() ? "" : ", junit: " + a.junit) << "\n";
+  return conform_exit_code(report);
+}
+
+}  // namespace
+
+Verb add_conform_verb(CLI::App& parent) {
+  auto a = std::make_shared<ConformArgs>();
+  CLI::App* app = parent.add_subcommand(
+      "conform", "judge a port's dump (docs/port-dump.md) against the reference: each component teacher-forced from "
+                 "the port's own inputs, end-to-end logits and selections, caches byte for byte (docs/conform.md)");
+  app->add_option("dump", a->dump, "the dump directory (dump.json and step_NNNNNN.safetensors)")->required();
+  app->add_option("--config", a->config, "config preset or config.json; must be the dump's config")->required();
+  app->add_option("--weights", a->weights, "safetensors file with the official tensor names")->required();
+  app->add_option("--token-map", a->token_map, "Engram compressed id of every vocab entry, one per line (default: id*C/V)");
+  app->add_option("--tolerances", a->tolerances,
+                  "JSON {component: {metric: bound, origin, note}} replacing the bit-exact default of the components "
+                  "it names (docs/conform.md)");
+  app->add_option("-o,--output", a->output, "the HDF5 report (written atomically; `dsv41 report show` reads it)");
+  app->add_option("--junit", a->junit, "also write JUnit XML here");
+  app->add_option("--stop-after-step", a->stop_after_step, "judge steps 0..N only (a repro)")->check(CLI::NonNegativeNumber);
+  app->add_option("--only", a->only, "judge only COMPONENT or COMPONENT@LAYER (a repro; -1: model.)");
+  app->add_option("--threads", a->threads, "reference threads (default: DSV41_THREADS or the cores)")
+      ->check(CLI::Range(1, 1024));
+  app->add_flag("--no-end-to-end", a->no_end_to_end, "only the teacher-forced comparison");
+  app->add_flag("-q,--quiet", a->quiet, "no progress lines");
+  return {app, [a, app] {
+            std::string cmd = "dsv41 conform";
+            for (const CLI::Option* opt : app->get_options()) {
+              if (opt->count() == 0 || opt->get_name() == "--help") continue;
+              if (opt->get_type_size() == 0) {
+                cmd += " " + opt->get_name();
+                continue;
+              }
+              for (const std::string& v : opt->as<std::vector<std::string>>()) {
+                cmd += (opt->get_name() == "dump" ? " " : " " + opt->get_name() + " ") + shell_quote(v);
+              }
+            }
+            return run(*a, cmd);
+          }};
+}
+
+}  // namespace dsv41::scenarios
