@@ -47,6 +47,7 @@ Verb add_run_verb(CLI::App& parent);        // scenarios/cli_run.cc
 Verb add_report_verb(CLI::App& parent);        // scenarios/cli_report.cc
 Verb add_agree_verb(CLI::App& parent);         // scenarios/cli_agree.cc
 Verb add_conform_verb(CLI::App& parent);       // scenarios/cli_conform.cc
+Verb add_selftest_verb(CLI::App& parent);      // scenarios/cli_selftest.cc
 
 // The volatile metadata of a report a verb writes (tool version, commit, command line, time,
 // host, threads): scenarios/cli_run.cc.

@@ -72,12 +72,21 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
 }
 
 // Root-cause order within a step: the layer (model.embed first, the other model.* last), then the
-// component's place in reference/hooks.h's table.
+// component's place in reference/hooks.h's table, except that a layer's caches come right after
+// its attn_in: they are written from attn_in (the window KV, the compressor, the indexer keys)
+// BEFORE the step's indexer and attention read them, so a cache written wrong given right inputs
+// is upstream of the same layer's index_scores, topk and attn_out (found by `dsv41 selftest`:
+// swapped nibbles and wrong key RoPE were otherwise named as attn_out or index_scores).
 std::pair<int, int> order_key(const MetricRow& r) {
   static const std::map<std::string, int> rank = [] {
     std::map<std::string, int> m;
     int i = 0;
-    for (const reference::ComponentInfo& row : reference::component_table()) m[row.name] = i++;
+    const int attn_in = 100 * static_cast<int>(reference::Component::kAttnIn);
+    int cache = 0;  // the caches keep their table order among themselves
+    for (const reference::ComponentInfo& row : reference::component_table()) {
+      m[row.name] = row.kind == reference::ComponentKind::kCache ? attn_in + 1 + cache++ : 100 * i;
+      ++i;
+    }
     return m;
   }();
   const auto it = rank.find(r.component);
