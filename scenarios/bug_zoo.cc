@@ -195,14 +195,7 @@ void write_zoo_dump(const std::string& dir, const reference::ModelConfig& c, con
   model.set_hooks(capture_hooks(cap, nullptr));
   auto step = [&](const std::vector<int64_t>& ids, const std::string& event) {
     const reference::StepRecord rec = model.forward_chunk(state, ids);
-    std::vector<reference::CacheView> caches = model.cache_views(state);
-    for (std::vector<reference::CacheView> more :
-         {reference::compressor_views(state, model.ops()), reference::dspark_views(state, model.ops())}) {
-      for (reference::CacheView& v : more) caches.push_back(std::move(v));
-    }
-    finish_capture(cap, rec, std::move(caches));
-    dump.add_step(cap, ids, event);
-    cap = StepCapture{};
+    dump.add_model_step(cap, model, state, rec, ids, event);
   };
   int64_t index = 0, at = 0;
   for (int64_t n : s.chunks) {

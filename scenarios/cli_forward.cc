@@ -262,15 +262,7 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   StepCapture cap;
   if (dump) model.set_hooks(capture_hooks(cap, nullptr));
   auto dump_step = [&](const StepRecord& rec, std::vector<int64_t> ids, std::string event) {
-    if (!dump) return;
-    std::vector<reference::CacheView> caches = model.cache_views(state);
-    for (std::vector<reference::CacheView> more : {reference::compressor_views(state, model.ops()),
-                                                   reference::dspark_views(state, model.ops())}) {
-      for (reference::CacheView& v : more) caches.push_back(std::move(v));
-    }
-    finish_capture(cap, rec, std::move(caches));
-    dump->add_step(cap, ids, event);
-    cap = StepCapture{};
+    if (dump) dump->add_model_step(cap, model, state, rec, ids, event);
   };
   std::vector<StepRecord> steps;
   const std::string how = a.chunk > 0 ? " in chunks of " + std::to_string(a.chunk) : std::string();

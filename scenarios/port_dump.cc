@@ -185,6 +185,19 @@ PortDumpWriter::PortDumpWriter(std::string dir, const reference::ModelConfig& co
   }
 }
 
+void PortDumpWriter::add_model_step(StepCapture& cap, const reference::Model& model, const reference::ModelState& state,
+                                    const reference::StepRecord& rec, const std::vector<int64_t>& tokens,
+                                    const std::string& event) {
+  std::vector<reference::CacheView> caches = model.cache_views(state);
+  for (std::vector<reference::CacheView> more :
+       {reference::compressor_views(state, model.ops()), reference::dspark_views(state, model.ops())}) {
+    for (reference::CacheView& v : more) caches.push_back(std::move(v));
+  }
+  finish_capture(cap, rec, std::move(caches));
+  add_step(cap, tokens, event);
+  cap = StepCapture{};
+}
+
 void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event) {
   PortDumpStep s;
   s.index = static_cast<int64_t>(steps_.size());

@@ -80,6 +80,11 @@ class PortDumpWriter {
   // One step: the capture (items, logits, caches; capture.start_pos / tokens set), its ids and
   // its session event. Steps must follow each other (start_pos = the last step's end).
   void add_step(const StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event);
+  // A step a Model just ran, with `cap` the capture its hooks (capture_hooks) filled: adds the
+  // record's Engram ids and logits and every cache of `state` (cache_views, then the compressors'
+  // pending groups and the DSpark rings), writes the step and clears `cap` for the next one.
+  void add_model_step(StepCapture& cap, const reference::Model& model, const reference::ModelState& state,
+                      const reference::StepRecord& rec, const std::vector<int64_t>& tokens, const std::string& event);
   void finish();
 
  private:
