@@ -14,9 +14,11 @@
 //   if (bytes.app->parsed()) return bytes.run();
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -46,6 +48,7 @@ Verb add_replay_study_verb(CLI::App& parent);  // scenarios/cli_replay_study.cc
 Verb add_run_verb(CLI::App& parent);        // scenarios/cli_run.cc
 Verb add_report_verb(CLI::App& parent);        // scenarios/cli_report.cc
 Verb add_agree_verb(CLI::App& parent);         // scenarios/cli_agree.cc
+Verb add_exact_verb(CLI::App& parent);         // scenarios/cli_exact.cc
 
 // The volatile metadata of a report a verb writes (tool version, commit, command line, time,
 // host, threads): scenarios/cli_run.cc.
@@ -53,6 +56,9 @@ void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line);
 
 // The format self-check: one line per check, then "selfcheck: N passed, M failed".
 // Returns kExitOk or kExitCheckFailed. inject_failure adds one failing check (for tests).
+// `dsv41 exact` with its arguments parsed (backends "ref" / "cuda"); writes the table to out.
+int run_exact(std::ostream& out, const std::vector<std::string>& backends, const std::string& sizes, uint64_t seed,
+              const std::string& h5_path);
 int run_selfcheck(std::ostream& out, bool inject_failure = false);
 
 }  // namespace dsv41::scenarios
