@@ -1,0 +1,171 @@
+// The exact evaluation of `dsv41 exact` (scenarios/exact_eval.h): the exact rounding and the
+// Eigen-over-multiprecision products on cases with known answers, the reference's error within
+// the derived bound on every case, the bounds not vacuous, and a backend moved a few ulps past
+// the bound flagged. Inputs are seeded (tests/support/seed.h: DSV41_SEED overrides).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "formats/minifloat.h"
+#include "scenarios/cli.h"
+#include "scenarios/exact_internal.h"
+#include "tests/support/forwarding_ops.h"
+#include "tests/support/seed.h"
+
+namespace dsv41::scenarios::exact {
+namespace {
+
+TEST(ExactRounding, TiesToEvenAndSubnormalSpacing) {
+  const Exact one = 1;
+  // 1 + 2^-8 lies halfway between bf16 1 and 1 + 2^-7: the even one (1) wins.
+  EXPECT_EQ(round_to(one + mp::ldexp(Exact(1), -8), kBf16), one);
+  // 1 + 3 2^-8 lies halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even).
+  EXPECT_EQ(round_to(one + 3 * mp::ldexp(Exact(1), -8), kBf16), one + mp::ldexp(Exact(1), -6));
+  // Below 2^-126 the bf16 spacing is 2^-133: 1.5 quanta round to 2 (even), 1.25 to 1.
+  EXPECT_EQ(round_to(3 * mp::ldexp(Exact(1), -134), kBf16), mp::ldexp(Exact(1), -132));
+  EXPECT_EQ(round_to(5 * mp::ldexp(Exact(1), -135), kBf16), mp::ldexp(Exact(1), -133));
+  EXPECT_EQ(ulp_of(Exact(3), kF32), mp::ldexp(Exact(1), -22));
+}
+
+TEST(ExactRounding, AgreesWithTheFormatsBf16Encoder) {
+  // An independent implementation: formats::round_to_bf16 (bit manipulation) on random floats.
+  Draws d(test::data_seed(), "round_to vs round_to_bf16");
+  int checked = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const float f = dsv41::f32_from_bits(static_cast<uint32_t>(d.bits()));
+    if (!std::isfinite(f) || std::fabs(f) > 3.0e38f) continue;
+    ASSERT_EQ(round_to(exact_of(f), kBf16), exact_of(formats::round_to_bf16(f))) << std::hexfloat << f;
+    ++checked;
+  }
+  EXPECT_GT(checked, 15000);
+}
+
+TEST(ExactEigen, CancellationThatDoubleGetsWrong) {
+  // [2^60, 1, -2^60] . [1, 1, 1]: the exact value is 1; a double sum in order gives 0.
+  const float a[3] = {std::ldexp(1.0f, 60), 1.0f, -std::ldexp(1.0f, 60)};
+  const float ones[3] = {1.0f, 1.0f, 1.0f};
+  double naive = 0.0;
+  for (float v : a) naive += static_cast<double>(v);
+  EXPECT_EQ(naive, 0.0);
+  const ExactMatrix x = exact_matrix(a, 1, 3), y = exact_matrix(ones, 3, 1);
+  const ExactMatrix p = x * y;
+  EXPECT_EQ(p(0, 0), Exact(1));
+  // A dot whose exact sum is representable: sum_{i<64} (i + 0.5) * 2^-10 = 2048 * 2^-10 = 2.
+  std::vector<float> u(64), v(64, std::ldexp(1.0f, -10));
+  for (int i = 0; i < 64; ++i) u[static_cast<size_t>(i)] = static_cast<float>(i) + 0.5f;
+  EXPECT_EQ((exact_matrix(u.data(), 1, 64) * exact_matrix(v.data(), 64, 1))(0, 0), Exact(2));
+  // exp in the multiprecision type: e to 40 digits.
+  const Exact e("2.718281828459045235360287471352662497757247");
+  EXPECT_LT(mp::abs(mp::exp(Exact(1)) - e), Exact("1e-40"));
+}
+
+std::vector<OpCase>& tiny_cases() {
+  static std::vector<OpCase> cases = make_cases(Sizes::kTiny, test::data_seed());
+  return cases;
+}
+
+TEST(ExactEval, EveryOpFamilyHasCases) {
+  std::set<std::string> ops;
+  for (const OpCase& c : tiny_cases()) ops.insert(c.op);
+  for (const char* op : {"linear F8", "linear F4", "linear BF16", "linear F32", "linear_fp32 (gate)",
+                         "linear_fp32 (head)", "grouped_linear", "rms_norm", "rope_rows", "rope_rows (inverse)",
+                         "compress", "index_scores", "sparse_attn", "moe_gate"}) {
+    EXPECT_TRUE(ops.count(op)) << op;
+  }
+}
+
+TEST(ExactEval, ReferenceWithinTheDerivedBoundOnEveryCase) {
+  for (const OpCase& c : tiny_cases()) {
+    const SideError e = measure(c, reference::reference_ops(), "ref");
+    SCOPED_TRACE(c.op + " / " + c.inputs);
+    EXPECT_EQ(e.nonfinite, 0);
+    EXPECT_EQ(e.exceeded, 0) << "max err " << e.max_ulps << " ulps, used " << e.used << " of the bound";
+    bool any_nonzero = false;
+    for (float v : e.output) any_nonzero = any_nonzero || (v != 0.0f && std::isfinite(v));
+    EXPECT_TRUE(any_nonzero) << "outputs all zero";
+    std::printf("[exact] %-20s %-7s max err %.3g ulps, used %.3g of the bound\n", c.op.c_str(), c.inputs.c_str(),
+                e.max_ulps, e.used);
+  }
+}
+
+TEST(ExactEval, BoundsAreNotVacuous) {
+  int random_cases = 0;
+  for (const OpCase& c : tiny_cases()) {
+    const BoundStats b = bound_stats(c);
+    SCOPED_TRACE(c.op + " / " + c.inputs);
+    EXPECT_FALSE(b.vacuous) << "median " << b.median_ulps << " ulps, tight on " << b.tight_fraction;
+    if (c.adversarial) continue;
+    ++random_cases;
+    // Half an ulp of a bf16 output's final rounding is the floor; the accumulation part is small
+    // on random data. An fp32 output has no final rounding: its bound is the accumulation's.
+    EXPECT_GT(b.max_ulps, 0.0);
+    if (c.out.precision == kBf16.precision) {
+      EXPECT_LT(b.median_ulps, 1.5);
+    }
+    EXPECT_GE(b.tight_fraction, 0.9);
+  }
+  EXPECT_GE(random_cases, 10);
+}
+
+// A backend whose rms_norm moves one output, and whose rope_rows moves one rotated channel, by 3
+// bf16 ulps (past any bound of 1.5 ulps).
+float off_by_three(float v) { return dsv41::f32_from_bits(dsv41::f32_bits(v) + (3u << 16)); }
+
+class OffByUlps : public test::ForwardingOps {
+ public:
+  std::string name() const override { return "off-by-ulps"; }
+  reference::Tensor<float> rms_norm(const reference::Tensor<float>& x, const reference::Tensor<float>& w,
+                                    double eps) const override {
+    reference::Tensor<float> y = ForwardingOps::rms_norm(x, w, eps);
+    y.data()[5] = off_by_three(y.data()[5]);
+    return y;
+  }
+  void rope_rows(reference::Tensor<float>& x, int64_t heads, const reference::RopeTable& rope, int64_t first,
+                 int64_t stride, bool inverse) const override {
+    ForwardingOps::rope_rows(x, heads, rope, first, stride, inverse);
+    const int64_t tail = x.dim(1) / heads - rope.rope_dim();  // the first rotated channel of head 0
+    x.data()[static_cast<size_t>(tail)] = off_by_three(x.data()[static_cast<size_t>(tail)]);
+  }
+};
+
+TEST(ExactEval, ABackendMovedPastTheBoundIsFlagged) {
+  const OffByUlps off;
+  int flagged_norm = 0, flagged_rope = 0;
+  for (const OpCase& c : tiny_cases()) {
+    const bool norm = c.op == "rms_norm", rope = c.op.rfind("rope_rows", 0) == 0;
+    if (!norm && !rope) continue;
+    const SideError ref = measure(c, reference::reference_ops(), "ref");
+    const SideError bad = measure(c, off, "off");
+    SCOPED_TRACE(c.op + " / " + c.inputs);
+    EXPECT_EQ(ref.exceeded, 0);
+    EXPECT_EQ(bad.exceeded, 1);
+    (norm ? flagged_norm : flagged_rope) += bad.exceeded >= 1;
+    const Closer cl = closer(c, ref, bad);
+    EXPECT_EQ(cl.verdict, "ref");
+    EXPECT_EQ(cl.a_closer, 1);
+    EXPECT_EQ(cl.b_closer, 0);
+  }
+  EXPECT_EQ(flagged_norm, 3);
+  EXPECT_EQ(flagged_rope, 2);
+  // Every other op is forwarded unchanged: bit-identical, "equal".
+  const OpCase& first = tiny_cases().front();
+  ASSERT_EQ(first.op, "linear F8");
+  EXPECT_EQ(closer(first, measure(first, reference::reference_ops(), "ref"), measure(first, off, "off")).verdict,
+            "equal");
+}
+
+TEST(ExactCli, RefPassesAndPrintsTheSeed) {
+  std::ostringstream out;
+  const int rc = run_exact(out, {"ref"}, "tiny", 5, "");
+  EXPECT_EQ(rc, kExitOk) << out.str();
+  EXPECT_NE(out.str().find("seed 5"), std::string::npos);
+  EXPECT_NE(out.str().find("sparse_attn"), std::string::npos);
+  EXPECT_NE(out.str().find("bounds exceeded on 0 outputs; 0 vacuous"), std::string::npos) << out.str();
+}
+
+}  // namespace
+}  // namespace dsv41::scenarios::exact
