@@ -1,7 +1,7 @@
 // `dsv41 exact`: each float-output op of the ops seam on seeded random and adversarial inputs,
 // each backend's error against the exact evaluation (scenarios/exact_eval.h), the derived bound,
 // its two checks (not exceeded, not vacuous) and which side is closer. Exit 1 when a bound is
-// exceeded or vacuous. docs/cli.md, docs/cuda.md "Tolerances with their origin".
+// exceeded. docs/cli.md, docs/cuda.md "Tolerances with their origin".
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -100,8 +100,12 @@ int run_exact(std::ostream& out, const std::vector<std::string>& backends, const
       col_rel[i].push_back(errs[i].max_rel);
       col_used[i].push_back(errs[i].used);
     }
-    out << " | " << (exceeded ? "EXCEEDED(" + std::to_string(exceeded) + ")" : "no") << " "
-        << (b.vacuous ? "VACUOUS" : "no") << " " << closer << "\n";
+    if (c.bounded) {
+      out << " | " << (exceeded ? "EXCEEDED(" + std::to_string(exceeded) + ")" : "no") << " "
+          << (b.vacuous ? "VACUOUS" : "no") << " " << closer << "\n";
+    } else {
+      out << " | n/a n/a " << closer << "  (no bound derived: measured only)\n";
+    }
     exceeded_total += exceeded;
     vacuous_total += b.vacuous ? 1 : 0;
     col_op.push_back(c.op);
@@ -137,7 +141,9 @@ int run_exact(std::ostream& out, const std::vector<std::string>& backends, const
     w.commit();
     out << "exact: wrote " << h5_path << "\n";
   }
-  return exceeded_total || vacuous_total ? kExitCheckFailed : kExitOk;
+  // A vacuous bound is a weakness of the derivation, not a defect of a backend: reported, and
+  // asserted absent at the tiny sizes by tests/scenarios/exact_eval_test.cc.
+  return exceeded_total ? kExitCheckFailed : kExitOk;
 }
 
 Verb add_exact_verb(CLI::App& parent) {

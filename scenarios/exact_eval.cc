@@ -69,7 +69,8 @@ std::vector<OpCase> make_cases(Sizes sizes, uint64_t seed) {
   add_linear_cases(sizes, seed, out);
   add_norm_rope_cases(sizes, seed, out);
   add_attention_cases(sizes, seed, out);
-  add_moe_mhc_cases(sizes, seed, out);
+  add_mhc_cases(sizes, seed, out);
+  add_moe_cases(sizes, seed, out);
   for (const OpCase& c : out) {
     DSV41_CHECK(c.exact.size() == c.bound.size() && !c.exact.empty(), "exact: case ", c.op, " / ", c.inputs,
                 ": ", c.exact.size(), " exact values, ", c.bound.size(), " bounds");
@@ -129,7 +130,7 @@ BoundStats bound_stats(const OpCase& c) {
     }
   }
   BoundStats b;
-  if (ratio.empty()) return b;
+  if (ratio.empty() || !c.bounded) return b;
   std::sort(ratio.begin(), ratio.end());
   b.median_ulps = ratio[ratio.size() / 2];
   b.max_ulps = ratio.back();

@@ -82,6 +82,7 @@ struct OpCase {
   std::string formula;     // the bound, as in docs/cuda.md
   Format out = kBf16;      // output dtype
   int64_t row = 1;         // outputs per row (the output's last dimension): the vacuity check's scale
+  bool bounded = true;     // false: no bound derived (bound = +inf), the error is measured only
   std::vector<Exact> exact;   // [outputs] exact values (inf allowed: masked outputs)
   std::vector<double> bound;  // [outputs] absolute bound (0: must be bit-exact)
   // The op through a backend's table; outputs flattened in the order of `exact`.
@@ -98,7 +99,8 @@ std::vector<OpCase> make_cases(Sizes sizes, uint64_t seed);
 void add_linear_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
 void add_norm_rope_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
 void add_attention_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
-void add_moe_mhc_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
+void add_moe_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
+void add_mhc_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
 
 // ---- one backend's error on one case ----
 

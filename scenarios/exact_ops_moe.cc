@@ -143,7 +143,7 @@ OpCase gate_case(const std::string& inputs, const Tensor<float>& x,
 
 }  // namespace
 
-void add_moe_mhc_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out) {
+void add_moe_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out) {
   const bool small = sizes == Sizes::kSmall;
   const reference::ModelConfig cfg = reference::load_config("tiny");
   auto w = std::make_shared<reference::MoeWeights>();
