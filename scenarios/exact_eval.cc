@@ -71,6 +71,7 @@ std::vector<OpCase> make_cases(Sizes sizes, uint64_t seed) {
   add_attention_cases(sizes, seed, out);
   add_mhc_cases(sizes, seed, out);
   add_moe_cases(sizes, seed, out);
+  add_moe_experts_cases(sizes, seed, out);
   for (const OpCase& c : out) {
     DSV41_CHECK(c.exact.size() == c.bound.size() && !c.exact.empty(), "exact: case ", c.op, " / ", c.inputs,
                 ": ", c.exact.size(), " exact values, ", c.bound.size(), " bounds");

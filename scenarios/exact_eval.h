@@ -100,6 +100,7 @@ void add_linear_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
 void add_norm_rope_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
 void add_attention_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
 void add_moe_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
+void add_moe_experts_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
 void add_mhc_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out);
 
 // ---- one backend's error on one case ----

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "formats/minifloat.h"
+#include "reference/linear.h"
 #include "reference/numerics.h"
 #include "reference/tensor.h"
 #include "scenarios/exact_eval.h"
@@ -71,6 +72,14 @@ inline ExactMatrix exact_matrix(const float* v, int64_t rows, int64_t cols) {
 }
 
 inline ExactMatrix abs_of(const ExactMatrix& m) { return m.unaryExpr([](const Exact& x) { return Exact(mp::abs(x)); }); }
+
+// scenarios/exact_ops_linear.cc: one row of an F8/F4 linear, exactly: act_quant(x) (the spec's
+// quantizer), then y[o] = sum_b a_s[b] w_s[o, b] p_b (p_b the exact 32-wide block dot), and
+// mag[o] = sum_b |a_s w_s p_b|. x: [w.in] bf16 -> y, mag: [w.out].
+void exact_quantized_row(const float* x, const reference::LinearWeight& w, std::vector<Exact>& y,
+                         std::vector<Exact>& mag);
+// A random F8/F4/BF16/F32 weight [out, in] (E4M3/E2M1 codes, E8M0 block scales).
+reference::LinearWeight random_weight(Draws& d, reference::DType dtype, int64_t out, int64_t in, const std::string& name);
 
 // scenarios/exact_ops_sparse_attn.cc. q: [T, H, D] bf16, kv: [N, D] bf16, sink: [H] fp32,
 // idxs: [T, K] int32 (-1 = none).

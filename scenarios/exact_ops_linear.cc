@@ -20,7 +20,9 @@ struct Dims {
   int64_t T, in, out;
 };
 
-LinearWeight make_weight(Draws& d, DType dtype, int64_t out, int64_t in, const std::string& name) {
+}  // namespace
+
+LinearWeight random_weight(Draws& d, DType dtype, int64_t out, int64_t in, const std::string& name) {
   LinearWeight w;
   w.name = name;
   w.dtype = dtype;
@@ -41,6 +43,8 @@ LinearWeight make_weight(Draws& d, DType dtype, int64_t out, int64_t in, const s
   }
   return w;
 }
+
+namespace {
 
 float weight_scale(const LinearWeight& w, int64_t o, int64_t b) {
   if (w.dtype == DType::kF8E4M3) return w.scale[static_cast<size_t>((o / 32) * ((w.in + 31) / 32) + b)];
@@ -161,7 +165,7 @@ OpCase dense_case(const std::string& op, const std::string& inputs, const Tensor
 OpCase grouped_case(Draws& d, Dims dims, int groups) {
   const int64_t width = dims.in / groups, rows = dims.out / groups;
   const Tensor<float> x = bf16_tensor(d, {dims.T, dims.in}, 1.0, "x");
-  const LinearWeight w = make_weight(d, DType::kBF16, dims.out, width, "wo_a");
+  const LinearWeight w = random_weight(d, DType::kBF16, dims.out, width, "wo_a");
   const ExactMatrix xm = exact_matrix(x.data().data(), dims.T, dims.in), wm = exact_matrix(w.w.data(), dims.out, width);
   OpCase c;
   c.op = "grouped_linear";
@@ -195,6 +199,24 @@ OpCase grouped_case(Draws& d, Dims dims, int groups) {
 
 }  // namespace
 
+void exact_quantized_row(const float* x, const LinearWeight& w, std::vector<Exact>& y, std::vector<Exact>& mag) {
+  const int64_t nb = w.in / 32;
+  std::vector<float> codes(static_cast<size_t>(w.in)), ascale(static_cast<size_t>(nb));
+  reference::act_quant_row(x, w.in, codes.data(), ascale.data());
+  y.assign(static_cast<size_t>(w.out), Exact(0));
+  mag.assign(static_cast<size_t>(w.out), Exact(0));
+  for (int64_t o = 0; o < w.out; ++o) {
+    const float* row = w.w.data() + o * w.in;
+    for (int64_t b = 0; b < nb; ++b) {
+      Exact p = 0;
+      for (int64_t k = b * 32; k < b * 32 + 32; ++k) p += exact_of(codes[static_cast<size_t>(k)]) * exact_of(row[k]);
+      const Exact s = p * exact_of(ascale[static_cast<size_t>(b)]) * exact_of(weight_scale(w, o, b));
+      y[static_cast<size_t>(o)] += s;
+      mag[static_cast<size_t>(o)] += mp::abs(s);
+    }
+  }
+}
+
 void add_linear_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out) {
   const bool small = sizes == Sizes::kSmall;
   const Dims q{small ? 8 : 4, small ? 2048 : 256, small ? 96 : 64};     // a projection
@@ -203,31 +225,31 @@ void add_linear_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out) {
   for (DType dt : {DType::kF8E4M3, DType::kF4}) {
     const std::string tag = dt == DType::kF8E4M3 ? "F8" : "F4";
     Draws d(seed, "linear " + tag);
-    out.push_back(quantized_case("random", bf16_tensor(d, {q.T, q.in}, 1.0, "x"), make_weight(d, dt, q.out, q.in, "w")));
+    out.push_back(quantized_case("random", bf16_tensor(d, {q.T, q.in}, 1.0, "x"), random_weight(d, dt, q.out, q.in, "w")));
     Tensor<float> xl = bf16_tensor(d, {2, long_in}, 1.0, "x");
-    out.push_back(quantized_case("long", xl, make_weight(d, dt, 32, long_in, "w")));
+    out.push_back(quantized_case("long", xl, random_weight(d, dt, 32, long_in, "w")));
     Tensor<float> xc = bf16_tensor(d, {q.T, q.in}, 1.0, "x");
-    LinearWeight wc = make_weight(d, dt, 32, q.in, "w");
+    LinearWeight wc = random_weight(d, dt, 32, q.in, "w");
     make_cancelling(xc, wc, d);
     out.push_back(quantized_case("cancel", xc, wc));
   }
   {
     Draws d(seed, "linear BF16");
     out.push_back(dense_case("linear BF16", "random", bf16_tensor(d, {q.T, q.in}, 1.0, "x"),
-                             make_weight(d, DType::kBF16, q.out, q.in, "w"), false));
+                             random_weight(d, DType::kBF16, q.out, q.in, "w"), false));
     out.push_back(dense_case("linear BF16", "long", bf16_tensor(d, {2, long_in}, 1.0, "x"),
-                             make_weight(d, DType::kBF16, 16, long_in, "w"), false));
+                             random_weight(d, DType::kBF16, 16, long_in, "w"), false));
     Tensor<float> xc = bf16_tensor(d, {q.T, q.in}, 1.0, "x");
-    LinearWeight wc = make_weight(d, DType::kBF16, 16, q.in, "w");
+    LinearWeight wc = random_weight(d, DType::kBF16, 16, q.in, "w");
     make_cancelling(xc, wc, d);
     out.push_back(dense_case("linear BF16", "cancel", xc, wc, false));
   }
   {
     Draws d(seed, "linear F32");
     out.push_back(dense_case("linear F32", "random", bf16_tensor(d, {q.T, q.in}, 1.0, "x"),
-                             make_weight(d, DType::kF32, q.out, q.in, "w"), false));
+                             random_weight(d, DType::kF32, q.out, q.in, "w"), false));
     Tensor<float> xc = bf16_tensor(d, {q.T, q.in}, 1.0, "x");
-    LinearWeight wc = make_weight(d, DType::kF32, 16, q.in, "w");
+    LinearWeight wc = random_weight(d, DType::kF32, 16, q.in, "w");
     make_cancelling(xc, wc, d);
     out.push_back(dense_case("linear F32", "cancel", xc, wc, false));
   }
@@ -235,11 +257,11 @@ void add_linear_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out) {
     Draws d(seed, "linear_fp32");
     Tensor<float> x({q.T, q.in}, "x");
     for (float& v : x.data()) v = d.f32(1.0);
-    out.push_back(dense_case("linear_fp32 (gate)", "random", x, make_weight(d, DType::kBF16, q.out, q.in, "gate"), true));
+    out.push_back(dense_case("linear_fp32 (gate)", "random", x, random_weight(d, DType::kBF16, q.out, q.in, "gate"), true));
     out.push_back(dense_case("linear_fp32 (head)", "random", bf16_tensor(d, {head.T, head.in}, 1.0, "x"),
-                             make_weight(d, DType::kF32, head.out, head.in, "head"), true));
+                             random_weight(d, DType::kF32, head.out, head.in, "head"), true));
     out.push_back(dense_case("linear_fp32 (head)", "long", bf16_tensor(d, {1, long_in}, 1.0, "x"),
-                             make_weight(d, DType::kF32, 64, long_in, "head"), true));
+                             random_weight(d, DType::kF32, 64, long_in, "head"), true));
   }
   {
     Draws d(seed, "grouped_linear");

@@ -73,7 +73,7 @@ TEST(ExactEval, EveryOpFamilyHasCases) {
   for (const OpCase& c : tiny_cases()) ops.insert(c.op);
   for (const char* op : {"linear F8", "linear F4", "linear BF16", "linear F32", "linear_fp32 (gate)",
                          "linear_fp32 (head)", "grouped_linear", "rms_norm", "rope_rows", "rope_rows (inverse)",
-                         "compress", "index_scores", "sparse_attn", "moe_gate", "hc_mixes (pre, post)", "hc_mixes (comb)"}) {
+                         "compress", "index_scores", "sparse_attn", "moe_gate", "moe_experts", "hc_mixes (pre, post)", "hc_mixes (comb)"}) {
     EXPECT_TRUE(ops.count(op)) << op;
   }
 }
