@@ -58,6 +58,20 @@ double finish_bound(const Exact& exact, double acc, Format out) {
   return acc + ulp_of(mag, out).convert_to<double>() / 2;
 }
 
+double derived_bound(Accumulation acc, int64_t n, double sum_abs, const Exact& exact, Format out) {
+  double b = 0.0;
+  switch (acc) {
+    case Accumulation::kF32Fma: b = gamma(n, kU32) * sum_abs; break;
+    case Accumulation::kF64ToF32: {
+      const double g = gamma(n, kU64) * sum_abs;
+      b = g + kU32 * (std::fabs(exact.convert_to<double>()) + g);
+      break;
+    }
+    case Accumulation::kQuantizedBlocks: b = gamma((n + 31) / 32, kU32) * sum_abs; break;
+  }
+  return out.precision == kF32.precision ? b : finish_bound(exact, b, out);
+}
+
 Sizes parse_sizes(const std::string& s) {
   if (s == "tiny") return Sizes::kTiny;
   if (s == "small") return Sizes::kSmall;

@@ -71,6 +71,20 @@ Exact round_chain(Exact x, const std::vector<Format>& rounds);
 // to `out`: acc + half an ulp of out at |exact| + acc.
 double finish_bound(const Exact& exact, double acc, Format out);
 
+// ---- the derived bound of a reduction (the linear-class ops; an order-variant backend's tolerance) ----
+
+enum class Accumulation {
+  kF32Fma,           // fp32 (fused) multiply-adds in any order: gamma_n(u32) S, fp32 output
+  kF64ToF32,         // exact products summed in double in any order, rounded to fp32:
+                     // gamma_n(u64) S + u32 (|y| + gamma_n(u64) S)
+  kQuantizedBlocks,  // 32-wide blocks each exact then rounded to fp32, fp32 sum of n/32 partials
+                     // in any order: gamma_{n/32}(u32) S, S = sum_b |partial_b| (scaled)
+};
+// The bound on |computed - exact| of one output y of a length-n reduction, from S (the sum of
+// the magnitudes the accumulation rounds: sum |x_i w_i|, or sum_b |partial_b|), |y| and the
+// output format (+ half an ulp when out is bf16: the final rounding of an fp32 accumulator).
+double derived_bound(Accumulation acc, int64_t n, double sum_abs, const Exact& exact, Format out);
+
 // ---- one op, one input set ----
 
 struct OpCase {

@@ -107,11 +107,10 @@ OpCase quantized_case(const std::string& inputs, const Tensor<float>& x, const L
                  " x E8M0; block dot exact -> fp32; fp32 acc over in/32 blocks";
   c.formula = "gamma_{in/32}(u32) sum_b|s_b p_b| + ulp_bf16/2";
   c.out = kBf16;
-  const double g = gamma(nb, kU32);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t o = 0; o < out; ++o) {
       c.exact.push_back(y(t, o));
-      c.bound.push_back(finish_bound(y(t, o), g * to_double(mag(t, o)), kBf16));
+      c.bound.push_back(derived_bound(Accumulation::kQuantizedBlocks, in, to_double(mag(t, o)), y(t, o), kBf16));
     }
   }
   c.run = [x, w](const reference::Ops& ops) { return ops.download(ops.linear(ops.upload(x), w)).data(); };
@@ -143,14 +142,9 @@ OpCase dense_case(const std::string& op, const std::string& inputs, const Tensor
   }
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t o = 0; o < out; ++o) {
-      const double s = to_double(mag(t, o));
       c.exact.push_back(y(t, o));
-      if (bf16_out) {
-        const double g = gamma(in, kU64) * s;
-        c.bound.push_back(finish_bound(y(t, o), g + kU32 * (std::fabs(to_double(y(t, o))) + g), kBf16));
-      } else {
-        c.bound.push_back(gamma(in, kU32) * s);
-      }
+      c.bound.push_back(bf16_out ? derived_bound(Accumulation::kF64ToF32, in, to_double(mag(t, o)), y(t, o), kBf16)
+                                 : derived_bound(Accumulation::kF32Fma, in, to_double(mag(t, o)), y(t, o), kF32));
     }
   }
   if (fp32_path) {
@@ -183,9 +177,8 @@ OpCase grouped_case(Draws& d, Dims dims, int groups) {
     for (int64_t t = 0; t < dims.T; ++t) {
       for (int64_t j = 0; j < rows; ++j) {
         const size_t i = static_cast<size_t>(t * dims.out + g * rows + j);
-        const double gs = gamma(width, kU64) * to_double(mg(t, j));
         y[i] = yg(t, j);
-        b[i] = finish_bound(yg(t, j), gs + kU32 * (std::fabs(to_double(yg(t, j))) + gs), kBf16);
+        b[i] = derived_bound(Accumulation::kF64ToF32, width, to_double(mg(t, j)), yg(t, j), kBf16);
       }
     }
   }
