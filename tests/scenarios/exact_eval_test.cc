@@ -11,6 +11,7 @@
 #include <string>
 
 #include "formats/minifloat.h"
+#include "reference/config.h"
 #include "scenarios/cli.h"
 #include "scenarios/exact_internal.h"
 #include "tests/support/forwarding_ops.h"
@@ -157,6 +158,116 @@ TEST(ExactEval, ABackendMovedPastTheBoundIsFlagged) {
   ASSERT_EQ(first.op, "linear F8");
   EXPECT_EQ(closer(first, measure(first, reference::reference_ops(), "ref"), measure(first, off, "off")).verdict,
             "equal");
+}
+
+// A backend that moves output `index` of one op family by 2 bf16 ulps: each bf16 op's bound must
+// catch it wherever the bound is below one ulp (the bound has teeth on every op, not only the two
+// above).
+class PerturbOne : public test::ForwardingOps {
+ public:
+  size_t index = 0;
+  std::string op;
+  std::string name() const override { return "perturb-one"; }
+  reference::Tensor<float> off(reference::Tensor<float> y, const char* which) const {
+    if (op == which) y.data()[index] = dsv41::f32_from_bits(dsv41::f32_bits(y.data()[index]) + (2u << 16));
+    return y;
+  }
+  reference::Tensor<float> linear(const reference::Tensor<float>& x, const reference::LinearWeight& w) const override {
+    return off(ForwardingOps::linear(x, w), "linear");
+  }
+  reference::Tensor<float> grouped_linear(const reference::Tensor<float>& x, const reference::LinearWeight& w,
+                                          int g) const override {
+    return off(ForwardingOps::grouped_linear(x, w, g), "grouped_linear");
+  }
+  reference::CompressedLatents compress(const reference::Tensor<float>& kv, const reference::Tensor<float>& s,
+                                        int64_t start, int ratio, reference::Tensor<float>& kvs,
+                                        reference::Tensor<float>& ss) const override {
+    reference::CompressedLatents l = ForwardingOps::compress(kv, s, start, ratio, kvs, ss);
+    l.latent = off(std::move(l.latent), "compress");
+    return l;
+  }
+  reference::Tensor<float> index_scores(const reference::Tensor<float>& q, const reference::CacheRows& k,
+                                        const reference::Tensor<float>& w,
+                                        const std::vector<int64_t>& reach) const override {
+    return off(ForwardingOps::index_scores(q, k, w, reach), "index_scores");
+  }
+  reference::Tensor<float> sparse_attn(const reference::Tensor<float>& q, const reference::Tensor<float>& kv,
+                                       const reference::CacheRows& c, const reference::Tensor<float>& sink,
+                                       const reference::Tensor<int32_t>& idxs, float scale) const override {
+    return off(ForwardingOps::sparse_attn(q, kv, c, sink, idxs, scale), "sparse_attn");
+  }
+  reference::Tensor<float> moe_experts(const reference::Tensor<float>& x, const reference::MoeWeights& w,
+                                       const reference::MoeRouting& r, const reference::ModelConfig& c) const override {
+    return off(ForwardingOps::moe_experts(x, w, r, c), "moe_experts");
+  }
+};
+
+TEST(ExactEval, TwoUlpsOffIsFlaggedOnEveryBf16Op) {
+  int checked = 0;
+  for (const OpCase& c : tiny_cases()) {
+    if (c.out.precision != kBf16.precision || c.adversarial) continue;
+    const std::string family = c.op.rfind("linear ", 0) == 0 ? "linear" : c.op;
+    if (family != "linear" && family != "grouped_linear" && family != "compress" && family != "index_scores" &&
+        family != "sparse_attn" && family != "moe_experts") {
+      continue;
+    }
+    PerturbOne off;
+    off.op = family;
+    off.index = c.exact.size();
+    for (size_t i = 0; i < c.exact.size(); ++i) {  // the first finite, nonzero output with a sub-ulp bound
+      if (!mp::isinf(c.exact[i]) && c.exact[i] != 0 && Exact(c.bound[i]) < Exact(0.75) * ulp_of(c.exact[i], kBf16)) {
+        off.index = i;
+        break;
+      }
+    }
+    SCOPED_TRACE(c.op + " / " + c.inputs);
+    ASSERT_LT(off.index, c.exact.size()) << "no output with a bound below 0.75 ulp";
+    EXPECT_EQ(measure(c, off, "off").exceeded, 1);
+    ++checked;
+  }
+  EXPECT_GE(checked, 8);
+}
+
+// moe_gate's expert choice is compared tie-aware: replacing a token's last choice by its lowest
+// scoring expert (certainly out on random gates) is flagged, by the token's flag and its weights.
+class WrongExpert : public test::ForwardingOps {
+ public:
+  std::string name() const override { return "wrong-expert"; }
+  reference::MoeRouting moe_gate(const reference::Tensor<float>& x, const reference::MoeWeights& w,
+                                 const reference::ModelConfig& c, int layer) const override {
+    reference::MoeRouting r = ForwardingOps::moe_gate(x, w, c, layer);
+    const int64_t E = r.scores.dim(1), k = r.experts.dim(1);
+    int32_t worst = 0;
+    for (int32_t e = 1; e < E; ++e) {
+      if (r.scores.at(0, e) + w.gate_bias.data()[static_cast<size_t>(e)] <
+          r.scores.at(0, worst) + w.gate_bias.data()[static_cast<size_t>(worst)]) {
+        worst = e;
+      }
+    }
+    r.experts.at(0, k - 1) = worst;
+    ForwardingOps::moe_routing_weights(r, c);
+    return r;
+  }
+};
+
+TEST(ExactEval, AWrongExpertChoiceIsFlaggedTieAware) {
+  const WrongExpert wrong;
+  for (const OpCase& c : tiny_cases()) {
+    if (c.op != "moe_gate" || c.inputs != "random") continue;
+    EXPECT_EQ(measure(c, reference::reference_ops(), "ref").exceeded, 0);
+    const SideError e = measure(c, wrong, "wrong");
+    // Outputs: T x E scores, T x k weights, T flags.
+    const reference::ModelConfig cfg = reference::load_config("tiny");
+    const size_t T = c.exact.size() / static_cast<size_t>(cfg.n_routed_experts + cfg.n_activated_experts + 1);
+    EXPECT_EQ(e.output[e.output.size() - T], 1.0f);      // token 0's flag
+    EXPECT_EQ(e.output[e.output.size() - T + 1], 0.0f);  // token 1 untouched
+    EXPECT_EQ(e.nonfinite, 1);                           // the emptied weight slot
+    // The flag, the emptied slot, and the other k - 1 weights of token 0 (renormalised over
+    // another set): 1 + k outputs.
+    EXPECT_EQ(e.exceeded, 1 + cfg.n_activated_experts);
+    return;
+  }
+  FAIL() << "no moe_gate random case";
 }
 
 TEST(ExactCli, RefPassesAndPrintsTheSeed) {
