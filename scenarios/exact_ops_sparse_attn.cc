@@ -11,10 +11,12 @@
 // chain of D terms, times scale), mu_b = max_{j in blocks <= b} sigma_j bounds the running max;
 // the probability's argument is then within sigma_j + mu_b (plus one rounding) of s_j - m_b, so
 // with expf within 1 ulp (rel 2u) the computed bf16 probability lies in [P_lo, P_hi] (an interval
-// through the bf16 rounding); the rescale factors telescope to exp(m^_b - M^) up to one rounding
-// and one expf per later block (rho_b); the numerator is a sum of K products with at most
-// K + 2 B roundings; the denominator a sum of positive terms, relative error eps_l; then one
-// division and bf16.
+// through the bf16 rounding); the rescale factors telescope to exp(m^_b - m^_B) up to one rounding
+// and one expf per later block (rho_b). Numerator and denominator are compared after removing
+// their common factor exp(M - m^_B), so the running max's error enters a weight only through
+// exp(m^_b - m_b) (numerator) and the score's own error through exp(s^_j - s_j) (denominator).
+// The numerator is a sum of K products with at most K + 2 B roundings; the denominator a sum of
+// positive terms, relative error eps_l; then one division and bf16.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -82,10 +84,13 @@ OpCase sparse_attn_case(const std::string& inputs, const Tensor<float>& q, const
       }
       const Exact M = m.back();
       const double mu_last = mu.back();
-      // rho[b]: relative error of the product of the rescale factors after block b.
+      // Every computed weight is compared after removing the common factor C = exp(M - m^_B)
+      // (it cancels in acc / l). rho[b]: the rounding part of the rescale product after block b
+      // (its exact part telescopes to exp(m^_b - m^_B)): one fl() of the max difference and one
+      // expf per later block.
       std::vector<double> rho(static_cast<size_t>(B), 0.0);
       for (int64_t b = 0; b < B; ++b) {
-        double arg = mu[static_cast<size_t>(b)] + mu_last;
+        double arg = 0.0;
         int later = 0;
         for (int64_t b2 = b + 1; b2 < B; ++b2, ++later) {
           const double dm = to_double(m[static_cast<size_t>(b2)] - m[static_cast<size_t>(b2 - 1)]);
@@ -93,11 +98,18 @@ OpCase sparse_attn_case(const std::string& inputs, const Tensor<float>& q, const
         }
         rho[static_cast<size_t>(b)] = std::exp(arg) * std::pow(1 + 2 * u, later) - 1;
       }
-      // Per index: exact weight w_j = p_j exp(m_b - M), its computed range, the denominator.
+      // Per index: exact weight w_j = p_j exp(m_b - M). The computed one over C is
+      // p^_j exp(m^_b - m_b) exp(m_b - M) (1 +- rho_b), p^_j in [P_lo, P_hi] (its argument within
+      // sigma_j + mu_b, through fl, expf and bf16) and |m^_b - m_b| <= mu_b: its distance to p_j is
+      // at most dev_j = max |P exp(+-mu_b) - p_j| over both ends (p_j (exp(mu_b) - 1) when the
+      // interval does not straddle a bf16 boundary: the score error itself then cancels).
+      // The denominator's terms over C: exp(s_j - M) exp(s^_j - s_j) (fl, expf) (1 +- rho_b):
+      // relative eps_j; the sink's: exp(sink - M) (fl of sink - m^_B, expf).
       std::vector<Exact> w(static_cast<size_t>(K), Exact(0));
       std::vector<double> w_dev(static_cast<size_t>(K), 0.0), w_max(static_cast<size_t>(K), 0.0);
-      Exact l = mp::exp(exact_of(sink.data()[static_cast<size_t>(h)]) - M);
-      double eps_terms = std::exp(mu_last + u * (std::fabs(to_double(exact_of(sink.data()[static_cast<size_t>(h)]) - M)) + mu_last)) * (1 + 2 * u) - 1;
+      const Exact ex_sink = exact_of(sink.data()[static_cast<size_t>(h)]);
+      Exact l = mp::exp(ex_sink - M);
+      double eps_terms = std::exp(u * (std::fabs(to_double(ex_sink - M)) + mu_last)) * (1 + 2 * u) - 1;
       for (int64_t j = 0; j < K; ++j) {
         if (idxs.at(t, j) < 0) continue;
         const size_t b = static_cast<size_t>(j / reference::kSparseAttnBlock);
@@ -108,14 +120,19 @@ OpCase sparse_attn_case(const std::string& inputs, const Tensor<float>& q, const
         const Exact p = round_to(mp::exp(a), kBf16);
         const Exact p_lo = round_chain(mp::exp(a_lo) * Exact(1 - 2 * u), {kF32, kBf16});
         const Exact p_hi = round_chain(mp::exp(a_hi) * Exact(1 + 2 * u), {kF32, kBf16});
+        const Exact up = Exact(std::exp(mu[b])), down = Exact(std::exp(-mu[b]));
+        Exact dev = 0;
+        for (const Exact& pe : {p_lo, p_hi}) {
+          dev = std::max<Exact>(dev, std::max<Exact>(mp::abs(pe * up - p), mp::abs(pe * down - p)));
+        }
         const Exact resc = mp::exp(m[b] - M);
         w[static_cast<size_t>(j)] = p * resc;
         const double r = rho[b];
-        w_dev[static_cast<size_t>(j)] =
-            to_double(resc * (std::max<Exact>(mp::abs(p_lo - p), mp::abs(p_hi - p)) * Exact(1 + r) + p * Exact(r)));
-        w_max[static_cast<size_t>(j)] = to_double(resc * std::max<Exact>(p_hi, p)) * (1 + r);
+        w_dev[static_cast<size_t>(j)] = to_double(resc * (dev * Exact(1 + r) + p * Exact(r)));
+        w_max[static_cast<size_t>(j)] = to_double(resc * (p + dev)) * (1 + r);
         l += mp::exp(s[static_cast<size_t>(j)] - M);
-        const double eq = std::exp(spread + u * (std::fabs(to_double(a)) + spread)) * (1 + 2 * u) - 1;
+        const double sj = sigma[static_cast<size_t>(j)];
+        const double eq = std::exp(sj + u * (std::fabs(to_double(a)) + spread)) * (1 + 2 * u) - 1;
         eps_terms = std::max(eps_terms, (1 + eq) * (1 + r) - 1);
       }
       const double eps_l = (1 + eps_terms) * (1 + gamma(2 * B + 2, u)) * (1 + u + gamma(reference::kSparseAttnBlock, kU64)) - 1;
