@@ -72,6 +72,25 @@ double derived_bound(Accumulation acc, int64_t n, double sum_abs, const Exact& e
   return out.precision == kF32.precision ? b : finish_bound(exact, b, out);
 }
 
+std::vector<int8_t> topk_membership(const std::vector<double>& lo, const std::vector<double>& hi, int64_t k) {
+  const size_t n = lo.size();
+  std::vector<int8_t> m(n, 0);
+  for (size_t e = 0; e < n; ++e) {
+    if (std::isinf(hi[e]) && hi[e] < 0) {
+      m[e] = -1;
+      continue;
+    }
+    int64_t above = 0, maybe_above = 0;
+    for (size_t o = 0; o < n; ++o) {
+      if (o == e) continue;
+      if (lo[o] > hi[e]) ++above;
+      if (hi[o] >= lo[e]) ++maybe_above;
+    }
+    m[e] = maybe_above < k ? 1 : above >= k ? -1 : 0;
+  }
+  return m;
+}
+
 Sizes parse_sizes(const std::string& s) {
   if (s == "tiny") return Sizes::kTiny;
   if (s == "small") return Sizes::kSmall;
@@ -145,7 +164,7 @@ BoundStats bound_stats(const OpCase& c) {
     }
   }
   BoundStats b;
-  if (ratio.empty() || !c.bounded) return b;
+  if (ratio.empty() || !c.bounded || c.flags) return b;
   std::sort(ratio.begin(), ratio.end());
   b.median_ulps = ratio[ratio.size() / 2];
   b.max_ulps = ratio.back();

@@ -85,6 +85,15 @@ enum class Accumulation {
 // output format (+ half an ulp when out is bf16: the final rounding of an fp32 accumulator).
 double derived_bound(Accumulation acc, int64_t n, double sum_abs, const Exact& exact, Format out);
 
+// ---- top-k compared tie-aware ----
+
+// Membership of each entry in the top k, given each entry's value interval [lo, hi] (exact +-
+// bound; an entry with lo = -inf and hi = -inf is unreachable): 1 certainly in (fewer than k
+// others can reach its lower end), -1 certainly out (k others lie wholly above it, or it is
+// unreachable), 0 inside the tie band (either choice is correct). A selection is correct iff it
+// takes every 1 and no -1.
+std::vector<int8_t> topk_membership(const std::vector<double>& lo, const std::vector<double>& hi, int64_t k);
+
 // ---- one op, one input set ----
 
 struct OpCase {
@@ -97,6 +106,7 @@ struct OpCase {
   Format out = kBf16;      // output dtype
   int64_t row = 1;         // outputs per row (the output's last dimension): the vacuity check's scale
   bool bounded = true;     // false: no bound derived (bound = +inf), the error is measured only
+  bool flags = false;      // outputs are correctness flags (a tie-aware top-k check): exact 0, bound 0
   std::vector<Exact> exact;   // [outputs] exact values (inf allowed: masked outputs)
   std::vector<double> bound;  // [outputs] absolute bound (0: must be bit-exact)
   // The op through a backend's table; outputs flattened in the order of `exact`.

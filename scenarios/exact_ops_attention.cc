@@ -142,6 +142,59 @@ OpCase index_scores_case(const std::string& inputs, const Tensor<float>& q, cons
   return c;
 }
 
+// index_topk of each side's OWN index_scores (the pipeline an order-variant indexer runs), compared
+// tie-aware: per query row one output, 1 when the selection misses a position certainly in the
+// top k or takes one certainly out (intervals: exact score +- its bound), exact 0, bound 0.
+OpCase index_topk_case(const OpCase& scores, const Tensor<float>& q, const Tensor<float>& keys,
+                       const Tensor<float>& weights, const std::vector<int64_t>& reach, int k) {
+  const int64_t T = q.dim(0), N = keys.dim(0);
+  std::vector<int8_t> sure;  // [T, N]
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> lo(static_cast<size_t>(N)), hi(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) {
+      const size_t i = static_cast<size_t>(t * N + n);
+      lo[static_cast<size_t>(n)] = to_double(scores.exact[i]) - scores.bound[i];
+      hi[static_cast<size_t>(n)] = to_double(scores.exact[i]) + scores.bound[i];
+    }
+    const std::vector<int8_t> m = topk_membership(lo, hi, k);
+    sure.insert(sure.end(), m.begin(), m.end());
+  }
+  OpCase c;
+  c.op = "index_topk";
+  c.flags = true;
+  c.inputs = scores.inputs;
+  c.adversarial = scores.adversarial;
+  c.reduction = N;
+  c.out = kF32;
+  c.precisions = "the side's own bf16 index scores; top-k, lower position wins ties";
+  c.formula = "tie-aware: certainly-in positions chosen, certainly-out ones not (0 = correct)";
+  c.exact.assign(static_cast<size_t>(T), Exact(0));
+  c.bound.assign(static_cast<size_t>(T), 0.0);
+  KeyCache cache = make_key_cache(keys);
+  const Tensor<uint8_t> bytes = cache.bytes;
+  c.run = [q, bytes, weights, reach, N, T, k, sure](const reference::Ops& ops) {
+    const Tensor<uint8_t> dev_bytes = ops.upload(bytes);
+    const reference::CacheRows rows{formats::CacheFormat::kIndexKeysFp4, q.dim(2), N, &dev_bytes};
+    const Tensor<float> s = ops.index_scores(ops.upload(q), rows, ops.upload(weights), reach);
+    const Tensor<int32_t> top = ops.download(ops.index_topk(s, reach, k));
+    std::vector<float> flags(static_cast<size_t>(T), 0.0f);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<bool> chosen(static_cast<size_t>(N), false);
+      for (int64_t j = 0; j < top.dim(1); ++j) {
+        if (top.at(t, j) >= 0) chosen[static_cast<size_t>(top.at(t, j))] = true;
+      }
+      for (int64_t n = 0; n < N; ++n) {
+        const int8_t su = sure[static_cast<size_t>(t * N + n)];
+        if ((su == 1 && !chosen[static_cast<size_t>(n)]) || (su == -1 && chosen[static_cast<size_t>(n)])) {
+          flags[static_cast<size_t>(t)] = 1.0f;
+        }
+      }
+    }
+    return flags;
+  };
+  return c;
+}
+
 }  // namespace
 
 void add_attention_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out) {
@@ -169,11 +222,14 @@ void add_attention_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out) {
     const Tensor<float> w = bf16_tensor(d, {T, Hi}, 0.05, "weights");
     std::vector<int64_t> reach(static_cast<size_t>(T), N);
     reach[0] = N / 2;
+    const int k = small ? 64 : 8;
     out.push_back(index_scores_case("random", q, keys, w, reach));
+    out.push_back(index_topk_case(out.back(), q, keys, w, reach, k));
     // Ties: every key equal, so every reachable score of a row is the same value.
     Tensor<float> same = keys;
     for (int64_t n = 1; n < N; ++n) std::copy(same.row(0), same.row(0) + Di, same.row(n));
     out.push_back(index_scores_case("ties", q, same, w, reach));
+    out.push_back(index_topk_case(out.back(), q, same, w, reach, k));
   }
   {
     Draws d(seed, "sparse_attn");

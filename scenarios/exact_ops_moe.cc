@@ -86,26 +86,19 @@ OpCase gate_case(const std::string& inputs, const Tensor<float>& x,
       c.bound.push_back(rel * to_double(wt));
     }
   }
-  // Certainly-in / certainly-out experts per token from the biased intervals.
-  std::vector<int8_t> sure(static_cast<size_t>(T * E), 0);  // 1 in, -1 out, 0 free (tie band)
+  // Certainly-in / certainly-out experts per token from the biased intervals (tie-aware).
+  std::vector<int8_t> sure;  // [T, E]: 1 in, -1 out, 0 free (tie band)
   for (int64_t t = 0; t < T; ++t) {
     std::vector<double> lo(static_cast<size_t>(E)), hi(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) {
       const size_t i = static_cast<size_t>(t * E + e);
       const double b = to_double(scores[i] + exact_of(w.gate_bias.data()[static_cast<size_t>(e)]));
-      const double r = ds[i] + u * std::fabs(b) + 1e-300;
+      const double r = ds[i] + u * std::fabs(b);
       lo[static_cast<size_t>(e)] = b - r;
       hi[static_cast<size_t>(e)] = b + r;
     }
-    for (int64_t e = 0; e < E; ++e) {
-      int above = 0, maybe_above = 0;
-      for (int64_t o = 0; o < E; ++o) {
-        if (o == e) continue;
-        if (lo[static_cast<size_t>(o)] > hi[static_cast<size_t>(e)]) ++above;
-        if (hi[static_cast<size_t>(o)] >= lo[static_cast<size_t>(e)]) ++maybe_above;
-      }
-      sure[static_cast<size_t>(t * E + e)] = maybe_above < k ? 1 : above >= k ? -1 : 0;
-    }
+    const std::vector<int8_t> m = topk_membership(lo, hi, k);
+    sure.insert(sure.end(), m.begin(), m.end());
   }
   for (int64_t t = 0; t < T; ++t) {
     c.exact.push_back(Exact(0));
