@@ -147,9 +147,11 @@ int run_exact(std::ostream& out, const std::vector<std::string>& backends, const
     w.write("/bound_median_ulps", col_bmed, shape);
     w.write("/bound_max_ulps", col_bmax, shape);
     for (size_t i = 0; i < sides.size(); ++i) {
-      w.write("/" + sides[i].name + "/max_ulps", col_ulps[i], shape);
-      w.write("/" + sides[i].name + "/max_rel", col_rel[i], shape);
-      w.write("/" + sides[i].name + "/used", col_used[i], shape);
+      // A backend named twice (ref,ref: the tool against itself) gets "<name>_b" for the second.
+      const std::string group = "/" + sides[i].name + (i == 1 && sides[1].name == sides[0].name ? "_b" : "");
+      w.write(group + "/max_ulps", col_ulps[i], shape);
+      w.write(group + "/max_rel", col_rel[i], shape);
+      w.write(group + "/used", col_used[i], shape);
     }
     w.commit();
     out << "exact: wrote " << h5_path << "\n";

@@ -12,6 +12,7 @@
 
 #include "formats/minifloat.h"
 #include "reference/config.h"
+#include "reports/h5_reader.h"
 #include "scenarios/cli.h"
 #include "scenarios/exact_internal.h"
 #include "tests/support/forwarding_ops.h"
@@ -347,6 +348,28 @@ TEST(ExactCli, RefPassesAndPrintsTheSeed) {
   EXPECT_NE(out.str().find("seed 5"), std::string::npos);
   EXPECT_NE(out.str().find("sparse_attn"), std::string::npos);
   EXPECT_NE(out.str().find("bounds exceeded on 0 outputs; 0 vacuous bounds; 0 cases failed"), std::string::npos) << out.str();
+}
+
+TEST(ExactCli, WritesThePerCaseNumbersToHdf5) {
+  const std::string path = testing::TempDir() + "exact_eval_test.h5";
+  std::ostringstream out;
+  ASSERT_EQ(run_exact(out, {"ref", "ref"}, "tiny", 3, path), kExitOk) << out.str();
+  const reports::H5Reader r(path);
+  EXPECT_EQ(r.attr_uint("/", "seed"), 3u);
+  const std::vector<std::string> ops = r.read_strings("/op");
+  const std::vector<double> ulps = r.read_doubles("/ref/max_ulps"), exceeded = r.read_doubles("/exceeded");
+  EXPECT_EQ(r.read_doubles("/ref_b/max_ulps"), ulps);  // the same backend twice: the same errors
+  ASSERT_EQ(ops.size(), make_cases(Sizes::kTiny, 3).size());
+  ASSERT_EQ(ulps.size(), ops.size());
+  ASSERT_EQ(exceeded.size(), ops.size());
+  double most = 0.0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_EQ(exceeded[i], 0.0) << ops[i];
+    most = std::max(most, ulps[i]);
+  }
+  EXPECT_GT(most, 0.0);  // errors recorded, not all zero
+  for (const std::string& v : r.read_strings("/closer")) EXPECT_EQ(v, "equal");  // ref against itself
+  std::remove(path.c_str());
 }
 
 }  // namespace
