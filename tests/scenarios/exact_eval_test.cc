@@ -65,6 +65,28 @@ TEST(ExactEigen, CancellationThatDoubleGetsWrong) {
   EXPECT_LT(mp::abs(mp::exp(Exact(1)) - e), Exact("1e-40"));
 }
 
+TEST(ExactEigen, QuantizedLinearKnownAnswer) {
+  // x = 64 ones: act_quant takes the scale 2^-8 (ceil of 1/448 to a power of two) and the code
+  // 256, dequantizing to 1 exactly; w = 64 E4M3 ones with block scale 2^-6 and one 3:
+  // y = (63 * 1 + 3) * 2^-6 = 66/64 exactly, for the exact evaluator and the reference alike.
+  reference::LinearWeight w;
+  w.name = "known";
+  w.dtype = reference::DType::kF8E4M3;
+  w.out = 1;
+  w.in = 64;
+  w.w.assign(64, 1.0f);
+  w.w[17] = 3.0f;
+  w.scale.assign(2, 0x1p-6f);
+  const std::vector<float> x(64, 1.0f);
+  std::vector<Exact> y, mag;
+  exact_quantized_row(x.data(), w, y, mag);
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_EQ(y[0], Exact(66) / 64);
+  EXPECT_EQ(mag[0], Exact(66) / 64);
+  const reference::Tensor<float> xt({1, 64}, x, "x");
+  EXPECT_EQ(reference::reference_ops().linear(xt, w).data()[0], formats::round_to_bf16(66.0f / 64.0f));
+}
+
 std::vector<OpCase>& tiny_cases() {
   static std::vector<OpCase> cases = make_cases(Sizes::kTiny, test::data_seed());
   return cases;
