@@ -14,9 +14,11 @@
 //   if (bytes.app->parsed()) return bytes.run();
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -48,10 +50,15 @@ Verb add_report_verb(CLI::App& parent);        // scenarios/cli_report.cc
 Verb add_agree_verb(CLI::App& parent);         // scenarios/cli_agree.cc
 Verb add_conform_verb(CLI::App& parent);       // scenarios/cli_conform.cc
 Verb add_selftest_verb(CLI::App& parent);      // scenarios/cli_selftest.cc
+Verb add_exact_verb(CLI::App& parent);         // scenarios/cli_exact.cc
 
 // The volatile metadata of a report a verb writes (tool version, commit, command line, time,
 // host, threads): scenarios/cli_run.cc.
 void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line);
+
+// `dsv41 exact` with its arguments parsed (backends "ref" / "cuda"); writes the table to out.
+int run_exact(std::ostream& out, const std::vector<std::string>& backends, const std::string& sizes, uint64_t seed,
+              const std::string& h5_path);
 
 // The format self-check: one line per check, then "selfcheck: N passed, M failed".
 // Returns kExitOk or kExitCheckFailed. inject_failure adds one failing check (for tests).
