@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "formats/error.h"
 #include "reference/attention.h"
@@ -41,6 +42,23 @@ Tensor<float> tied_scores(CaseRng& rng, int64_t n, const std::vector<int64_t>& r
     }
   }
   return s;
+}
+
+// Makes the k-th highest score of row t tied with a score outside the top k (when the row reaches
+// more than k positions): if no unselected score equals the k-th, the first lower one is raised to it.
+void force_tie_at_cut(Tensor<float>& s, int64_t t, int64_t reach, int64_t k) {
+  if (reach <= k) return;
+  std::vector<float> row(s.data().begin() + t * s.dim(1), s.data().begin() + t * s.dim(1) + reach);
+  std::nth_element(row.begin(), row.begin() + (k - 1), row.end(), std::greater<float>());
+  const float kth = row[static_cast<size_t>(k - 1)];
+  int64_t at_least = 0;
+  for (int64_t i = 0; i < reach; ++i) at_least += s.at(t, i) >= kth;
+  for (int64_t i = 0; i < reach && at_least <= k; ++i) {
+    if (s.at(t, i) < kth) {
+      s.at(t, i) = kth;
+      ++at_least;
+    }
+  }
 }
 
 void add_indexer_cases(CaseSet& s) {
@@ -109,7 +127,9 @@ void add_indexer_cases(CaseSet& s) {
                            "(reach 0: all -1), row 1 length 1, row 2 fewer reachable than k (-1 padding)");
     CaseRng rng(v.seed);
     const std::vector<int64_t> reach = {0, 1, k - 5, N};
-    v.tensors.push_back(f32_entry("in.scores", tied_scores(rng, N, reach)));
+    Tensor<float> scores = tied_scores(rng, N, reach);
+    force_tie_at_cut(scores, 3, N, k);
+    v.tensors.push_back(f32_entry("in.scores", scores));
     v.tensors.push_back(i64_entry("in.reach", {kRows}, reach));
     v.params["k"] = str(k);
     s.finish(std::move(v));
