@@ -432,4 +432,6 @@ std::vector<StEntry> generate_weights(const ModelConfig& c, uint64_t seed) {
   return out;
 }
 
+StEntry generate_tensor(const TensorSpec& spec, uint64_t seed) { return make_tensor(spec, seed); }
+
 }  // namespace dsv41::reference

@@ -112,5 +112,8 @@ EngramTableRef engram_table(const safetensors::Entry& weight, const safetensors:
 // SplitMix64 streams keyed by (seed, tensor name), so one tensor's values do not depend on
 // which others exist. Values are scaled so activations stay O(1) through the network.
 std::vector<safetensors::Entry> generate_weights(const ModelConfig& c, uint64_t seed);
+// One tensor of generate_weights (the same values: a tensor's stream is keyed by its name), for a
+// caller that needs a few tensors of a config too large to generate whole (dsv41 vectors).
+safetensors::Entry generate_tensor(const TensorSpec& spec, uint64_t seed);
 
 }  // namespace dsv41::reference

@@ -51,6 +51,12 @@ Verb add_agree_verb(CLI::App& parent);         // scenarios/cli_agree.cc
 Verb add_conform_verb(CLI::App& parent);       // scenarios/cli_conform.cc
 Verb add_selftest_verb(CLI::App& parent);      // scenarios/cli_selftest.cc
 Verb add_exact_verb(CLI::App& parent);         // scenarios/cli_exact.cc
+Verb add_vectors_verb(CLI::App& parent);       // scenarios/cli_vectors.cc
+
+// `dsv41 conform --vectors DIR --port-out PORT_DIR` (scenarios/vectors.h): judges a port's outputs
+// of the conformance vectors, writes the report (and JUnit), prints one line per case; the exit code.
+int run_conform_vectors(const std::string& vectors_dir, const std::string& port_dir, const std::string& only,
+                        const std::string& output, const std::string& junit, const std::string& command_line);
 
 // The volatile metadata of a report a verb writes (tool version, commit, command line, time,
 // host, threads): scenarios/cli_run.cc.

@@ -28,6 +28,7 @@ namespace {
 
 struct ConformArgs {
   std::string dump, config, weights, token_map, tolerances, junit, only;
+  std::string vectors, port_out;  // the conformance-vector form
   std::string output = "conform.h5";
   int64_t stop_after_step = -1;
   int threads = 0;
@@ -36,6 +37,13 @@ struct ConformArgs {
 };
 
 int run(const ConformArgs& a, const std::string& command_line) {
+  if (!a.vectors.empty() || !a.port_out.empty()) {
+    DSV41_CHECK(!a.vectors.empty() && !a.port_out.empty() && a.dump.empty() && a.config.empty() && a.weights.empty(),
+                "conform: --vectors DIR --port-out PORT_DIR go together, without a DUMP, --config or --weights");
+    return run_conform_vectors(a.vectors, a.port_out, a.only, a.output, a.junit, command_line);
+  }
+  DSV41_CHECK(!a.dump.empty() && !a.config.empty() && !a.weights.empty(),
+              "conform: a DUMP with --config and --weights (or --vectors DIR --port-out PORT_DIR)");
   // 1. Everything that can be checked before the weights are read.
   const reference::ModelConfig c = reference::load_config(a.config);
   const PortDump d = read_port_dump(a.dump);
@@ -102,9 +110,13 @@ Verb add_conform_verb(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "conform", "judge a port's dump (docs/port-dump.md) against the reference: each component teacher-forced from "
                  "the port's own inputs, end-to-end logits and selections, caches byte for byte (docs/conform.md)");
-  app->add_option("dump", a->dump, "the dump directory (dump.json and step_NNNNNN.safetensors)")->required();
-  app->add_option("--config", a->config, "config preset or config.json; must be the dump's config")->required();
-  app->add_option("--weights", a->weights, "safetensors file with the official tensor names")->required();
+  app->add_option("dump", a->dump, "the dump directory (dump.json and step_NNNNNN.safetensors)");
+  app->add_option("--config", a->config, "config preset or config.json; must be the dump's config (with a DUMP)");
+  app->add_option("--weights", a->weights, "safetensors file with the official tensor names (with a DUMP)");
+  app->add_option("--vectors", a->vectors,
+                  "judge a port's outputs of the conformance vectors in this directory (dsv41 vectors; with --port-out)");
+  app->add_option("--port-out", a->port_out,
+                  "the port's outputs of the vectors: <case>.safetensors holding out.* (docs/port-dump.md)");
   app->add_option("--token-map", a->token_map, "Engram compressed id of every vocab entry, one per line (default: id*C/V)");
   app->add_option("--tolerances", a->tolerances,
                   "JSON {component: {metric: bound, origin, note}} replacing the bit-exact default of the components "
@@ -112,7 +124,8 @@ Verb add_conform_verb(CLI::App& parent) {
   app->add_option("-o,--output", a->output, "the HDF5 report (written atomically; `dsv41 report show` reads it)");
   app->add_option("--junit", a->junit, "also write JUnit XML here");
   app->add_option("--stop-after-step", a->stop_after_step, "judge steps 0..N only (a repro)")->check(CLI::NonNegativeNumber);
-  app->add_option("--only", a->only, "judge only COMPONENT or COMPONENT@LAYER (a repro; -1: model.)");
+  app->add_option("--only", a->only,
+                  "judge only COMPONENT or COMPONENT@LAYER (a repro; -1: model.); with --vectors: only the cases of OP");
   app->add_option("--threads", a->threads, "reference threads (default: DSV41_THREADS or the cores)")
       ->check(CLI::Range(1, 1024));
   app->add_flag("--no-end-to-end", a->no_end_to_end, "only the teacher-forced comparison");

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
                                    add_replay_study_verb(app), add_run_verb(app),
                                    add_report_verb(app), add_agree_verb(app),
                                    add_conform_verb(app), add_selftest_verb(app),
-                                   add_exact_verb(app)};
+                                   add_exact_verb(app), add_vectors_verb(app)};
 
   try {
     app.parse(argc, argv);
