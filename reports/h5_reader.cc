@@ -265,6 +265,9 @@ std::vector<uint16_t> H5Reader::read_u16(const std::string& path) const {
 std::vector<double> H5Reader::read_doubles(const std::string& path) const {
   return read_numbers<double>(*this, file_, path, true);
 }
+std::vector<float> H5Reader::read_floats(const std::string& path) const {
+  return read_numbers<float>(*this, file_, path, true);
+}
 
 // ---- compound members ----
 

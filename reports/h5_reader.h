@@ -68,6 +68,8 @@ class H5Reader {
   std::vector<uint64_t> read_uints(const std::string& path) const;
   std::vector<uint16_t> read_u16(const std::string& path) const;
   std::vector<double> read_doubles(const std::string& path) const;
+  // A float32 dataset's values as stored (bit for bit, NaN payloads included); other types convert.
+  std::vector<float> read_floats(const std::string& path) const;
 
   // One member of a 1-D compound dataset.
   std::vector<std::string> read_field_strings(const std::string& path, const std::string& field) const;
