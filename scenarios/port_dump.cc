@@ -1,3 +1,5 @@
+// scenarios/port_dump.cc: the port dump's keys and its writer (scenarios/port_dump.h); the reader
+// is port_dump_read.cc, the HDF5 container port_dump_h5.cc.
 #include "scenarios/port_dump.h"
 
 #include <unistd.h>
@@ -11,12 +13,13 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "formats/cache_format.h"
 #include "formats/error.h"
 #include "reference/hooks.h"
+#include "reports/h5_writer.h"
+#include "scenarios/port_dump_internal.h"
 
 namespace dsv41::scenarios {
 
@@ -25,17 +28,18 @@ using reference::DType;
 using reference::safetensors::Entry;
 using json = nlohmann::json;
 
-namespace {
-
-constexpr const char* kCachePrefix = "cache.";
-constexpr const char* kPositionsSuffix = ".positions";
-
-// A component of the table, or a dsv41::Error naming the key.
-const reference::ComponentInfo& table_row(const std::string& component, const std::string& key) {
+const reference::ComponentInfo& port_dump_detail::table_row(const std::string& component, const std::string& key) {
   const std::optional<reference::Component> id = reference::component_from_name(component);
   if (!id) DSV41_FAIL("key '", key, "': '", component, "' is not a component of reference/hooks.h");
   return reference::component_info(*id);
 }
+
+namespace {
+
+using port_dump_detail::table_row;
+
+constexpr const char* kCachePrefix = "cache.";
+constexpr const char* kPositionsSuffix = ".positions";
 
 template <typename T>
 void append_le(std::vector<uint8_t>& out, T v) {
@@ -87,49 +91,6 @@ void write_text_atomic(const std::string& path, const std::string& text) {
     DSV41_FAIL("port dump: cannot rename '", tmp, "' to '", path, "': ", ec.message());
   }
 }
-
-// The shape a component must have (the table's shape string with the config's sizes): -1 for a
-// free dimension (N, k, entries, ...), -2 for "1 or T".
-std::vector<int64_t> expected_shape(const reference::ComponentInfo& row, const reference::ModelConfig& c, int64_t t) {
-  std::string s = row.shape;
-  s = s.substr(s.find('[') + 1);
-  s = s.substr(0, s.find(']'));
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  for (std::string d; std::getline(ss, d, ',');) {
-    d.erase(0, d.find_first_not_of(' '));
-    if (d == "T") out.push_back(t);
-    else if (d == "1 or T") out.push_back(-2);
-    else if (d == "hc") out.push_back(c.hc_mult);
-    else if (d == "dim") out.push_back(c.dim);
-    else if (d == "vocab") out.push_back(c.vocab_size);
-    else if (d == "head_dim") out.push_back(c.head_dim);
-    else if (d == "block") out.push_back(c.dspark_block_size);
-    else if (!d.empty() && std::all_of(d.begin(), d.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
-      out.push_back(std::stoll(d));
-    else out.push_back(-1);  // N, k, n_cols, entries, entry_bytes, pending, rank, 8 * dim
-  }
-  return out;
-}
-
-bool shape_fits(const std::vector<int64_t>& want, const std::vector<int64_t>& got, int64_t t) {
-  if (want.size() != got.size()) return false;
-  for (size_t d = 0; d < want.size(); ++d) {
-    if (want[d] == -1) continue;
-    if (want[d] == -2 ? (got[d] != 1 && got[d] != t) : got[d] != want[d]) return false;
-  }
-  return true;
-}
-
-std::string want_string(const std::vector<int64_t>& want) {
-  std::string s = "[";
-  for (size_t d = 0; d < want.size(); ++d) {
-    s += d ? ", " : "";
-    s += want[d] == -1 ? "any" : want[d] == -2 ? "1 or T" : std::to_string(want[d]);
-  }
-  return s + "]";
-}
-
 }  // namespace
 
 std::string dump_key(int layer, const std::string& component) {
@@ -140,10 +101,16 @@ std::string dump_key(int layer, const std::string& component) {
   return buf + component;
 }
 
-std::string dump_step_file(int64_t step) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "step_%06lld.safetensors", static_cast<long long>(step));
+std::string dump_step_group(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%06lld", static_cast<long long>(step));
   return buf;
+}
+
+std::string dump_step_file(int64_t step) { return dump_step_group(step) + ".safetensors"; }
+
+bool is_h5_dump_path(const std::string& path) {
+  return path.size() > 3 && path.compare(path.size() - 3, 3, ".h5") == 0;
 }
 
 DType dump_dtype(const std::string& component) {
@@ -174,6 +141,14 @@ PortDumpWriter::PortDumpWriter(std::string dir, const reference::ModelConfig& co
       token_map_(std::move(token_map)),
       command_line_(std::move(command_line)) {
   std::error_code ec;
+  if (is_h5_dump_path(dir_)) {
+    if (fs::exists(dir_, ec)) {
+      DSV41_FAIL("--dump '", dir_, "': exists (an HDF5 dump is written to a new file, so no stale dump is mistaken "
+                 "for this one)");
+    }
+    h5_ = std::make_unique<reports::H5Writer>(dir_);  // <dir>.tmp.<pid> until finish()
+    return;
+  }
   if (fs::exists(dir_, ec)) {
     if (!fs::is_directory(dir_, ec)) DSV41_FAIL("--dump '", dir_, "': exists and is not a directory");
     if (!fs::is_empty(dir_, ec)) {
@@ -185,32 +160,42 @@ PortDumpWriter::PortDumpWriter(std::string dir, const reference::ModelConfig& co
   }
 }
 
+PortDumpWriter::~PortDumpWriter() = default;  // an HDF5 dump not finished: its temp file is removed
+
 void PortDumpWriter::add_model_step(StepCapture& cap, const reference::Model& model, const reference::ModelState& state,
                                     const reference::StepRecord& rec, const std::vector<int64_t>& tokens,
-                                    const std::string& event) {
+                                    const std::string& event, int64_t kept) {
   std::vector<reference::CacheView> caches = model.cache_views(state);
   for (std::vector<reference::CacheView> more :
        {reference::compressor_views(state, model.ops()), reference::dspark_views(state, model.ops())}) {
     for (reference::CacheView& v : more) caches.push_back(std::move(v));
   }
   finish_capture(cap, rec, std::move(caches));
-  add_step(cap, tokens, event);
+  if (rec.all_logits.rank() == 2 && rec.all_logits.dim(0) == rec.tokens) {  // a verify step: every row
+    cap.logits = rec.all_logits.data();
+    cap.logit_rows = rec.tokens;
+  }
+  add_step(cap, tokens, event, kept);
   cap = StepCapture{};
 }
 
-void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event) {
+void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event,
+                              int64_t kept) {
   PortDumpStep s;
   s.index = static_cast<int64_t>(steps_.size());
   s.start_pos = cap.start_pos;
   s.tokens = tokens;
   s.event = event;
+  s.kept = kept < 0 ? static_cast<int64_t>(tokens.size()) : kept;
   DSV41_CHECK(static_cast<int64_t>(tokens.size()) == cap.tokens, "port dump: step ", s.index, " fed ",
               tokens.size(), " ids, its capture holds ", cap.tokens, " tokens");
+  DSV41_CHECK(s.kept >= 1 && s.kept <= cap.tokens && (s.kept == cap.tokens || event == kPortDumpVerify),
+              "port dump: step ", s.index, " (", event, ") keeps ", s.kept, " of its ", cap.tokens,
+              " tokens (only a verify step keeps fewer)");
   if (!steps_.empty()) {
     const PortDumpStep& p = steps_.back();
-    DSV41_CHECK(s.start_pos == p.start_pos + static_cast<int64_t>(p.tokens.size()), "port dump: step ", s.index,
-                " starts at position ", s.start_pos, ", the last step ended at ",
-                p.start_pos + static_cast<int64_t>(p.tokens.size()));
+    DSV41_CHECK(s.start_pos == p.start_pos + p.kept, "port dump: step ", s.index, " starts at position ", s.start_pos,
+                ", the last step ended at ", p.start_pos + p.kept);
   }
   for (int64_t t = 0; t < cap.tokens; ++t) s.positions.push_back(cap.start_pos + t);
 
@@ -245,6 +230,7 @@ void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>
                                              {"step", std::to_string(s.index)},
                                              {"start_pos", std::to_string(s.start_pos)},
                                              {"n_tokens", std::to_string(cap.tokens)},
+                                             {"kept", std::to_string(s.kept)},
                                              {"event", event}};
   for (const reference::CacheView& v : cap.caches) {
     const std::string component = kCachePrefix + v.kind;
@@ -264,8 +250,13 @@ void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>
     DSV41_CHECK(present == components_, "port dump: step ", s.index,
                 " holds other components or layers than step 0 (version 1 dumps hold the same keys in every step)");
   }
-  s.file = dump_step_file(s.index);
-  reference::safetensors::write((fs::path(dir_) / s.file).string(), entries, meta);
+  if (h5_) {
+    s.file = dump_step_group(s.index);
+    port_dump_detail::write_h5_step(*h5_, s.file, entries, meta);
+  } else {
+    s.file = dump_step_file(s.index);
+    reference::safetensors::write((fs::path(dir_) / s.file).string(), entries, meta);
+  }
   steps_.push_back(std::move(s));
 }
 
@@ -282,8 +273,8 @@ void PortDumpWriter::finish() {
   m["n_steps"] = steps_.size();
   json steps = json::array();
   for (const PortDumpStep& s : steps_) {
-    steps.push_back({{"step", s.index}, {"file", s.file}, {"start_pos", s.start_pos},
-                     {"n_tokens", s.tokens.size()}, {"event", s.event}});
+    steps.push_back({{"step", s.index}, {h5_ ? "group" : "file", s.file}, {"start_pos", s.start_pos},
+                     {"n_tokens", s.tokens.size()}, {"kept", s.kept}, {"event", s.event}});
   }
   m["steps"] = steps;
   json comps = json::object();
@@ -294,177 +285,12 @@ void PortDumpWriter::finish() {
     if (!components_.count(row.name)) absent.push_back(row.name);
   }
   m["not_covered"] = absent;
+  if (h5_) {
+    port_dump_detail::write_h5_manifest(*h5_, m.dump(1) + "\n");
+    h5_->commit();
+    return;
+  }
   write_text_atomic((fs::path(dir_) / kPortDumpManifest).string(), m.dump(1) + "\n");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reader.
-
-namespace {
-
-// A manifest field, checked: a dsv41::Error naming the manifest and the field otherwise.
-const json& field(const json& j, const std::string& name, const std::string& where) {
-  if (!j.is_object() || !j.contains(name)) DSV41_FAIL(where, ": no '", name, "'");
-  return j[name];
-}
-
-// One step file, validated against the manifest's promise and the component table.
-void check_step(const PortDump& d, PortDumpStep& s) {
-  const std::string where = "port dump '" + d.dir + "', " + s.file;
-  const reference::safetensors::SafetensorsFile f = [&] {
-    try {
-      return reference::safetensors::SafetensorsFile::read(s.file);
-    } catch (const Error& e) {
-      DSV41_FAIL(where, ": unreadable step file: ", e.what());
-    }
-  }();
-  s.metadata = f.metadata();
-  auto meta = [&](const std::string& k) {
-    const auto it = s.metadata.find(k);
-    if (it == s.metadata.end()) DSV41_FAIL(where, ": __metadata__ has no '", k, "'");
-    return it->second;
-  };
-  if (meta("step") != std::to_string(s.index)) {
-    DSV41_FAIL(where, ": steps out of order: the file says step ", meta("step"), ", the manifest lists it as step ",
-               s.index);
-  }
-  if (meta("start_pos") != std::to_string(s.start_pos)) {
-    DSV41_FAIL(where, ": steps out of order: the file says start_pos ", meta("start_pos"), ", the manifest ",
-               s.start_pos);
-  }
-  const int64_t t = static_cast<int64_t>(s.positions.size());
-  for (const char* k : {"step.tokens", "step.positions"}) {
-    if (!f.contains(k)) DSV41_FAIL(where, ": missing key '", k, "'");
-    const Entry& e = f.get(k);
-    if (e.dtype != DType::kI64 || e.shape != std::vector<int64_t>{t}) {
-      DSV41_FAIL(where, ": key '", k, "': ", reference::dtype_name(e.dtype), " ", reference::shape_string(e.shape),
-                 ", expected I64 [", t, "] (n_tokens of the manifest)");
-    }
-  }
-  const Entry& tok = f.get("step.tokens");
-  const Entry& pos = f.get("step.positions");
-  s.tokens.resize(static_cast<size_t>(t));
-  std::memcpy(s.tokens.data(), tok.bytes.data(), tok.bytes.size());
-  std::vector<int64_t> positions(static_cast<size_t>(t));
-  std::memcpy(positions.data(), pos.bytes.data(), pos.bytes.size());
-  if (positions != s.positions) DSV41_FAIL(where, ": key 'step.positions' is not start_pos, start_pos + 1, ...");
-
-  // Every promised key is present, with the table's dtype and shape.
-  std::set<std::string> promised = {"step.tokens", "step.positions"};
-  for (const auto& [component, layers] : d.components) {
-    for (int layer : layers) {
-      const std::string key = dump_key(layer, component);
-      promised.insert(key);
-      if (!f.contains(key)) DSV41_FAIL(where, ": missing key '", key, "' (promised by ", kPortDumpManifest, ")");
-      const Entry& e = f.get(key);
-      const reference::ComponentInfo& row = table_row(component, key);
-      const DType want = dump_dtype(component);
-      if (e.dtype != want) {
-        DSV41_FAIL(where, ": key '", key, "' has dtype ", reference::dtype_name(e.dtype), ", expected ",
-                   reference::dtype_name(want), " (component '", component, "')");
-      }
-      const std::vector<int64_t> shape = expected_shape(row, d.config, t);
-      if (!shape_fits(shape, e.shape, t)) {
-        DSV41_FAIL(where, ": key '", key, "' has shape ", reference::shape_string(e.shape), ", expected ",
-                   want_string(shape), " (component '", component, "' ", row.shape, ", T = ", t, ")");
-      }
-      if (row.kind == reference::ComponentKind::kCache && f.contains(key + kPositionsSuffix)) {
-        const std::string pk = key + kPositionsSuffix;
-        promised.insert(pk);
-        const Entry& p = f.get(pk);
-        if (p.dtype != DType::kI64 || p.shape != std::vector<int64_t>{e.shape[0]}) {
-          DSV41_FAIL(where, ": key '", pk, "': ", reference::dtype_name(p.dtype), " ",
-                     reference::shape_string(p.shape), ", expected I64 [", e.shape[0], "]");
-        }
-      }
-    }
-  }
-  for (const std::string& key : f.names()) {
-    if (!promised.count(key)) DSV41_FAIL(where, ": key '", key, "' is not listed in ", kPortDumpManifest);
-  }
-  for (const std::string& key : promised) s.tensors.emplace(key, f.get(key));
-}
-
-}  // namespace
-
-PortDump read_port_dump(const std::string& dir) {
-  PortDump d;
-  d.dir = dir;
-  const std::string mpath = (fs::path(dir) / kPortDumpManifest).string();
-  const std::string where = "port dump '" + dir + "', " + kPortDumpManifest;
-  std::ifstream in(mpath, std::ios::binary);
-  if (!in) DSV41_FAIL(where, ": missing manifest (cannot open '", mpath, "')");
-  json m;
-  try {
-    m = json::parse(in);
-  } catch (const json::exception& e) {
-    DSV41_FAIL(where, ": not valid JSON: ", e.what());
-  }
-  try {
-    if (field(m, "format", where) != kPortDumpFormat) {
-      DSV41_FAIL(where, ": format '", field(m, "format", where).dump(), "', expected '", kPortDumpFormat, "'");
-    }
-    d.version = field(m, "version", where).get<int>();
-    if (d.version != kPortDumpVersion) {
-      DSV41_FAIL(where, ": version ", d.version, ", this dsv41 reads version ", kPortDumpVersion);
-    }
-    d.config_hash = field(m, "config_hash", where).get<std::string>();
-    d.config = reference::parse_config(field(m, "config", where).dump(), mpath + " (config)");
-    if (reference::config_hash(d.config) != d.config_hash) {
-      DSV41_FAIL(where, ": config_hash ", d.config_hash, " is not the hash of its config (",
-                 reference::config_hash(d.config), ")");
-    }
-    d.tool = m.value("tool", "");
-    d.weights = m.value("weights", "");
-    d.token_map = m.value("token_map", "");
-    d.command_line = m.value("command_line", "");
-    for (const auto& [name, layers] : field(m, "components", where).items()) {
-      table_row(name, name);
-      for (const json& l : layers) {
-        const int layer = l.get<int>();
-        DSV41_CHECK(layer >= -1 && layer < 100, where, ": component '", name, "' at layer ", layer,
-                    " (version 1 keys: model. or layer00 .. layer99)");
-        d.components[name].push_back(layer);
-      }
-    }
-    for (const reference::ComponentInfo& row : reference::component_table()) {
-      if (!d.components.count(row.name)) d.not_covered.push_back(row.name);
-    }
-    const json& steps = field(m, "steps", where);
-    const int64_t n = field(m, "n_steps", where).get<int64_t>();
-    if (!steps.is_array() || static_cast<int64_t>(steps.size()) != n) {
-      DSV41_FAIL(where, ": n_steps ", n, ", but 'steps' lists ", steps.is_array() ? steps.size() : 0);
-    }
-    for (size_t k = 0; k < steps.size(); ++k) {
-      const std::string sw = where + ", steps[" + std::to_string(k) + "]";
-      PortDumpStep s;
-      s.index = field(steps[k], "step", sw).get<int64_t>();
-      s.start_pos = field(steps[k], "start_pos", sw).get<int64_t>();
-      s.event = field(steps[k], "event", sw).get<std::string>();
-      const int64_t t = field(steps[k], "n_tokens", sw).get<int64_t>();
-      const std::string file = field(steps[k], "file", sw).get<std::string>();
-      if (s.index != static_cast<int64_t>(k)) {
-        DSV41_FAIL(sw, " (", file, "): steps out of order: step ", s.index, " listed at index ", k);
-      }
-      if (file != dump_step_file(s.index)) DSV41_FAIL(sw, ": file '", file, "', expected '", dump_step_file(s.index), "'");
-      if (!d.steps.empty()) {
-        const PortDumpStep& p = d.steps.back();
-        const int64_t end = p.start_pos + static_cast<int64_t>(p.positions.size());
-        if (s.start_pos != end) {
-          DSV41_FAIL(sw, " (", file, "): steps out of order: starts at position ", s.start_pos, ", step ", p.index,
-                     " ended at ", end);
-        }
-      }
-      DSV41_CHECK(t >= 1, sw, ": n_tokens ", t);
-      for (int64_t i = 0; i < t; ++i) s.positions.push_back(s.start_pos + i);
-      s.file = (fs::path(dir) / file).string();
-      d.steps.push_back(std::move(s));
-    }
-  } catch (const json::exception& e) {
-    DSV41_FAIL(where, ": a field has the wrong type: ", e.what());
-  }
-  for (PortDumpStep& s : d.steps) check_step(d, s);
-  return d;
 }
 
 }  // namespace dsv41::scenarios

@@ -239,10 +239,10 @@ TEST(PortDump, RefusesAMissingManifest) {
 TEST(PortDump, RefusesAnotherVersion) {
   const std::string d = copy_dump();
   nlohmann::json m = manifest(d);
-  m["version"] = 2;
+  m["version"] = 3;
   write_manifest(d, m);
   const std::string e = error_of(d);
-  EXPECT_TRUE(has(e, "dump.json") && has(e, "version 2")) << e;
+  EXPECT_TRUE(has(e, "dump.json") && has(e, "version 3")) << e;
 }
 
 TEST(PortDump, RefusesAMissingKeyThatTheManifestPromises) {
@@ -314,7 +314,7 @@ TEST(PortDump, RefusesAKeyTheManifestDoesNotList) {
   EXPECT_TRUE(has(e, "step_000000.safetensors") && has(e, ".experts' is not listed in dump.json")) << e;
 }
 
-TEST(PortDump, ForwardRefusesANonEmptyDirectoryAndGenerate) {
+TEST(PortDump, ForwardRefusesANonEmptyDirectoryAnExistingH5AndNoOutput) {
   const std::string d = scratch() + "/full";
   fs::create_directories(d);
   std::ofstream(d + "/x") << "x";
@@ -322,9 +322,10 @@ TEST(PortDump, ForwardRefusesANonEmptyDirectoryAndGenerate) {
   dsv41::test::CliResult r = dsv41::test::run_dsv41(base + "--dump '" + d + "'");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "is not empty")) << r.err;
-  r = dsv41::test::run_dsv41(base + "--generate 2 --dump '" + scratch() + "/gen'");
+  std::ofstream(scratch() + "/old.h5") << "x";
+  r = dsv41::test::run_dsv41(base + "--dump '" + scratch() + "/old.h5'");
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(has(r.err, "--dump with --generate")) << r.err;
+  EXPECT_TRUE(has(r.err, "old.h5") && has(r.err, "exists")) << r.err;
   r = dsv41::test::run_dsv41(base);
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "-o/--output or --dump")) << r.err;
