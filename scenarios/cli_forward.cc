@@ -4,8 +4,10 @@
 // an HDF5 file (docs/forward-output.md). Sessions (docs/cli.md, docs/sessions.md): --chunk runs
 // the prompt in chunks, --save-state / --resume save and continue a session
 // (reference/session_store.h); --first-token continues a generation from its pending token.
-// --dump DIR also writes the run as a port dump (docs/port-dump.md): every hooked component,
-// the logits and the caches of every step, recorded with capture_hooks (scenarios/capture.h).
+// --dump DIR (or FILE.h5, the HDF5 container) also writes the run as a port dump
+// (docs/port-dump.md): every hooked component, the logits and the caches of every step (a
+// generating run's decode steps, a speculative run's verify steps), recorded with capture_hooks
+// (scenarios/capture.h).
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstring>
@@ -42,7 +44,7 @@ using reference::Tensor;
 
 struct ForwardArgs {
   std::string config, weights, prompt, decode, token_map, output;
-  std::string dump;  // --dump DIR: a port dump of the run (docs/port-dump.md); "": none
+  std::string dump;  // --dump DIR or FILE.h5: a port dump of the run (docs/port-dump.md); "": none
   int threads = 0;
   // Sessions.
   std::string save_state, resume;
@@ -232,9 +234,6 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
                c.vocab_size, " (one compressed id per vocab entry)");
   }
   if (a.output.empty() && a.dump.empty()) DSV41_FAIL("-o/--output or --dump: at least one output is needed");
-  if (!a.dump.empty() && gen) {
-    DSV41_FAIL("--dump with --generate: not supported yet (dump version 1 records prefill and decode steps)");
-  }
   if (!a.dump.empty() && a.decoder_replay > 0) {
     DSV41_FAIL("--dump with --decoder-replay: not supported (its later layers run fewer rows than the step's "
                "tokens, which dump version 1 does not describe)");
@@ -311,7 +310,19 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   tokens.insert(tokens.end(), decode.begin(), decode.end());
   GenerationRun generated;
   if (gen) {
-    generated = generate(model, state, prompt_steps > 0 ? &steps.back().logits : nullptr, first_token, *gen);
+    // --dump: a decode step per plain token, a verify step per speculative round (its draft's
+    // dspark_* items are dropped: the dump records target steps; docs/port-dump.md).
+    GenerateObserver observer;
+    bool resumed_first = steps.empty() && !a.resume.empty();  // the session's first step is a generated one
+    if (dump) {
+      observer.before_step = [&cap] { cap = StepCapture{}; };
+      observer.after_step = [&](const StepRecord& rec, const std::vector<int64_t>& ids, int64_t kept) {
+        const std::string event = gen->speculative ? kPortDumpVerify : resumed_first ? "resume+decode" : "decode";
+        resumed_first = false;
+        dump->add_model_step(cap, model, state, rec, ids, event, kept);
+      };
+    }
+    generated = generate(model, state, prompt_steps > 0 ? &steps.back().logits : nullptr, first_token, *gen, observer);
     steps.insert(steps.end(), generated.steps.begin(), generated.steps.end());
     tokens.insert(tokens.end(), generated.fed.begin(), generated.fed.end());
   }
@@ -405,7 +416,7 @@ Verb add_forward_verb(CLI::App& parent) {
   app->add_option("-o,--output", args->output, "output HDF5 file (written atomically; -o or --dump is required)");
   app->add_option("--dump", args->dump,
                   "write a port dump of the run to DIR (new or empty): one safetensors file per step and "
-                  "dump.json (docs/port-dump.md)");
+                  "dump.json; or, for a path ending in .h5, to one new HDF5 file (docs/port-dump.md)");
   app->add_option("--decoder-replay", args->decoder_replay,
                   "SWA decoder replay: layers after the candidate source run only the last N rows of each prompt "
                   "step (approximate by design; docs/sessions.md)")

@@ -6,11 +6,13 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "formats/cache_format.h"
 #include "formats/error.h"
 #include "reference/model.h"
+#include "reference/speculative.h"
 #include "scenarios/capture.h"
 #include "scenarios/compare.h"
 #include "scenarios/conform.h"
@@ -252,7 +254,14 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
     ctx.expect = Expectation::kMeasured;  // conform_report.cc gives each row its bound
     ctx.candidate_block_size = std::max(1, c.candidate_block_size);
     ctx.candidate_source_layer = c.candidate_source_layer;
+    // A verify step keeps its first s.kept tokens: after it, the state is rolled back to the one
+    // before it advanced by those (reference::roll_back, hook-free), as the port's caches are.
+    const bool rolls_back = s.kept < static_cast<int64_t>(s.tokens.size());
+    const auto keep_kept = [&](reference::ModelState& state, const reference::ModelState& before) {
+      if (rolls_back) reference::roll_back(model, state, before, s.tokens, s.kept - 1);
+    };
     {  // Teacher-forced: every component the port holds replaced by the port's value.
+      const std::optional<reference::ModelState> before = rolls_back ? std::optional(forced) : std::nullopt;
       StepCapture port = port_capture(d, s), own;
       std::map<int, int64_t> reach;
       model.set_hooks(checked_forcing(own, &port, s, c, reach));
@@ -265,6 +274,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
         }
       }();
       model.set_hooks({});
+      if (before) keep_kept(forced, *before);
       finish_capture(own, rec, all_caches(model, forced));
       const std::vector<reference::CacheView> extra = keep_covered(own, port, every);
       ctx.teacher_forced = true;
@@ -283,10 +293,12 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
       j.forced_port = std::move(port);
     }
     if (o.end_to_end) {  // End to end: nothing forced.
+      const std::optional<reference::ModelState> before = rolls_back ? std::optional(free) : std::nullopt;
       StepCapture port = port_capture(d, s), own;
       model.set_hooks(capture_hooks(own, nullptr));
       const reference::StepRecord rec = model.forward_chunk(free, s.tokens);
       model.set_hooks({});
+      if (before) keep_kept(free, *before);
       finish_capture(own, rec, {});
       port.caches.clear();
       keep_covered(own, port, end_to_end);

@@ -100,7 +100,7 @@ uint64_t split_seed(uint64_t s, uint64_t i) { return reference::splitmix64(s, i)
 
 GenerationRun generate(const reference::Model& model, reference::ModelState& state,
                        const std::vector<float>* prompt_logits, std::optional<int64_t> first_token,
-                       const GenerateOptions& o) {
+                       const GenerateOptions& o, const GenerateObserver& observer) {
   const ModelConfig& c = model.config();
   DSV41_CHECK(o.tokens >= 1, "--generate ", o.tokens, ": at least one token");
   DSV41_CHECK((prompt_logits != nullptr) != first_token.has_value(),
@@ -122,7 +122,9 @@ GenerationRun generate(const reference::Model& model, reference::ModelState& sta
   while (static_cast<int64_t>(run.generated.size()) < o.tokens) {
     const int64_t remaining = o.tokens - static_cast<int64_t>(run.generated.size());
     if (!o.speculative) {
+      if (observer.before_step) observer.before_step();
       run.steps.push_back(model.decode(state, current));
+      if (observer.after_step) observer.after_step(run.steps.back(), {current}, 1);
       run.fed.push_back(current);
       current = pick(run.steps.back().logits.data());
       run.generated.push_back(current);
@@ -143,7 +145,13 @@ GenerationRun generate(const reference::Model& model, reference::ModelState& sta
     so.policy = *o.speculative;
     so.sampling = o.sampling;
     reference::SampleRng rng(rec.accept_seed);
+    if (observer.before_step) observer.before_step();
     reference::SpeculativeRound round = reference::speculative_round(model, state, current, proposal, so, rng);
+    if (observer.after_step) {
+      std::vector<int64_t> ran = {current};
+      ran.insert(ran.end(), round.verified.begin(), round.verified.end());
+      observer.after_step(round.verify, ran, round.accepted + 1);
+    }
     rec.drafts = proposal.tokens;
     double survival = 1;
     for (float z : proposal.confidence_logits) {

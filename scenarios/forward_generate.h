@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -85,11 +86,21 @@ struct GenerationRun {
   std::vector<RoundRecord> rounds;              // speculative only
 };
 
+// What sees each target step of a generation (forward --dump, scenarios/port_dump.h).
+// before_step: right before a target step (a decode step; a round's verify step, after its draft);
+// after_step: right after it (a round: after its rollback, so `state` holds the kept tokens only),
+// with the step's record (a verify step's: every row, all_logits [k + 1, vocab]), the tokens it ran
+// ([current] or [current, d_1..d_k]) and the tokens kept (1, or m + 1).
+struct GenerateObserver {
+  std::function<void()> before_step;
+  std::function<void(const reference::StepRecord& step, const std::vector<int64_t>& tokens, int64_t kept)> after_step;
+};
+
 // Generates on `state`. Either `prompt_logits` (the prompt's last row [vocab]: token 0 is picked
 // from it) or `first_token` (the pending token of a resumed session) must be given.
 GenerationRun generate(const reference::Model& model, reference::ModelState& state,
                        const std::vector<float>* prompt_logits, std::optional<int64_t> first_token,
-                       const GenerateOptions& options);
+                       const GenerateOptions& options, const GenerateObserver& observer = {});
 
 // /generated, /speculative (speculative runs) and their attributes (docs/forward-output.md).
 void write_generation(reports::H5Writer& w, const GenerationRun& run, const GenerateOptions& options,
