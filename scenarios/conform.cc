@@ -257,6 +257,8 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
     // A verify step keeps its first s.kept tokens: after it, the state is rolled back to the one
     // before it advanced by those (reference::roll_back, hook-free), as the port's caches are.
     const bool rolls_back = s.kept < static_cast<int64_t>(s.tokens.size());
+    reference::StepOptions step_options;  // a verify step computes every row's head (final_norm_out [T, dim])
+    step_options.all_logits = s.event == kPortDumpVerify;
     const auto keep_kept = [&](reference::ModelState& state, const reference::ModelState& before) {
       if (rolls_back) reference::roll_back(model, state, before, s.tokens, s.kept - 1);
     };
@@ -267,7 +269,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
       model.set_hooks(checked_forcing(own, &port, s, c, reach));
       const reference::StepRecord rec = [&] {
         try {
-          return model.forward_chunk(forced, s.tokens);
+          return model.forward_chunk(forced, s.tokens, step_options);
         } catch (const Error& e) {
           model.set_hooks({});
           DSV41_FAIL("port dump '", d.dir, "', ", s.file, ": the teacher-forced step failed: ", e.what());
@@ -296,7 +298,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
       const std::optional<reference::ModelState> before = rolls_back ? std::optional(free) : std::nullopt;
       StepCapture port = port_capture(d, s), own;
       model.set_hooks(capture_hooks(own, nullptr));
-      const reference::StepRecord rec = model.forward_chunk(free, s.tokens);
+      const reference::StepRecord rec = model.forward_chunk(free, s.tokens, step_options);
       model.set_hooks({});
       if (before) keep_kept(free, *before);
       finish_capture(own, rec, {});

@@ -39,7 +39,10 @@ const std::string kWeights = kOracle + "weights.safetensors";
 
 std::string id_list(int64_t n) {
   std::string s;
-  for (int64_t i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string((i * 37 + 11) % 1024);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string((i * 37 + 11) % 1024);
+  }
   return s;
 }
 
