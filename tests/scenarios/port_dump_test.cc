@@ -165,7 +165,7 @@ TEST(PortDump, RoundTripsBitEqualToTheInMemoryCapture) {
   const PortDump d = read_port_dump(reference_dump());
   const std::vector<StepCapture> mem = in_memory_run();
   ASSERT_EQ(d.steps.size(), mem.size());
-  EXPECT_EQ(d.version, 1);
+  EXPECT_EQ(d.version, dsv41::scenarios::kPortDumpVersion);
   std::set<std::string> components;
   for (size_t k = 0; k < mem.size(); ++k) {
     const auto& s = d.steps[k];
@@ -243,6 +243,26 @@ TEST(PortDump, RefusesAnotherVersion) {
   write_manifest(d, m);
   const std::string e = error_of(d);
   EXPECT_TRUE(has(e, "dump.json") && has(e, "version 3")) << e;
+}
+
+// Version 1 manifests (no `kept`: every step keeps its tokens) are still read; a kept below
+// n_tokens outside a verify step is refused.
+TEST(PortDump, ReadsVersion1AndRefusesAKeptBelowTheTokensOfADecodeStep) {
+  const std::string d = copy_dump();
+  nlohmann::json m = manifest(d);
+  m["version"] = 1;
+  for (nlohmann::json& s : m["steps"]) s.erase("kept");
+  write_manifest(d, m);
+  const PortDump v1 = read_port_dump(d);
+  EXPECT_EQ(v1.version, 1);
+  ASSERT_GE(v1.steps.size(), 2u);
+  EXPECT_EQ(v1.steps[0].kept, static_cast<int64_t>(v1.steps[0].tokens.size()));
+  m["version"] = 2;
+  for (nlohmann::json& s : m["steps"]) s["kept"] = s["n_tokens"];
+  m["steps"][0]["kept"] = 1;
+  write_manifest(d, m);
+  const std::string e = error_of(d);
+  EXPECT_TRUE(has(e, "steps[0]") && has(e, "kept 1 of n_tokens")) << e;
 }
 
 TEST(PortDump, RefusesAMissingKeyThatTheManifestPromises) {
