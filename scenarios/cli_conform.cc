@@ -110,7 +110,7 @@ Verb add_conform_verb(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "conform", "judge a port's dump (docs/port-dump.md) against the reference: each component teacher-forced from "
                  "the port's own inputs, end-to-end logits and selections, caches byte for byte (docs/conform.md)");
-  app->add_option("dump", a->dump, "the dump directory (dump.json and step_NNNNNN.safetensors)");
+  app->add_option("dump", a->dump, "the dump: a directory (dump.json and step_NNNNNN.safetensors) or an HDF5 file (docs/port-dump.md)");
   app->add_option("--config", a->config, "config preset or config.json; must be the dump's config (with a DUMP)");
   app->add_option("--weights", a->weights, "safetensors file with the official tensor names (with a DUMP)");
   app->add_option("--vectors", a->vectors,
