@@ -15,6 +15,7 @@
 #include "scenarios/compare.h"
 #include "scenarios/conform.h"
 #include "scenarios/conform_internal.h"
+#include "scenarios/derived_bounds.h"
 
 namespace dsv41::scenarios {
 namespace conform_detail {
@@ -252,6 +253,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
     ctx.expect = Expectation::kMeasured;  // conform_report.cc gives each row its bound
     ctx.candidate_block_size = std::max(1, c.candidate_block_size);
     ctx.candidate_source_layer = c.candidate_source_layer;
+    ctx.topk_tie_rel = conform_detail::order_variant(d, o) ? topk_tie_band(c) : 0.0;
     {  // Teacher-forced: every component the port holds replaced by the port's value.
       StepCapture port = port_capture(d, s), own;
       std::map<int, int64_t> reach;

@@ -269,6 +269,12 @@ void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>
   steps_.push_back(std::move(s));
 }
 
+void PortDumpWriter::set_claim(const std::string& claim) {
+  DSV41_CHECK(claim == kClaimBitExact || claim == kClaimOrderVariant, "port dump '", dir_, "': claim '", claim,
+              "', expected '", kClaimBitExact, "' or '", kClaimOrderVariant, "'");
+  claim_ = claim;
+}
+
 void PortDumpWriter::finish() {
   json m;
   m["format"] = kPortDumpFormat;
@@ -279,6 +285,7 @@ void PortDumpWriter::finish() {
   m["weights"] = weights_;
   m["token_map"] = token_map_;
   m["command_line"] = command_line_;
+  m["claim"] = claim_.empty() ? kClaimBitExact : claim_;
   m["n_steps"] = steps_.size();
   json steps = json::array();
   for (const PortDumpStep& s : steps_) {
@@ -418,6 +425,10 @@ PortDump read_port_dump(const std::string& dir) {
     d.weights = m.value("weights", "");
     d.token_map = m.value("token_map", "");
     d.command_line = m.value("command_line", "");
+    d.claim = m.value("claim", std::string(kClaimBitExact));
+    if (d.claim != kClaimBitExact && d.claim != kClaimOrderVariant) {
+      DSV41_FAIL(where, ": claim '", d.claim, "', expected '", kClaimBitExact, "' or '", kClaimOrderVariant, "'");
+    }
     for (const auto& [name, layers] : field(m, "components", where).items()) {
       table_row(name, name);
       for (const json& l : layers) {

@@ -56,12 +56,18 @@ struct PortDumpStep {
   const reference::safetensors::Entry* find(int layer, const std::string& component) const;
 };
 
+inline constexpr const char* kClaimBitExact = "bit-exact";
+inline constexpr const char* kClaimOrderVariant = "order-variant";
+
 struct PortDump {
   std::string dir;
   int version = 0;
   std::string config_hash;
   reference::ModelConfig config;
   std::string tool, weights, token_map, command_line;
+  // What the port claims (docs/conform.md "Claims"): kClaimBitExact (the default when the manifest
+  // has no "claim") or kClaimOrderVariant.
+  std::string claim;
   std::map<std::string, std::vector<int>> components;  // component -> its layers, in every step
   std::vector<std::string> not_covered;                // table components the dump does not hold
   std::vector<PortDumpStep> steps;
@@ -85,12 +91,15 @@ class PortDumpWriter {
   // pending groups and the DSpark rings), writes the step and clears `cap` for the next one.
   void add_model_step(StepCapture& cap, const reference::Model& model, const reference::ModelState& state,
                       const reference::StepRecord& rec, const std::vector<int64_t>& tokens, const std::string& event);
+  // The manifest's "claim" (kClaimBitExact unless set): what a port declares of its sums.
+  void set_claim(const std::string& claim);
   void finish();
 
  private:
   std::string dir_;
   reference::ModelConfig config_;
   std::string weights_, token_map_, command_line_;
+  std::string claim_;
   std::map<std::string, std::vector<int>> components_;
   std::vector<PortDumpStep> steps_;  // metadata only (no tensors kept)
 };
