@@ -17,7 +17,7 @@ namespace {
 
 struct SelftestArgs {
   std::string bugs, config, weights, dir, junit;
-  bool ci = false, list = false, keep = false, quiet = false;
+  bool ci = false, order_variant = false, list = false, keep = false, quiet = false;
   int threads = 0;
 };
 
@@ -34,6 +34,7 @@ int run(const SelftestArgs& a) {
   o.config = a.config;
   o.weights = a.weights;
   o.ci = a.ci;
+  o.order_variant = a.order_variant;
   o.dir = a.dir;
   o.keep = a.keep;
   o.progress = !a.quiet;
@@ -64,6 +65,9 @@ Verb add_selftest_verb(CLI::App& parent) {
       "selftest", "the verifier's self-test: a zoo of port bugs through forward --dump -> conform, a detection table");
   app->add_option("--bugs", a->bugs, "comma-separated zoo bugs (default: the whole zoo; --list names them)");
   app->add_flag("--ci", a->ci, "the CI subset of the zoo (docs/selftest.md)");
+  app->add_flag("--order-variant", a->order_variant,
+                "judge every dump under the order-variant claim (derived bounds; docs/conform.md): which bugs stay "
+                "detectable");
   app->add_flag("--list", a->list, "list the zoo and exit");
   app->add_option("-o,--output-dir", a->dir, "write the dumps here (default: a temporary directory)");
   app->add_flag("--keep", a->keep, "keep every dump (default: each removed after its judgement)");

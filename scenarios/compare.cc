@@ -1,5 +1,6 @@
 #include "scenarios/compare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -237,7 +238,13 @@ void compare_index(const CapturedItem& ia, const CapturedItem& ib, const StepCap
     if (sa.dim(0) != ta.dim(0)) sa = tail_rows(sa, ta.dim(0));
   }
   const std::string what = ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")";
-  const IndexMetrics m = compare_index_sets(ta, ib.i, scores ? &sa : nullptr, 0.0, what);
+  double tie_eps = 0;
+  if (scores != nullptr && ctx.topk_tie_rel > 0) {
+    for (const float v : sa.data()) {
+      if (std::isfinite(v)) tie_eps = std::max(tie_eps, ctx.topk_tie_rel * std::fabs(static_cast<double>(v)));
+    }
+  }
+  const IndexMetrics m = compare_index_sets(ta, ib.i, scores ? &sa : nullptr, tie_eps, what);
   std::ostringstream d;
   if (m.first_row_differs >= 0) {
     const IndexRowMetrics& r = m.per_row[static_cast<size_t>(m.first_row_differs)];

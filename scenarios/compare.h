@@ -30,6 +30,9 @@ struct CompareContext {
   int candidate_block_size = 8;
   int candidate_source_layer = -1;
   bool teacher_forced = false;
+  // The top-k's tie band relative to the row's max |index score| (0: exact ties only); an
+  // order-variant side's index scores move by up to their derived bound (scenarios/derived_bounds.h).
+  double topk_tie_rel = 0;
 };
 
 struct StepComparison {

@@ -17,6 +17,7 @@
 #include "scenarios/compare.h"
 #include "scenarios/conform.h"
 #include "scenarios/conform_internal.h"
+#include "scenarios/derived_bounds.h"
 
 namespace dsv41::scenarios {
 namespace conform_detail {
@@ -254,6 +255,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
     ctx.expect = Expectation::kMeasured;  // conform_report.cc gives each row its bound
     ctx.candidate_block_size = std::max(1, c.candidate_block_size);
     ctx.candidate_source_layer = c.candidate_source_layer;
+    ctx.topk_tie_rel = conform_detail::order_variant(d, o) ? topk_tie_band(c) : 0.0;
     // A verify step keeps its first s.kept tokens: after it, the state is rolled back to the one
     // before it advanced by those (reference::roll_back, hook-free), as the port's caches are.
     const bool rolls_back = s.kept < static_cast<int64_t>(s.tokens.size());

@@ -25,6 +25,11 @@ struct StepJudgement {
   StepCapture forced_own, forced_port, free_own, free_port;
 };
 
+// Whether the port is judged under the order-variant claim (--order-variant, or the manifest's).
+inline bool order_variant(const PortDump& d, const ConformOptions& o) {
+  return o.order_variant || d.claim == kClaimOrderVariant;
+}
+
 // "cache.window_kv", ...
 bool is_cache(const std::string& component);
 

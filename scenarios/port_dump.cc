@@ -260,6 +260,12 @@ void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>
   steps_.push_back(std::move(s));
 }
 
+void PortDumpWriter::set_claim(const std::string& claim) {
+  DSV41_CHECK(claim == kClaimBitExact || claim == kClaimOrderVariant, "port dump '", dir_, "': claim '", claim,
+              "', expected '", kClaimBitExact, "' or '", kClaimOrderVariant, "'");
+  claim_ = claim;
+}
+
 void PortDumpWriter::finish() {
   json m;
   m["format"] = kPortDumpFormat;
@@ -270,6 +276,7 @@ void PortDumpWriter::finish() {
   m["weights"] = weights_;
   m["token_map"] = token_map_;
   m["command_line"] = command_line_;
+  m["claim"] = claim_.empty() ? kClaimBitExact : claim_;
   m["n_steps"] = steps_.size();
   json steps = json::array();
   for (const PortDumpStep& s : steps_) {

@@ -72,6 +72,9 @@ struct PortDumpStep {
   const reference::safetensors::Entry* find(int layer, const std::string& component) const;
 };
 
+inline constexpr const char* kClaimBitExact = "bit-exact";
+inline constexpr const char* kClaimOrderVariant = "order-variant";
+
 struct PortDump {
   std::string dir;  // the dump's path: a directory, or an HDF5 file
   bool h5 = false;  // the HDF5 container
@@ -79,6 +82,9 @@ struct PortDump {
   std::string config_hash;
   reference::ModelConfig config;
   std::string tool, weights, token_map, command_line;
+  // What the port claims (docs/conform.md "Claims"): kClaimBitExact (the default when the manifest
+  // has no "claim") or kClaimOrderVariant.
+  std::string claim;
   std::map<std::string, std::vector<int>> components;  // component -> its layers, in every step
   std::vector<std::string> not_covered;                // table components the dump does not hold
   std::vector<PortDumpStep> steps;
@@ -110,6 +116,8 @@ class PortDumpWriter {
   void add_model_step(StepCapture& cap, const reference::Model& model, const reference::ModelState& state,
                       const reference::StepRecord& rec, const std::vector<int64_t>& tokens, const std::string& event,
                       int64_t kept = -1);
+  // The manifest's "claim" (kClaimBitExact unless set): what a port declares of its sums.
+  void set_claim(const std::string& claim);
   void finish();
   ~PortDumpWriter();
   PortDumpWriter(PortDumpWriter&&) = delete;
@@ -119,6 +127,7 @@ class PortDumpWriter {
   std::unique_ptr<reports::H5Writer> h5_;  // the HDF5 container; null: the directory form
   reference::ModelConfig config_;
   std::string weights_, token_map_, command_line_;
+  std::string claim_;
   std::map<std::string, std::vector<int>> components_;
   std::vector<PortDumpStep> steps_;  // metadata only (no tensors kept)
 };

@@ -227,6 +227,10 @@ PortDump read_port_dump(const std::string& dir) {
     d.weights = m.value("weights", "");
     d.token_map = m.value("token_map", "");
     d.command_line = m.value("command_line", "");
+    d.claim = m.value("claim", std::string(kClaimBitExact));
+    if (d.claim != kClaimBitExact && d.claim != kClaimOrderVariant) {
+      DSV41_FAIL(where, ": claim '", d.claim, "', expected '", kClaimBitExact, "' or '", kClaimOrderVariant, "'");
+    }
     for (const auto& [name, layers] : field(m, "components", where).items()) {
       table_row(name, name);
       for (const json& l : layers) {

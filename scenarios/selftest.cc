@@ -92,6 +92,7 @@ SelftestResult run_selftest(const SelftestOptions& o, std::ostream& progress) {
       row.fired = bug ? dumps_differ(clean_dir, dir) : false;
       ConformOptions co;
       co.name = row.bug;
+      co.order_variant = o.order_variant;
       const reports::RunReport report = conform(read_port_dump(dir), weights, token_map, co);
       row.conform_exit = conform_exit_code(report);
       row.flagged = row.conform_exit == 1;

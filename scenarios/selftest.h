@@ -23,6 +23,7 @@ struct SelftestOptions {
   std::string weights;           // safetensors ("": the built-in tiny oracle's)
   std::vector<std::string> bugs; // names; empty: the whole zoo (or the CI subset with ci)
   bool ci = false;               // the CI subset (ZooBug::ci)
+  bool order_variant = false;    // judge every dump under the order-variant claim (docs/conform.md)
   std::string dir;               // where the dumps go (one directory per run); "": a temp dir
   bool keep = false;             // keep the dumps (default: removed after each judgement)
   bool progress = true;          // one line per run on stderr
