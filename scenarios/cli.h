@@ -58,6 +58,11 @@ Verb add_vectors_verb(CLI::App& parent);       // scenarios/cli_vectors.cc
 int run_conform_vectors(const std::string& vectors_dir, const std::string& port_dir, const std::string& only,
                         const std::string& output, const std::string& junit, const std::string& command_line);
 
+// The command line a verb was given, rebuilt from its parsed options (for a report's metadata and
+// a rerun line): "dsv41 <verb>", then each option given as written ("--name value", values quoted
+// where a shell needs it; flags without a value), the positional option `positional` bare.
+std::string command_line_of(const CLI::App& app, const std::string& verb, const std::string& positional);
+
 // The volatile metadata of a report a verb writes (tool version, commit, command line, time,
 // host, threads): scenarios/cli_run.cc.
 void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line);

@@ -133,17 +133,7 @@ Verb add_agree_verb(CLI::App& parent) {
                 "do not try to attribute a layer-step beyond the stream bounds (agree.h): report it as is");
   app->add_flag("-q,--quiet", a->quiet, "no progress lines");
   return {app, [a, app] {
-            std::string cmd = "dsv41 agree";
-            for (const CLI::Option* opt : app->get_options()) {
-              if (opt->count() == 0 || opt->get_name() == "--help") continue;
-              if (opt->get_type_size() == 0) {
-                cmd += " " + opt->get_name();
-                continue;
-              }
-              for (const std::string& v : opt->as<std::vector<std::string>>()) {
-                cmd += (opt->get_name() == "oracle_dirs" ? " " : " " + opt->get_name() + " ") + shell_quote(v);
-              }
-            }
+            const std::string cmd = command_line_of(*app, "agree", "oracle_dirs");
             return run(*a, cmd);
           }};
 }

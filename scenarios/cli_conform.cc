@@ -149,17 +149,7 @@ Verb add_conform_verb(CLI::App& parent) {
                 "within its derived bound with its origin, the rest exact (docs/conform.md \"Claims\")");
   app->add_flag("-q,--quiet", a->quiet, "no progress lines");
   return {app, [a, app] {
-            std::string cmd = "dsv41 conform";
-            for (const CLI::Option* opt : app->get_options()) {
-              if (opt->count() == 0 || opt->get_name() == "--help") continue;
-              if (opt->get_type_size() == 0) {
-                cmd += " " + opt->get_name();
-                continue;
-              }
-              for (const std::string& v : opt->as<std::vector<std::string>>()) {
-                cmd += (opt->get_name() == "dump" ? " " : " " + opt->get_name() + " ") + shell_quote(v);
-              }
-            }
+            const std::string cmd = command_line_of(*app, "conform", "dump");
             return run(*a, cmd);
           }};
 }

@@ -200,6 +200,21 @@ int run(const RunArgs& a, const std::string& command_line) {
 
 }  // namespace
 
+std::string command_line_of(const CLI::App& app, const std::string& verb, const std::string& positional) {
+  std::string cmd = "dsv41 " + verb;
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->count() == 0 || o->get_name() == "--help") continue;
+    if (o->get_type_size() == 0) {  // a flag: no value
+      cmd += " " + o->get_name();
+      continue;
+    }
+    for (const std::string& v : o->as<std::vector<std::string>>()) {
+      cmd += (o->get_name() == positional ? " " : " " + o->get_name() + " ") + shell_quote(v);
+    }
+  }
+  return cmd;
+}
+
 void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line) {
   meta.tool_version = DSV41_VERSION_STRING;
   meta.git_commit = DSV41_GIT_COMMIT_STRING;
@@ -245,18 +260,7 @@ Verb add_run_verb(CLI::App& parent) {
   app->add_flag("--list", a->list, "list the built-in scenarios, backends and cache paths, then exit");
   app->add_flag("-q,--quiet", a->quiet, "no progress lines");
   return {app, [a, app] {
-            // The options as given, values quoted where a shell needs it.
-            std::string cmd = "dsv41 run";
-            for (const CLI::Option* o : app->get_options()) {
-              if (o->count() == 0 || o->get_name() == "--help") continue;
-              if (o->get_name() == "--quiet" || o->get_name() == "--list") {  // flags: no value
-                cmd += " " + o->get_name();
-                continue;
-              }
-              for (const std::string& v : o->as<std::vector<std::string>>()) {
-                cmd += (o->get_name() == "scenarios" ? " " : " " + o->get_name() + " ") + shell_quote(v);
-              }
-            }
+            const std::string cmd = command_line_of(*app, "run", "scenarios");
             return run(*a, cmd);
           }};
 }
