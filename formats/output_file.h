@@ -7,7 +7,7 @@
 //    the check is repeated just before the rename: such a node is never replaced;
 //  - a symlink is followed: its final target (a regular file, or refused as above) is replaced
 //    atomically and the link itself stays as it was; a dangling link is refused;
-//  - the bytes go to a temp file beside the target, "<name>.tmp.<pid>.<n>" (created exclusively,
+//  - the bytes go to a temp file beside the target, "<name>.tmp.<pid>.<n>.<r>" (created exclusively,
 //    unique per process and per writer, so concurrent processes never share one), which is
 //    fsynced, renamed over the target, and the directory fsynced. A reader sees the old file or
 //    the new one, never a mix. On failure the temp file is removed; one left by a killed process
