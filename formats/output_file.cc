@@ -30,7 +30,7 @@ const char* kind_of(mode_t m) {
 }
 
 [[noreturn]] void refuse(const std::string& path, const std::string& what, const std::string& why) {
-  DSV41_FAIL("cannot write the ", what, " '", path, "': ", why,
+  DSV41_FAIL("cannot write ", what, " '", path, "': ", why,
              " (outputs are written only to regular files or to new paths, never over anything else; "
              "docs/cli.md, Output files)");
 }
@@ -126,7 +126,7 @@ AtomicOutput::AtomicOutput(const std::string& path, std::string what) : path_(pa
     const int err = errno;
     const std::string tmp = temp_;
     temp_.clear();  // not ours: nothing to remove
-    DSV41_FAIL("cannot write the ", what_, " '", path_, "': cannot create '", tmp, "': ", std::strerror(err));
+    DSV41_FAIL("cannot write ", what_, " '", path_, "': cannot create '", tmp, "': ", std::strerror(err));
   }
   // A replaced file keeps its permission bits.
   struct stat st {};
@@ -143,7 +143,7 @@ void AtomicOutput::fail(const std::string& why) {
   fd_ = -1;
   ::unlink(temp_.c_str());
   temp_.clear();
-  DSV41_FAIL("cannot write the ", what_, " '", path_, "': ", why);
+  DSV41_FAIL("cannot write ", what_, " '", path_, "': ", why);
 }
 
 void AtomicOutput::write(const void* data, size_t n) {

@@ -83,7 +83,7 @@ TEST(OutputFile, FifoIsRefusedAndStaysAFifo) {
   const std::string d = dir(), fifo = d + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
   const std::string msg = refusal(fifo);
-  EXPECT_NE(msg.find("cannot write the test file '" + fifo + "': it is a FIFO"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cannot write test file '" + fifo + "': it is a FIFO"), std::string::npos) << msg;
   EXPECT_TRUE(S_ISFIFO(mode_of(fifo)));
   EXPECT_EQ(others(d, {"fifo"}), std::vector<std::string>{});
 }
