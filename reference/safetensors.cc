@@ -13,6 +13,7 @@
 
 #include "formats/error.h"
 #include "formats/minifloat.h"
+#include "formats/output_file.h"
 #include "reference/tensor.h"
 
 namespace dsv41::reference::safetensors {
@@ -282,31 +283,15 @@ void write(const std::string& path, const std::vector<Entry>& tensors,
   std::string header = j.dump();
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  // Written next to the target under a per-process name, then renamed over it; on any failure
-  // the temp file is removed and the target is left as it was.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const auto fail = [&](const std::string& why) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    DSV41_FAIL("cannot write weights file '", path, "': ", why);
-  };
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot create '" + tmp + "' (missing directory or no permission?)");
-    unsigned char len[8];
-    const uint64_t n = header.size();
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const Entry* t : sorted) {
-      out.write(reinterpret_cast<const char*>(t->bytes.data()), static_cast<std::streamsize>(t->bytes.size()));
-    }
-    out.close();
-    if (!out) fail("writing '" + tmp + "' failed (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail("cannot move '" + tmp + "' over it: " + ec.message());
+  // Atomic (formats/output_file.h): on any failure the target is left as it was.
+  output::AtomicOutput out(path, "weights file");
+  unsigned char len[8];
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  out.write(len, 8);
+  out.write(header.data(), header.size());
+  for (const Entry* t : sorted) out.write(t->bytes.data(), t->bytes.size());
+  out.commit();
 }
 
 }  // namespace dsv41::reference::safetensors

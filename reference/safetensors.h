@@ -13,7 +13,7 @@
 // range, byte count = dtype size x numel, no overlaps; gaps between tensors are allowed) and every
 // error names the file and, where there is one, the tensor. write() is deterministic (entries
 // sorted by name, metadata sorted, header padded with spaces to a multiple of 8) and atomic
-// (temp file "<path>.tmp.<pid>", then rename; nothing is left behind on failure).
+// (temp file "<path>.tmp.<pid>.<n>", then rename; nothing is left behind on failure).
 //
 // Example:
 //   SafetensorsFile f = SafetensorsFile::read("weights.safetensors");

@@ -1,6 +1,6 @@
 // reference/session_file.cc
 //
-// Session files on disk: atomic writes (temp file, fsync, rename, directory fsync) and whole-file
+// Session files on disk: atomic writes (formats/output_file.h) and whole-file
 // reads, for the session store (reference/session_store.h).
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,52 +8,17 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-
+#include "formats/output_file.h"
 #include "reference/session_internal.h"
 
 namespace dsv41::reference {
 
 namespace session {
 
-// Writes bytes to path through "<path>.tmp.<pid>": create exclusively, write, fsync, rename,
-// fsync the directory. On failure removes the temp file (only if it created it) and throws.
+// Writes bytes to path atomically under the output-file policy (formats/output_file.h: a unique
+// temp file beside the target, fsync, rename, directory fsync; never over a non-regular file).
 void write_atomically(const std::string& path, const std::vector<uint8_t>& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    DSV41_FAIL("cannot write session file '", path, "': cannot create '", tmp, "': ", std::strerror(errno));
-  }
-  const auto fail = [&](const char* step, int err) {
-    ::unlink(tmp.c_str());
-    DSV41_FAIL("cannot write session file '", path, "': ", step, " '", tmp, "' failed: ", std::strerror(err));
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      fail("write to", err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail("fsync of", err);
-  }
-  if (::close(fd) != 0) fail("close of", errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename over the target of", errno);
-  // Make the rename itself durable (best effort: not every file system lets a directory sync).
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  const std::string dir = parent.empty() ? std::string(".") : parent.string();
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  output::write_file_atomically(path, "session file", bytes.data(), bytes.size());
 }
 
 std::vector<uint8_t> read_all(const std::string& path) {

@@ -41,7 +41,7 @@
 // loading into a model set to kBf16 caches, is a dsv41::Error (the ablation's states are kept in
 // memory: ModelState is copyable).
 //
-// Writes are atomic: the bytes go to "<path>.tmp.<pid>" (created exclusively), which is fsynced
+// Writes are atomic: the bytes go to "<path>.tmp.<pid>.<n>" (created exclusively), which is fsynced
 // and renamed over <path>; on any failure the temp file is removed and an existing file at
 // <path> is left as it was.
 //

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "formats/error.h"
+#include "formats/output_file.h"
 
 namespace dsv41::reports {
 namespace {
@@ -32,8 +33,9 @@ std::vector<std::string> split_path(const std::string& path) {
 
 }  // namespace
 
-H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
-  tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
+H5Writer::H5Writer(std::string path, const std::string& what)
+    : path_(std::move(path)), out_(std::make_unique<output::AtomicOutput>(path_, what)) {
+  tmp_path_ = out_->temp_path();  // created empty and exclusively; HDF5 truncates and fills it
   const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
   const hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
@@ -48,10 +50,7 @@ H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
 
 H5Writer::~H5Writer() {
   if (gcpl_ >= 0) H5Pclose(gcpl_);
-  if (!committed_) {
-    if (file_ >= 0) H5Fclose(file_);
-    std::remove(tmp_path_.c_str());
-  }
+  if (!committed_ && file_ >= 0) H5Fclose(file_);  // out_ then removes the temp file
 }
 
 void H5Writer::ensure_parent_groups(const std::string& path) {
@@ -298,18 +297,11 @@ void H5Writer::attr(const std::string& object_path, const std::string& name, con
 
 void H5Writer::commit() {
   DSV41_CHECK(!committed_, "'", path_, "': committed twice");
-  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0 || H5Fclose(file_) < 0) {
-    file_ = -1;
-    std::remove(tmp_path_.c_str());
-    DSV41_FAIL("'", path_, "': flushing the HDF5 file failed (disk full?)");
-  }
+  const bool flushed = H5Fflush(file_, H5F_SCOPE_GLOBAL) >= 0;
+  const bool closed = H5Fclose(file_) >= 0;
   file_ = -1;
-  std::error_code ec;
-  std::filesystem::rename(tmp_path_, path_, ec);
-  if (ec) {
-    std::remove(tmp_path_.c_str());
-    DSV41_FAIL("cannot move '", tmp_path_, "' to '", path_, "': ", ec.message());
-  }
+  if (!flushed || !closed) DSV41_FAIL("'", path_, "': flushing the HDF5 file failed (disk full?)");
+  out_->commit();  // fsync, rename (only over a regular file), directory fsync
   committed_ = true;
 }
 

@@ -4,9 +4,11 @@
 // '/'-separated paths, typed datasets with their shape (chunked + gzip above 64 KiB), and string
 // or numeric attributes, tables (reports/table.h) as compound datasets or as groups of column
 // datasets. Object timestamps are off, so the same writes give the same file contents (what
-// h5diff compares). Writes are atomic: everything goes to "<path>.tmp.<pid>", and commit()
-// flushes, closes and renames it over <path>; a writer destroyed without commit() removes its
-// temp file, so a failed run never leaves a half-written or truncated report behind. Built on the
+// h5diff compares). Writes are atomic (formats/output_file.h): the constructor checks <path> (a
+// regular file or a new path, never a device, FIFO or directory) and everything goes to a unique
+// temp file beside it; commit() flushes, closes, fsyncs and renames it over <path>; a writer
+// destroyed without commit() removes its temp file, so a failed run never leaves a half-written
+// or truncated report behind. Built on the
 // shared HDF5 layer (reports/h5_io.h); HDF5's error printing is off while the writer exists (its
 // checks report every failure as a dsv41::Error).
 //
@@ -19,9 +21,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "formats/output_file.h"
 #include "reports/h5_io.h"
 #include "reports/table.h"
 
@@ -29,7 +33,8 @@ namespace dsv41::reports {
 
 class H5Writer {
  public:
-  explicit H5Writer(std::string path);
+  // `what` names the file in errors ("report (-o)", "port dump (--dump)", …).
+  explicit H5Writer(std::string path, const std::string& what = "HDF5 file");
   ~H5Writer();
   H5Writer(const H5Writer&) = delete;
   H5Writer& operator=(const H5Writer&) = delete;
@@ -87,6 +92,7 @@ class H5Writer {
 
   h5::QuietErrors quiet_;  // for the writer's lifetime
   std::string path_;
+  std::unique_ptr<output::AtomicOutput> out_;  // the temp file and the rename
   std::string tmp_path_;
   int64_t file_ = -1;
   int64_t gcpl_ = -1;  // group creation: no timestamps

@@ -210,6 +210,10 @@ std::vector<SummaryRow> summarize(const RunReport& report);
 // logical dtype or shape.
 void write_report(const std::string& path, const RunReport& report);
 
+// Throws when `name` cannot be a scenario's group name in a report (empty, contains '/', "." or
+// ".."): what write_report refuses, for a verb to check before its run.
+void check_scenario_name(const std::string& name);
+
 // Reads a report written by write_report (a dsv41::Error naming the file and what is wrong when it
 // is not one: not HDF5, truncated, not a dsv41 report, another schema_version, a missing object).
 // Tensors are loaded only with load_tensors.
@@ -230,7 +234,7 @@ std::string format_summary(const RunReport& report, int max_rows = 20);
 // fail -> <failure type="fail"> (first divergence, rerun command), error -> <error>,
 // inconclusive -> <failure type="inconclusive"> (missing evidence never looks like a pass),
 // measured -> passed with a <system-out> note; a scenario that errored adds a testcase "(scenario)"
-// with <error>. For CI dashboards. Written atomically ("<path>.tmp.<pid>", renamed).
+// with <error>. For CI dashboards. Written atomically (formats/output_file.h).
 void write_junit(const std::string& path, const RunReport& report);
 
 }  // namespace dsv41::reports

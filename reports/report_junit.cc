@@ -8,6 +8,7 @@
 #include <string>
 
 #include "formats/error.h"
+#include "formats/output_file.h"
 #include "reports/report.h"
 
 namespace dsv41::reports {
@@ -148,25 +149,9 @@ void write_junit(const std::string& path, const RunReport& report) {
       << total.errors << "\" skipped=\"0\" time=\"" << seconds(total.time) << "\">\n"
       << suites.str() << "</testsuites>\n";
 
-  // Atomic: a temp file beside the target, renamed over it.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) DSV41_FAIL("cannot create '", tmp, "' (for the JUnit file '", path, "')");
-    f << doc.str();
-    f.flush();
-    if (!f) {
-      f.close();
-      std::remove(tmp.c_str());
-      DSV41_FAIL("writing the JUnit file '", path, "' failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    DSV41_FAIL("cannot move '", tmp, "' to '", path, "': ", ec.message());
-  }
+  // Atomic, never over anything but a regular file (formats/output_file.h).
+  const std::string text = doc.str();
+  output::write_file_atomically(path, "JUnit file", text.data(), text.size());
 }
 
 }  // namespace dsv41::reports

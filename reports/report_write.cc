@@ -60,10 +60,7 @@ void check_tensor(const StoredTensor& t, const std::string& where) {
 void validate(const RunReport& report) {
   std::set<std::string> names;
   for (const ScenarioResult& s : report.scenarios) {
-    if (s.name.empty()) DSV41_FAIL("report: a scenario has an empty name");
-    if (s.name.find('/') != std::string::npos || s.name == "." || s.name == "..") {
-      DSV41_FAIL("report: scenario name '", s.name, "' is not a valid HDF5 group name (no '/', not '.' or '..')");
-    }
+    check_scenario_name(s.name);
     if (!names.insert(s.name).second) DSV41_FAIL("report: duplicate scenario name '", s.name, "'");
     for (const StepInfo& st : s.steps) {
       for (const std::string& b : st.boundaries) {
@@ -326,9 +323,16 @@ void write_scenario(H5Writer& w, size_t index, const ScenarioResult& s) {
 
 }  // namespace
 
+void check_scenario_name(const std::string& name) {
+  if (name.empty()) DSV41_FAIL("report: a scenario has an empty name");
+  if (name.find('/') != std::string::npos || name == "." || name == "..") {
+    DSV41_FAIL("report: scenario name '", name, "' is not a valid HDF5 group name (no '/', not '.' or '..')");
+  }
+}
+
 void write_report(const std::string& path, const RunReport& report) {
   validate(report);
-  H5Writer w(path);
+  H5Writer w(path, "report");
   w.text_attr("/", "schema", layout::kSchema);
   w.attr("/", "schema_version", layout::kSchemaVersion);
   w.text_attr("/", "verdict", name(report.verdict));

@@ -67,6 +67,11 @@ std::string command_line_of(const CLI::App& app, const std::string& verb, const 
 // host, threads): scenarios/cli_run.cc.
 void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line);
 
+// A verb's report (-o) and JUnit file (--junit, "" for none) checked before any work: each a
+// regular file or a new path in an existing directory, and not the same path
+// (formats/output_file.h); scenarios/cli_run.cc.
+void check_report_outputs(const std::string& output, const std::string& junit);
+
 // `dsv41 exact` with its arguments parsed (backends "ref" / "cuda"); writes the table to out.
 int run_exact(std::ostream& out, const std::vector<std::string>& backends, const std::string& sizes, uint64_t seed,
               const std::string& h5_path);

@@ -99,6 +99,7 @@ int run(const AgreeArgs& a, const std::string& command_line) {
                 a.backend, "'");
     parse_mutation(a.backend.substr(7));  // a bad spec is refused before any work
   }
+  check_report_outputs(a.output, a.junit);
   if (a.threads > 0) reference::set_reference_threads(a.threads);
   reports::RunReport report = agree(a.dirs, o);
   stamp_run_meta(report.meta, command_line);

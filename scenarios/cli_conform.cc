@@ -73,6 +73,7 @@ int run(const ConformArgs& a, const std::string& command_line) {
                    (a.tolerances.empty() ? "" : " --tolerances " + shell_quote(a.tolerances)) +
                    (a.order_variant ? " --order-variant" : "");
   if (a.threads > 0) reference::set_reference_threads(a.threads);
+  check_report_outputs(a.output, a.junit);
 
   // 2. The judgement.
   reports::RunReport report = conform(d, reference::ModelWeights::load(a.weights, c), map, o);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "formats/error.h"
+#include "formats/output_file.h"
 #include "formats/minifloat.h"
 #include "formats/packed.h"
 #include "reference/model.h"
@@ -226,6 +227,7 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     if (!dir.empty() && !std::filesystem::is_directory(dir)) {
       DSV41_FAIL("--save-state '", a.save_state, "': directory '", dir.string(), "' does not exist");
     }
+    output::check_output_path(a.save_state, "session file (--save-state)");  // before any work
   }
   std::vector<int64_t> map = a.token_map.empty() ? reference::default_token_map(c)
                                                  : parse_id_list("@" + a.token_map, "--token-map");
@@ -238,10 +240,10 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     DSV41_FAIL("--dump with --decoder-replay: not supported (its later layers run fewer rows than the step's "
                "tokens, which dump version 1 does not describe)");
   }
-  // Created now (as <output>.tmp.<pid>) so an unwritable path fails before the forward; removed
+  // Created now (as <output>.tmp.<pid>.<n>) so an unwritable path fails before the forward; removed
   // again if anything below throws.
   std::optional<reports::H5Writer> w;
-  if (!a.output.empty()) w.emplace(a.output);
+  if (!a.output.empty()) w.emplace(a.output, "forward output (-o)");
   std::optional<PortDumpWriter> dump;
   if (!a.dump.empty()) dump.emplace(a.dump, c, a.weights, a.token_map.empty() ? "default" : a.token_map, command_line);
 

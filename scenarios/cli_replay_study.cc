@@ -7,6 +7,7 @@
 #include <string>
 
 #include "formats/error.h"
+#include "formats/output_file.h"
 #include "reference/model.h"
 #include "reference/safetensors.h"
 #include "reference/weights.h"
@@ -51,9 +52,8 @@ Verb add_replay_study_verb(CLI::App& parent) {
             const std::vector<ReplayStepResult> r = run_replay_study(model, a->study);
             std::cout << replay_study_markdown(r);
             if (!a->json.empty()) {
-              std::ofstream out(a->json);
-              if (!out) DSV41_FAIL("replay-study: cannot write '", a->json, "'");
-              out << replay_study_json(r);
+              const std::string text = replay_study_json(r);
+              output::write_file_atomically(a->json, "replay-study JSON", text.data(), text.size());
             }
             return kExitOk;
           }};

@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "formats/output_file.h"
 #include "reports/report.h"
 #include "scenarios/cli.h"
 
@@ -55,6 +56,7 @@ Verb add_report_verb(CLI::App& parent) {
                         << (problems.size() == 1 ? "" : "s") << "\n";
               return kExitCheckFailed;
             }
+            output::check_output_path(opts->junit_out, "JUnit file (-o)");  // before reading the report
             reports::write_junit(opts->junit_out, reports::read_report(opts->file));
             std::cout << "report junit: wrote " << opts->junit_out << "\n";
             return kExitOk;

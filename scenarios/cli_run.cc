@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "formats/error.h"
+#include "formats/output_file.h"
 #include "reference/config.h"
 #include "reference/numerics.h"
 #include "reference/safetensors.h"
@@ -97,10 +98,12 @@ int run(const RunArgs& a, const std::string& command_line) {
     if (a.seed) scenarios.back().seed = *a.seed;
     DSV41_CHECK(names.insert(scenarios.back().name).second, "scenario '", n, "': a second scenario named '",
                 scenarios.back().name, "' (names are the report's group names)");
+    reports::check_scenario_name(scenarios.back().name);  // refused now, not after the run
   }
   const std::filesystem::path out_dir = std::filesystem::path(a.output).parent_path();
   DSV41_CHECK(out_dir.empty() || std::filesystem::is_directory(out_dir), "-o '", a.output, "': directory '",
               out_dir.string(), "' does not exist");
+  check_report_outputs(a.output, a.junit);
   const reference::ModelConfig c = reference::load_config(a.config);
   std::vector<int64_t> map = a.token_map.empty() ? reference::default_token_map(c)
                                                  : parse_id_list("@" + a.token_map, "--token-map");
@@ -213,6 +216,15 @@ std::string command_line_of(const CLI::App& app, const std::string& verb, const 
     }
   }
   return cmd;
+}
+
+void check_report_outputs(const std::string& output, const std::string& junit) {
+  const std::string report = output::check_output_path(output, "report (-o)");
+  if (junit.empty()) return;
+  const std::string xml = output::check_output_path(junit, "JUnit file (--junit)");
+  if (std::filesystem::weakly_canonical(report) == std::filesystem::weakly_canonical(xml)) {
+    DSV41_FAIL("--junit '", junit, "': the same file as the report (-o '", output, "')");
+  }
 }
 
 void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line) {

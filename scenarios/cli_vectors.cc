@@ -59,6 +59,7 @@ int run(const VectorsArgs& a, const std::string& command_line) {
 
 int run_conform_vectors(const std::string& vectors_dir, const std::string& port_dir, const std::string& only,
                         const std::string& output, const std::string& junit, const std::string& command_line) {
+  check_report_outputs(output, junit);
   reports::RunReport r = conform_vectors(vectors_dir, port_dir, only);
   stamp_run_meta(r.meta, command_line);
   reports::write_report(output, r);

@@ -17,6 +17,7 @@
 
 #include "formats/cache_format.h"
 #include "formats/error.h"
+#include "formats/output_file.h"
 #include "reference/hooks.h"
 #include "reports/h5_writer.h"
 #include "scenarios/port_dump_internal.h"
@@ -73,23 +74,7 @@ Entry int_entry(const std::string& key, DType dtype, const std::vector<int64_t>&
 }
 
 void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) DSV41_FAIL("port dump: cannot create '", tmp, "'");
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      DSV41_FAIL("port dump: writing '", tmp, "' failed");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    DSV41_FAIL("port dump: cannot rename '", tmp, "' to '", path, "': ", ec.message());
-  }
+  output::write_file_atomically(path, "port dump manifest", text.data(), text.size());
 }
 }  // namespace
 
@@ -146,7 +131,7 @@ PortDumpWriter::PortDumpWriter(std::string dir, const reference::ModelConfig& co
       DSV41_FAIL("--dump '", dir_, "': exists (an HDF5 dump is written to a new file, so no stale dump is mistaken "
                  "for this one)");
     }
-    h5_ = std::make_unique<reports::H5Writer>(dir_);  // <dir>.tmp.<pid> until finish()
+    h5_ = std::make_unique<reports::H5Writer>(dir_, "port dump (--dump)");  // <dir>.tmp.<pid>.<n> until finish()
     return;
   }
   if (fs::exists(dir_, ec)) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "formats/error.h"
+#include "formats/output_file.h"
 #include "reference/safetensors.h"
 #include "reference/weights.h"
 #include "scenarios/bug_zoo.h"
@@ -155,8 +156,7 @@ std::string format_selftest_table(const SelftestResult& r) {
 void write_selftest_junit(const SelftestResult& r, const std::string& path) {
   int failures = 0;
   for (const SelftestRow& row : r.rows) failures += row.verdict != "ok";
-  std::ofstream f(path);
-  DSV41_CHECK(f.good(), "--junit '", path, "': cannot write");
+  std::ostringstream f;
   f << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"dsv41 selftest\" tests=\"" << r.rows.size()
     << "\" failures=\"" << failures << "\">\n";
   for (const SelftestRow& row : r.rows) {
@@ -169,7 +169,8 @@ void write_selftest_junit(const SelftestResult& r, const std::string& path) {
     f << "</testcase>\n";
   }
   f << "</testsuite>\n";
-  DSV41_CHECK(f.good(), "--junit '", path, "': write failed");
+  const std::string text = f.str();
+  output::write_file_atomically(path, "JUnit file", text.data(), text.size());
 }
 
 int selftest_exit_code(const SelftestResult& r) {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "formats/error.h"
+#include "formats/output_file.h"
 #include "reference/weights.h"
 #include "scenarios/vectors.h"
 #include "scenarios/vectors_internal.h"
@@ -187,13 +188,8 @@ VectorSetSummary write_vector_set(const std::string& dir, const std::vector<std:
                          {"n_cases", sum.cases},
                          {"cases", cases}};
   const fs::path path = fs::path(dir) / kVectorsManifest;
-  const std::string tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << manifest.dump(2) << "\n";
-    DSV41_CHECK(out.good(), "vectors: cannot write '", tmp, "'");
-  }
-  fs::rename(tmp, path);
+  const std::string text = manifest.dump(2) + "\n";
+  output::write_file_atomically(path.string(), "vectors manifest", text.data(), text.size());
   return sum;
 }
 

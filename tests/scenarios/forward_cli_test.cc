@@ -442,7 +442,7 @@ TEST_F(ForwardCliErrors, UnwritableOutput) {
   const std::string dir = scratch() + "/no_such_dir";
   const std::string out = dir + "/out.h5";
   expect_failure("forward --config '" + kConfig + "' --weights '" + kWeights + "' --prompt 1,2,3 -o '" + out + "'",
-                 "(for '" + out + "')");
+                 "cannot write forward output (-o) '" + out + "': directory '" + dir + "' does not exist");
   EXPECT_FALSE(fs::exists(dir));
 }
 
