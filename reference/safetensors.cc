@@ -1,3 +1,4 @@
+#include "formats/json_limits.h"
 #include "reference/safetensors.h"
 
 #include <algorithm>
@@ -107,6 +108,7 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     }
     return true;
   };
+  formats::check_json_nesting(header, "weights file '" + path + "': header");
   try {
     j = nlohmann::json::parse(header, on_key);
   } catch (const nlohmann::json::exception& e) {
