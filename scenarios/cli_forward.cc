@@ -234,6 +234,12 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
                c.vocab_size, " (one compressed id per vocab entry)");
   }
   if (a.output.empty() && a.dump.empty()) DSV41_FAIL("-o/--output or --dump: at least one output is needed");
+  // As `dsv41 run` refuses a decoder:N side (scenarios/runner.cc), before any weight is loaded.
+  if (a.decoder_replay > 0 && a.decoder_replay < c.window_size) {
+    DSV41_FAIL("--decoder-replay ", a.decoder_replay, ": decoder replay needs at least window_size = ",
+               c.window_size, " rows of config '", a.config,
+               "' (docs/sessions.md: R = W + the speculative block), else the later layers' rings keep holes");
+  }
   if (!a.dump.empty() && a.decoder_replay > 0) {
     DSV41_FAIL("--dump with --decoder-replay: not supported (its later layers run fewer rows than the step's "
                "tokens, which dump version 1 does not describe)");
@@ -404,7 +410,7 @@ Verb add_forward_verb(CLI::App& parent) {
   app->add_option("--sampling", args->sampling,
                   "with --generate: T[,TOP_P] temperature (0: greedy) and top-p (default 1) of the draft and the "
                   "target");
-  app->add_option("--seed", args->seed, "with --generate: the seed every draw derives from (default 0; docs/cli.md)")
+  seed_option(app->add_option("--seed", args->seed, "with --generate: the seed every draw derives from (default 0; docs/cli.md)"))
       ->each([args](const std::string&) { args->seed_given = true; });
   app->add_option("--first-token", args->first_token,
                   "with --resume and --generate: the pending token a generating run printed (emitted, not yet run); "
