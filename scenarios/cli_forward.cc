@@ -9,7 +9,9 @@
 // generating run's decode steps, a speculative run's verify steps), recorded with capture_hooks
 // (scenarios/capture.h).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
@@ -333,6 +335,16 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     tokens.insert(tokens.end(), generated.fed.begin(), generated.fed.end());
   }
 
+  // NaN or Inf logits answer nothing (the argmax of all-NaN logits is meaningless): an error,
+  // before any output is finished. Usually the weights hold non-finite values.
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const std::vector<float>& rows = steps[k].all_logits.rank() == 2 ? steps[k].all_logits.data() : steps[k].logits;
+    const auto bad = std::count_if(rows.begin(), rows.end(), [](float v) { return !std::isfinite(v); });
+    if (bad > 0) {
+      DSV41_FAIL("weights '", a.weights, "': step ", k, " gives ", bad, " non-finite logits of ", rows.size(),
+                 " (NaN or Inf: do the weights hold non-finite values?)");
+    }
+  }
   if (dump) {
     dump->finish();
     std::fprintf(stderr, "dsv41 forward: wrote the port dump %s (%zu steps)\n", a.dump.c_str(), steps.size());
