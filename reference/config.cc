@@ -1,3 +1,4 @@
+#include "formats/json_limits.h"
 #include "reference/config.h"
 
 #include <algorithm>
@@ -284,6 +285,7 @@ Json parse_json_text(const std::string& text, const std::string& source) {
     }
     return true;
   };
+  formats::check_json_nesting(text, "config " + source);
   try {
     return Json::parse(text, reject_duplicates);
   } catch (const Json::exception& e) {

@@ -73,6 +73,7 @@ class Rules {
   }
 
   void run() const {
+    limits();
     runtime_and_shape();
     moe();
     attention();
@@ -85,6 +86,48 @@ class Rules {
   }
 
  private:
+  // Upper limits (docs/cli.md "Limits"), checked first: with them no size product dsv41 forms
+  // overflows, and nothing is allocated for a config no machine could hold.
+  void at_most(const char* f, int64_t v, int64_t limit) const {
+    if (v > limit) fail(f, "must be at most ", limit, ", got ", v);
+  }
+  void limits() const {
+    constexpr int64_t kMaxSize = int64_t{1} << 20;   // a dimension, a vocabulary, a context
+    constexpr int64_t kMaxCount = int64_t{1} << 16;  // layers, heads, experts, iterations
+    for (const auto& [f, v] :
+         {std::pair<const char*, int64_t>{"max_seq_len", c_.max_seq_len}, {"vocab_size", c_.vocab_size},
+          {"dim", c_.dim}, {"moe_inter_dim", c_.moe_inter_dim}, {"q_lora_rank", c_.q_lora_rank},
+          {"head_dim", c_.head_dim}, {"rope_head_dim", c_.rope_head_dim}, {"o_lora_rank", c_.o_lora_rank},
+          {"window_size", c_.window_size}, {"original_seq_len", c_.original_seq_len},
+          {"index_head_dim", c_.index_head_dim}, {"index_topk", c_.index_topk},
+          {"candidate_topk_blocks", c_.candidate_topk_blocks}, {"candidate_block_size", c_.candidate_block_size},
+          {"engram_head_dim", c_.engram_head_dim}, {"engram_compressed_vocab_size", c_.engram_compressed_vocab_size},
+          {"vision_dim", c_.vision_dim}, {"vision_inter_dim", c_.vision_inter_dim},
+          {"dspark_markov_rank", c_.dspark_markov_rank}, {"dspark_block_size", c_.dspark_block_size}}) {
+      at_most(f, v, kMaxSize);
+    }
+    for (const auto& [f, v] :
+         {std::pair<const char*, int64_t>{"max_batch_size", c_.max_batch_size}, {"n_layers", c_.n_layers},
+          {"n_mtp_layers", c_.n_mtp_layers}, {"n_heads", c_.n_heads}, {"n_routed_experts", c_.n_routed_experts},
+          {"n_activated_experts", c_.n_activated_experts}, {"o_groups", c_.o_groups},
+          {"index_n_heads", c_.index_n_heads}, {"hc_mult", c_.hc_mult}, {"hc_sinkhorn_iters", c_.hc_sinkhorn_iters},
+          {"engram_n_heads", c_.engram_n_heads}, {"engram_max_ngram_size", c_.engram_max_ngram_size},
+          {"vision_n_layers", c_.vision_n_layers}, {"vision_n_heads", c_.vision_n_heads},
+          {"dspark_n_routed_experts", c_.dspark_n_routed_experts},
+          {"dspark_n_activated_experts", c_.dspark_n_activated_experts}}) {
+      at_most(f, v, kMaxCount);
+    }
+    at_most("engram_vocab_size", c_.engram_vocab_size, int64_t{1} << 32);
+    // The largest tensors: the embedding and the attention projections' rows.
+    if (int64_t{c_.vocab_size} * c_.dim > (int64_t{1} << 32)) {
+      fail("vocab_size", "vocab_size x dim = ", int64_t{c_.vocab_size} * c_.dim,
+           " embedding values, more than 2^32");
+    }
+    if (int64_t{c_.n_heads} * c_.head_dim > (int64_t{1} << 24)) {
+      fail("head_dim", "n_heads x head_dim = ", int64_t{c_.n_heads} * c_.head_dim, ", more than 2^24");
+    }
+  }
+
   void runtime_and_shape() const {
     positive("max_batch_size", c_.max_batch_size);
     positive("max_seq_len", c_.max_seq_len);

@@ -1,3 +1,4 @@
+#include "formats/json_limits.h"
 #include "reference/safetensors.h"
 
 #include <algorithm>
@@ -108,6 +109,7 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     }
     return true;
   };
+  formats::check_json_nesting(header, "weights file '" + path + "': header");
   try {
     j = nlohmann::json::parse(header, on_key);
   } catch (const nlohmann::json::exception& e) {
@@ -158,11 +160,18 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     // the data section has bytes x 2 (F4).
     const uint64_t max_numel = 2 * data_size + 2;
     uint64_t numel = 1;
+    uint64_t nonzero_numel = 1;  // bounded too: a zero extent must not hide an overflowing product
+    if (e["shape"].size() > 8) DSV41_FAIL(ctx(), ": shape has ", e["shape"].size(), " dimensions (at most 8)");
     for (const auto& s : e["shape"]) {
       if (!s.is_number_integer() || s.get<int64_t>() < 0) {
-        DSV41_FAIL(ctx(), ": shape ", e["shape"].dump(), ": entries must be non-negative integers");
+        DSV41_FAIL(ctx(), ": shape entries must be non-negative integers, got ",
+                   s.is_primitive() ? s.dump() : std::string(s.type_name()));
       }
       const uint64_t extent = s.get<uint64_t>();
+      if (extent != 0 && extent > (uint64_t{1} << 62) / nonzero_numel) {
+        DSV41_FAIL(ctx(), ": shape ", shape_string(t.shape), "... holds more than 2^62 elements");
+      }
+      if (extent != 0) nonzero_numel *= extent;
       t.shape.push_back(static_cast<int64_t>(extent));
       if (numel != 0 && extent > max_numel / numel) numel = max_numel + 1;  // saturate
       else numel *= extent;

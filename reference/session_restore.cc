@@ -113,13 +113,41 @@ void restore_section(ModelState& state, const ModelConfig& c, const SessionSecti
   }
 }
 
+// The raw tokens of the last min(pos, kept) positions, from the token tail.
+std::vector<int64_t> token_tail(const ModelState& state, int64_t* first) {
+  const int64_t pos = state.pos, kept = static_cast<int64_t>(state.recent_tokens.size());
+  *first = pos - std::min(pos, kept);
+  std::vector<int64_t> tail;
+  for (int64_t q = *first; q < pos; ++q) tail.push_back(state.recent_tokens[static_cast<size_t>(q % kept)]);
+  return tail;
+}
+
+// Refuses a session whose stored Engram tail disagrees with its token tail compressed through
+// the model's token map (an edited tail with recomputed CRCs, or another token map); `how` names
+// the resume. Checks the positions both tails cover.
+void check_engram_tail(const ModelState& state, const ModelConfig& c, const Model& model, const std::string& file,
+                       const char* how) {
+  if (c.engram_layer_ids.empty() || state.pos == 0) return;
+  int64_t first = 0;
+  const std::vector<int64_t> tail = token_tail(state, &first);
+  const std::vector<int64_t> ids = engram_compress_tokens(model.token_map(), tail);
+  for (int64_t q = std::max(first, state.engram.first_position()); q < state.pos; ++q) {
+    const int64_t stored = state.engram.at(q), want = ids[static_cast<size_t>(q - first)];
+    if (stored != want) {
+      refuse(file, how, ": the Engram tail holds compressed id ", stored, " at position ", q, ", but its token ",
+             tail[static_cast<size_t>(q - first)], " maps to ", want,
+             " (was the session saved with another token map, or edited?)");
+    }
+  }
+}
+
 // A global-only resume (docs/sessions.md, encoder replay) of a loaded state: the SWA and DSpark
 // rings (the file's, if it had any) are discarded; the Engram history is rebuilt from the token tail, compressed
 // through the model's token map (it must agree with the stored Engram tail); then the last
 // min(pos, window_size) tokens are replayed with windows truncated at the first of them.
 // Returns the number of tokens replayed.
 int64_t replay_rings(ModelState& state, const ModelConfig& c, const Model& model, const std::string& file) {
-  const int64_t pos = state.pos, kept = static_cast<int64_t>(state.recent_tokens.size());
+  const int64_t pos = state.pos;
   const auto empty = [](WindowKvRing& ring) {
     std::fill(ring.bytes.data().begin(), ring.bytes.data().end(), uint8_t{0});
     ring.clear();
@@ -127,20 +155,11 @@ int64_t replay_rings(ModelState& state, const ModelConfig& c, const Model& model
   for (LayerState& ls : state.layers) empty(ls.window_kv);
   for (WindowKvRing& ring : state.dspark_window_kv) empty(ring);
   if (pos == 0) return 0;
-  const int64_t first = pos - std::min(pos, kept);
-  std::vector<int64_t> tail;  // [pos - first] raw tokens of positions first .. pos - 1
-  for (int64_t q = first; q < pos; ++q) tail.push_back(state.recent_tokens[static_cast<size_t>(q % kept)]);
+  int64_t first = 0;
+  const std::vector<int64_t> tail = token_tail(state, &first);  // raw tokens of positions first .. pos - 1
   if (!c.engram_layer_ids.empty()) {
-    const std::vector<int64_t> ids = engram_compress_tokens(model.token_map(), tail);
-    for (int64_t q = state.engram.first_position(); q < pos; ++q) {
-      const int64_t stored = state.engram.at(q), want = ids[static_cast<size_t>(q - first)];
-      if (stored != want) {
-        refuse(file, "global-only resume: the Engram tail holds compressed id ", stored, " at position ", q,
-               ", but its token ", tail[static_cast<size_t>(q - first)], " maps to ", want,
-               " (was the session saved with another token map?)");
-      }
-    }
-    state.engram.restore(first, ids);
+    check_engram_tail(state, c, model, file, "global-only resume");
+    state.engram.restore(first, engram_compress_tokens(model.token_map(), tail));
   }
   const int64_t n = std::min<int64_t>(pos, c.window_size);
   try {
@@ -172,7 +191,11 @@ LoadedSession load_session_bytes(const std::vector<uint8_t>& bytes, const std::s
       refuse(file, describe(s, i, h.sections.size()), ": ", e.what());
     }
   }
-  if (mode == ResumeMode::kGlobalOnly) out.replayed_tokens = replay_rings(out.state, c, model, file);
+  if (mode == ResumeMode::kGlobalOnly) {
+    out.replayed_tokens = replay_rings(out.state, c, model, file);
+  } else {
+    check_engram_tail(out.state, c, model, file, "full resume");
+  }
   out.header = std::move(h);
   return out;
 }

@@ -277,6 +277,8 @@ std::optional<Verdict> check_comparison(Checker& c, const std::string& g, int64_
     }
     c.guarded(m, [&] {
       const std::vector<std::string> origin = c.r().read_strings(m + "/origin");
+      const std::vector<double> value = c.r().read_doubles(m + "/value"), bound = c.r().read_doubles(m + "/bound");
+      const std::vector<int64_t> higher = c.r().read_ints(m + "/higher_is_better");
       const auto rows = c.verdict_column(m + "/verdict", c.r().read_strings(m + "/verdict"));
       if (!rows) return;
       size_t failing = 0;
@@ -286,6 +288,20 @@ std::optional<Verdict> check_comparison(Checker& c, const std::string& g, int64_
         if (checked && v != Verdict::kPass && v != Verdict::kFail) {
           c.add(m, "row " + std::to_string(i) + ": a checked row (origin '" + origin[i] + "') has verdict '" +
                        name(v) + "', expected pass or fail");
+        }
+        // A checked row's verdict follows from its value and bound (reports::excess; NaN is
+        // never within): a pass beyond its bound, or a fail within it, contradicts itself.
+        if (checked && (v == Verdict::kPass || v == Verdict::kFail) && i < value.size() && i < bound.size() &&
+            i < higher.size()) {
+          Tolerance t;
+          t.bound = bound[i];
+          t.higher_is_better = higher[i] != 0;
+          const bool within = excess(value[i], t) <= 0;
+          if (within != (v == Verdict::kPass)) {
+            c.add(m, "row " + std::to_string(i) + ": verdict '" + name(v) + "' but its value " +
+                         std::to_string(value[i]) + " is " + (within ? "within" : "beyond") + " its bound " +
+                         (t.higher_is_better ? ">= " : "<= ") + std::to_string(bound[i]));
+          }
         }
         if (!checked && v != Verdict::kMeasured) {
           c.add(m, "row " + std::to_string(i) + ": an unchecked row (no origin) has verdict '" + name(v) +

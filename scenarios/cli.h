@@ -22,6 +22,7 @@
 
 namespace CLI {
 class App;
+class Option;
 }  // namespace CLI
 
 namespace dsv41::reports {
@@ -34,6 +35,10 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitCheckFailed = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitInconclusive = 3;  // evidence missing (reports::exit_code)
+
+// Makes a seed option accept only a non-negative decimal integer: CLI11 would read "-1" into an
+// unsigned seed as 2^64-1. Returns the option (scenarios/cli_weights.cc).
+CLI::Option* seed_option(CLI::Option* option);
 
 struct Verb {
   CLI::App* app = nullptr;   // the subcommand

@@ -170,7 +170,7 @@ Verb add_exact_verb(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "exact", "each float op's error against an exact evaluation, checked against its derived bound");
   app->add_option("--backend", a->backend, "ref, cuda or ref,cuda (default ref)");
-  app->add_option("--seed", a->seed, "input seed (printed; default 1)");
+  seed_option(app->add_option("--seed", a->seed, "input seed (printed; default 1)"));
   app->add_option("--sizes", a->sizes, "tiny (the tiny preset's dims) or small (longer reductions)");
   app->add_option("-o,--output", a->output, "write the per-case numbers to this HDF5 file");
   return {app, [a] {

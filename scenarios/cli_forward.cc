@@ -9,7 +9,9 @@
 // generating run's decode steps, a speculative run's verify steps), recorded with capture_hooks
 // (scenarios/capture.h).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
@@ -236,6 +238,12 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
                c.vocab_size, " (one compressed id per vocab entry)");
   }
   if (a.output.empty() && a.dump.empty()) DSV41_FAIL("-o/--output or --dump: at least one output is needed");
+  // As `dsv41 run` refuses a decoder:N side (scenarios/runner.cc), before any weight is loaded.
+  if (a.decoder_replay > 0 && a.decoder_replay < c.window_size) {
+    DSV41_FAIL("--decoder-replay ", a.decoder_replay, ": decoder replay needs at least window_size = ",
+               c.window_size, " rows of config '", a.config,
+               "' (docs/sessions.md: R = W + the speculative block), else the later layers' rings keep holes");
+  }
   if (!a.dump.empty() && a.decoder_replay > 0) {
     DSV41_FAIL("--dump with --decoder-replay: not supported (its later layers run fewer rows than the step's "
                "tokens, which dump version 1 does not describe)");
@@ -329,6 +337,16 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     tokens.insert(tokens.end(), generated.fed.begin(), generated.fed.end());
   }
 
+  // NaN or Inf logits answer nothing (the argmax of all-NaN logits is meaningless): an error,
+  // before any output is finished. Usually the weights hold non-finite values.
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const std::vector<float>& rows = steps[k].all_logits.rank() == 2 ? steps[k].all_logits.data() : steps[k].logits;
+    const auto bad = std::count_if(rows.begin(), rows.end(), [](float v) { return !std::isfinite(v); });
+    if (bad > 0) {
+      DSV41_FAIL("weights '", a.weights, "': step ", k, " gives ", bad, " non-finite logits of ", rows.size(),
+                 " (NaN or Inf: do the weights hold non-finite values?)");
+    }
+  }
   if (dump) {
     dump->finish();
     std::fprintf(stderr, "dsv41 forward: wrote the port dump %s (%zu steps)\n", a.dump.c_str(), steps.size());
@@ -406,7 +424,7 @@ Verb add_forward_verb(CLI::App& parent) {
   app->add_option("--sampling", args->sampling,
                   "with --generate: T[,TOP_P] temperature (0: greedy) and top-p (default 1) of the draft and the "
                   "target");
-  app->add_option("--seed", args->seed, "with --generate: the seed every draw derives from (default 0; docs/cli.md)")
+  seed_option(app->add_option("--seed", args->seed, "with --generate: the seed every draw derives from (default 0; docs/cli.md)"))
       ->each([args](const std::string&) { args->seed_given = true; });
   app->add_option("--first-token", args->first_token,
                   "with --resume and --generate: the pending token a generating run printed (emitted, not yet run); "

@@ -27,8 +27,8 @@ Verb add_replay_study_verb(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("replay-study", "measure SWA bounded replay: resumed vs uninterrupted sessions");
   app->add_option("--config", a->config, "config.json path or preset (tiny, full)")->required();
   app->add_option("--weights", a->weights, "safetensors weights (default: generated from --seed)");
-  app->add_option("--seed", a->seed, "weight generator seed when no --weights is given (printed)");
-  app->add_option("--token-seed", a->study.token_seed, "seed of the random prompt (printed)");
+  seed_option(app->add_option("--seed", a->seed, "weight generator seed when no --weights is given (printed)"));
+  seed_option(app->add_option("--token-seed", a->study.token_seed, "seed of the random prompt (printed)"));
   app->add_option("--length", a->study.length, "prompt tokens (default: 3 windows)")->check(CLI::PositiveNumber);
   app->add_option("--resumptions", a->study.resumptions, "resume counts to measure (default 1 2 4 8)")->delimiter(',');
   app->add_option("--steps", a->study.steps, "decode steps compared after the last resume")->check(CLI::Range(1, 64));

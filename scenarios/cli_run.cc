@@ -257,8 +257,8 @@ Verb add_run_verb(CLI::App& parent) {
   app->add_option("--config", a->config, "config.json path or preset (tiny, full)");
   app->add_option("--weights", a->weights,
                   "safetensors weights (default for tiny: the official oracle weights; otherwise generated)");
-  app->add_option("--weight-seed", a->weight_seed, "seed of generated weights (printed)");
-  app->add_option("--seed", a->seed, "override every scenario's token seed (each one is printed)");
+  seed_option(app->add_option("--weight-seed", a->weight_seed, "seed of generated weights (printed)"));
+  seed_option(app->add_option("--seed", a->seed, "override every scenario's token seed (each one is printed)"));
   app->add_option("--token-map", a->token_map, "Engram compressed id of every vocab entry, one per line");
   app->add_option("-o,--output", a->output, "the HDF5 report (written atomically)");
   app->add_option("--junit", a->junit, "also write JUnit XML here");

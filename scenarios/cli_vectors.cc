@@ -88,7 +88,7 @@ Verb add_vectors_verb(CLI::App& parent) {
                  "the tiny, small and released sizes, adversarial cases included (docs/port-dump.md)");
   app->add_option("-o,--output", a->output, "the new (or empty) directory: vectors.json and <case>.safetensors")->required();
   app->add_option("--sizes", a->sizes, "comma-separated sizes: tiny, small, released (default: all three)");
-  app->add_option("--seed", a->seed, "the inputs' seed (printed; each case derives its own from it and its name)");
+  seed_option(app->add_option("--seed", a->seed, "the inputs' seed (printed; each case derives its own from it and its name)"));
   app->add_option("--reference-port", a->reference_port,
                   "also write the reference's own outputs here (what a port writes, docs/port-dump.md)");
   return {app, [a] {

@@ -15,6 +15,18 @@
 
 namespace dsv41::scenarios {
 
+CLI::Option* seed_option(CLI::Option* option) {
+  const std::string name = option->get_name();
+  return option->check(CLI::Validator(
+      [name](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.size() <= 20 &&
+                            text.find_first_not_of("0123456789") == std::string::npos;
+        if (digits && (text.size() < 20 || text <= "18446744073709551615")) return {};
+        return "a seed is a decimal integer from 0 to 2^64-1, got '" + text + "'";
+      },
+      "SEED", "seed"));
+}
+
 Verb add_weights_verb(CLI::App& parent) {
   struct Args {
     std::string config, output, check;
@@ -23,7 +35,7 @@ Verb add_weights_verb(CLI::App& parent) {
   auto a = std::make_shared<Args>();
   CLI::App* app = parent.add_subcommand("weights", "generate seeded random weights (official format) or check a weights file");
   app->add_option("--config", a->config, "config.json path or preset (tiny, full)")->required();
-  app->add_option("--seed", a->seed, "generator seed (printed; default 0)");
+  seed_option(app->add_option("--seed", a->seed, "generator seed (printed; default 0)"));
   app->add_option("-o,--output", a->output, "write generated weights to this safetensors file");
   app->add_option("--check", a->check, "load this safetensors file and check every tensor against the config");
   return {app, [a] {

@@ -140,6 +140,18 @@ std::string float_detail(const TensorMetrics& m) {
   return s.str();
 }
 
+// Whether a float output holds a value no comparison can vouch for: NaN or Inf on either side
+// (index_scores: NaN only; its -inf marks unreachable positions, docs/indexer.md).
+bool has_nonfinite(const std::string& component, const Tensor<float>& a, const Tensor<float>& b) {
+  const bool scores = component == "index_scores";
+  for (const Tensor<float>* t : {&a, &b}) {
+    for (float v : t->data()) {
+      if (scores ? std::isnan(v) : !std::isfinite(v)) return true;
+    }
+  }
+  return false;
+}
+
 void compare_float(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, StepComparison& out,
                    const CompareContext& ctx) {
   Tensor<float> a = ia.f;
@@ -147,6 +159,7 @@ void compare_float(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, S
   const std::string what = ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")";
   const TensorMetrics m = compare_tensors(a, ib.f, ia.type, what);
   if (m.a_all_zero && m.b_all_zero) out.vacuous_items.push_back(what);
+  if (has_nonfinite(ia.component, a, ib.f)) out.nonfinite_items.push_back(what);
   const std::string d = float_detail(m);
   const int L = ia.layer;
   const std::string& c = ia.component;
@@ -183,6 +196,7 @@ void compare_logits_item(const StepCapture& a, const StepCapture& b, Rows& rows,
   const Tensor<float> ta({R, V}, a.logits, "logits"), tb({R, V}, b.logits, "logits");
   const TensorMetrics m = compare_tensors(ta, tb, ValueType::kFp32, "logits (step " + std::to_string(ctx.step) + ")");
   if (m.a_all_zero && m.b_all_zero) out.vacuous_items.push_back("logits (step " + std::to_string(ctx.step) + ")");
+  if (m.nonfinite_a + m.nonfinite_b > 0) out.nonfinite_items.push_back("logits (step " + std::to_string(ctx.step) + ")");
   // The perturbation a pair is allowed: a flip where A's top-2 margin is within twice the allowed
   // max |d| can come from a perturbation inside the tolerance (near tie); 0 for bitexact pairs.
   double bound = 0;

@@ -39,6 +39,8 @@ struct StepComparison {
   std::vector<reports::MetricRow> rows;
   int64_t items = 0;          // outputs compared
   std::vector<std::string> vacuous_items;  // float outputs all zero on both sides ("attn_out (layer 3, step 2)")
+  std::vector<std::string> nonfinite_items;  // float outputs holding NaN or Inf on a side (index_scores: NaN;
+                                             // its -inf marks unreachable positions)
   std::vector<std::string> notes;
   // The first failing row's detail (coordinate, byte, values), for the Divergence.
   std::string first_failure_detail;

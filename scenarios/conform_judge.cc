@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "formats/json_limits.h"
 #include "formats/cache_format.h"
 #include "formats/error.h"
 #include "reference/hooks.h"
@@ -41,9 +43,11 @@ const std::map<std::string, bool>& file_metrics() {
 ConformTolerances load_conform_tolerances(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) DSV41_FAIL("--tolerances '", path, "': cannot open the file");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  formats::check_json_nesting(text, "--tolerances '" + path + "'");
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::exception& e) {
     DSV41_FAIL("--tolerances '", path, "': not valid JSON: ", e.what());
   }

@@ -77,10 +77,7 @@ reference::VerifyPolicy parse_speculative(const std::string& text) {
   try {
     return reference::VerifyPolicy::parse(integer ? "fixed:" + text : text);
   } catch (const Error& e) {
-    std::string why = e.what();  // the reason, without the check's source location
-    const size_t at = why.find("` failed: ");
-    if (at != std::string::npos) why = why.substr(at + 10);
-    DSV41_FAIL("--speculative '", text, "': ", why, " (an integer K means fixed:K)");
+    DSV41_FAIL("--speculative '", text, "': ", e.what(), " (an integer K means fixed:K)");
   }
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "formats/error.h"
+#include "scenarios/capture.h"
 
 namespace dsv41::scenarios {
 namespace {
@@ -74,6 +75,11 @@ Focus parse_focus(const std::string& text) {
       } else if (k == "layer") {
         f.layer = std::stoi(v);
       } else if (k == "component") {
+        if (!is_known_component(v)) {
+          std::string names;
+          for (const std::string& n : known_components()) names += (names.empty() ? "" : ", ") + n;
+          DSV41_FAIL("--save-tensors '", text, "': unknown component '", v, "' (one of: ", names, ")");
+        }
         f.component = v;
       } else {
         DSV41_FAIL("--save-tensors '", text, "': unknown key '", k, "' (step, layer, component)");

@@ -16,6 +16,34 @@ std::string version_text() {
   return std::string("dsv41 ") + DSV41_VERSION + " (git " + DSV41_GIT_COMMIT + ")";
 }
 
+// Names the first word that should be a verb (of dsv41, or of a verb with sub-verbs such as
+// `report`) but is none, with the verbs it could be; empty when every such word is a verb.
+// CLI11 alone would say only "A subcommand is required".
+std::string unknown_verb(const CLI::App& root, int argc, char** argv) {
+  const CLI::App* app = &root;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") return {};
+    if (!word.empty() && word[0] == '-') continue;  // the options here are all flags
+    const std::vector<const CLI::App*> subs = app->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) return {};
+    std::string names;
+    for (const CLI::App* sub : subs) {
+      if (sub->check_name(word)) {
+        app = sub;
+        names.clear();
+        break;
+      }
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!names.empty()) {
+      const std::string of = app == &root ? "" : " of '" + app->get_name() + "'";
+      return "unknown verb '" + word + "'" + of + "; verbs: " + names;
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -27,6 +55,9 @@ int main(int argc, char** argv) {
     return "dsv41: error: " + std::string(e.what()) + "\nRun with --help for more information.\n";
   });
   app.set_version_flag("--version", version_text(), "print the version and git commit, then exit");
+  bool debug = false;
+  app.add_flag("--debug", debug,
+               "on an error, also print where it was detected (source file, line and check)");
   app.require_subcommand(1);
   const std::vector<Verb> verbs = {add_bytes_verb(app), add_selfcheck_verb(app),
                                    add_forward_verb(app), add_weights_verb(app),
@@ -35,6 +66,10 @@ int main(int argc, char** argv) {
                                    add_conform_verb(app), add_selftest_verb(app),
                                    add_exact_verb(app), add_vectors_verb(app)};
 
+  if (const std::string unknown = unknown_verb(app, argc, argv); !unknown.empty()) {
+    std::cerr << "dsv41: error: " << unknown << "\nRun with --help for more information.\n";
+    return kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -47,6 +82,10 @@ int main(int argc, char** argv) {
     }
   } catch (const dsv41::Error& e) {
     std::cerr << "dsv41: error: " << e.what() << "\n";
+    if (debug) {
+      const std::string& origin = e.origin().empty() ? dsv41::Error::last_origin() : e.origin();
+      std::cerr << "dsv41: debug: " << (origin.empty() ? "raised with DSV41_FAIL (no check)" : origin) << "\n";
+    }
     return kExitBadInput;
   } catch (const std::exception& e) {
     std::cerr << "dsv41: error: unexpected failure: " << e.what() << "\n";

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "formats/json_limits.h"
 #include "formats/error.h"
 #include "reference/dtype.h"
 #include "scenarios/port_dump.h"
@@ -102,8 +103,10 @@ StoredStep read_h5_step(const reports::H5Reader& r, const std::string& group, co
   if (r.attr_type(g, kH5MetadataAttr) != Type::kString) {
     DSV41_FAIL(where, ": no string attribute '", kH5MetadataAttr, "' (the step's metadata as a JSON object)");
   }
+  const std::string metadata = r.attr_string(g, kH5MetadataAttr);
+  formats::check_json_nesting(metadata, where + ": attribute '" + kH5MetadataAttr + "'");
   try {
-    const json m = json::parse(r.attr_string(g, kH5MetadataAttr));
+    const json m = json::parse(metadata);
     if (!m.is_object()) DSV41_FAIL(where, ": attribute '", kH5MetadataAttr, "' is not a JSON object");
     for (const auto& [k, v] : m.items()) s.metadata[k] = v.get<std::string>();
   } catch (const json::exception& e) {

@@ -5,11 +5,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "formats/json_limits.h"
 #include "formats/error.h"
 #include "reference/hooks.h"
 #include "reports/h5_reader.h"
@@ -194,16 +196,20 @@ PortDump read_port_dump(const std::string& dir) {
                                   : std::string(kPortDumpManifest));
   json m;
   if (d.h5) {
+    const std::string text = port_dump_detail::read_h5_manifest(*h5, where);
+    formats::check_json_nesting(text, where);
     try {
-      m = json::parse(port_dump_detail::read_h5_manifest(*h5, where));
+      m = json::parse(text);
     } catch (const json::exception& e) {
       DSV41_FAIL(where, ": not valid JSON: ", e.what());
     }
   } else {
     std::ifstream in(mpath, std::ios::binary);
     if (!in) DSV41_FAIL(where, ": missing manifest (cannot open '", mpath, "')");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    formats::check_json_nesting(text, where);
     try {
-      m = json::parse(in);
+      m = json::parse(text);
     } catch (const json::exception& e) {
       DSV41_FAIL(where, ": not valid JSON: ", e.what());
     }

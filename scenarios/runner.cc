@@ -355,6 +355,7 @@ class ComparisonRun {
       ++evidence_.probes_unmeasured;
     }
     for (const std::string& v : r.vacuous_items) evidence_.vacuous_items.insert(v);
+    for (const std::string& v : r.nonfinite_items) evidence_.nonfinite_items.insert(v);
   }
 
   // The first failing row: where, how much, and the command that reruns just that case.
@@ -414,8 +415,37 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+// Refuses a scenario one of whose sessions would pass max_seq_len, before any token is planned or
+// step run: its prompts, decode steps and speculative rounds (each at least one token) add up.
+static void check_session_lengths(const Scenario& sc, const reference::ModelConfig& c) {
+  const auto segments_length = [&](const std::vector<TokenSegment>& segs) {
+    int64_t n = 0;
+    for (const TokenSegment& seg : segs) {
+      if (seg.kind == TokenSegment::kLiteral) n += static_cast<int64_t>(seg.ids.size());
+      if (seg.kind == TokenSegment::kRandom) n += seg.count;
+      if (seg.kind == TokenSegment::kSpan || seg.kind == TokenSegment::kNear) {
+        for (const TokenSegment& part : sc.spans.at(seg.span)) {
+          n += part.kind == TokenSegment::kLiteral ? static_cast<int64_t>(part.ids.size()) : part.count;
+        }
+      }
+    }
+    return n;
+  };
+  std::map<std::string, int64_t> length;
+  for (size_t e = 0; e < sc.events.size(); ++e) {
+    const Event& ev = sc.events[e];
+    int64_t& n = length[ev.session];
+    if (ev.kind == Event::kPrompt) n += segments_length(ev.segments);
+    if (ev.kind == Event::kDecode) n += ev.decode;
+    if (ev.kind == Event::kSpeculate) n += ev.speculate.rounds;
+    DSV41_CHECK(n <= c.max_seq_len, "scenario '", sc.name, "': events[", e, "]: session '", ev.session,
+                "' reaches at least ", n, " tokens, past max_seq_len = ", c.max_seq_len, " of the config");
+  }
+}
+
 ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, const RunOptions& opt) {
   ScenarioPlan plan;
+  check_session_lengths(sc, c);
   plan.tokens = plan_tokens(sc, c.vocab_size);
   plan.pairs = sc.pairs;
   if (!opt.sides.empty()) {

@@ -1,3 +1,4 @@
+#include "formats/json_limits.h"
 #include "scenarios/scenario.h"
 
 #include <fstream>
@@ -27,15 +28,31 @@ void only_keys(const json& j, const std::string& where, const std::set<std::stri
   }
 }
 
+// The most tokens, steps or rounds one count of a scenario may ask for (docs/cli.md "Limits"):
+// 2^20, the longest context of any DeepSeek-V4 config; checked before anything is allocated.
+constexpr int64_t kMaxScenarioCount = int64_t{1} << 20;
+
+// A bounded excerpt of a JSON value for a message: never the whole of a large value.
+std::string excerpt(const json& j) {
+  if (j.is_array()) return "an array of " + std::to_string(j.size()) + " elements";
+  if (j.is_object()) return "an object of " + std::to_string(j.size()) + " keys";
+  std::string s = j.dump();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
 int64_t positive(const json& j, const std::string& where, bool allow_zero = false) {
-  DSV41_CHECK(j.is_number_integer(), where, ": must be an integer, got ", j.dump());
+  if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(kMaxScenarioCount)) {
+    DSV41_FAIL(where, ": must be at most ", kMaxScenarioCount, ", got ", j.get<uint64_t>());
+  }
+  DSV41_CHECK(j.is_number_integer(), where, ": must be an integer, got ", excerpt(j));
   const int64_t v = j.get<int64_t>();
   DSV41_CHECK(allow_zero ? v >= 0 : v > 0, where, ": must be ", allow_zero ? ">= 0" : "> 0", ", got ", v);
+  DSV41_CHECK(v <= kMaxScenarioCount, where, ": must be at most ", kMaxScenarioCount, ", got ", v);
   return v;
 }
 
 std::string text(const json& j, const std::string& where) {
-  DSV41_CHECK(j.is_string(), where, ": must be a string, got ", j.dump());
+  DSV41_CHECK(j.is_string(), where, ": must be a string, got ", excerpt(j));
   return j.get<std::string>();
 }
 
@@ -225,6 +242,7 @@ Side parse_side(const std::string& given) {
 Scenario parse_scenario(const std::string& json_text, const std::string& source) {
   const std::string where = "scenario '" + source + "'";
   json j;
+  formats::check_json_nesting(json_text, where);
   try {
     j = json::parse(json_text);
   } catch (const json::parse_error& e) {

@@ -7,10 +7,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unistd.h>
 
+#include "formats/json_limits.h"
 #include "formats/error.h"
 #include "formats/output_file.h"
 #include "reference/weights.h"
@@ -198,9 +200,11 @@ VectorSet read_vector_set(const std::string& dir) {
   const std::string where = path.string();
   DSV41_CHECK(fs::exists(path), where, ": no such file (not a conformance vector set: dsv41 vectors -o DIR)");
   std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  formats::check_json_nesting(text, where);
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const std::exception& e) {
     DSV41_FAIL(where, ": not JSON: ", e.what());
   }

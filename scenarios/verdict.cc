@@ -67,6 +67,11 @@ Verdict comparison_verdict(Comparison& cmp, Expectation expect, const Evidence& 
       }
     }
   }
+  if (gap.empty() && !e.nonfinite_items.empty()) {
+    gap = "outputs hold NaN or Inf (non-finite values prove nothing, even when equal): " +
+          *e.nonfinite_items.begin() +
+          (e.nonfinite_items.size() > 1 ? " and " + std::to_string(e.nonfinite_items.size() - 1) + " more" : "");
+  }
   if (gap.empty() && !e.vacuous_items.empty()) {
     gap = "outputs all zero on both sides (a vacuous comparison): " + *e.vacuous_items.begin() +
           (e.vacuous_items.size() > 1 ? " and " + std::to_string(e.vacuous_items.size() - 1) + " more" : "");

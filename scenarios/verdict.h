@@ -12,8 +12,9 @@
 // Contract: a verdict is never a pass without evidence. A comparison with no failing row is
 // inconclusive, with a note saying why, when a backend could not show something (a planted
 // defect that never fired), a probe step had no resume boundary before it or side A's probe
-// selections do not straddle it, nothing was compared, an output is missing on one side, or the
-// outputs compared are all zero on both sides. A scenario with no comparison is inconclusive.
+// selections do not straddle it, nothing was compared, an output is missing on one side, the
+// outputs compared are all zero on both sides, or an output holds NaN or Inf (equal NaNs prove
+// nothing). A scenario with no comparison is inconclusive.
 //
 // Example:
 //   Evidence e;
@@ -43,6 +44,7 @@ struct Evidence {
   std::string backend_gap;              // what a side's backend could not show ("": nothing)
   int64_t probes_unmeasured = 0;        // probe steps with no resume boundary before them
   std::set<std::string> vacuous_items;  // float outputs all zero on both sides
+  std::set<std::string> nonfinite_items;  // float outputs holding NaN/Inf (compare.h): never a pass
 };
 
 // The verdict of one comparison from its rows (cmp.rows, cmp.items_compared) and the evidence:

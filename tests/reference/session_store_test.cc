@@ -222,8 +222,9 @@ TEST_F(SessionStore, GlobalOnlyResumeOfALongSessionIsEncoderReplay) {
 }
 
 // The token tail must compress to the stored Engram tail (a file saved with another token map
-// cannot be replayed); a full resume does not read the token tail's ids into the Engram history.
-TEST_F(SessionStore, GlobalOnlyResumeChecksTheTokenTailAgainstTheEngramTail) {
+// cannot be replayed), in either resume mode: an edited tail with valid CRCs is refused by a full
+// resume too (issue 14).
+TEST_F(SessionStore, ResumeChecksTheTokenTailAgainstTheEngramTail) {
   const Fixture f = fixture();
   std::vector<uint8_t> b = session_bytes(prefilled(12), f.config, false);
   const size_t i = find_section(b, SessionSection::kTokenTail);
@@ -238,8 +239,10 @@ TEST_F(SessionStore, GlobalOnlyResumeChecksTheTokenTailAgainstTheEngramTail) {
   });
   EXPECT_TRUE(has(e, "session file 'patched.dsv41s': global-only resume: the Engram tail holds compressed id ")) << e;
   EXPECT_TRUE(has(e, " at position 11, but its token " + std::to_string(other) + " maps to ")) << e;
-  EXPECT_TRUE(has(e, "(was the session saved with another token map?)")) << e;
-  EXPECT_EQ(load_error(b, f.config), "(no error)");
+  EXPECT_TRUE(has(e, "(was the session saved with another token map, or edited?)")) << e;
+  const std::string full = load_error(b, f.config);
+  EXPECT_TRUE(has(full, "session file 'patched.dsv41s': full resume: the Engram tail holds compressed id ")) << full;
+  EXPECT_TRUE(has(full, " at position 11, but its token " + std::to_string(other) + " maps to ")) << full;
 }
 
 TEST_F(SessionStore, StateWithoutSwaCannotContinue) {

@@ -281,6 +281,34 @@ TEST(ReportSchema, CatchesAColumnOfTheWrongLength) {
   EXPECT_THAT(error_of([&] { read_report(path); }), AllOf(HasSubstr(path), HasSubstr(column)));
 }
 
+// A checked row's verdict must follow from its value and bound: with every value NaN (never
+// within a bound), a row whose verdict still says pass contradicts itself (issue 14).
+TEST(ReportSchema, CatchesACheckedRowWhoseVerdictContradictsItsValue) {
+  const std::string path = temp_dir() + "/r.h5";
+  BrokenFile f(path);
+  const std::string column = kFailComparison + "/metrics/value";
+  const hid_t old = H5Dopen2(f.get(), column.c_str(), H5P_DEFAULT);
+  ASSERT_GE(old, 0);
+  const hid_t old_space = H5Dget_space(old);
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(old_space, &n, nullptr);
+  H5Sclose(old_space);
+  H5Dclose(old);
+  ASSERT_GT(n, 0u);
+  ASSERT_GE(H5Ldelete(f.get(), column.c_str(), H5P_DEFAULT), 0);
+  const std::vector<double> nan(n, std::numeric_limits<double>::quiet_NaN());
+  const hid_t space = H5Screate_simple(1, &n, nullptr);
+  const hid_t ds = H5Dcreate2(f.get(), column.c_str(), H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(ds, 0);
+  H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, nan.data());
+  H5Dclose(ds);
+  H5Sclose(space);
+  f.close();
+  EXPECT_THAT(check_report_schema(path),
+              ::testing::Contains(AllOf(HasSubstr(kFailComparison + "/metrics"), HasSubstr("verdict 'pass' but its value nan"),
+                                        HasSubstr("is beyond its bound"))));
+}
+
 // A tensor stored wider than its logical dtype (int64 for int32) is not what the schema says.
 TEST(ReportSchema, CatchesATensorStoredInTheWrongWidth) {
   const std::string path = temp_dir() + "/r.h5";

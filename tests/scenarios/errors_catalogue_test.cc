@@ -1,0 +1,189 @@
+// The catalogue of bad inputs (docs/errors.md), table-driven: `dsv41` on each bad input gives
+// the catalogued exit code and message, and no message names a source file (".cc:",
+// "/reference/", "check `"): the check's location is printed only with --debug.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_cli.h"
+
+namespace dsv41::test {
+namespace {
+
+const std::string kOracle = DSV41_ORACLE_DIR;
+const std::string kConfig = kOracle + "/config.json";
+const std::string kWeights = kOracle + "/weights.safetensors";
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = scratch() + "/" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+std::string nested(int depth) { return std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']'); }
+
+// The tiny config with one field replaced.
+std::string config_with(const std::string& field, const nlohmann::json& value) {
+  nlohmann::json c = nlohmann::json::parse(read_bytes(kConfig));
+  c[field] = value;
+  return write_file("config_" + field + ".json", c.dump());
+}
+
+// A safetensors file with this header and no data.
+std::string safetensors_with(const std::string& name, const std::string& header) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return write_file(name, bytes + header);
+}
+
+// The oracle weights with every value of norm.weight (BF16) set to NaN.
+std::string nan_weights() {
+  std::string b = read_bytes(kWeights);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(b[static_cast<size_t>(i)]);
+  const nlohmann::json h = nlohmann::json::parse(b.substr(8, n));
+  const uint64_t begin = h["norm.weight"]["data_offsets"][0], end = h["norm.weight"]["data_offsets"][1];
+  for (uint64_t at = 8 + n + begin; at < 8 + n + end; at += 2) {
+    b[at] = static_cast<char>(0xc0);
+    b[at + 1] = static_cast<char>(0x7f);
+  }
+  return write_file("nan.safetensors", b);
+}
+
+std::string scenario(const std::string& name, const std::string& events_json, const std::string& extra = "") {
+  return write_file(name + ".json", R"({"name": ")" + name + R"(", "events": )" + events_json + extra + "}");
+}
+
+struct Entry {
+  std::string what;  // the input class and the bad input (docs/errors.md)
+  std::string args;  // dsv41's arguments
+  int code;
+  std::string message;  // a part of stdout + stderr
+};
+
+void expect_entry(const Entry& e) {
+  SCOPED_TRACE(e.what + ": dsv41 " + e.args);
+  const CliResult r = run_dsv41(e.args);
+  const std::string all = r.out + r.err;
+  EXPECT_EQ(r.code, e.code) << all;
+  EXPECT_TRUE(has(all, e.message)) << "want '" << e.message << "' in:\n" << all;
+  for (const char* leak : {".cc:", "/reference/", "/scenarios/", "check `"}) {
+    EXPECT_FALSE(has(r.err, leak)) << "a source location leaks: " << r.err;
+  }
+}
+
+TEST(ErrorsCatalogue, Config) {
+  const std::string out = " -o '" + scratch() + "/x.h5'";
+  for (const Entry& e : std::vector<Entry>{
+           {"config: 100k-deep JSON at a known key", "bytes --config '" +
+                write_file("deep.json", R"({"dim": )" + nested(100000) + "}") + "'",
+            2, "JSON nested deeper than 64 levels"},
+           {"config: head_dim 2^30 (bytes overflowed)", "bytes --config '" + config_with("head_dim", 1 << 30) + "'", 2,
+            "field 'head_dim': must be at most 1048576, got 1073741824"},
+           {"config: vocab_size 2^31-1, refused before any allocation",
+            "forward --config '" + config_with("vocab_size", 2147483647) + "' --weights '" + kWeights + "' --prompt 1" + out,
+            2, "field 'vocab_size': must be at most 1048576"},
+       }) {
+    expect_entry(e);
+  }
+}
+
+TEST(ErrorsCatalogue, Weights) {
+  for (const Entry& e : std::vector<Entry>{
+           {"weights: 100k-deep JSON at 'shape' (crashed weights --check)",
+            "weights --config '" + kConfig + "' --check '" +
+                safetensors_with("deep.safetensors", R"({"a": {"dtype": "F32", "data_offsets": [0, 0], "shape": )" +
+                                                         nested(100000) + "}}") + "'",
+            2, "JSON nested deeper than 64 levels"},
+           {"weights: a shape whose product overflows behind a zero extent",
+            "weights --config '" + kConfig + "' --check '" +
+                safetensors_with("big.safetensors",
+                                 R"({"a": {"dtype": "F32", "data_offsets": [0, 0], "shape": [0, 4294967296, 4294967296]}})") +
+                "'",
+            2, "holds more than 2^62 elements"},
+           {"weights: NaN values give all-NaN logits (was exit 0)",
+            "forward --config '" + kConfig + "' --weights '" + nan_weights() + "' --prompt 1,2,3 -o '" + scratch() + "/n.h5'",
+            2, "non-finite logits"},
+       }) {
+    expect_entry(e);
+  }
+}
+
+TEST(ErrorsCatalogue, Scenario) {
+  const std::string out = " -q -o '" + scratch() + "/r.h5'";
+  for (const Entry& e : std::vector<Entry>{
+           {"scenario: 100k-deep JSON at 'notes'",
+            "run '" + scenario("deep", R"([{"prompt": [1, 2]}])", R"(, "notes": )" + nested(100000)) + "'" + out, 2,
+            "JSON nested deeper than 64 levels"},
+           {"scenario: decode 10^9 steps", "run '" + scenario("decode", R"([{"prompt": [1, 2]}, {"decode": 1000000000}])") + "'" + out, 2,
+            ".decode: must be at most 1048576, got 1000000000"},
+           {"scenario: random 10^12 tokens", "run '" + scenario("random", R"([{"prompt": [{"random": 1000000000000}]}])") + "'" + out, 2,
+            ".random: must be at most 1048576"},
+           {"scenario: a session past max_seq_len, refused before any step",
+            "run '" + scenario("long", R"([{"prompt": [1, 2]}, {"decode": 600}])") + "' --sides ref,ref" + out, 2,
+            "past max_seq_len = 512"},
+       }) {
+    expect_entry(e);
+  }
+}
+
+TEST(ErrorsCatalogue, CliArguments) {
+  const std::string s = scenario("ok", R"([{"prompt": [1, 2, 3]}])");
+  const std::string out = " -q -o '" + scratch() + "/r.h5'";
+  for (const Entry& e : std::vector<Entry>{
+           {"CLI: a mistyped verb", "frobnicate", 2, "unknown verb 'frobnicate'; verbs: bytes, selfcheck, forward"},
+           {"CLI: a mistyped sub-verb", "report chek x.h5", 2, "unknown verb 'chek' of 'report'; verbs: show, check, junit"},
+           {"CLI: a negative seed", "run '" + s + "' --seed -1" + out, 2, "a seed is a decimal integer from 0 to 2^64-1, got '-1'"},
+           {"CLI: a negative weight seed", "weights --config tiny --seed -1 -o '" + scratch() + "/w.safetensors'", 2,
+            "a seed is a decimal integer"},
+           {"CLI: an unknown --save-tensors component", "run '" + s + "' --save-tensors component=bogus" + out, 2,
+            "--save-tensors 'component=bogus': unknown component 'bogus' (one of: "},
+           {"CLI: --decoder-replay below window_size", "forward --config '" + kConfig + "' --weights '" + kWeights +
+                "' --prompt 1,2 --decoder-replay 1 -o '" + scratch() + "/f.h5'",
+            2, "--decoder-replay 1: decoder replay needs at least window_size = 64 rows"},
+       }) {
+    expect_entry(e);
+  }
+}
+
+TEST(ErrorsCatalogue, TokenListsAndFiles) {
+  const std::string f = " -o '" + scratch() + "/f.h5'";
+  const std::string fwd = "forward --config '" + kConfig + "' --weights '" + kWeights + "'";
+  for (const Entry& e : std::vector<Entry>{
+           {"token list: a non-integer id", fwd + " --prompt 1,x" + f, 2, "'x' is not a non-negative integer id"},
+           {"token list: an unreadable @FILE", fwd + " --prompt @/no/such/ids.txt" + f, 2, "cannot open '/no/such/ids.txt'"},
+           {"session file: missing", fwd + " --prompt 1 --resume /no/such.dsv41s" + f, 2,
+            "cannot open session file '/no/such.dsv41s'"},
+           {"port dump: neither a directory nor HDF5", "conform '" + write_file("dump.txt", "x") + "' --config '" +
+                kConfig + "' --weights '" + kWeights + "' -o '" + scratch() + "/c.h5'",
+            2, "not a directory, and not a readable HDF5 dump"},
+       }) {
+    expect_entry(e);
+  }
+}
+
+// A NaN compared with a NaN is no evidence: inconclusive (exit 3), never a pass.
+TEST(ErrorsCatalogue, NanOutputsAreNeverAPass) {
+  const CliResult r = run_dsv41("run '" + scenario("nan", R"([{"prompt": [1, 2, 3]}])") + "' --weights '" + nan_weights() +
+                                "' --sides ref,ref -q -o '" + scratch() + "/nan.h5'");
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  EXPECT_TRUE(has(r.out + r.err, "inconclusive")) << r.out << r.err;
+}
+
+// --debug adds where the error was detected; without it no source location is printed.
+TEST(ErrorsCatalogue, DebugShowsTheOrigin) {
+  const std::string args = "bytes --config '" + config_with("head_dim", 1 << 30) + "'";
+  const CliResult plain = run_dsv41(args), debug = run_dsv41("--debug " + args);
+  EXPECT_EQ(plain.code, 2);
+  EXPECT_EQ(debug.code, 2);
+  EXPECT_FALSE(has(plain.err, "dsv41: debug: ")) << plain.err;
+  EXPECT_TRUE(has(debug.err, "dsv41: debug: ")) << debug.err;
+}
+
+}  // namespace
+}  // namespace dsv41::test
