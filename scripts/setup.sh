@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build git pkg-config
           libeigen3-dev libboost-dev libhdf5-dev hdf5-tools libcli11-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev librapidcheck-dev
+          clang libclang-rt-14-dev  # scripts/fuzz.sh and scripts/sanitize.sh (CI)
           python3 python3-h5py python3-numpy python3-pandas)
 missing=()
 for p in "${packages[@]}"; do
