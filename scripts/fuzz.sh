@@ -38,13 +38,14 @@ artifacts=$root/$build_dir/fuzz-artifacts
 mkdir -p "$artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/fuzz/lsan.supp}
 echo "fuzz: seed $seed (DSV41_FUZZ_SEED overrides), ${limit[*]} per target"
 for t in "${targets[@]}"; do
   scratch=$(mktemp -d)
   echo "fuzz: $t"
   # shellcheck disable=SC2086
   if ! "$build_dir/fuzz/$t" "$scratch" "fuzz/corpus/$t" -seed="$seed" "${limit[@]}" \
-        -timeout=10 -rss_limit_mb=2560 -max_len=262144 -print_final_stats=1 \
+        -timeout=10 -rss_limit_mb=2560 -print_final_stats=1 \
         -artifact_prefix="$artifacts/$t-" ${DSV41_FUZZ_ARGS:-} 2>"$artifacts/$t.log"; then
     tail -n 60 "$artifacts/$t.log"
     echo "fuzz: $t FAILED (input and log in $artifacts)" >&2
