@@ -31,8 +31,17 @@ uint64_t read_le64(const unsigned char* p) {
 }  // namespace
 
 int64_t Entry::numel() const {
+  // A zero extent anywhere makes the count 0 even after extents whose product overflows
+  // ([2^40, 2^40, 0] is a valid empty tensor of read(): found by fuzz_safetensors under UBSan).
+  for (int64_t s : shape) {
+    if (s == 0) return 0;
+  }
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape) {
+    if (__builtin_mul_overflow(n, s, &n)) {
+      DSV41_FAIL("tensor '", name, "': shape ", shape_string(shape), " overflows 64 bits");
+    }
+  }
   return n;
 }
 

@@ -33,7 +33,7 @@ std::vector<T> le_values(const Entry& e) {
   std::vector<T> v(static_cast<size_t>(e.numel()));
   DSV41_CHECK(e.bytes.size() == v.size() * sizeof(T), "key '", e.name, "': ", e.bytes.size(), " bytes for ", v.size(),
               " values");
-  std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
+  if (!v.empty()) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());  // empty: data() may be null (UB)
   return v;
 }
 

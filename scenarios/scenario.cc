@@ -245,7 +245,7 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
   formats::check_json_nesting(json_text, where);
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 4e866
     DSV41_FAIL(where, ": not valid JSON: ", e.what());
   }
   only_keys(j, where, {"name", "kind", "description", "seed", "spans", "events", "pairs", "modes", "tolerances",

@@ -205,6 +205,18 @@ TEST_F(SafetensorsRead, HugeShapeDoesNotOverflow) {
                "w", "holds more elements than the data section");
 }
 
+// An empty tensor whose other extents multiply past 2^63 is valid, and counts 0 elements: the
+// count stops at the zero instead of overflowing first (signed overflow: caught by UBSan in
+// scripts/sanitize.sh; fuzz/corpus/fuzz_safetensors/regress_zero_extent_after_overflow).
+TEST_F(SafetensorsRead, ZeroExtentAfterHugeExtentsCountsZero) {
+  const SafetensorsFile f = SafetensorsFile::read(
+      make_file(R"({"w": {"dtype": "F32", "shape": [1099511627776, 1099511627776, 0], "data_offsets": [0, 0]}})", 0));
+  EXPECT_EQ(f.get("w").numel(), 0);
+  EXPECT_TRUE(f.get("w").to_f32().empty());
+  const Entry e{"big", DType::kU8, {int64_t{1} << 40, int64_t{1} << 40}, {}};
+  EXPECT_THROW((void)e.numel(), Error);
+}
+
 TEST_F(SafetensorsRead, F4OddElementCount) {
   expect_error(make_file(R"({"w": {"dtype": "F4", "shape": [3, 3], "data_offsets": [0, 5]}})", 5), "w",
                "odd element count (9)");

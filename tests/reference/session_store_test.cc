@@ -330,7 +330,7 @@ TEST_F(SessionStore, ReleasedLayoutMatchesTheByteAccounting) {
   EXPECT_EQ(session_layout(c, 10, true).back().kind, SessionSection::kDSparkRing);
   EXPECT_EQ(session_layout(c, 10, true).back().layer, c.n_layers + c.n_mtp_layers - 1);
   for (int64_t p : {10, 4096}) {  // the token tail: window_size + engram_max_ngram_size - 1 = 131 ids at most
-    const SessionSectionInfo& t = session_layout(c, p, false).back();
+    const SessionSectionInfo t = session_layout(c, p, false).back();  // a copy: the vector is a temporary
     EXPECT_EQ(t.kind, SessionSection::kTokenTail);
     EXPECT_EQ(t.count, std::min<int64_t>(p, c.window_size + c.engram_max_ngram_size - 1));
   }

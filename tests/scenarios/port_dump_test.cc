@@ -148,7 +148,7 @@ void write_manifest(const std::string& dir, const nlohmann::json& m) { std::ofst
 template <typename T>
 std::vector<T> raw(const st::Entry& e) {
   std::vector<T> v(e.bytes.size() / sizeof(T));
-  std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
+  if (!v.empty()) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());  // empty: data() may be null (UB)
   return v;
 }
 

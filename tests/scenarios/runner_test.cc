@@ -227,6 +227,16 @@ TEST(Runner, BadInputIsAnErrorNamingIt) {
     EXPECT_NE(std::string(e.what()).find("typo.json"), std::string::npos) << e.what();
   }
   EXPECT_THROW(parse_scenario(R"({"name": "x", "events": [{"decode": 2}]})", "t"), Error);  // decode before prompt
+  // A number beyond double's range is nlohmann's out_of_range, not a parse_error: still a
+  // dsv41::Error naming the file (found by fuzz_scenario: the bare input `4e866`).
+  for (const char* text : {"4e866", R"({"name": "x", "seed": 1e400})"}) {
+    try {
+      parse_scenario(text, "huge.json");
+      FAIL() << text << ": must be an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("scenario 'huge.json': not valid JSON"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Runner, ToleranceRuleMissingIsAnError) {

@@ -1,0 +1,16 @@
+// fuzz/fuzz_report.cc: reports::read_report (with tensors) and check_report_schema on arbitrary
+// bytes written to a scratch .h5 file: dsv41's report reader over what libhdf5 accepts.
+#include "fuzz/fuzz_util.h"
+#include "reports/report.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::string path = (dsv41::fuzz::scratch_dir() / "fuzz.h5").string();
+  dsv41::fuzz::write_file(path, dsv41::fuzz::view(data, size));
+  dsv41::fuzz::accept([&] {
+    const dsv41::reports::RunReport r = dsv41::reports::read_report(path, true);
+    (void)dsv41::reports::summarize(r);
+    (void)dsv41::reports::format_summary(r);
+  });
+  dsv41::fuzz::accept([&] { (void)dsv41::reports::check_report_schema(path); });
+  return 0;
+}
