@@ -16,17 +16,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 # clang and its sanitizer/libFuzzer runtimes (Debian 12): installed here, not by setup.sh, since
 # only the sanitizer jobs need them.
-missing=()
-for p in clang libclang-rt-14-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "fuzz: installing ${missing[*]}"
-  sudo_cmd=()
-  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+./scripts/apt_install.sh clang libclang-rt-14-dev
 build_dir=${DSV41_FUZZ_DIR:-build-fuzz}
 # fuzz_report is not in the default (CI) list while its open findings in libhdf5's global heap
 # stand (docs/errors.md, "Fuzzing"): it hits one within a few seconds. Run it by name.

@@ -12,18 +12,7 @@ packages=(build-essential cmake ninja-build git pkg-config
           libeigen3-dev libboost-dev libhdf5-dev hdf5-tools libcli11-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev librapidcheck-dev
           python3 python3-h5py python3-numpy python3-pandas)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  sudo_cmd=()
-  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null
-fi
+./scripts/apt_install.sh "${packages[@]}"
 
 build_dir=${DSV41_BUILD_DIR:-build}
 werror=${DSV41_WERROR:-$([ "${CI:-}" = true ] && echo ON || echo OFF)}
