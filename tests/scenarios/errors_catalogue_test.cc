@@ -167,6 +167,95 @@ TEST(ErrorsCatalogue, TokenListsAndFiles) {
   }
 }
 
+// The first `n` bytes of `path`, or the file with the byte at its middle flipped, as a new file.
+std::string truncated(const std::string& path, size_t n, const std::string& name) {
+  return write_file(name, read_bytes(path).substr(0, n));
+}
+std::string flipped(const std::string& path, const std::string& name) {
+  std::string b = read_bytes(path);
+  b[b.size() / 2] = static_cast<char>(b[b.size() / 2] ^ 0xff);
+  return write_file(name, b);
+}
+
+// A weights file with the header rewritten by `edit` (the data kept).
+template <typename Edit>
+std::string weights_with(const std::string& name, Edit edit) {
+  const std::string b = read_bytes(kWeights);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(b[static_cast<size_t>(i)]);
+  nlohmann::json h = nlohmann::json::parse(b.substr(8, n));
+  edit(h);
+  const std::string header = h.dump();
+  std::string len(8, '\0');
+  for (int i = 0; i < 8; ++i) len[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return write_file(name, len + header + b.substr(8 + n));
+}
+
+TEST(ErrorsCatalogue, WeightsFiles) {
+  const std::string check = "weights --config '" + kConfig + "' --check '";
+  for (const Entry& e : std::vector<Entry>{
+           {"weights: not a safetensors file", check + write_file("notes.txt", "hello\n") + "'", 2,
+            "is 6 bytes: too short for a safetensors header"},
+           {"weights: truncated", check + truncated(kWeights, 5000, "trunc.safetensors") + "'", 2,
+            "does not fit the file (5000 bytes); not a safetensors file or truncated"},
+           {"weights: a tensor missing",
+            check + weights_with("missing.safetensors", [](nlohmann::json& h) { h.erase("embed.weight"); }) + "'", 2,
+            "missing tensor 'embed.weight'"},
+           {"weights: a dtype dsv41 does not read",
+            check + weights_with("dtype.safetensors", [](nlohmann::json& h) { h["embed.weight"]["dtype"] = "I8"; }) + "'",
+            2, "tensor 'embed.weight': unsupported safetensors dtype 'I8'"},
+       }) {
+    expect_entry(e);
+  }
+}
+
+TEST(ErrorsCatalogue, SessionFiles) {
+  const std::string fwd = "forward --config '" + kConfig + "' --weights '" + kWeights + "'";
+  const std::string saved = scratch() + "/s.dsv41s";
+  ASSERT_EQ(run_dsv41(fwd + " --prompt 1,2,3,4 --save-state '" + saved + "' -o '" + scratch() + "/s.h5'").code, 0);
+  const std::string resume = fwd + " --prompt 5 -o '" + scratch() + "/r.h5' --resume '";
+  for (const Entry& e : std::vector<Entry>{
+           {"session file: truncated", resume + truncated(saved, 100, "t.dsv41s") + "'", 2,
+            "truncated: 100 bytes, the header says the file has"},
+           {"session file: one byte flipped", resume + flipped(saved, "f.dsv41s") + "'", 2, "checksum mismatch (stored 0x"},
+           {"session file: not a session file", resume + write_file("notes.dsv41s", "hello\n") + "'", 2,
+            "truncated: 6 bytes, the header alone has 48"},
+       }) {
+    expect_entry(e);
+  }
+}
+
+// HDF5 files: reports (report show / check) and port dumps (conform). A crafted file on which
+// libhdf5 itself crashes or hangs is read first in a child process (reports/h5_probe.h) and
+// refused: before, `report check` died with SIGSEGV or never ended.
+TEST(ErrorsCatalogue, ReportsAndHdf5Dumps) {
+  const std::string run = scenario("one", R"([{"prompt": [1, 2, 3]}])");
+  const std::string report = scratch() + "/r.h5", forward = scratch() + "/f.h5";
+  ASSERT_EQ(run_dsv41("run '" + run + "' --sides ref,ref -q -o '" + report + "'").code, 0);
+  ASSERT_EQ(run_dsv41("forward --config '" + kConfig + "' --weights '" + kWeights + "' --prompt 1,2 -o '" + forward + "'").code, 0);
+  const std::string findings = std::string(DSV41_SOURCE_DIR) + "/fuzz/findings/";
+  const std::string conform = "' --config '" + kConfig + "' --weights '" + kWeights + "' -o '" + scratch() + "/c.h5'";
+  for (const Entry& e : std::vector<Entry>{
+           {"report: not HDF5", "report show '" + write_file("notes.txt", "hello\n") + "'", 2, "': not an HDF5 file"},
+           {"report: truncated", "report show '" + truncated(report, 4096, "trunc.h5") + "'", 2,
+            "cannot open the HDF5 file (truncated or corrupt)"},
+           {"report: an HDF5 file that is not a report", "report show '" + forward + "'", 2,
+            "not a dsv41 divergence report (the root attribute 'schema' is not 'dsv41-divergence-report')"},
+           {"report: libhdf5 segfaulted in the global heap", "report check '" + findings + "report_check_h5hg_read_segv.h5'", 2,
+            "': refused: "},
+           {"report: libhdf5 looped in the global heap", "report check '" + findings + "report_check_h5hg_hang.h5'", 2,
+            "': refused: "},
+           {"report: libhdf5 allocated 4 GB", "report show '" + findings + "report_check_h5hg_4gb_malloc.h5'", 2,
+            "': refused: dataset '/summary': HDF5 cannot read it"},
+           {"port dump: a directory without dump.json", "conform '" + scratch() + conform, 2,
+            "dump.json: missing manifest"},
+           {"port dump: a crafted HDF5 dump", "conform '" + findings + "report_check_h5hg_hang.h5" + conform, 2,
+            "not a readable HDF5 dump: "},
+       }) {
+    expect_entry(e);
+  }
+}
+
 // A NaN compared with a NaN is no evidence: inconclusive (exit 3), never a pass.
 TEST(ErrorsCatalogue, NanOutputsAreNeverAPass) {
   const CliResult r = run_dsv41("run '" + scenario("nan", R"([{"prompt": [1, 2, 3]}])") + "' --weights '" + nan_weights() +
