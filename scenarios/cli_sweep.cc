@@ -141,6 +141,7 @@ Verb add_sweep_verb(CLI::App& parent) {
   app->add_option("--worker-parent", a->worker.parent)->group("");
   app->add_flag("--worker-kill", a->worker.kill_mid_item)->group("");
   app->add_option("--test-kill-item", a->o.test_kill_item)->group("");
+  app->add_option("--test-kill-rank", a->o.test_kill_rank)->group("");
   return {app, [a, app] {
             a->worker.threads = a->o.threads;
             const std::string cmd = command_line_of(*app, "sweep", "plan");

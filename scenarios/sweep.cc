@@ -2,9 +2,13 @@
 // rank's item processes, and rank 0's merged report.
 #include "scenarios/sweep.h"
 
+#include <signal.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -187,14 +191,16 @@ std::vector<uint8_t> item_message(int64_t item) {
   return std::move(w.bytes);
 }
 
-// A rank other than 0: asks for items until rank 0 has none left for it.
-void serve(Rank& rank, Comm& comm) {
+// A rank other than 0: asks for items until rank 0 has none left for it. `kill_self` (tests):
+// this rank's own process dies (SIGKILL) when it receives its second item, as a lost node would.
+void serve(Rank& rank, Comm& comm, bool kill_self) {
   comm.send(0, kTagRequest, {});
-  while (true) {
+  for (int received = 0;; ++received) {
     const CommMessage m = comm.receive(0);
     DSV41_CHECK(m.tag == kTagItem, "sweep: rank ", comm.rank(), ": unexpected message tag ", m.tag, " from rank 0");
     const int64_t item = ByteReader(m.bytes).i64();
     if (item < 0) return;
+    if (kill_self && received == 1) ::raise(SIGKILL);
     rank.start(item);
     std::optional<ItemOutcome> out;
     while (!(out = rank.poll())) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -214,19 +220,34 @@ std::string join_distinct(const std::vector<std::string>& v, const char* sep) {
   return s;
 }
 
-// The result of an item from what its rank reported (its report, or an error that says why not).
+std::string item_path(const std::string& work_dir, int64_t item) { return work_dir + "/" + std::to_string(item) + ".h5"; }
+
+// Keeps an item's report in the work folder as soon as it arrives (written beside, then renamed):
+// a sweep that dies later can be resumed from what is there.
+void persist(ItemOutcome& out, const std::string& work_dir) {
+  if (out.report.empty() || out.exit == "resumed") return;
+  const std::string path = item_path(work_dir, out.item);
+  try {
+    {
+      std::ofstream f(path + ".part", std::ios::binary);
+      f.write(reinterpret_cast<const char*>(out.report.data()), static_cast<std::streamsize>(out.report.size()));
+      DSV41_CHECK(f.good(), "cannot write '", path, ".part'");
+    }
+    std::filesystem::rename(path + ".part", path);
+  } catch (const std::exception& e) {
+    out.exit = std::string("report lost: rank 0 could not keep it: ") + e.what();
+    out.report.clear();
+  }
+}
+
+// The result of an item from what its rank reported (its report, kept by persist, or an error
+// that says why not).
 reports::ScenarioResult item_result(const SweepItem& it, const ItemOutcome& out, const std::string& work_dir,
                                     std::string& gpu_seen) {
   std::string why;
   if (!out.report.empty()) {
-    const std::string path = work_dir + "/" + std::to_string(it.index) + ".h5";
+    const std::string path = item_path(work_dir, static_cast<int64_t>(it.index));
     try {
-      {
-        std::ofstream f(path + ".part", std::ios::binary);
-        f.write(reinterpret_cast<const char*>(out.report.data()), static_cast<std::streamsize>(out.report.size()));
-        DSV41_CHECK(f.good(), "cannot write '", path, ".part'");
-      }
-      std::filesystem::rename(path + ".part", path);
       reports::RunReport r = reports::read_report(path, /*load_tensors=*/true);
       const std::vector<reports::ItemMeta> metas = reports::read_report_items(path);
       DSV41_CHECK(r.scenarios.size() == 1 && r.scenarios[0].name == it.name && metas.size() == 1,
@@ -237,9 +258,9 @@ reports::ScenarioResult item_result(const SweepItem& it, const ItemOutcome& out,
       why = std::string("its report could not be read: ") + e.what();
     }
   } else if (out.exit == "ok") {
-    why = "its process ended without writing its report";
+    why = "its process exited 0 without writing its report";
   } else {
-    why = "its process ended (" + out.exit + ") before it wrote its report";
+    why = "no report: " + out.exit;  // "signal 9 (Killed)", "timeout after S s (killed)", "exit 2", ...
   }
   reports::ScenarioResult r = scenario_result_header(it.scenario);
   r.name = it.name;
@@ -251,7 +272,7 @@ reports::ScenarioResult item_result(const SweepItem& it, const ItemOutcome& out,
 
 // A previous run's report of this item in --work-dir, when it ran exactly this item.
 std::optional<ItemOutcome> resumed(const SweepPlan& plan, const SweepItem& it, const std::string& work_dir) {
-  const std::string path = work_dir + "/" + std::to_string(it.index) + ".h5";
+  const std::string path = item_path(work_dir, static_cast<int64_t>(it.index));
   if (!std::filesystem::is_regular_file(path)) return std::nullopt;
   try {
     const std::vector<reports::ItemMeta> m = reports::read_report_items(path);
@@ -384,6 +405,7 @@ int lead(const SweepPlan& plan, const SweepOptions& o, Comm& comm, Rank& rank, c
       idle = false;
     }
     if (std::optional<ItemOutcome> out = rank.poll()) {
+      persist(*out, work_dir);
       report_line(*out);
       outcomes[out->item] = std::move(*out);
       idle = false;
@@ -392,6 +414,7 @@ int lead(const SweepPlan& plan, const SweepOptions& o, Comm& comm, Rank& rank, c
       idle = false;
       if (m->tag == kTagResult) {
         ItemOutcome out = ItemOutcome::decode(m->bytes);
+        persist(out, work_dir);
         report_line(out);
         outcomes[out.item] = std::move(out);
       } else {
@@ -406,6 +429,23 @@ int lead(const SweepPlan& plan, const SweepOptions& o, Comm& comm, Rank& rank, c
   return write_merged(plan, o, outcomes, work_dir, comm, rank.threads(), t0);
 }
 
+// Removes the folders `<prefix><pid>[...]` in `dir` (the prefix names this host) whose process no
+// longer runs:
+// what a killed sweep left behind (a rank ended by Open MPI's abort or a job's time limit runs no
+// destructor).
+void remove_stale(const std::filesystem::path& dir, const std::string& prefix) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || !e.is_directory(ec)) continue;
+    const std::string rest = name.substr(prefix.size());
+    const size_t digits = rest.find_first_not_of("0123456789");
+    if (digits == 0) continue;
+    const long pid = std::strtol(rest.substr(0, digits).c_str(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove_all(e.path(), ec);
+  }
+}
+
 }  // namespace
 
 int run_sweep(const SweepPlan& plan, const SweepOptions& o, Comm& comm) {
@@ -414,12 +454,18 @@ int run_sweep(const SweepPlan& plan, const SweepOptions& o, Comm& comm) {
   bool remove_work = false;
   if (comm.rank() == 0 && work_dir.empty()) {
     const std::filesystem::path out = std::filesystem::absolute(o.output);
-    work_dir = (out.parent_path() / (out.filename().string() + ".sweep." + std::to_string(getpid()))).string();
+    const std::string prefix = out.filename().string() + ".sweep." + hostname() + ".";
+    remove_stale(out.parent_path(), prefix);
+    work_dir = (out.parent_path() / (prefix + std::to_string(getpid()))).string();
     remove_work = true;
   }
   if (comm.rank() == 0) std::filesystem::create_directories(work_dir);
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/dsv41-sweep-rank" + std::to_string(comm.rank()) + ".XXXXXX";
+  const std::filesystem::path tmp_dir = tmp && *tmp ? tmp : "/tmp";
+  const std::string prefix = "dsv41-sweep." + hostname() + ".";  // pids are this host's: a shared folder stays safe
+  remove_stale(tmp_dir, prefix);
+  std::string pattern =
+      (tmp_dir / (prefix + std::to_string(getpid()) + ".rank" + std::to_string(comm.rank()) + ".XXXXXX")).string();
   DSV41_CHECK(mkdtemp(pattern.data()) != nullptr, "sweep: rank ", comm.rank(), ": cannot create a scratch folder '",
               pattern, "'");
   const std::string scratch = pattern;
@@ -433,7 +479,7 @@ int run_sweep(const SweepPlan& plan, const SweepOptions& o, Comm& comm) {
   } cleanup{scratch, remove_work ? work_dir : ""};
   Rank rank(plan, o, comm, scratch);
   if (comm.rank() != 0) {
-    serve(rank, comm);
+    serve(rank, comm, o.test_kill_rank == comm.rank());
     return kExitOk;
   }
   return lead(plan, o, comm, rank, work_dir);

@@ -42,6 +42,7 @@ struct SweepOptions {
   bool quiet = false;
   int rows = 20;
   int64_t test_kill_item = -1;       // tests: the process of this item kills itself (SIGKILL) after its first event
+  int64_t test_kill_rank = -1;       // tests: this rank's own process (not an item's) kills itself at its second item
   std::string command_line;
 };
 
