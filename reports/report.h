@@ -152,6 +152,25 @@ struct ScenarioResult {
   std::string error;         // verdict kError: what went wrong
 };
 
+// One work item of a sweep (`dsv41 sweep`, docs/sweep.md): what it ran (stable: /meta/items) and
+// where and how long (volatile: /meta/volatile/items). A `dsv41 run` report has none.
+struct ItemMeta {
+  std::string item;             // its scenario group name in /scenarios
+  std::string scenario;         // the scenario it ran (a built-in name or a file)
+  std::string model;            // the plan's model name
+  std::string config_name, config_hash, weights, weights_sha256;  // as in RunMeta, for this item
+  std::string sides;            // "A,B" from the plan; "" for the scenario's own pairs
+  std::string modes;            // comma-joined from the plan; "" for the scenario's own modes
+  uint64_t seed = 0;            // the scenario's token seed as run
+  double estimated_cost = 0;    // the plan's cost estimate (what the dealing orders by)
+  // volatile
+  int64_t rank = -1;            // the MPI rank that ran it (-1: never dispatched)
+  std::string host;             // that rank's host
+  std::string gpu;              // the GPU its process was bound to ("" for a CPU item)
+  double seconds = 0;           // wall time of its process
+  std::string exit;             // "ok", "exit N", "signal N (name)", "timeout after S s", "not run"
+};
+
 // Run-level metadata. Stable fields go to /meta; volatile ones to /meta/volatile.
 struct RunMeta {
   std::string config_name;          // "tiny", a path
@@ -165,6 +184,7 @@ struct RunMeta {
   std::string tool_version, git_commit, command_line, created_utc, host;
   int threads = 1;
   double seconds = 0;
+  std::vector<ItemMeta> items;      // a sweep's work items, in plan order (empty: not a sweep)
 };
 
 struct RunReport {
@@ -218,6 +238,10 @@ void check_scenario_name(const std::string& name);
 // is not one: not HDF5, truncated, not a dsv41 report, another schema_version, a missing object).
 // Tensors are loaded only with load_tensors.
 RunReport read_report(const std::string& path, bool load_tensors = false);
+
+// The work items of a sweep report (/meta/items with /meta/volatile/items), in plan order; empty
+// for a report without them. A dsv41::Error names the file and the object when they are broken.
+std::vector<ItemMeta> read_report_items(const std::string& path);
 
 // Checks a file against the schema: every required group, dataset and attribute, their types and
 // lengths, the summary table's columns, verdict names, and that the stored verdicts are consistent

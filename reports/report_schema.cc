@@ -15,6 +15,7 @@
 
 #include "formats/error.h"
 #include "reports/h5_reader.h"
+#include "reports/internal/report_items.h"
 #include "reports/internal/report_layout.h"
 #include "reports/report.h"
 
@@ -217,6 +218,30 @@ void check_meta(Checker& c) {
     c.attr(layout::kVolatile, "seconds", 'f');
     c.columns(layout::kWallTimes, layout::wall_time_columns());
   }
+}
+
+// A sweep's work-item tables (optional: only a sweep writes them): both present or both absent,
+// one length, the same items in the same order, each naming a scenario of the file, once.
+void check_items(Checker& c) {
+  const bool stable = c.r().kind(layout::kItems) != H5Reader::Kind::kMissing;
+  const bool vol = c.r().kind(layout::kVolatileItems) != H5Reader::Kind::kMissing;
+  if (!stable && !vol) return;
+  const auto n = c.columns(layout::kItems, layout::item_columns());
+  const auto m = c.columns(layout::kVolatileItems, layout::volatile_item_columns());
+  if (!n || !m) return;
+  c.guarded(layout::kItems, [&] {
+    const std::vector<std::string> items = c.r().read_strings(std::string(layout::kItems) + "/item");
+    const std::vector<std::string> vitems = c.r().read_strings(std::string(layout::kVolatileItems) + "/item");
+    if (items != vitems) c.add(layout::kVolatileItems, "its item column differs from /meta/items/item");
+    std::set<std::string> seen;
+    for (const std::string& i : items) {
+      if (!seen.insert(i).second) c.add(layout::kItems, "item '" + i + "' appears twice");
+      if (i.empty() || i.find('/') != std::string::npos ||
+          c.r().kind(layout::scenario_path(i)) != H5Reader::Kind::kGroup) {
+        c.add(layout::kItems, "item '" + i + "' is not a scenario of the file");
+      }
+    }
+  });
 }
 
 // Returns, per (scenario, comparison), the number of metric rows the summary aggregates.
@@ -489,6 +514,7 @@ std::vector<std::string> check_report_schema(const std::string& path) {
     }
   }
   check_meta(c);
+  check_items(c);
   const auto summary = check_summary(c);
   check_scenarios(c, summary, root);
   return c.problems;

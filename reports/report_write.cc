@@ -9,6 +9,7 @@
 #include "formats/error.h"
 #include "formats/minifloat.h"
 #include "reports/h5_writer.h"
+#include "reports/internal/report_items.h"
 #include "reports/internal/report_layout.h"
 #include "reports/report.h"
 
@@ -132,6 +133,7 @@ void write_meta(H5Writer& w, const RunReport& r) {
     }
   }
   w.write_columns(layout::kWallTimes, {{"scenario", scen}, {"comparison", index}, {"seconds", seconds}});
+  write_items(w, m.items);  // a sweep's work items (reports/internal/report_items.h)
 }
 
 void write_summary(H5Writer& w, const RunReport& r) {
@@ -332,6 +334,7 @@ void check_scenario_name(const std::string& name) {
 
 void write_report(const std::string& path, const RunReport& report) {
   validate(report);
+  validate_items(report);
   H5Writer w(path, "report");
   w.text_attr("/", "schema", layout::kSchema);
   w.attr("/", "schema_version", layout::kSchemaVersion);

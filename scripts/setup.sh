@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build git pkg-config
           libeigen3-dev libboost-dev libhdf5-dev hdf5-tools libcli11-dev nlohmann-json3-dev
-          libgtest-dev libgmock-dev librapidcheck-dev
+          libgtest-dev libgmock-dev librapidcheck-dev libopenmpi-dev openmpi-bin
           python3 python3-h5py python3-numpy python3-pandas)
 ./scripts/apt_install.sh "${packages[@]}"
 
