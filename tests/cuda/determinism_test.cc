@@ -61,7 +61,9 @@ void expect_same_caches(const std::vector<reference::CacheView>& a, const std::v
 
 void expect_same(const SessionBits& a, const SessionBits& b, const std::string& what) {
   ASSERT_EQ(a.steps.size(), b.steps.size()) << what;
-  for (size_t i = 0; i < a.steps.size(); ++i) expect_same_step(a.steps[i], b.steps[i], what + ", step " + std::to_string(i));
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    expect_same_step(a.steps[i], b.steps[i], what + ", step " + std::to_string(i));
+  }
   expect_same_caches(a.caches, b.caches, what + ", caches");
 }
 
@@ -190,7 +192,9 @@ TEST(CudaDeterminism, SameBitsForAnyBatchCompositionOfConcurrentSessions) {
   // B: its last decode step and caches, after two different chunkings and compositions.
   ASSERT_EQ(b0.steps.size(), kDecode.size());
   ASSERT_EQ(b1.steps.size(), kDecode.size());
-  for (size_t i = 0; i < kDecode.size(); ++i) expect_same_step(b0.steps[i], b1.steps[i], "session B decode " + std::to_string(i));
+  for (size_t i = 0; i < kDecode.size(); ++i) {
+    expect_same_step(b0.steps[i], b1.steps[i], "session B decode " + std::to_string(i));
+  }
   expect_same_caches(b0.caches, b1.caches, "session B caches");
 }
 
