@@ -21,6 +21,7 @@
 
 #include "bench/dspark_acceptance.h"
 #include "formats/error.h"
+#include "formats/output_file.h"
 #include "reference/config.h"
 #include "reference/numerics.h"
 #include "reference/safetensors.h"
@@ -270,10 +271,8 @@ int run(const Args& a, const std::string& command_line) {
     out["pooled_by_temperature"] = by_t_json;
     out["greedy_check"] = {{"checked", greedy_checked}, {"mismatches", greedy_mismatches}, {"passed", greedy_ok},
                            {"failures", checks}};
-    std::ofstream f(a.json_path);
-    DSV41_CHECK(f.good(), "--json '", a.json_path, "': cannot open for writing");
-    f << out.dump(1) << "\n";
-    DSV41_CHECK(f.good(), "--json '", a.json_path, "': write failed");
+    const std::string text = out.dump(1) + "\n";
+    output::write_file_atomically(a.json_path, "--json", text.data(), text.size());
     std::printf("wrote %s\n", a.json_path.c_str());
   }
   return greedy_ok ? 0 : 1;

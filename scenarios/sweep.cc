@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "formats/error.h"
+#include "formats/output_file.h"
 #include "reference/config.h"
 #include "reference/numerics.h"
 #include "reports/report.h"
@@ -228,12 +229,7 @@ void persist(ItemOutcome& out, const std::string& work_dir) {
   if (out.report.empty() || out.exit == "resumed") return;
   const std::string path = item_path(work_dir, out.item);
   try {
-    {
-      std::ofstream f(path + ".part", std::ios::binary);
-      f.write(reinterpret_cast<const char*>(out.report.data()), static_cast<std::streamsize>(out.report.size()));
-      DSV41_CHECK(f.good(), "cannot write '", path, ".part'");
-    }
-    std::filesystem::rename(path + ".part", path);
+    output::write_file_atomically(path, "sweep item report", out.report.data(), out.report.size());
   } catch (const std::exception& e) {
     out.exit = std::string("report lost: rank 0 could not keep it: ") + e.what();
     out.report.clear();

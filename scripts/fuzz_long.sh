@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# scripts/fuzz_long.sh: the long fuzz runs of docs/errors.md "Fuzzing" on a machine with many
+# cores: every target at once, each in libFuzzer's fork mode with its own number of workers, for
+# a fixed time, on a copy of its committed corpus (fuzz/corpus/<target>/ stays untouched).
+# Usage: scripts/fuzz_long.sh SECONDS TARGET:WORKERS...
+#   e.g. scripts/fuzz_long.sh 540 fuzz_session:6 fuzz_report:5 fuzz_port_dump:3 fuzz_safetensors:2
+# Environment:
+#   DSV41_FUZZ_BIN_DIR  where the targets are (default build-fuzz/fuzz: scripts/fuzz.sh --build-only)
+#   DSV41_FUZZ_SEED     libFuzzer -seed (default 1)
+#   OUT                 logs and crash inputs (default ./fuzz_long_out): <target>.log, <target>-crash-*
+# A line per target is printed at the end: executions (libFuzzer's last "#N" count, all workers),
+# exec/s, corpus size, and "clean" or the first finding.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:?usage: fuzz_long.sh SECONDS TARGET:WORKERS...}
+shift
+bin=${DSV41_FUZZ_BIN_DIR:-build-fuzz/fuzz}
+seed=${DSV41_FUZZ_SEED:-1}
+OUT=${OUT:-$PWD/fuzz_long_out}
+mkdir -p "$OUT"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/fuzz/lsan.supp}
+pids=()
+for spec in "$@"; do
+  t=${spec%%:*}
+  workers=${spec#*:}
+  work=$(mktemp -d)
+  cp -r "fuzz/corpus/$t/." "$work/"
+  extra=()
+  if [ "$t" = fuzz_report ]; then extra=(-malloc_limit_mb=1000000); fi
+  "$bin/$t" "$work" -fork="$workers" -seed="$seed" -max_total_time="$secs" -timeout=10 \
+    -rss_limit_mb=2560 -print_final_stats=1 -artifact_prefix="$OUT/$t-" "${extra[@]}" \
+    > "$OUT/$t.log" 2>&1 &
+  pids+=("$!:$t:$work")
+done
+for p in "${pids[@]}"; do
+  pid=${p%%:*}
+  rest=${p#*:}
+  t=${rest%%:*}
+  work=${rest#*:}
+  wait "$pid"
+  rc=$?
+  last=$(grep -E '^#[0-9]+' "$OUT/$t.log" | tail -n 1)
+  units=$(find "$work" -type f | wc -l)
+  verdict=clean
+  if [ "$rc" -ne 0 ]; then verdict="exit $rc: $(grep -m1 -E 'ERROR|deadly|timeout|leak|out-of-memory' "$OUT/$t.log")"; fi
+  echo "$t: rc $rc; last: ${last:-none}; corpus $units units; $verdict"
+  rm -rf "$work"
+done
