@@ -173,7 +173,7 @@ reference::ResumeMode resume_mode(const std::string& s) {
 }
 
 py::dict step(PyModel& pm, ModelState& state, const std::vector<int64_t>& tokens, bool capture,
-              scenarios::PortDumpWriter* dump, const std::string& event, std::optional<py::dict> port_values,
+              scenarios::PortDumpWriter* dump, const std::string& event, py::object port_values,
               int64_t decoder_replay, int64_t window_floor, bool all_logits) {
   DSV41_CHECK(!tokens.empty(), "step: no tokens");
   reference::StepOptions o;
@@ -199,7 +199,11 @@ py::dict step(PyModel& pm, ModelState& state, const std::vector<int64_t>& tokens
   py::dict out;
   if (record) {
     scenarios::finish_capture(cap, rec, model.cache_views(state));
-    if (port_values) apply_override(cap, *port_values);
+    if (!port_values.is_none()) {  // a dict, or an object whose take() gives one (dsv41.torch_hooks.DumpHooks)
+      py::dict values = py::hasattr(port_values, "take") ? port_values.attr("take")().cast<py::dict>()
+                                                         : port_values.cast<py::dict>();
+      apply_override(cap, values);
+    }
     if (capture) {
       out["components"] = capture_dict(cap);
       py::list caches;
@@ -284,7 +288,8 @@ void register_model(py::module_& m) {
            "engram_ids {layer: int64 [T, cols]}, experts {layer: int32 [T, k]}}; capture=True adds components "
            "{dump key: array} and caches [ {kind, layer, format, dim, bytes uint8 [entries, entry_bytes], positions} ]; "
            "dump=DumpWriter writes the step (event: prefill, decode, resume+prefill, ...); port_values {dump key: "
-           "array} replaces captured values before they are dumped")
+           "array}, or an object whose take() returns one after the step (dsv41.torch_hooks), replaces captured values "
+           "before they are dumped")
       .def("cache_views", [](const PyModel& pm, const ModelState& s) {
              py::list l;
              for (reference::CacheView v : pm.model->cache_views(s)) l.append(cache_dict(std::move(v)));

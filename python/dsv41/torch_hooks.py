@@ -8,8 +8,8 @@ outputs under the port dump's keys (docs/port-dump.md) with one line:
     ...run a step...
     values = hooks.take()                                 # {"layer03.attn_out": array, ...}
 
-and hands them to the step's dump: dsv41.Model.step(state, tokens, dump=writer,
-port_values=hooks.take()) writes the step with the port's values in place of the harness's
+and hands them to the step's dump: dsv41.Model.step(state, tokens, dump=writer, port_values=hooks)
+takes them after the step (hooks.take()) and writes the step with the port's values in place of the harness's
 (they must have the step's shapes: a mismatch is a dsv41.Error naming the key). Outputs are converted as
 the dump stores them (bf16 -> float32 exact; selections int32; masks uint8).
 
@@ -76,6 +76,7 @@ class DumpHooks:
 
     def __init__(self, model, prefix=""):
         self.values = {}
+        self.last = {}
         self.handles = []
         self.mapped = {}
         for name, module in model.named_modules():
@@ -101,8 +102,10 @@ class DumpHooks:
         return hook
 
     def take(self):
-        """The recorded {dump key: array} of the step so far, and a fresh record for the next."""
+        """The recorded {dump key: array} of the step so far, and a fresh record for the next (the
+        keys taken stay in .last)."""
         v, self.values = self.values, {}
+        self.last = v
         return v
 
     def remove(self):
