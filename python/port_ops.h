@@ -34,7 +34,7 @@
 
 namespace dsv41::python {
 
-class PortOps : public scenarios::ForwardingOps {
+class __attribute__((visibility("hidden"))) PortOps : public scenarios::ForwardingOps {
  public:
   // The op names a port may give (the others are the reference's).
   static const std::set<std::string>& supported();
