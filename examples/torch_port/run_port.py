@@ -28,7 +28,7 @@ DECODE = (5, 723, 100)
 
 
 def run(dump, config_path=None, weights_path=None, bug=None):
-    """Writes the dump; returns the dump keys the hook adapter recorded, per step.""""
+    """Writes the dump; returns the dump keys the hook adapter recorded, per step."""
     config_path = config_path or os.path.join(ORACLE, "config.json")
     weights_path = weights_path or os.path.join(ORACLE, "weights.safetensors")
     config = dsv41.Config.load(config_path)
