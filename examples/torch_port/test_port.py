@@ -13,7 +13,6 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 import dsv41
 import dsv41.formats as F

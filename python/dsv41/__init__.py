@@ -19,7 +19,7 @@ import os as _os
 import tempfile as _tempfile
 
 from . import _core
-from ._arrays import to_numpy as _np, to_numpy_dict as _np_dict
+from ._arrays import to_numpy_dict as _np_dict
 from ._core import Config, DumpWriter, Error, Model, State, Weights, default_token_map, presets
 from . import formats, ops
 

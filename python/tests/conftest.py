@@ -1,6 +1,5 @@
 """The dsv41 module's own tests (python/tests, registered in CTest: tests/python/CMakeLists.txt)."""
 import os
-import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ORACLE = os.path.join(ROOT, "golden", "oracle")
