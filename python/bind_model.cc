@@ -198,22 +198,22 @@ py::dict step(PyModel& pm, ModelState& state, const std::vector<int64_t>& tokens
   model.set_hooks({});
   py::dict out;
   if (record) {
-    scenarios::finish_capture(cap, rec, model.cache_views(state));
     if (!port_values.is_none()) {  // a dict, or an object whose take() gives one (dsv41.torch_hooks.DumpHooks)
       py::dict values = py::hasattr(port_values, "take") ? port_values.attr("take")().cast<py::dict>()
                                                          : port_values.cast<py::dict>();
       apply_override(cap, values);
     }
     if (capture) {
-      out["components"] = capture_dict(cap);
+      scenarios::StepCapture shown = cap;
+      scenarios::finish_capture(shown, rec, {});
+      out["components"] = capture_dict(shown);
       py::list caches;
       for (reference::CacheView v : model.cache_views(state)) caches.append(cache_dict(std::move(v)));
       out["caches"] = caches;
     }
-    if (dump != nullptr) {
-      const std::string ev = !event.empty() ? event : (state.pos - static_cast<int64_t>(tokens.size()) == 0 ? "prefill"
-                                                       : tokens.size() == 1                               ? "decode"
-                                                                                                           : "prefill");
+    if (dump != nullptr) {  // add_model_step finishes the capture (Engram ids, logits, every cache)
+      const bool first = state.pos == static_cast<int64_t>(tokens.size());
+      const std::string ev = !event.empty() ? event : first || tokens.size() > 1 ? "prefill" : "decode";
       dump->add_model_step(cap, model, state, rec, tokens, ev);
     }
   }
