@@ -15,6 +15,14 @@ import numpy as np
 import pytest
 
 import dsv41
+
+
+def subprocess_env():
+    """The environment of a child pytest: this dsv41 package first on PYTHONPATH (absolute)."""
+    env = dict(os.environ)
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(dsv41.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([pkg] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
 import dsv41.formats as F
 from port import BUGS, Compressor, Indexer, SparseAttention
 import run_port
@@ -154,7 +162,7 @@ def test_bug_shows_a_located_failure(name, bug, tmp_path):
     here = os.path.dirname(os.path.abspath(__file__))
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "--no-header", "-p", "no:cacheprovider",
                         "-k", "not bug_shows", here, "--bug", name, "--basetemp", str(tmp_path / "t")],
-                       capture_output=True, text=True, cwd=here)
+                       capture_output=True, text=True, cwd=here, env=subprocess_env())
     out = p.stdout + p.stderr
     assert p.returncode == 1, f"--bug {name}: pytest exit {p.returncode}, want 1 (a failing test)\n{out[-3000:]}"
     for pattern in EXPECTED[name]:

@@ -1,6 +1,7 @@
 """dsv41.check and the pytest fixture: the reference's own outputs pass, a planted error fails with
 a message that names the component, the output, the metric, the first wrong coordinate and both
 values; another tie rule is named as such; tolerances follow conform's format."""
+import os
 import subprocess
 import sys
 import textwrap
@@ -9,6 +10,14 @@ import numpy as np
 import pytest
 
 import dsv41
+
+
+def subprocess_env():
+    """The environment of a child pytest: this dsv41 package first on PYTHONPATH (absolute)."""
+    env = dict(os.environ)
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(dsv41.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([pkg] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
 import dsv41.formats as F
 
 
@@ -83,7 +92,7 @@ def test_fixture_failure_message(tmp_path):
             dsv41_ref.check("rms_norm", {"x": x, "weight": w}, {"y": y}, {"eps": 1e-6})
     '''))
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(t)],
-                       capture_output=True, text=True, cwd=tmp_path)
+                       capture_output=True, text=True, cwd=tmp_path, env=subprocess_env())
     out = p.stdout + p.stderr
     assert p.returncode == 1, out
     assert "dsv41 check failed" in out and "rms_norm: output 'y'" in out and "first mismatch at [" in out, out

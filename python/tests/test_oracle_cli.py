@@ -52,10 +52,16 @@ def test_model_logits_and_selections_are_the_cli_bits(cli_run, model):
         for k, r in enumerate(recs):
             assert np.all(np.isfinite(r["logits"])) and np.any(r["logits"] != 0)
             assert np.array_equal(r["logits"].view(np.uint32), logits[k].view(np.uint32)), f"step {k}"
-        for layer, t in recs[0]["topk"].items():
-            cli = f[f"topk/layer{layer:02d}"][...]
-            rows = np.concatenate([recs[0]["topk"][layer]] + [r["topk"][layer] for r in recs[1:]])
-            assert np.array_equal(rows, cli), f"topk layer {layer}"
+        for layer in recs[0]["topk"]:
+            cli = f[f"topk/layer{layer:02d}"][...]         # [N, W]: each step's rows, -1 padded to W
+            at = 0
+            for k, r in enumerate(recs):
+                t = r["topk"][layer]
+                assert np.any(t >= 0)
+                assert np.array_equal(cli[at:at + t.shape[0], :t.shape[1]], t), f"topk layer {layer} step {k}"
+                assert np.all(cli[at:at + t.shape[0], t.shape[1]:] == -1)
+                at += t.shape[0]
+            assert at == cli.shape[0]
         for layer in recs[0]["experts"]:
             rows = np.concatenate([r["experts"][layer] for r in recs])
             assert np.array_equal(rows, f[f"experts/layer{layer:02d}"][...]), f"experts layer {layer}"
