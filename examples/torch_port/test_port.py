@@ -22,6 +22,8 @@ def subprocess_env():
     env = dict(os.environ)
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(dsv41.__file__)))
     env["PYTHONPATH"] = os.pathsep.join([pkg] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if env.get("DSV41_BIN"):
+        env["DSV41_BIN"] = os.path.abspath(env["DSV41_BIN"])
     return env
 import dsv41.formats as F
 from port import BUGS, Compressor, Indexer, SparseAttention
@@ -86,9 +88,10 @@ def test_compressor(dsv41_ref, bug):
 
 
 # The port sums in its own order (einsum, a one-pass softmax): measured against the reference on
-# this case, max 1 bf16 ulp; the bound states it (conform's tolerance format).
+# this case (seeds 0-19) bit-exact; the bound allows 1 bf16 ulp for the order (conform's tolerance format).
 ATTENTION_TOLERANCE = {"attention": {"max_ulps": 1, "origin": "measured",
-                                     "note": "torch einsum and a one-pass softmax vs the reference's 64-index blocks"}}
+                                     "note": "torch einsum and a one-pass softmax vs the reference's 64-index blocks: "
+                                             "measured 0 ulp on seeds 0-19 of this case; 1 allowed for the order"}}
 
 
 def test_attention(dsv41_ref, bug):
@@ -148,7 +151,7 @@ def test_dump_through_cli(port_dump, dsv41_ref, tmp_path):
 EXPECTED = {
     "sink_in_numerator": [r"attention: output 'o': .*first mismatch at \[\d+, \d+, \d+\]: ref=\S+ port=\S+",
                           r"root cause \(teacher-forced\): step 0, layer 0, attn_out"],
-    "newest_block_not_pinned": [r"indexer: output 'candidates': rows_equal_frac = \S+ .*first mismatch at \[\d+, \d+\]: ref=1 port=0",
+    "newest_block_not_pinned": [r"indexer: output 'candidates': rows_equal_frac = \S+ .*first mismatch at \[\d+, \d+\]: ref=[01] port=[01]",
                                 r"root cause \(teacher-forced\): step \d+, layer 6, candidates"],
     "compressor_partial_group_lost": [r"compressor: output '\w+': .*first mismatch at \[\d+, \d+\]: ref=\S+ port=\S+",
                                       r"root cause \(teacher-forced\): step 1, layer \d+, (attn_out|index_scores|cache)"],
