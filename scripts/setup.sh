@@ -10,8 +10,10 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build git pkg-config
           libeigen3-dev libboost-dev libhdf5-dev hdf5-tools libcli11-dev nlohmann-json3-dev
-          libgtest-dev libgmock-dev librapidcheck-dev libopenmpi-dev openmpi-bin
-          python3 python3-h5py python3-numpy python3-pandas)
+          libgtest-dev libgmock-dev librapidcheck-dev libopenmpi-dev openmpi-bin  # MPI: dsv41 sweep
+          python3 python3-h5py python3-numpy python3-pandas
+          pybind11-dev python3-dev python3-pybind11 python3-pytest  # the dsv41 Python module (python/)
+          python3-torch)                                            # its example port (examples/torch_port)
 ./scripts/apt_install.sh "${packages[@]}"
 
 build_dir=${DSV41_BUILD_DIR:-build}

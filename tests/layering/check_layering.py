@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """The dependency direction of dsv41 (docs/architecture.md), checked on every #include.
 
-    formats -> ops -> model -> scenarios -> reports (+ golden, cuda)
+    formats -> ops -> model -> scenarios -> reports (+ golden, cuda)  ->  python
+
+python/ (the Python module's bindings) sits on top of every layer, like scenarios/: it may include
+any layer, and no file outside python/ may include a python/ header.
 
 Each source file belongs to one layer; a file may include headers of its own layer and of the
 layers it depends on, never of a layer above. In reference/, the component files (the ops: one
@@ -47,6 +50,9 @@ REF_SETS = {"base": OPS_BASE, "components": OPS_COMPONENTS, "weights": WEIGHTS_I
 
 def group_of(rel: pathlib.PurePosixPath):
     top = rel.parts[0]
+    if top == "python":
+        return None  # the top: may include any layer
+
     if top in ("formats", "cuda", "reports", "golden"):
         return top
     if top != "reference":
@@ -81,6 +87,7 @@ def selftest() -> int:
         "golden/golden_io.cc": "reports/report.h",          # golden above its one reports header
         "reference/new_thing.cc": "formats/base.h",         # a file of no layer
         "cuda/cuda_ops.cc": "reference/kv_cache.h",         # the CUDA ops table reaching into the model
+        "scenarios/conform.cc": "python/bindings.h",        # a layer below reaching up into the Python module
     }
     failures = 0
     for file, include in cases.items():
@@ -112,13 +119,17 @@ def check(root: pathlib.Path):
         rel = pathlib.PurePosixPath(path.relative_to(root).as_posix())
         group = group_of(rel)
         if group is None:
-            continue
+            if rel.parts[0] == "python":
+                continue
+            group = "any"  # scenarios/, tests/, bench/: any layer, but not python/
         if group == "unclassified":
             problems.append(f"{rel}: not assigned to a layer in tests/layering/check_layering.py")
             continue
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
-            if m and not allowed(group, m.group(1)):
+            if m and group == "any" and m.group(1).startswith("python/"):
+                problems.append(f"{rel}:{n}: includes \"{m.group(1)}\" (python/ is the top: nothing includes it)")
+            elif m and group != "any" and not allowed(group, m.group(1)):
                 problems.append(f"{rel}:{n}: the {group} layer includes \"{m.group(1)}\" (a layer above it)")
     return problems
 
