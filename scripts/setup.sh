@@ -18,7 +18,10 @@ packages=(build-essential cmake ninja-build git pkg-config
 
 build_dir=${DSV41_BUILD_DIR:-build}
 werror=${DSV41_WERROR:-$([ "${CI:-}" = true ] && echo ON || echo OFF)}
+# ccache when the machine has it (not installed here: CI's fresh machine compiles everything).
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 # shellcheck disable=SC2086
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_WERROR="$werror" \
-  ${DSV41_CMAKE_ARGS:-} >/dev/null
+  "${launcher[@]}" ${DSV41_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir" -j "$(nproc)"
