@@ -25,3 +25,18 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_WERROR="$werror" \
   "${launcher[@]}" ${DSV41_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir" -j "$(nproc)"
+
+# `import dsv41` without a PYTHONPATH: a .pth file in the site-packages of the interpreter the
+# module is built for (Debian's /usr/bin/python3) names this checkout's build/python (the system
+# site folder as root, the user's otherwise). PYTHONPATH, when set, still comes first.
+if [ -d "$build_dir/python/dsv41" ]; then
+  py=/usr/bin/python3
+  [ -x "$py" ] || py=python3
+  if [ "$(id -u)" -eq 0 ]; then
+    site=$("$py" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  else
+    site=$("$py" -m site --user-site)
+  fi
+  mkdir -p "$site"
+  echo "$(cd "$build_dir/python" && pwd)" > "$site/dsv41-build.pth"
+fi
