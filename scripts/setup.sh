@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build git pkg-config
           libeigen3-dev libboost-dev libhdf5-dev hdf5-tools libcli11-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev librapidcheck-dev
-          python3 python3-h5py python3-numpy python3-pandas)
+          python3 python3-h5py python3-numpy python3-pandas
+          node-d3 chromium python3-websocket)
 ./scripts/apt_install.sh "${packages[@]}"
 
 build_dir=${DSV41_BUILD_DIR:-build}
