@@ -136,7 +136,7 @@ std::vector<std::string> acceptance_lines(const Comparison& c) {
     const double n = static_cast<double>(rounds[s].size());
     std::ostringstream o;
     o << "speculative, side " << side << " (" << (s == 0 ? c.side_a : c.side_b) << "): " << rounds[s].size()
-      << " rounds, mean accepted m " << num(m / n) << ", mean tokens per round " << num(m / n + 1)
+      << " rounds; mean accepted m " << num(m / n) << ", mean tokens per round " << num(m / n + 1)
       << ", mean verified k " << num(k / n);
     // Calibration over the verified draft positions with a confidence: the predicted prefix
     // survival S_i against whether the prefix through i was accepted (i < m).
@@ -352,11 +352,10 @@ std::string format_summary(const RunReport& report, const SummaryOptions& opt) {
            " inconclusive, " + std::to_string(n[2]) + " measured, " + std::to_string(n[0]) + " pass";
   };
   std::ostringstream out;
-  const std::string counts_line = std::to_string(shown_scenarios) + " scenarios: " + tally(scenario_counts) + "; " +
-                                  std::to_string(items.size()) + " results: " + tally(counts);
   if (opt.quiet) {
     put(out, wrap("dsv41 report: verdict " + std::string(name(report.verdict)) + " (exit " +
-                      std::to_string(exit_code(report.verdict)) + "); " + counts_line,
+                      std::to_string(exit_code(report.verdict)) + "); " + std::to_string(shown_scenarios) +
+                      " scenarios, " + std::to_string(items.size()) + " results: " + tally(counts),
                   "", "  ", W));
     return out.str();
   }
@@ -382,7 +381,8 @@ std::string format_summary(const RunReport& report, const SummaryOptions& opt) {
   }
 
   out << "\n";
-  put(out, wrap(counts_line, "", "  ", W));
+  put(out, wrap(std::to_string(shown_scenarios) + " scenarios: " + tally(scenario_counts), "", "  ", W));
+  put(out, wrap(std::to_string(items.size()) + " results: " + tally(counts), "", "  ", W));
   const std::string indent = kIndentText;
   for (const Item& i : items) {
     const std::string head = "  " + pad(name(verdict_of(i)), 13) + i.scenario->name + ": ";

@@ -89,7 +89,7 @@ TEST(ReportCli, ShowFiltersProfilesAndQuiet) {
   dsv41::test::CliResult r = run_dsv41("report show '" + path + "' --verdict fail,inconclusive --mode free-running");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "filter: --mode free-running --verdict fail,inconclusive")) << r.out;
-  EXPECT_TRUE(has(r.out, "; 1 results: 0 error, 0 fail, 1 inconclusive, 0 measured, 0 pass")) << r.out;
+  EXPECT_TRUE(has(r.out, "\n1 results: 0 error, 0 fail, 1 inconclusive, 0 measured, 0 pass\n")) << r.out;
   r = run_dsv41("report show '" + path + "' --scenario cold_prefill --by layer");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "by layer: cold_prefill: ref@cold vs ref@global [free-running]")) << r.out;

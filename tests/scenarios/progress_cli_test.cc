@@ -100,8 +100,8 @@ TEST(ProgressCli, ForwardShowsEachChunkAndLayer) {
   }
   const CliResult q = run_dsv41("forward " + kModel + " --prompt 5,723,380 --decode 11 -q -o '" + out + "'");
   ASSERT_EQ(q.code, 0) << q.err;
-  EXPECT_FALSE(has(q.err, "forward: ")) << q.err;
-  EXPECT_FALSE(has(q.err, "[")) << q.err;
+  EXPECT_FALSE(has("\n" + q.err, "\n[")) << q.err;  // no progress line, only what is not progress
+  EXPECT_TRUE(has(q.err, "dsv41 forward: wrote ")) << q.err;
 }
 
 TEST(ProgressCli, RunShowsEventsAndSteps) {
@@ -115,21 +115,22 @@ TEST(ProgressCli, RunShowsEventsAndSteps) {
   }
   const CliResult q = run_dsv41("run full_cache_hit --sides ref,ref --mode free-running --stop-after-step 0 -q -o '" + out + "'");
   ASSERT_EQ(q.code, 0) << q.err;
-  EXPECT_FALSE(has(q.err, "run: ")) << q.err;
+  EXPECT_FALSE(has("\n" + q.err, "\n[")) << q.err;
+  EXPECT_TRUE(has(q.err, "dsv41 run: scenario full_cache_hit: pass")) << q.err;
 }
 
 TEST(ProgressCli, ReplayStudyShowsEachCase) {
   Env env("lines", "0");
-  const CliResult r = run_dsv41("replay-study " + kModel + " --resumptions 1,2 --steps 1 --turns 1 --turn-len 2");
+  const CliResult r = run_dsv41("replay-study " + kModel + " --length 24 --resumptions 1,2 --steps 1 --turns 1 --turn-len 2");
   ASSERT_EQ(r.code, 0) << r.err;
   for (const char* part : {"replay-study:   0% case 1/3: 1 resumption: prompt of ", "case 2/3: 2 resumptions",
                            "case 3/3: follow-up turn 1/1", "replay-study: 100% "}) {
     EXPECT_TRUE(has(r.err, part)) << part << "\n" << r.err;
   }
   EXPECT_TRUE(has(r.out, "| experiment |")) << "the table still goes to stdout";
-  const CliResult q = run_dsv41("replay-study " + kModel + " --resumptions 1 --steps 1 --turns 0 -q");
+  const CliResult q = run_dsv41("replay-study " + kModel + " --length 24 --resumptions 1 --steps 1 --turns 0 -q");
   ASSERT_EQ(q.code, 0) << q.err;
-  EXPECT_FALSE(has(q.err, "replay-study: ")) << q.err;
+  EXPECT_FALSE(has("\n" + q.err, "\n[")) << q.err;
 }
 
 }  // namespace

@@ -51,7 +51,8 @@ TEST(RunCli, PlantedDefectExitsOneAndItsRerunLineReproducesIt) {
     std::string part = r.out.substr(from, end - from);
     const bool more = part.size() >= 2 && part.compare(part.size() - 2, 2, " \\") == 0;
     if (more) part.resize(part.size() - 2);
-    line += (line.empty() ? "" : " ") + part.substr(part.find_first_not_of(' '));
+    if (!line.empty()) line.push_back(' ');
+    line.append(part, part.find_first_not_of(' '));
     if (!more || end == std::string::npos) break;
     from = end + 1;
   }
