@@ -81,9 +81,15 @@ double distance(const SummaryRow& r) {
 }
 
 struct Line {
-  double order;      // within a section, larger first
+  double order;       // within a section, larger first
+  std::string group;  // the comparison it belongs to ("": a line of its own)
   std::string text;
 };
+
+// Metrics that are positions, not distances: their changes are listed without better / worse.
+bool positional(const std::string& metric) {
+  return metric == "first_mismatch" || metric == "first_mismatch_byte" || metric == "margin_a";
+}
 
 }  // namespace
 
@@ -125,17 +131,17 @@ ReportDiff diff_reports(const RunReport& a, const RunReport& b, const DiffOption
   for (const auto& [n, p] : scen) {
     const bool ea = p.first && p.first->verdict == Verdict::kError, eb = p.second && p.second->verdict == Verdict::kError;
     if (eb && !ea && p.second->comparisons.empty()) {
-      new_fail.push_back({1e300, "scenario " + n + ": error: " + p.second->error});
+      new_fail.push_back({1e300, "", "scenario " + n + ": error: " + p.second->error});
     } else if (ea && !eb && p.second) {
-      better.push_back({1e300, "scenario " + n + ": no longer errors (" + name(p.second->verdict) + ")"});
+      better.push_back({1e300, "", "scenario " + n + ": no longer errors (" + name(p.second->verdict) + ")"});
     }
-    if (p.first && !p.second) missing.push_back({0, "scenario " + n + " (" + name(p.first->verdict) + " in " + o.name_a + ")"});
+    if (p.first && !p.second) missing.push_back({0, "", "scenario " + n + " (" + name(p.first->verdict) + " in " + o.name_a + ")"});
   }
   for (const Key& k : order) {
     const auto& [sa, sb] = cmp[k];
     if (sb.comparison == nullptr) {
       if (sa.scenario && scen[k.first].second) {
-        missing.push_back({0, label(k, *sa.comparison) + " (" + name(sa.comparison->verdict) + " in " + o.name_a + ")"});
+        missing.push_back({0, "", label(k, *sa.comparison) + " (" + name(sa.comparison->verdict) + " in " + o.name_a + ")"});
       }
       continue;
     }
@@ -143,7 +149,7 @@ ReportDiff diff_reports(const RunReport& a, const RunReport& b, const DiffOption
     if (sa.comparison == nullptr) {
       const std::string t = label(k, cb) + ": new in " + o.name_b + ", " + name(cb.verdict);
       if (failing(cb.verdict)) {
-        new_fail.push_back({1e299, t});
+        new_fail.push_back({1e299, "", t});
       } else {
         notes.push_back(t);
       }
@@ -156,7 +162,8 @@ ReportDiff diff_reports(const RunReport& a, const RunReport& b, const DiffOption
     bool changed = false;
     if (ca.verdict != cb.verdict) {
       changed = true;
-      std::string t = label(k, cb) + ": " + name(ca.verdict) + " -> " + name(cb.verdict);
+      const std::string group = label(k, cb);
+      std::string t = std::string(name(ca.verdict)) + " -> " + name(cb.verdict);
       if (cb.first_divergence && failing(cb.verdict)) {
         const Divergence& dv = *cb.first_divergence;
         t += "; first divergence: step " + std::to_string(dv.step) + (dv.layer >= 0 ? " layer " + std::to_string(dv.layer) : "") +
@@ -165,18 +172,18 @@ ReportDiff diff_reports(const RunReport& a, const RunReport& b, const DiffOption
         t += "; " + cb.notes.front();
       }
       if (failing(cb.verdict) && rank(cb.verdict) < rank(ca.verdict)) {
-        (failing(ca.verdict) ? worse : new_fail).push_back({1e298, t});
+        (failing(ca.verdict) ? worse : new_fail).push_back({1e298, group, t});
       } else if (rank(cb.verdict) > rank(ca.verdict) || !failing(cb.verdict)) {
-        better.push_back({1e298, t});
+        better.push_back({1e298, group, t});
       } else {
-        worse.push_back({1e298, t});  // e.g. error -> inconclusive: another failure
+        worse.push_back({1e298, group, t});  // e.g. error -> inconclusive: another failure
       }
     }
     for (const SummaryRow& rb : rows_b[k]) {
       const auto it = rows_a.find({k.first, k.second, rb.component, rb.metric});
-      const std::string item = label(k, cb) + ": " + where(rb);
+      const std::string group = label(k, cb), item = where(rb);
       if (it == rows_a.end()) {
-        if (!rb.origin.empty() && rb.verdict == Verdict::kFail) new_fail.push_back({excess_of(rb), item + " fails, new in " + o.name_b});
+        if (!rb.origin.empty() && rb.verdict == Verdict::kFail) new_fail.push_back({excess_of(rb), group, item + " fails, new in " + o.name_b});
         continue;
       }
       const SummaryRow& ra = it->second;
@@ -188,18 +195,22 @@ ReportDiff diff_reports(const RunReport& a, const RunReport& b, const DiffOption
         const double ea = excess_of(ra), eb = excess_of(rb);
         const std::string bound = " (bound " + num(rb.bound) + ", " + rb.origin + ")";
         if (ra.verdict != Verdict::kFail && rb.verdict == Verdict::kFail) {
-          new_fail.push_back({eb, move + bound});
+          new_fail.push_back({eb, group, move + bound});
         } else if (ra.verdict == Verdict::kFail && rb.verdict != Verdict::kFail) {
-          better.push_back({ea, move + bound + ": fixed"});
+          better.push_back({ea, group, move + bound + ": fixed"});
         } else if (eb > ea) {
           const bool regress = rb.verdict == Verdict::kFail;
-          (regress ? worse : measured).push_back({eb - ea, move + bound + (regress ? ": further beyond" : ": worse, within")});
+          (regress ? worse : measured).push_back({eb - ea, group, move + bound + (regress ? ": further beyond" : ": worse, within")});
         } else {
-          better.push_back({ea - eb, move + bound});
+          better.push_back({ea - eb, group, move + bound});
         }
       } else {
         const double da = distance(ra), db = distance(rb);
-        measured.push_back({std::fabs(db - da), move + (db > da ? " (worse, measured)" : " (better, measured)")});
+        // Ordered by the relative change; positions (first mismatch, margins) only "changed".
+        const double scale = std::max({std::fabs(da), std::fabs(db), 1e-300});
+        const double rel = std::isfinite(da) && std::isfinite(db) ? std::fabs(db - da) / scale : INFINITY;
+        const char* how = positional(rb.metric) ? " (changed, measured)" : db > da ? " (worse, measured)" : " (better, measured)";
+        measured.push_back({positional(rb.metric) ? -1.0 : rel, group, move + how});
       }
     }
     d.unchanged += !changed;
@@ -210,7 +221,17 @@ ReportDiff diff_reports(const RunReport& a, const RunReport& b, const DiffOption
     std::stable_sort(lines.begin(), lines.end(), [](const Line& x, const Line& y) { return x.order > y.order; });
     out << "\n" << title << " (" << lines.size() << "):\n";
     const size_t n = std::min(lines.size(), static_cast<size_t>(std::max(0, o.max_rows)));
-    for (size_t i = 0; i < n; ++i) put(out, lines[i].text, "  ", "      ", W);
+    // The first n lines, grouped under their comparison (groups in order of their first line).
+    std::vector<std::string> groups;
+    for (size_t i = 0; i < n; ++i) {
+      if (std::find(groups.begin(), groups.end(), lines[i].group) == groups.end()) groups.push_back(lines[i].group);
+    }
+    for (const std::string& g : groups) {
+      if (!g.empty()) put(out, g, "  ", "      ", W);
+      for (size_t i = 0; i < n; ++i) {
+        if (lines[i].group == g) put(out, lines[i].text, g.empty() ? "  " : "    ", g.empty() ? "      " : "        ", W);
+      }
+    }
     if (n < lines.size()) out << "  ... " << lines.size() - n << " more (--rows)\n";
   };
   section("new failures", new_fail);

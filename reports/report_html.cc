@@ -92,6 +92,19 @@ json tensor_pair(const StoredTensor& a, const StoredTensor& b) {
   return t;
 }
 
+// A column as runs of equal values: [[value, count], ...].
+json runs(const json& column) {
+  json out = json::array();
+  for (const json& v : column) {
+    if (!out.empty() && out.back()[0] == v) {
+      out.back()[1] = out.back()[1].get<int64_t>() + 1;
+    } else {
+      out.push_back(json::array({v, 1}));
+    }
+  }
+  return out;
+}
+
 json comparison_json(const RunMeta& meta, const ScenarioResult& s, size_t nn, const Comparison& c, Strings& strings) {
   json j = {{"id", s.name + "/" + (nn < 10 ? "0" : "") + std::to_string(nn)},
             {"scenario", s.name},
@@ -138,9 +151,12 @@ json comparison_json(const RunMeta& meta, const ScenarioResult& s, size_t nn, co
     origin.push_back(strings(r.tolerance ? r.tolerance->origin : ""));
     verdict.push_back(strings(name(r.verdict)));
   }
-  j["rows"] = {{"step", step},     {"session", session}, {"layer", layer},   {"component", component},
-               {"metric", metric}, {"value", value},     {"bound", bound},   {"higher_is_better", hib},
-               {"origin", origin}, {"verdict", verdict}};
+  // Columns that repeat (the step, the layer, a tolerance) as runs [[value, count], ...]: the
+  // suite's page is half the size; metric and value stay plain.
+  j["rows"] = {{"step", runs(step)},     {"session", runs(session)}, {"layer", runs(layer)},
+               {"component", runs(component)}, {"metric", metric}, {"value", value},
+               {"bound", runs(bound)},   {"higher_is_better", runs(hib)}, {"origin", runs(origin)},
+               {"verdict", runs(verdict)}};
   json acc = json::array();
   for (const AcceptanceRow& r : c.acceptance) {
     acc.push_back({{"step", r.step}, {"session", r.session}, {"side", r.side}, {"start_pos", r.start_pos},

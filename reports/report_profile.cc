@@ -1,6 +1,7 @@
 // reports/report_profile.cc: profile_lines, the `dsv41 report show --by layer|step` table of a
 // comparison: per layer (or step) how many rows, how many fail, the worst NMSE, the lowest
-// bit-equal fraction and the worst checked metric (by excess over its bound), each with where.
+// bit-equal fraction and the worst failing checked metric (by excess over its bound; "all N
+// within" when none fails), each with where.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -20,7 +21,7 @@ std::string num(double v) {
 }
 
 struct Cell {
-  int64_t rows = 0, fails = 0;
+  int64_t rows = 0, fails = 0, checked_rows = 0;
   const MetricRow* nmse = nullptr;      // the largest nmse (NaN is largest)
   const MetricRow* bit_equal = nullptr; // the smallest bit_equal_frac
   const MetricRow* checked = nullptr;   // the largest excess among checked rows
@@ -38,6 +39,7 @@ std::vector<std::string> profile_lines(const Comparison& c, const std::string& b
     Cell& cell = cells[per_layer ? r.layer : r.step];
     ++cell.rows;
     cell.fails += r.verdict == Verdict::kFail;
+    cell.checked_rows += r.tolerance.has_value();
     if (r.metric == "nmse" && (cell.nmse == nullptr || larger(r.value, cell.nmse->value))) cell.nmse = &r;
     if (r.metric == "bit_equal_frac" && (cell.bit_equal == nullptr || r.value < cell.bit_equal->value)) cell.bit_equal = &r;
     if (r.tolerance && (cell.checked == nullptr || excess(r.value, *r.tolerance) > excess(cell.checked->value, *cell.checked->tolerance))) {
@@ -53,20 +55,20 @@ std::vector<std::string> profile_lines(const Comparison& c, const std::string& b
   };
   std::vector<std::string> out;
   char line[512];
-  std::snprintf(line, sizeof line, "  %6s %6s %5s  %-30s %-30s %s", per_layer ? "layer" : "step", "rows", "fail",
-                "max nmse (where)", "min bit_equal_frac (where)", "worst checked: metric value / bound");
+  std::snprintf(line, sizeof line, "  %6s %6s %5s  %-26s %-28s %s", per_layer ? "layer" : "step", "rows", "fail",
+                "max nmse (where)", "min bit_equal_frac (where)", "worst checked (value / bound)");
   out.emplace_back(line);
   if (cells.empty()) out.emplace_back("  (no metric rows)");
   for (const auto& [key, cell] : cells) {
     const std::string nmse = cell.nmse ? num(cell.nmse->value) + " " + at(cell.nmse) : "-";
     const std::string bit = cell.bit_equal ? num(cell.bit_equal->value) + " " + at(cell.bit_equal) : "-";
-    std::string worst = "-";
-    if (cell.checked != nullptr) {
+    std::string worst = cell.checked_rows == 0 ? "-" : "all " + std::to_string(cell.checked_rows) + " within";
+    if (cell.checked != nullptr && cell.fails > 0) {
       worst = cell.checked->metric + " " + num(cell.checked->value) + " / " + num(cell.checked->tolerance->bound) + " " +
               at(cell.checked);
     }
     const std::string label = per_layer && key < 0 ? "-" : std::to_string(key);
-    std::snprintf(line, sizeof line, "  %6s %6lld %5lld  %-30s %-30s %s", label.c_str(), static_cast<long long>(cell.rows),
+    std::snprintf(line, sizeof line, "  %6s %6lld %5lld  %-26s %-28s %s", label.c_str(), static_cast<long long>(cell.rows),
                   static_cast<long long>(cell.fails), nmse.c_str(), bit.c_str(), worst.c_str());
     std::string l = line;
     if (l.size() > width) l = l.substr(0, width - 3) + "...";

@@ -38,10 +38,16 @@
     return beyond / (r.bound !== 0 && Number.isFinite(r.bound) ? Math.abs(r.bound) : 1);
   };
 
-  // The metric rows of a comparison as objects (columns in the JSON).
+  // A column given as runs [[value, count], ...], expanded.
+  const unrun = (runs) => runs.flatMap(([v, n]) => new Array(n).fill(v));
+  // The metric rows of a comparison as objects (columns in the JSON; repeating ones as runs).
   function rowsOf(c) {
     if (c._rows) return c._rows;
-    const R = c.rows, out = [];
+    const R = {metric: c.rows.metric, value: c.rows.value};
+    for (const k of ['step', 'session', 'layer', 'component', 'bound', 'higher_is_better', 'origin', 'verdict']) {
+      R[k] = unrun(c.rows[k]);
+    }
+    const out = [];
     for (let i = 0; i < R.step.length; i++) {
       const origin = S[R.origin[i]];
       out.push({step: R.step[i], session: R.session[i], layer: R.layer[i], component: S[R.component[i]],
@@ -328,7 +334,13 @@
     const comps = [...new Set(rows.map((r) => r.component))];
     if (!comps.length) { box.appendChild(el('div', {class: 'empty'}, 'no metric rows')); return; }
     const d = c.first_divergence;
+    // The default: the first divergence's component and metric (for a pair that is not bit-exact by
+    // design, its NMSE: how far apart says more there than how many bits differ).
     let comp = d && comps.includes(d.component) ? d.component : null, metric = d && comp ? d.metric : null;
+    if (comp && c.expectation !== 'bitexact' && c.verdict !== 'fail' &&
+        rows.some((r) => r.component === comp && r.metric === 'nmse')) {
+      metric = 'nmse';
+    }
     if (!comp) {  // the component of the worst difference: a nonzero nmse, else the first
       const nmse = worst(rows.filter((r) => r.metric === 'nmse'));
       comp = nmse && nmse.value !== 0 ? nmse.component : comps[0];
@@ -476,7 +488,16 @@
     if (dt) det.appendChild(el('div', {class: 'mono'}, dt));
     if (c.first_divergence && c.first_divergence.detail) det.appendChild(el('div', {class: 'mono muted'}, c.first_divergence.detail));
     if (c.first_divergence && c.first_divergence.rerun) det.appendChild(el('code', {class: 'cmd'}, c.first_divergence.rerun));
-    for (const n of c.notes) det.appendChild(el('div', {class: 'notes'}, n));
+    // The notes: the first three, the rest behind a click (a comparison of caches in other formats
+    // has one per cache and layer).
+    const shownNotes = c.notes.length > 4 ? c.notes.slice(0, 3) : c.notes;
+    for (const n of shownNotes) det.appendChild(el('div', {class: 'notes'}, n));
+    if (shownNotes.length < c.notes.length) {
+      const more = el('details', {class: 'notes'});
+      more.appendChild(el('summary', {}, (c.notes.length - shownNotes.length) + ' more notes'));
+      for (const n of c.notes.slice(shownNotes.length)) more.appendChild(el('div', {}, n));
+      det.appendChild(more);
+    }
     const rows = rowsOf(c);
     try {
       heatmap(det, c, rows, it.s);

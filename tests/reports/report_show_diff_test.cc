@@ -242,7 +242,9 @@ TEST(ReportDiff, ANewFailureComesFirstAndRegresses) {
   ASSERT_NE(nf, std::string::npos) << d.text;
   ASSERT_NE(worse, std::string::npos) << d.text;
   EXPECT_LT(nf, worse);
-  EXPECT_TRUE(has(d.text, "cold_prefill #0: ref@cold vs ref@global [free-running]: pass -> fail")) << d.text;
+  // Grouped under their comparison: its verdict first, then its items.
+  EXPECT_TRUE(has(d.text, "new failures (2):\n  cold_prefill #0: ref@cold vs ref@global [free-running]\n    pass -> fail"))
+      << d.text;
   EXPECT_TRUE(has(d.text, "attn_out mismatch_frac (step 1 layer 0): 0 -> 0.25")) << d.text;
   EXPECT_TRUE(has(d.text, "attn_out nmse (step 1 layer 3): 3.5e-05 -> 7e-05")) << d.text;
   EXPECT_TRUE(has(d.text, "further beyond")) << d.text;
