@@ -8,11 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# node-d3: the plotting library the HTML report embeds (docs/report-html.md); chromium,
+# fonts-dejavu-core and python3-websocket: the report's browser test (ReportHtml.*).
 packages=(build-essential cmake ninja-build git pkg-config
           libeigen3-dev libboost-dev libhdf5-dev hdf5-tools libcli11-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev librapidcheck-dev
           python3 python3-h5py python3-numpy python3-pandas
-          node-d3 chromium python3-websocket)
+          node-d3 chromium fonts-dejavu-core python3-websocket)
 ./scripts/apt_install.sh "${packages[@]}"
 
 build_dir=${DSV41_BUILD_DIR:-build}

@@ -515,6 +515,7 @@
   }
 
   function main() {
+    const t0 = performance.now();
     const app = document.getElementById('app');
     app.textContent = '';
     header(app);
@@ -528,6 +529,7 @@
       opened++;
     }
     applyFilters();
+    document.body.setAttribute('data-draw-ms', String(Math.round(performance.now() - t0)));
     document.body.setAttribute('data-ready', '1');
   }
   main();

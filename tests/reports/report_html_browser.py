@@ -135,6 +135,7 @@ class Browser:
     def __init__(self, chromium, profile, log):
         args = [chromium, "--headless", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
                 "--disable-extensions", "--disable-background-networking", "--disable-sync", "--mute-audio",
+                "--disable-dev-shm-usage",  # containers often have a small /dev/shm
                 "--remote-debugging-port=0", f"--user-data-dir={profile}", "--window-size=1400,1000", "about:blank"]
         if os.geteuid() == 0:
             args.insert(1, "--no-sandbox")  # Chromium refuses to run as root with its sandbox
@@ -353,7 +354,8 @@ def main():
                 break
         b.pump(0.5)
         check(ready, f"the page did not finish drawing within {a.timeout} s")
-        print(f"page drawn in {time.time() - t0:.1f} s since start")
+        print(f"page drawn in {time.time() - t0:.1f} s since start "
+              f"(the page's script: {b.eval('document.body.dataset.drawMs')} ms after parsing)")
         dom = json.loads(b.eval(DOM_QUERY))
         cells, points = check_page(dom, exp)
         print(f"checked {cells} heatmap cells and {points} plotted points against {report}")
