@@ -67,6 +67,8 @@ def main():
     }
     problems, total = [], 0
     for name, args in runs.items():
+        if os.path.exists(w(name)):
+            os.remove(w(name))  # a port dump is written only to a new file
         r = subprocess.run([a.dsv41, *args], capture_output=True, text=True)
         if r.returncode != 0 or not os.path.exists(w(name)):
             problems.append(f"dsv41 {' '.join(args)}: exit {r.returncode}: {r.stderr[-500:]}")
