@@ -341,9 +341,11 @@
         rows.some((r) => r.component === comp && r.metric === 'nmse')) {
       metric = 'nmse';
     }
-    if (!comp) {  // the component of the worst difference: a nonzero nmse, else the first
+    if (!comp) {  // the component of the worst difference (a nonzero nmse), else attn_out, else one per layer
       const nmse = worst(rows.filter((r) => r.metric === 'nmse'));
-      comp = nmse && nmse.value !== 0 ? nmse.component : comps[0];
+      const layered = new Set(rows.filter((r) => r.layer >= 0).map((r) => r.component));
+      comp = nmse && nmse.value !== 0 ? nmse.component
+           : layered.has('attn_out') ? 'attn_out' : comps.find((k) => layered.has(k)) || comps[0];
     }
     const wrap = el('div', {class: 'plot', 'data-plot': 'heatmap', 'data-comparison': c.id});
     wrap.appendChild(el('div', {class: 'title'}, 'step \u00d7 layer: the worst value of one metric of one component (click a cell)'));
@@ -490,12 +492,13 @@
     if (c.first_divergence && c.first_divergence.rerun) det.appendChild(el('code', {class: 'cmd'}, c.first_divergence.rerun));
     // The notes: the first three, the rest behind a click (a comparison of caches in other formats
     // has one per cache and layer).
-    const shownNotes = c.notes.length > 4 ? c.notes.slice(0, 3) : c.notes;
+    const notes = !c.first_divergence && c.verdict !== 'pass' ? c.notes.slice(1) : c.notes;  // the first is above
+    const shownNotes = notes.length > 4 ? notes.slice(0, 3) : notes;
     for (const n of shownNotes) det.appendChild(el('div', {class: 'notes'}, n));
-    if (shownNotes.length < c.notes.length) {
+    if (shownNotes.length < notes.length) {
       const more = el('details', {class: 'notes'});
-      more.appendChild(el('summary', {}, (c.notes.length - shownNotes.length) + ' more notes'));
-      for (const n of c.notes.slice(shownNotes.length)) more.appendChild(el('div', {}, n));
+      more.appendChild(el('summary', {}, (notes.length - shownNotes.length) + ' more notes'));
+      for (const n of notes.slice(shownNotes.length)) more.appendChild(el('div', {}, n));
       det.appendChild(more);
     }
     const rows = rowsOf(c);
