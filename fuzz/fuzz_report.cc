@@ -1,7 +1,11 @@
 // fuzz/fuzz_report.cc: reports::read_report (with tensors) and check_report_schema on arbitrary
-// bytes written to a scratch .h5 file: dsv41's report reader over what libhdf5 accepts.
+// bytes written to a scratch .h5 file: dsv41's report reader over what libhdf5 accepts; what it
+// reads goes through everything that prints a report (the summary and its profiles, a diff with
+// itself, the HTML page).
 #include "fuzz/fuzz_util.h"
 #include "reports/report.h"
+#include "reports/report_diff.h"
+#include "reports/report_html.h"
 
 #include <cstdlib>
 
@@ -20,6 +24,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const dsv41::reports::RunReport r = dsv41::reports::read_report(path, true);
     (void)dsv41::reports::summarize(r);
     (void)dsv41::reports::format_summary(r);
+    dsv41::reports::SummaryOptions o;
+    o.by = "layer";
+    (void)dsv41::reports::format_summary(r, o);
+    (void)dsv41::reports::diff_reports(r, r, {});
+    if (dsv41::reports::html_available()) (void)dsv41::reports::html_page(r, {path});
   });
   dsv41::fuzz::accept([&] { (void)dsv41::reports::check_report_schema(path); });
   return 0;

@@ -240,19 +240,10 @@ int64_t H5Writer::open_object(const std::string& path) {
   return obj;
 }
 
+// Every string attribute is variable-length UTF-8: h5py reads it as str (a fixed-length one comes
+// back as bytes), in every file dsv41 writes (docs/report-schema.md, docs/forward-output.md).
 void H5Writer::attr(const std::string& object_path, const std::string& name, const std::string& value) {
-  const hid_t obj = static_cast<hid_t>(open_object(object_path));
-  const hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, value.empty() ? 1 : value.size());
-  H5Tset_cset(type, H5T_CSET_UTF8);
-  const hid_t space = H5Screate(H5S_SCALAR);
-  const hid_t a = H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
-  const herr_t rc = a < 0 ? -1 : H5Awrite(a, type, value.empty() ? "" : value.c_str());
-  if (a >= 0) H5Aclose(a);
-  H5Sclose(space);
-  H5Tclose(type);
-  H5Oclose(obj);
-  if (rc < 0) DSV41_FAIL("'", path_, "': cannot write attribute '", name, "' on '", object_path, "'");
+  text_attr(object_path, name, value);
 }
 
 void H5Writer::text_attr(const std::string& object_path, const std::string& name, const std::string& value) {

@@ -63,14 +63,14 @@ class H5Writer {
   // every non-empty dataset).
   void set_compress_above(size_t bytes) { compress_above_ = bytes; }
 
+  // A string attribute: variable-length UTF-8, as text_attr (h5py reads it as str).
   void attr(const std::string& object_path, const std::string& name, const std::string& value);
   void attr(const std::string& object_path, const std::string& name, int64_t value);
   void attr(const std::string& object_path, const std::string& name, double value);
   void attr(const std::string& object_path, const std::string& name, uint64_t value);
   // A 1-D int64 attribute (e.g. a shape).
   void attr(const std::string& object_path, const std::string& name, const std::vector<int64_t>& value);
-  // A variable-length UTF-8 string attribute (h5py reads it as str; attr() above writes a
-  // fixed-length one, which h5py reads as bytes).
+  // A variable-length UTF-8 string attribute (h5py reads it as str).
   void text_attr(const std::string& object_path, const std::string& name, const std::string& value);
 
   // Flushes, closes and atomically renames the temp file to the final path.

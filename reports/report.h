@@ -250,9 +250,38 @@ std::vector<ItemMeta> read_report_items(const std::string& path);
 // found (empty: valid). Throws dsv41::Error only when the file cannot be opened as HDF5.
 std::vector<std::string> check_report_schema(const std::string& path);
 
-// The readable summary `dsv41 report show` prints: one line per comparison, worst first, then the
-// worst metrics (by how far beyond tolerance), the first divergences with their rerun commands.
+// Which comparisons a summary shows (`dsv41 report show --scenario/--pair/--mode/--verdict`); an
+// empty field matches everything. `pair` is "A,B" (side_a A and side_b B) or one side name (either
+// side); a side name matches with or without its "@cache-path" suffix. `verdicts` lists verdict
+// names (any of them matches).
+struct SummaryFilter {
+  std::string scenario, pair, mode;
+  std::vector<Verdict> verdicts;
+  bool matches(const ScenarioResult& s, const Comparison& c) const;
+  bool matches_scenario(const ScenarioResult& s) const;  // a scenario line (an error, no comparisons)
+  bool empty() const { return scenario.empty() && pair.empty() && mode.empty() && verdicts.empty(); }
+};
+
+struct SummaryOptions {
+  int max_rows = 20;     // worst checked (and measured) metrics listed
+  SummaryFilter filter;
+  std::string by;        // "" (none), "layer" or "step": a profile of each shown comparison
+  bool quiet = false;    // only the verdict line with the counts
+  size_t width = 120;    // no line longer (a longer word runs on; commands break with " \")
+};
+
+// The readable summary `dsv41 report show` prints, lines of at most options.width columns: the
+// run's header (verdict, config, weights, sides), the counts of scenarios and comparisons by
+// verdict, one entry per comparison, worst first (details on indented lines), the worst checked
+// metrics (by how far beyond tolerance), the worst measured metrics of measured pairs, the
+// profiles (--by) and the rerun commands of the failures. Throws dsv41::Error when the filter
+// names a scenario or side the report does not have (the message lists what it has).
+std::string format_summary(const RunReport& report, const SummaryOptions& options);
 std::string format_summary(const RunReport& report, int max_rows = 20);
+
+// The --by profile of one comparison: per layer (or step) the rows, failing rows, the worst NMSE,
+// the lowest bit-equal fraction and the worst checked metric, each with where it is.
+std::vector<std::string> profile_lines(const Comparison& comparison, const std::string& by, size_t width);
 
 // JUnit XML: one testsuite per scenario, one testcase per comparison named "<a> vs <b> [<mode>]":
 // fail -> <failure type="fail"> (first divergence, rerun command), error -> <error>,

@@ -33,6 +33,7 @@
 #include "reference/session_store.h"
 #include "reports/h5_writer.h"
 #include "scenarios/cli.h"
+#include "scenarios/progress.h"
 #include "scenarios/capture.h"
 #include "scenarios/forward_generate.h"
 #include "scenarios/port_dump.h"
@@ -55,6 +56,7 @@ struct ForwardArgs {
   bool resume_mode_given = false;
   bool drop_swa = false;
   int64_t chunk = 0;       // 0: the prompt in one step
+  bool quiet = false;      // -q: no progress
   int64_t start_pos = -1;  // -1: not given
   int64_t decoder_replay = 0;  // > 0: decoder replay rows for each prompt step (docs/sessions.md)
   // Generation (scenarios/forward_generate.h).
@@ -269,9 +271,28 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   // --dump: every step's hooked components are recorded into `cap` (hooks set after the resume,
   // so a global-only resume's encoder replay is not recorded), then written as one step file.
   StepCapture cap;
-  if (dump) model.set_hooks(capture_hooks(cap, nullptr));
+  // Progress per chunk (or step) and layer: counted at each layer's output (out_stream), a hook
+  // that only observes. Units: the prompt's chunks and the decode steps, each n_layers.
+  const size_t chunk = a.chunk > 0 ? static_cast<size_t>(a.chunk) : std::max<size_t>(1, prompt.size());
+  const int64_t prompt_chunks = static_cast<int64_t>((prompt.size() + chunk - 1) / chunk);
+  const int64_t planned_steps = prompt_chunks + static_cast<int64_t>(decode.size()) + (gen ? gen->tokens : 0);
+  Progress progress("forward", static_cast<double>(planned_steps * c.n_layers), a.quiet);
+  int64_t step_index = 0;       // the step running now (0-based)
+  std::string step_name;        // "chunk 2/4", "decode 3/5", "generated step 4"
+  reference::ForwardHooks hooks = dump ? capture_hooks(cap, nullptr) : reference::ForwardHooks{};
+  if (progress.enabled()) {
+    hooks.tensor = [inner = hooks.tensor, &progress, &step_index, &step_name, n_layers = c.n_layers](
+                       reference::Component what, int layer, reference::Tensor<float>& v) {
+      if (inner) inner(what, layer, v);
+      if (what != reference::Component::kOutStream || layer < 0 || layer >= n_layers) return;
+      progress.update(static_cast<double>(step_index * n_layers + layer + 1),
+                      step_name + " layer " + std::to_string(layer + 1) + "/" + std::to_string(n_layers));
+    };
+  }
+  if (hooks.any()) model.set_hooks(hooks);
   auto dump_step = [&](const StepRecord& rec, std::vector<int64_t> ids, std::string event) {
     if (dump) dump->add_model_step(cap, model, state, rec, ids, event);
+    ++step_index;
   };
   std::vector<StepRecord> steps;
   const std::string how = a.chunk > 0 ? " in chunks of " + std::to_string(a.chunk) : std::string();
@@ -301,9 +322,10 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
                  prompt.size(), how.c_str(), decode.size(), reference::reference_threads());
   }
   // The prompt: one step, or chunks of --chunk tokens (the same bits, docs/sessions.md).
-  const size_t chunk = a.chunk > 0 ? static_cast<size_t>(a.chunk) : prompt.size();
   for (size_t at = 0; at < prompt.size(); at += chunk) {
     const size_t end = std::min(prompt.size(), at + chunk);
+    step_name = "prefill chunk " + std::to_string(at / chunk + 1) + "/" + std::to_string(prompt_chunks) + " (tokens " +
+                std::to_string(at) + ".." + std::to_string(end - 1) + ")";
     reference::StepOptions options;
     options.decoder_replay_rows = a.decoder_replay;
     const std::vector<int64_t> ids(prompt.begin() + static_cast<std::ptrdiff_t>(at),
@@ -313,6 +335,7 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   }
   const size_t prompt_steps = steps.size();
   for (size_t k = 0; k < decode.size(); ++k) {
+    step_name = "decode " + std::to_string(k + 1) + "/" + std::to_string(decode.size());
     steps.push_back(model.decode(state, decode[k]));
     dump_step(steps.back(), {decode[k]}, !a.resume.empty() && prompt.empty() && k == 0 ? "resume+decode" : "decode");
   }
@@ -324,18 +347,24 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     // dspark_* items are dropped: the dump records target steps; docs/port-dump.md).
     GenerateObserver observer;
     bool resumed_first = steps.empty() && !a.resume.empty();  // the session's first step is a generated one
-    if (dump) {
-      observer.before_step = [&cap] { cap = StepCapture{}; };
-      observer.after_step = [&](const StepRecord& rec, const std::vector<int64_t>& ids, int64_t kept) {
-        const std::string event = gen->speculative ? kPortDumpVerify : resumed_first ? "resume+decode" : "decode";
-        resumed_first = false;
-        dump->add_model_step(cap, model, state, rec, ids, event, kept);
-      };
-    }
+    int64_t generated_steps = 0;
+    observer.before_step = [&] {
+      if (dump) cap = StepCapture{};
+      step_name = (gen->speculative ? "speculative round " : "generated token ") + std::to_string(++generated_steps);
+    };
+    observer.after_step = [&](const StepRecord& rec, const std::vector<int64_t>& ids, int64_t kept) {
+      ++step_index;
+      if (!dump) return;
+      const std::string event = gen->speculative ? kPortDumpVerify : resumed_first ? "resume+decode" : "decode";
+      resumed_first = false;
+      dump->add_model_step(cap, model, state, rec, ids, event, kept);
+    };
     generated = generate(model, state, prompt_steps > 0 ? &steps.back().logits : nullptr, first_token, *gen, observer);
     steps.insert(steps.end(), generated.steps.begin(), generated.steps.end());
     tokens.insert(tokens.end(), generated.fed.begin(), generated.fed.end());
   }
+
+  progress.finish(std::to_string(step_index) + " steps");
 
   // NaN or Inf logits answer nothing (the argmax of all-NaN logits is meaningless): an error,
   // before any output is finished. Usually the weights hold non-finite values.
@@ -446,6 +475,7 @@ Verb add_forward_verb(CLI::App& parent) {
   app->add_option("--save-state", args->save_state,
                   "after the run, save the session state to FILE (docs/session-store.md; written atomically)");
   app->add_flag("--drop-swa", args->drop_swa, "with --save-state: save the global state only, without the SWA rings");
+  app->add_flag("-q,--quiet", args->quiet, "no progress on stderr (scenarios/progress.h)");
   app->add_option("--resume", args->resume,
                   "continue the session saved in FILE: --prompt holds the next tokens, run at the saved position");
   app->add_option("--resume-mode", args->resume_mode,

@@ -12,6 +12,7 @@
 #include "reference/safetensors.h"
 #include "reference/weights.h"
 #include "scenarios/cli.h"
+#include "scenarios/progress.h"
 #include "scenarios/replay_study.h"
 
 namespace dsv41::scenarios {
@@ -21,6 +22,7 @@ Verb add_replay_study_verb(CLI::App& parent) {
     std::string config, weights, json;
     uint64_t seed = 0;
     bool seed_given = false;
+    bool quiet = false;
     ReplayStudyOptions study;
   };
   auto a = std::make_shared<Args>();
@@ -35,6 +37,7 @@ Verb add_replay_study_verb(CLI::App& parent) {
   app->add_option("--turns", a->study.turns, "follow-up turns, each after a resume")->check(CLI::Range(0, 64));
   app->add_option("--turn-len", a->study.turn_len, "tokens per follow-up turn")->check(CLI::Range(1, 4096));
   app->add_option("--json", a->json, "also write the results as JSON to this file");
+  app->add_flag("-q,--quiet", a->quiet, "no progress on stderr (a bar on a terminal, else lines)");
   return {app, [a] {
             const reference::ModelConfig c = reference::load_config(a->config);
             reference::ModelWeights w;
@@ -49,7 +52,13 @@ Verb add_replay_study_verb(CLI::App& parent) {
             }
             std::cerr << "replay-study: prompt token seed " << a->study.token_seed << "\n";
             reference::Model model(c, std::move(w), reference::default_token_map(c));
+            Progress progress("replay-study", 0, a->quiet);
+            a->study.progress = [&progress](int done, int total, const std::string& what) {
+              progress.set_total(total);
+              if (done < total) progress.update(done, "case " + std::to_string(done + 1) + "/" + std::to_string(total) + ": " + what);
+            };
             const std::vector<ReplayStepResult> r = run_replay_study(model, a->study);
+            progress.finish(std::to_string(r.size()) + " rows");
             std::cout << replay_study_markdown(r);
             if (!a->json.empty()) {
               const std::string text = replay_study_json(r);

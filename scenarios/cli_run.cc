@@ -21,6 +21,7 @@
 #include "reference/weights.h"
 #include "reports/report.h"
 #include "scenarios/cli.h"
+#include "scenarios/progress.h"
 #include "scenarios/id_list.h"
 #include "scenarios/keep.h"
 #include "scenarios/runner.h"
@@ -48,8 +49,10 @@ struct RunArgs {
   int rows = 20;
 };
 
+constexpr const char* kDefaultOracleWeights = "golden/oracle/weights.safetensors";  // in the repository
+
 std::string default_oracle_weights() {
-  return std::string(DSV41_SOURCE_DIR_STRING) + "/golden/oracle/weights.safetensors";
+  return std::string(DSV41_SOURCE_DIR_STRING) + "/" + kDefaultOracleWeights;
 }
 
 
@@ -143,9 +146,10 @@ int run(const RunArgs& a, const std::string& command_line) {
   BackendResources res{c, {}, map};
   if (!weights.empty()) {
     res.weights = reference::ModelWeights::load(weights, c);
-    // The file name only: the path is machine-specific (it is in the command line, under
-    // /meta/volatile); the SHA-256 identifies the weights.
-    meta.weights = "file:" + std::filesystem::path(weights).filename().string();
+    // The path as given (a relative one stays relative, so the same command gives the same report
+    // on any machine), the oracle's default as its path in the repository; the SHA-256 identifies
+    // the weights whatever the path.
+    meta.weights = "file:" + (a.weights.empty() ? std::string(kDefaultOracleWeights) : a.weights);
     meta.weights_sha256 = sha256_file_hex(weights);
   } else {
     res.weights = reference::ModelWeights::load(
@@ -170,15 +174,26 @@ int run(const RunArgs& a, const std::string& command_line) {
   if (weights.empty()) prefix << " --weight-seed " << a.weight_seed;
   if (!a.token_map.empty()) prefix << " --token-map " << shell_quote(a.token_map);
   opt.rerun_prefix = prefix.str();
-  if (!a.quiet) {
-    opt.progress = [t0](const std::string& line) {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "[%7.1fs] %s\n", s, line.c_str());
+  // Progress per event and step (scenarios/progress.h): the unit is a scenario, a comparison its
+  // share of it, an event its share of that.
+  Progress progress("run", static_cast<double>(scenarios.size()), a.quiet);
+  size_t scenario_index = 0;
+  if (progress.enabled()) {
+    opt.on_progress = [&progress, &scenario_index, n = scenarios.size()](const RunPosition& p) {
+      const double c = static_cast<double>(p.comparisons), e = static_cast<double>(std::max<size_t>(1, p.events));
+      const double done = static_cast<double>(scenario_index) +
+                          (static_cast<double>(p.comparison) + static_cast<double>(p.event) / e) / c;
+      std::string what = "scenario " + std::to_string(scenario_index + 1) + "/" + std::to_string(n) + " " + p.scenario +
+                         " [" + p.pair + ", " + p.mode + "] comparison " + std::to_string(p.comparison + 1) + "/" +
+                         std::to_string(p.comparisons) + " event " + std::to_string(p.event + 1) + "/" +
+                         std::to_string(p.events) + " step " + std::to_string(p.step);
+      if (!p.phase.empty()) what += " (" + p.phase + ")";
+      progress.update(done, what);
     };
   }
   for (const Scenario& s : scenarios) {
     meta.seeds["scenario:" + s.name] = s.seed;
-    std::cerr << "dsv41 run: scenario " << s.name << " (seed " << s.seed << ")\n";
+    progress.note("dsv41 run: scenario " + s.name + " (seed " + std::to_string(s.seed) + ")");
     RunOptions o = opt;
     if (a.seed) o.rerun_prefix += " --seed " + std::to_string(*a.seed);
     try {
@@ -190,8 +205,10 @@ int run(const RunArgs& a, const std::string& command_line) {
       failed.error = e.what();
       report.scenarios.push_back(std::move(failed));
     }
-    std::cerr << "dsv41 run: scenario " << s.name << ": " << reports::name(report.scenarios.back().verdict) << "\n";
+    progress.note("dsv41 run: scenario " + s.name + ": " + reports::name(report.scenarios.back().verdict));
+    ++scenario_index;
   }
+  progress.finish(std::to_string(scenarios.size()) + " scenarios");
   meta.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   report.verdict = reports::roll_up(report.scenarios);
   reports::write_report(a.output, report);

@@ -120,9 +120,16 @@ std::vector<ReplayStepResult> run_replay_study(Model& model, const ReplayStudyOp
   DSV41_CHECK(total <= c.max_seq_len, "replay study: ", total, " positions exceed max_seq_len ", c.max_seq_len);
   const std::vector<int64_t> tokens = random_tokens(opt.token_seed, total, c.vocab_size);
   std::vector<ReplayStepResult> out;
+  const int cases = static_cast<int>(opt.resumptions.size()) + opt.turns;
+  int done = 0;
+  const auto report = [&](const std::string& what) {
+    if (opt.progress) opt.progress(done, cases, what);
+  };
 
   for (int k : opt.resumptions) {
     DSV41_CHECK(k >= 1 && k < L, "replay study: ", k, " resumptions do not fit a prompt of ", L);
+    report(std::to_string(k) + " resumption" + (k == 1 ? "" : "s") + ": prompt of " + std::to_string(L) +
+           " tokens, then " + std::to_string(opt.steps) + " decode steps");
     ModelState ref = model.new_state(), res = model.new_state();
     int64_t at = 0;
     for (int i = 1; i <= k + 1; ++i) {
@@ -142,12 +149,15 @@ std::vector<ReplayStepResult> run_replay_study(Model& model, const ReplayStudyOp
       r.step = sidx + 1;
       out.push_back(std::move(r));
     }
+    ++done;
   }
 
   ModelState ref = model.new_state(), res = model.new_state();
   model.forward_chunk(ref, slice(tokens, 0, L));
   model.forward_chunk(res, slice(tokens, 0, L));
   for (int turn = 0; turn < opt.turns; ++turn) {
+    report("follow-up turn " + std::to_string(turn + 1) + "/" + std::to_string(opt.turns) + " (" +
+           std::to_string(opt.turn_len) + " tokens after a resume)");
     resume(model, res, tokens);
     const std::vector<int64_t> t = slice(tokens, L + turn * opt.turn_len, opt.turn_len);
     const Captured a = step(model, ref, t), b = step(model, res, t);
@@ -156,7 +166,9 @@ std::vector<ReplayStepResult> run_replay_study(Model& model, const ReplayStudyOp
     r.resumptions = turn + 1;
     r.step = turn + 1;
     out.push_back(std::move(r));
+    ++done;
   }
+  report("");
   return out;
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ struct ReplayStudyOptions {
   int turns = 4;                         // follow-up turns
   int64_t turn_len = 8;                  // tokens per turn
   uint64_t token_seed = 1;               // the random prompt
+  // Called before each case (a resume count, a follow-up turn) and once at the end with done ==
+  // total: cases done, cases in all, what runs now (may be empty).
+  std::function<void(int done, int total, const std::string& what)> progress;
 };
 
 struct ReplayStepResult {

@@ -207,8 +207,23 @@ class ComparisonRun {
   }
 
  private:
+  void position(const char* phase) {
+    if (!opt_.on_progress) return;
+    RunPosition p;
+    p.scenario = sc_.name;
+    p.pair = cmp_.side_a + " vs " + cmp_.side_b;
+    p.mode = cmp_.mode;
+    p.event = event_;
+    p.events = sc_.events.size();
+    p.step = step_;
+    p.phase = phase;
+    opt_.on_progress(p);
+  }
+
   void run_event(size_t e) {
     const Event& ev = sc_.events[e];
+    event_ = e;
+    position("");
     if (opt_.progress) {
       std::ostringstream p;
       p << sc_.name << " [" << cmp_.side_a << " vs " << cmp_.side_b << ", " << cmp_.mode << "] event " << e + 1 << "/"
@@ -256,6 +271,7 @@ class ComparisonRun {
   // One speculative round (scenarios/rounds.h): side A plans and decides, both sides keep A's
   // decision, the kept positions and both accept decisions are compared.
   void run_round(const Event& ev, int64_t round) {
+    position("round");
     const std::string& session = ev.session;
     const int64_t start = A_.session(session).pos();
     const uint64_t seed = stream_seed(sc_.seed, "round:" + std::to_string(step_));
@@ -299,6 +315,7 @@ class ComparisonRun {
   }
 
   void run_step(const std::string& session, const std::vector<int64_t>& tokens, const char* phase, bool probe) {
+    position(phase);
     const int64_t start = A_.session(session).pos();
     const bool prompt = std::string(phase) == "prefill";
     if (prompt) pending_.erase(session);  // a new prompt drops a round's pending token
@@ -398,6 +415,7 @@ class ComparisonRun {
   Evidence evidence_;  // what the verdict weighs besides the rows (backend gap: filled at the end)
   int64_t step_ = 0;
   bool stop_ = false;
+  size_t event_ = 0;  // the event running now
 };
 
 }  // namespace
@@ -541,7 +559,16 @@ ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, con
     for (const std::string& mode : modes) {
       // The step list is the same for every comparison: recorded by the first.
       std::vector<StepInfo>* steps = out.comparisons.empty() ? &out.steps : nullptr;
-      out.comparisons.push_back(ComparisonRun(sc, res, opt, plan.tokens, rules, session_ids, pair, mode, steps).run());
+      RunOptions o = opt;  // the progress callback learns which comparison of how many runs
+      if (opt.on_progress) {
+        o.on_progress = [&opt, at = out.comparisons.size(), n = pairs.size() * modes.size()](const RunPosition& p) {
+          RunPosition q = p;
+          q.comparison = at;
+          q.comparisons = n;
+          opt.on_progress(q);
+        };
+      }
+      out.comparisons.push_back(ComparisonRun(sc, res, o, plan.tokens, rules, session_ids, pair, mode, steps).run());
     }
   }
   out.verdict = scenario_verdict(out.comparisons, &out.error);

@@ -32,6 +32,16 @@
 
 namespace dsv41::scenarios {
 
+// Where a run is, for a progress display (scenarios/progress.h): given at the start of each event
+// and of each step of each comparison.
+struct RunPosition {
+  std::string scenario, pair, mode;        // pair: "a vs b"
+  size_t comparison = 0, comparisons = 1;  // this comparison (0-based) of the scenario's
+  size_t event = 0, events = 1;            // this event (0-based) of the scenario's
+  int64_t step = 0;                        // the scenario's step that runs now
+  std::string phase;                       // "prefill", "decode", "resume", "round"; "" at an event's start
+};
+
 struct RunOptions {
   std::vector<std::string> sides;   // "A,B" given: this one pair replaces the scenario's pairs
   std::vector<std::string> modes;   // given: replaces the scenario's modes
@@ -41,6 +51,7 @@ struct RunOptions {
   // The command prefix a rerun line starts with (e.g. "dsv41 run --config tiny --weights W").
   std::string rerun_prefix = "dsv41 run";
   std::function<void(const std::string&)> progress;  // one line per event (may be empty)
+  std::function<void(const RunPosition&)> on_progress;  // at each event and step (may be empty)
 };
 
 // What a scenario will run, checked before any work: its pairs (--sides replaces them), modes,

@@ -8,12 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# node-d3: the plotting library the HTML report embeds (docs/report-html.md); chromium,
+# fonts-dejavu-core and python3-websocket: the report's browser test (ReportHtml.*).
 packages=(build-essential cmake ninja-build git pkg-config
           libeigen3-dev libboost-dev libhdf5-dev hdf5-tools libcli11-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev librapidcheck-dev libopenmpi-dev openmpi-bin  # MPI: dsv41 sweep
           python3 python3-h5py python3-numpy python3-pandas
           pybind11-dev python3-dev python3-pybind11 python3-pytest  # the dsv41 Python module (python/)
-          python3-torch)                                            # its example port (examples/torch_port)
+          python3-torch                                             # its example port (examples/torch_port)
+          node-d3 chromium fonts-dejavu-core python3-websocket)     # report html and its browser test
 ./scripts/apt_install.sh "${packages[@]}"
 
 build_dir=${DSV41_BUILD_DIR:-build}

@@ -279,25 +279,39 @@ TEST(ReportAcceptance, WriteRefusesABadSideDraftIndexOrRealised) {
 
 const std::string kIndent = "\n               ";
 
+// The summary with each wrapped detail line joined back to the line it continues (continuations
+// are indented 17 columns: report show keeps lines within 120 columns).
+std::string summary_of(const RunReport& r) {
+  const std::string text = format_summary(r), continuation = "\n                 ";
+  std::string out;
+  for (size_t at = 0;;) {
+    const size_t next = text.find(continuation, at);
+    out.append(text, at, next == std::string::npos ? std::string::npos : next - at);
+    if (next == std::string::npos) return out;
+    out.push_back(' ');
+    at = next + continuation.size();
+  }
+}
+
 TEST(ReportAcceptance, SummaryShowsMeansCalibrationAndTheFirstDifferingStep) {
-  const std::string text = format_summary(speculative_report(speculative_pair()));
+  const std::string text = summary_of(speculative_report(speculative_pair()));
   std::printf("%s", text.c_str());
   // a: m 2+2+0+1+1 = 6 over 5 rounds, k 3+2+0+2+1 = 8. Verified positions with a confidence: 3 + 2
   // + 2 + 1 = 8, S summing .75+.375+.1875 + .5+.25 + .5+.25 + .6875 = 3.5 (mean .4375); prefix
   // accepted (i < m): 2 + 2 + 1 + 1 = 6 of 8.
-  EXPECT_TRUE(has(text, kIndent + "speculative, side a (ref@spec): 5 rounds, mean accepted m 1.2, mean tokens per "
+  EXPECT_TRUE(has(text, kIndent + "speculative, side a (ref@spec): 5 rounds; mean accepted m 1.2, mean tokens per "
                                   "round 2.2, mean verified k 1.6; predicted survival mean 0.4375 vs realised prefix "
                                   "acceptance 0.75 over 8 verified positions\n"))
       << text;
   // b: m 2+2+0+2+1 = 7, no confidence: no calibration.
-  EXPECT_TRUE(has(text, kIndent + "speculative, side b (mutant:accept_one_more:S4@spec): 5 rounds, mean accepted m "
+  EXPECT_TRUE(has(text, kIndent + "speculative, side b (mutant:accept_one_more:S4@spec): 5 rounds; mean accepted m "
                                   "1.4, mean tokens per round 2.4, mean verified k 1.6\n"))
       << text;
   EXPECT_TRUE(has(text, kIndent + "accept decisions: first differ at step 4 session 0: a m=1 next_token=504, b m=2 "
                                   "next_token=505\n"))
       << text;
   // Comparisons without rounds print none of it.
-  const std::string plain = format_summary(sample_report());
+  const std::string plain = summary_of(sample_report());
   EXPECT_FALSE(has(plain, "speculative")) << plain;
   EXPECT_FALSE(has(plain, "accept decisions")) << plain;
 }
@@ -307,19 +321,19 @@ TEST(ReportAcceptance, SummaryComparesTheNextTokenAndSaysWhenDecisionsAreIdentic
   for (AcceptanceRow& r : c.acceptance) {
     if (r.side == "b" && r.step == 4) r.accepted = 1, r.next_token = 504;  // b decides as a
   }
-  EXPECT_TRUE(has(format_summary(speculative_report(c)), kIndent + "accept decisions identical in 5 rounds\n"));
+  EXPECT_TRUE(has(summary_of(speculative_report(c)), kIndent + "accept decisions identical in 5 rounds\n"));
   for (AcceptanceRow& r : c.acceptance) {
     if (r.side == "b" && r.step == 2) r.next_token = 777;  // same m, another correction
   }
-  EXPECT_TRUE(has(format_summary(speculative_report(c)),
+  EXPECT_TRUE(has(summary_of(speculative_report(c)),
                   "accept decisions: first differ at step 2 session 0: a m=2 next_token=502, b m=2 next_token=777\n"));
   // A round only one side has is a difference; a side without any round is named.
   c = speculative_pair();
   std::erase_if(c.acceptance, [](const AcceptanceRow& r) { return r.side == "b" && r.step == 1; });
-  EXPECT_TRUE(has(format_summary(speculative_report(c)),
+  EXPECT_TRUE(has(summary_of(speculative_report(c)),
                   "accept decisions: first differ at step 1 session 0: a m=2 next_token=501, b no round\n"));
   std::erase_if(c.acceptance, [](const AcceptanceRow& r) { return r.side == "b"; });
-  const std::string text = format_summary(speculative_report(c));
+  const std::string text = summary_of(speculative_report(c));
   EXPECT_TRUE(has(text, kIndent + "accept decisions: only side a has speculative rounds\n")) << text;
   EXPECT_FALSE(has(text, "side b (")) << text;
 }

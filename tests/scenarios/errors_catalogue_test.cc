@@ -135,9 +135,19 @@ TEST(ErrorsCatalogue, Scenario) {
 TEST(ErrorsCatalogue, CliArguments) {
   const std::string s = scenario("ok", R"([{"prompt": [1, 2, 3]}])");
   const std::string out = " -q -o '" + scratch() + "/r.h5'";
+  // A report to filter: the scenario above on one pair.
+  const std::string report = scratch() + "/ok.h5";
+  ASSERT_EQ(run_dsv41("run '" + s + "' --sides ref@cold,ref@full --mode free-running -q -o '" + report + "'").code, 0);
   for (const Entry& e : std::vector<Entry>{
            {"CLI: a mistyped verb", "frobnicate", 2, "unknown verb 'frobnicate'; verbs: bytes, selfcheck, forward"},
-           {"CLI: a mistyped sub-verb", "report chek x.h5", 2, "unknown verb 'chek' of 'report'; verbs: show, check, junit"},
+           {"CLI: a mistyped sub-verb", "report chek x.h5", 2,
+            "unknown verb 'chek' of 'report'; verbs: show, check, junit, html, diff"},
+           {"CLI: report show --scenario the report lacks", "report show '" + report + "' --scenario nope", 2,
+            "report show: no scenario 'nope' in the report (it has: ok)"},
+           {"CLI: report show --pair the report lacks", "report show '" + report + "' --pair cuda,ref", 2,
+            "report show: no comparison of the sides 'cuda,ref' in the report (its sides: ref@cold, ref@full)"},
+           {"CLI: report show --verdict not a verdict", "report show '" + report + "' --verdict passed", 2,
+            "report show --verdict: 'passed' is not a verdict (error, fail, inconclusive, measured, pass)"},
            {"CLI: a negative seed", "run '" + s + "' --seed -1" + out, 2, "a seed is a decimal integer from 0 to 2^64-1, got '-1'"},
            {"CLI: a negative weight seed", "weights --config tiny --seed -1 -o '" + scratch() + "/w.safetensors'", 2,
             "a seed is a decimal integer"},

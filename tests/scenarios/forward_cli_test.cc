@@ -120,6 +120,7 @@ std::string string_attr(const std::string& file, const std::string& name) {
       char* p = nullptr;
       const hid_t mem = H5Tcopy(H5T_C_S1);
       H5Tset_size(mem, H5T_VARIABLE);
+      H5Tset_cset(mem, H5Tget_cset(t));  // HDF5 converts no character sets (dsv41 writes UTF-8)
       if (H5Aread(a, mem, &p) >= 0 && p != nullptr) value = p;
       H5free_memory(p);
       H5Tclose(mem);

@@ -43,7 +43,19 @@ TEST(RunCli, PlantedDefectExitsOneAndItsRerunLineReproducesIt) {
   // The rerun line, run as printed (from the scratch dir, with this build's executable).
   const size_t at = r.out.find("dsv41 run --config");
   ASSERT_NE(at, std::string::npos) << r.out;
-  std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  // The command may run over several lines, each but the last ending in " \\" (report show
+  // keeps lines within 120 columns): joined, it is one command line.
+  std::string line;
+  for (size_t from = at;;) {
+    const size_t end = r.out.find('\n', from);
+    std::string part = r.out.substr(from, end - from);
+    const bool more = part.size() >= 2 && part.compare(part.size() - 2, 2, " \\") == 0;
+    if (more) part.resize(part.size() - 2);
+    if (!line.empty()) line.push_back(' ');
+    line.append(part, part.find_first_not_of(' '));
+    if (!more || end == std::string::npos) break;
+    from = end + 1;
+  }
   line = line.substr(std::string("dsv41 ").size());
   const std::string rerun_dir = scratch() + "/rerun";
   std::filesystem::create_directories(rerun_dir);
