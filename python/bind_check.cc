@@ -53,84 +53,18 @@ using Bounds = std::map<std::string, Tolerance>;
 
 // ---- tolerances ----
 
-const std::map<std::string, bool>& known_metrics() {  // conform's file metrics: higher is better?
-  static const std::map<std::string, bool> m = {
-      {"nmse", false},          {"max_ulps", false},        {"max_abs", false},         {"calc_diff", false},
-      {"cosine", true},         {"atol", false},            {"rtol", false},            {"bit_equal_frac", true},
-      {"rows_equal_frac", true}, {"jaccard_min", true},     {"recall_min", true},       {"tie_equivalent", true},
-      {"block_recall_min", true}, {"token_recall_min", true}, {"equal_frac", true},    {"bytes_equal_frac", true}};
-  return m;
-}
-
+// The tolerance format and the bit-exact claim's bounds are conform's own
+// (scenarios/conform.h): keys here are check's names ("op.output", "output", "op", "*").
 std::map<std::string, Bounds> parse_tolerances(const std::string& text) {
-  std::map<std::string, Bounds> out;
-  if (text.empty()) return out;
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    DSV41_FAIL("tolerances: not valid JSON: ", e.what());
-  }
-  if (!j.is_object()) DSV41_FAIL("tolerances: expected {key: {metric: bound, \"origin\": ...}}");
-  for (const auto& [key, b] : j.items()) {
-    const std::string where = "tolerances, key '" + key + "'";
-    if (!b.is_object()) DSV41_FAIL(where, ": expected an object {metric: bound, \"origin\": ..., \"note\": ...}");
-    if (!b.contains("origin") || !b["origin"].is_string()) {
-      DSV41_FAIL(where, ": no \"origin\" (stated, analytic or measured): every bound says where it comes from");
-    }
-    const std::string origin = b["origin"].get<std::string>();
-    if (origin != "stated" && origin != "analytic" && origin != "measured") {
-      DSV41_FAIL(where, ": origin '", origin, "': expected stated, analytic or measured");
-    }
-    Bounds& m = out[key];
-    for (const auto& [metric, v] : b.items()) {
-      if (metric == "origin" || metric == "note") continue;
-      const auto it = known_metrics().find(metric);
-      if (it == known_metrics().end()) {
-        std::string known;
-        for (const auto& [k, h] : known_metrics()) known += (known.empty() ? "" : ", ") + k;
-        DSV41_FAIL(where, ": unknown metric '", metric, "' (known: ", known, ")");
-      }
-      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
-        DSV41_FAIL(where, ": metric '", metric, "': the bound must be a finite number >= 0, got ", v.dump());
-      }
-      Tolerance t;
-      t.bound = v.get<double>();
-      t.higher_is_better = it->second;
-      t.origin = origin;
-      t.note = b.value("note", std::string("dsv41.check tolerances"));
-      m[metric == "max_ulps" ? "max_ulp" : metric] = t;
-    }
-    if (m.count("rtol") && !m.count("atol")) DSV41_FAIL(where, ": rtol without atol (allclose needs both)");
-    if (m.empty()) DSV41_FAIL(where, ": no bound");
-  }
-  return out;
+  if (text.empty()) return {};
+  return scenarios::parse_conform_tolerances(text, "tolerances", [](const std::string&, const std::string&) {});
 }
 
-const char* kExactNote = "docs/conform.md: bit-exact by default: the reference is deterministic and the component's "
-                         "semantics are exact given equal inputs";
-
-// conform's bound_of (bit-exact claim): the always-exact rows, the file's bounds, else the exact rows.
+// conform's bound (bit-exact claim); "comparable" (the outputs could be compared at all) is
+// exact like conform's structure rows.
 std::optional<Tolerance> bound_of(const Bounds* f, const std::string& metric) {
-  static const std::set<std::string> always = {"nonfinite_mismatch", "comparable"};
-  static const std::set<std::string> exact = {"bit_equal_frac", "rows_equal_frac", "equal_frac", "bytes_equal_frac"};
-  const auto exact_tol = [&] {
-    Tolerance t;
-    t.higher_is_better = metric != "nonfinite_mismatch";
-    t.bound = t.higher_is_better ? 1.0 : 0.0;
-    t.note = kExactNote;
-    return t;
-  };
-  if (always.count(metric)) return exact_tol();
-  if (f == nullptr) return exact.count(metric) ? std::optional<Tolerance>(exact_tol()) : std::nullopt;
-  if (metric == "allclose" && f->count("atol")) {
-    Tolerance t = f->at("atol");
-    t.bound = 1.0;
-    t.higher_is_better = true;
-    return t;
-  }
-  const auto it = f->find(metric);
-  return it == f->end() || metric == "atol" || metric == "rtol" ? std::nullopt : std::optional<Tolerance>(it->second);
+  if (metric == "comparable") return scenarios::bit_exact_bound(nullptr, "bit_equal_frac");
+  return scenarios::bit_exact_bound(f, metric);
 }
 
 // ---- the reference's outputs ----

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -61,6 +62,20 @@ using ConformTolerances = std::map<std::string, std::map<std::string, reports::T
 // for an unknown component, an unknown metric, a bound that is not a finite number, or a missing
 // origin.
 ConformTolerances load_conform_tolerances(const std::string& path);
+// The same from the file's text: `where` names it in messages ("--tolerances 'F'"); `check_key`
+// throws a dsv41::Error for a key that names nothing judged (its second argument is the
+// message's prefix for the key). Used by load_conform_tolerances (components of
+// reference/hooks.h) and by the Python module's dsv41.check (its op names).
+ConformTolerances parse_conform_tolerances(
+    const std::string& text, const std::string& where,
+    const std::function<void(const std::string& key, const std::string& at)>& check_key);
+
+// The bound of `metric` under the bit-exact claim (docs/conform.md): the rows exact whatever a
+// file says (structure, NaN/Inf masks), else the file's bound for the component (`file`: its
+// bounds, null when the file names none; "allclose" from its atol/rtol), else the exactness rows
+// (bit_equal_frac, rows_equal_frac, equal_frac, bytes_equal_frac) at 1; nullopt: measured only.
+std::optional<reports::Tolerance> bit_exact_bound(const std::map<std::string, reports::Tolerance>* file,
+                                                  const std::string& metric);
 
 struct ConformOptions {
   std::string tolerances_file;   // "": the claim's defaults

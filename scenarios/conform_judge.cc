@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -44,20 +45,28 @@ ConformTolerances load_conform_tolerances(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) DSV41_FAIL("--tolerances '", path, "': cannot open the file");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  formats::check_json_nesting(text, "--tolerances '" + path + "'");
+  return parse_conform_tolerances(text, "--tolerances '" + path + "'", [](const std::string& key, const std::string& at) {
+    if (key != "*" && !reference::component_from_name(key)) {
+      DSV41_FAIL(at, ": not a component of reference/hooks.h (nor \"*\")");
+    }
+  });
+}
+
+ConformTolerances parse_conform_tolerances(
+    const std::string& text, const std::string& where_file,
+    const std::function<void(const std::string& key, const std::string& at)>& check_key) {
+  formats::check_json_nesting(text, where_file);
   json j;
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    DSV41_FAIL("--tolerances '", path, "': not valid JSON: ", e.what());
+    DSV41_FAIL(where_file, ": not valid JSON: ", e.what());
   }
-  if (!j.is_object()) DSV41_FAIL("--tolerances '", path, "': expected an object {component: {metric: bound}}");
+  if (!j.is_object()) DSV41_FAIL(where_file, ": expected an object {component: {metric: bound}}");
   ConformTolerances out;
   for (const auto& [component, bounds] : j.items()) {
-    const std::string where = "--tolerances '" + path + "', key '" + component + "'";
-    if (component != "*" && !reference::component_from_name(component)) {
-      DSV41_FAIL(where, ": not a component of reference/hooks.h (nor \"*\")");
-    }
+    const std::string where = where_file + ", key '" + component + "'";
+    check_key(component, where);
     if (!bounds.is_object()) DSV41_FAIL(where, ": expected an object {metric: bound, \"origin\": ..., \"note\": ...}");
     if (!bounds.contains("origin") || !bounds["origin"].is_string()) {
       DSV41_FAIL(where, ": no \"origin\" (stated, analytic or measured): every bound says where it comes from");
@@ -66,7 +75,7 @@ ConformTolerances load_conform_tolerances(const std::string& path) {
     if (origin != "stated" && origin != "analytic" && origin != "measured") {
       DSV41_FAIL(where, ": origin '", origin, "': expected stated, analytic or measured");
     }
-    const std::string note = bounds.value("note", std::string("tolerance file ") + path);
+    const std::string note = bounds.value("note", "given in " + where_file);
     std::map<std::string, reports::Tolerance>& m = out[component];
     for (const auto& [metric, value] : bounds.items()) {
       if (metric == "origin" || metric == "note") continue;

@@ -92,15 +92,7 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
     }
     // Components exact given equal inputs (embed, in_stream, in_pre, candidates, experts): as bit-exact.
   }
-  if (f == nullptr) return kExactRows.count(metric) ? std::optional<Tolerance>(exact_tol(metric)) : std::nullopt;
-  if (metric == "allclose" && f->count("atol")) {
-    Tolerance t = f->at("atol");
-    t.bound = 1.0;
-    t.higher_is_better = true;
-    return t;
-  }
-  const auto it = f->find(metric);
-  return it == f->end() || metric == "atol" || metric == "rtol" ? std::nullopt : std::optional<Tolerance>(it->second);
+  return bit_exact_bound(f, metric);
 }
 
 // Root-cause order within a step: the layer (model.embed first, the other model.* last), then the
@@ -389,6 +381,19 @@ std::string thin_reason(const PortDump& d) {
 }
 
 }  // namespace
+
+std::optional<Tolerance> bit_exact_bound(const std::map<std::string, Tolerance>* f, const std::string& metric) {
+  if (kAlwaysExact.count(metric)) return exact_tol(metric);
+  if (f == nullptr) return kExactRows.count(metric) ? std::optional<Tolerance>(exact_tol(metric)) : std::nullopt;
+  if (metric == "allclose" && f->count("atol")) {
+    Tolerance t = f->at("atol");
+    t.bound = 1.0;
+    t.higher_is_better = true;
+    return t;
+  }
+  const auto it = f->find(metric);
+  return it == f->end() || metric == "atol" || metric == "rtol" ? std::nullopt : std::optional<Tolerance>(it->second);
+}
 
 std::vector<std::string> support_matrix_lines(const PortDump& d) {
   std::vector<std::string> out;

@@ -448,7 +448,8 @@ TEST_F(ForwardCliErrors, UnwritableOutput) {
 }
 
 TEST_F(ForwardCliErrors, OutputIsADirectory) {
-  // Fails only at the final rename: the directory stays, the temp file goes.
+  // Refused before any work (formats/output_file.h checks every output up front): the directory
+  // and what it holds stay, and no temp file is left beside it.
   const std::string out = scratch() + "/out_dir";
   fs::create_directories(out + "/inside");
   const Result r = run("forward --config '" + kConfig + "' --weights '" + kWeights + "' --prompt 1,2,3 -o '" + out + "'");
