@@ -8,9 +8,7 @@
 #include "reports/report.h"
 
 namespace dsv41::reports {
-namespace {
 
-// Severity for worse(): pass < measured < inconclusive < fail < error.
 int severity(Verdict v) {
   switch (v) {
     case Verdict::kPass: return 0;
@@ -22,7 +20,18 @@ int severity(Verdict v) {
   return 4;
 }
 
-}  // namespace
+std::string shell_quote(const std::string& s) {
+  bool plain = !s.empty();
+  for (char ch : s) {
+    const bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+                    std::string("_@%+=:,./-").find(ch) != std::string::npos;
+    plain = plain && ok;
+  }
+  if (plain) return s;
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
 
 const char* name(Verdict v) {
   switch (v) {

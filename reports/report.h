@@ -33,9 +33,16 @@ const char* name(Verdict v);              // "pass", "fail", "measured", "inconc
 Verdict parse_verdict(const std::string& s);  // inverse of name(); a dsv41::Error otherwise
 // The worse of two verdicts for a roll-up: error > fail > inconclusive > measured > pass.
 Verdict worse(Verdict a, Verdict b);
+// The order worse() uses: pass 0, measured 1, inconclusive 2, fail 3, error 4 (listings sort
+// worst first by it).
+int severity(Verdict v);
 // The exit code of a run with this verdict (docs/cli.md): pass and measured 0, fail 1, error 2,
 // inconclusive 3.
 int exit_code(Verdict v);
+
+// A word a POSIX shell reads back as itself (quoted when it holds anything but
+// [A-Za-z0-9_@%+=:,./-]): for the rerun commands a report prints.
+std::string shell_quote(const std::string& s);
 
 // Where a threshold comes from (the report records it next to every checked value).
 //   stated:   by the design (e.g. "same backend, exact cache path: bit-exact", docs/sessions.md)

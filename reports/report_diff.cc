@@ -21,16 +21,7 @@ std::string num(double v) {
 }
 
 // Severity for ordering, worst first: error, fail, inconclusive, measured, pass.
-int rank(Verdict v) {
-  switch (v) {
-    case Verdict::kError: return 0;
-    case Verdict::kFail: return 1;
-    case Verdict::kInconclusive: return 2;
-    case Verdict::kMeasured: return 3;
-    case Verdict::kPass: return 4;
-  }
-  return 0;
-}
+int rank(Verdict v) { return severity(Verdict::kError) - severity(v); }
 bool failing(Verdict v) { return exit_code(v) != 0; }
 
 // Lines of at most `width` columns: the first prefixed `first`, the rest `rest`, broken at spaces.

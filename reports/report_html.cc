@@ -32,19 +32,6 @@ json num(double v) {
   return v;
 }
 
-std::string quote(const std::string& s) {  // for a POSIX shell; plain words stay as they are
-  bool plain = !s.empty();
-  for (char ch : s) {
-    const bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-                    std::string("_@%+=:,./-").find(ch) != std::string::npos;
-    plain = plain && ok;
-  }
-  if (plain) return s;
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
-
 // Interns strings into a table, so the metric rows carry small integers.
 struct Strings {
   std::vector<std::string> list;
@@ -264,7 +251,7 @@ std::string html_library() { return html_available() ? std::string(html_assets::
 std::string rerun_command(const RunMeta& meta, const ScenarioResult& scenario, const Comparison& comparison,
                           int64_t step, int layer, const std::string& component) {
   const std::string tail = " --stop-after-step " + std::to_string(step) + " --save-tensors " +
-                           quote("step=" + std::to_string(step) + ",layer=" + std::to_string(layer) +
+                           shell_quote("step=" + std::to_string(step) + ",layer=" + std::to_string(layer) +
                                  ",component=" + component) +
                            " -o rerun.h5";
   if (comparison.first_divergence) {
@@ -272,15 +259,15 @@ std::string rerun_command(const RunMeta& meta, const ScenarioResult& scenario, c
     const size_t cut = r.find(" --stop-after-step ");
     if (cut != std::string::npos) return r.substr(0, cut) + tail;
   }
-  std::string cmd = "dsv41 run --config " + quote(meta.config_name.empty() ? "tiny" : meta.config_name);
+  std::string cmd = "dsv41 run --config " + shell_quote(meta.config_name.empty() ? "tiny" : meta.config_name);
   // The oracle's weights are the default of the tiny config (dsv41 run): no --weights then.
   const bool default_weights = meta.config_name == "tiny" && meta.weights == "file:golden/oracle/weights.safetensors";
-  if (meta.weights.rfind("file:", 0) == 0 && !default_weights) cmd += " --weights " + quote(meta.weights.substr(5));
+  if (meta.weights.rfind("file:", 0) == 0 && !default_weights) cmd += " --weights " + shell_quote(meta.weights.substr(5));
   if (meta.weights.rfind("generated:seed=", 0) == 0) cmd += " --weight-seed " + meta.weights.substr(15);
   const std::string ref =
       scenario.source.rfind("builtin:", 0) == 0 ? scenario.source.substr(8) : (scenario.source.empty() ? scenario.name : scenario.source);
-  return cmd + " " + quote(ref) + " --sides " + quote(comparison.side_a + "," + comparison.side_b) + " --mode " +
-         quote(comparison.mode) + tail;
+  return cmd + " " + shell_quote(ref) + " --sides " + shell_quote(comparison.side_a + "," + comparison.side_b) + " --mode " +
+         shell_quote(comparison.mode) + tail;
 }
 
 std::string html_page(const RunReport& report, const HtmlOptions& options) {

@@ -16,16 +16,7 @@ namespace dsv41::reports {
 namespace {
 
 // Display order, worst first: error, fail, inconclusive, measured, pass.
-int rank(Verdict v) {
-  switch (v) {
-    case Verdict::kError: return 0;
-    case Verdict::kFail: return 1;
-    case Verdict::kInconclusive: return 2;
-    case Verdict::kMeasured: return 3;
-    case Verdict::kPass: return 4;
-  }
-  return 0;
-}
+int rank(Verdict v) { return severity(Verdict::kError) - severity(v); }
 
 std::string num(double v) {
   char buf[32];

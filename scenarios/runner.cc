@@ -420,19 +420,6 @@ class ComparisonRun {
 
 }  // namespace
 
-std::string shell_quote(const std::string& s) {
-  bool plain = !s.empty();
-  for (char ch : s) {
-    const bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-                    std::string("_@%+=:,./-").find(ch) != std::string::npos;
-    plain = plain && ok;
-  }
-  if (plain) return s;
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
-
 // Refuses a scenario one of whose sessions would pass max_seq_len, before any token is planned or
 // step run: its prompts, decode steps and speculative rounds (each at least one token) add up.
 static void check_session_lengths(const Scenario& sc, const reference::ModelConfig& c) {

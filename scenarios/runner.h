@@ -74,7 +74,7 @@ reports::ScenarioResult run_scenario(const Scenario& scenario, const BackendReso
 // what run_scenario fills in, and what a caller records when the scenario cannot run.
 reports::ScenarioResult scenario_result_header(const Scenario& scenario);
 
-// A word a POSIX shell reads back as itself (quoted when it holds anything but [A-Za-z0-9_@%+=:,./-]).
-std::string shell_quote(const std::string& s);
+// A word a POSIX shell reads back as itself (reports/report.h).
+using reports::shell_quote;
 
 }  // namespace dsv41::scenarios
