@@ -11,17 +11,14 @@
 #include <utility>
 #include <vector>
 
+#include "reports/internal/text.h"
+
 namespace dsv41::reports {
 namespace {
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
+using text::num;
+using text::rank;
 
-// Severity for ordering, worst first: error, fail, inconclusive, measured, pass.
-int rank(Verdict v) { return severity(Verdict::kError) - severity(v); }
 bool failing(Verdict v) { return exit_code(v) != 0; }
 
 // Lines of at most `width` columns: the first prefixed `first`, the rest `rest`, broken at spaces.

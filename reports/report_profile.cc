@@ -9,16 +9,13 @@
 #include <vector>
 
 #include "formats/error.h"
+#include "reports/internal/text.h"
 #include "reports/report.h"
 
 namespace dsv41::reports {
 namespace {
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
+std::string num(double v) { return text::num(v, 4); }
 
 struct Cell {
   int64_t rows = 0, fails = 0, checked_rows = 0;

@@ -10,19 +10,14 @@
 #include <vector>
 
 #include "formats/error.h"
+#include "reports/internal/text.h"
 #include "reports/report.h"
 
 namespace dsv41::reports {
 namespace {
 
-// Display order, worst first: error, fail, inconclusive, measured, pass.
-int rank(Verdict v) { return severity(Verdict::kError) - severity(v); }
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
+using text::num;
+using text::rank;
 
 std::string pad(const std::string& s, size_t width) { return s.size() >= width ? s : s + std::string(width - s.size(), ' '); }
 
