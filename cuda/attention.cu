@@ -5,16 +5,17 @@
 // the data movement is tiled. Per query row t the two products are small GEMMs with a gathered
 // operand, run as register-tiled CUDA-core GEMMs (a CTA of 128 threads owns a 64 x 128 output
 // tile, each thread an 8 x 8 micro-tile; operands staged in shared memory by cp.async, two stages
-// of 16 along the reduction; every output's sum is ONE fp32 FMA chain from +0 in reduction order):
+// of 32 (scores) or 16 (P.V) reduction steps; every output's sum is ONE fp32 FMA chain from +0 in
+// reduction order):
 //   sparse_scores  CTA (t, 64 heads, 128 indices): S = Q_t . KV_rows^T over d. Each gathered KV
 //                  row is read once per CTA and reused by all 64 heads. s = fl32(fma-chain_d(q[d],
 //                  kv_j[d]) * scale) (__fmaf_rn = the reference's fma_dot_f32, std::fma), -inf for
 //                  index -1.
-//   sparse_softmax one warp per (t, h): reference::OnlineSoftmax block by block (the block max in j
-//                  order with std::max's NaN and signed-zero behaviour, rescale = libm_expf(m - m'),
-//                  p_j = libm_expf(s_j - m') one lane per j, the double sum in j order rounded once,
-//                  l = fl(l * r) + sum, bf16(p_j)), then l += libm_expf(sink - m); libm_expf is
-//                  glibc's expf bit for bit (cuda/libm_expf.h).
+//   sparse_softmax CTA of 32 (t, h) rows: reference::OnlineSoftmax block by block (the block max,
+//                  rescale = libm_expf(m - m'), p_j = libm_expf(s_j - m') one lane per j, bf16(p_j);
+//                  the double sum in j order rounded once, one thread per row; l = fl(l * r) + sum),
+//                  then l += libm_expf(sink - m); libm_expf is glibc's expf bit for bit
+//                  (cuda/libm_expf.h).
 //   sparse_pv      CTA (t, 64 heads, 128 channels): per block of 64 indices pv = fma-chain_j(p_j,
 //                  kv_j[d]) from +0 in j order (index -1 reads the zero row, as the reference),
 //                  acc = fl(acc * rescale_b) + pv (separate __fmul_rn, __fadd_rn: the reference is
@@ -38,9 +39,12 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int64_t kBlock = 64;  // reference::kSparseAttnBlock
 // GEMM tiles: TM rows (heads) x TN columns (indices for the scores, channels for P.V) per CTA,
-// KC reduction steps per shared-memory stage, 8 x 8 outputs per thread (16 x 8 threads).
-constexpr int TM = 64, TN = 128, KC = 16;
-constexpr int LDK = KC + 4;   // row stride of a [row][k] stage (floats): 16-byte rows, no bank conflicts
+// KC (P.V) or KS (scores) reduction steps per shared-memory stage, 8 x 8 outputs per thread
+// (16 x 8 threads).
+constexpr int TM = 64, TN = 128, KC = 16, KS = 32;
+// Row strides of the [row][k] stages (floats): 16-byte rows, and 8 consecutive rows start in 8
+// different 4-bank groups, so the 16-byte fragment loads are free of bank conflicts.
+constexpr int LDK = KC + 4, LDS = KS + 4;
 constexpr int LDN = TN + 4;   // row stride of the [k][channel] stage of P.V
 
 // ---- cp.async (sm_80+): 16 or 4 bytes, the rest zero-filled when src_bytes < size ----
@@ -78,38 +82,44 @@ __device__ inline float comp(const float4& v, int e) { return e == 0 ? v.x : e =
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Scores: grid (T * ceil(K / TN), ceil(H / TM)), x = t * tiles + tile. A = q[t, h0 .. h0+63, :], B = the gathered KV
-// rows kv[idxs[t, j0 .. j0+127], :], both staged as [row][d] (k contiguous) per 16 channels.
+// rows kv[idxs[t, j0 .. j0+127], :], both staged as [row][d] (k contiguous) per 32 channels;
+// kScoresSmem bytes of dynamic shared memory.
 // s [T, H, K] = fl(fma-chain_d * scale), -inf for index -1.
+constexpr size_t kScoresSmem = sizeof(float) * 2 * (TM + TN) * LDS;
 __global__ void __launch_bounds__(kThreads, 3)
     sparse_scores_kernel(const float* __restrict__ q, const float* __restrict__ kv, const int32_t* __restrict__ idxs,
                          int64_t H, int64_t D, int64_t K, float scale, bool vec, float* __restrict__ s) {
-  __shared__ __align__(16) float As[2][TM * LDK];
-  __shared__ __align__(16) float Bs[2][TN * LDK];
+  extern __shared__ __align__(16) float smem[];
+  float* const As = smem;                  // [2][TM * LDS]
+  float* const Bs = smem + 2 * TM * LDS;   // [2][TN * LDS]
   __shared__ int32_t sidx[TN];
   const int tid = threadIdx.x, tn = tid % 16, tm = tid / 16;
   const int64_t tiles = (K + TN - 1) / TN, t = blockIdx.x / tiles;
   const int64_t h0 = static_cast<int64_t>(blockIdx.y) * TM, j0 = (blockIdx.x % tiles) * TN;
   for (int n = tid; n < TN; n += kThreads) sidx[n] = j0 + n < K ? idxs[t * K + j0 + n] : -1;
   __syncthreads();
-  // This thread's copies: A rows tid/4 + 32 i (i < 2), B rows tid/4 + 32 i (i < 4), at k (tid % 4) * 4.
-  const int lr = tid / 4, lc = (tid % 4) * 4;
-  const float* arow[2];
-  const float* brow[4];
+  // This thread's copies: rows tid/8 + 16 i (A: i < 4, B: i < 8) at k (tid % 8) * 4.
+  constexpr int kPer = KS / 4, kRows = kThreads / kPer;
+  const int lr = tid / kPer, lc = (tid % kPer) * 4;
+  const float* arow[TM / kRows];
+  const float* brow[TN / kRows];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t h = h0 + lr + 32 * i;
+  for (int i = 0; i < TM / kRows; ++i) {
+    const int64_t h = h0 + lr + kRows * i;
     arow[i] = h < H ? q + (t * H + h) * D : nullptr;
   }
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int32_t r = sidx[lr + 32 * i];
+  for (int i = 0; i < TN / kRows; ++i) {
+    const int32_t r = sidx[lr + kRows * i];
     brow[i] = r >= 0 ? kv + static_cast<int64_t>(r) * D : nullptr;
   }
   const auto stage = [&](int buf, int64_t d0) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) load4(&As[buf][(lr + 32 * i) * LDK + lc], arow[i], d0 + lc, D, vec, q);
+    for (int i = 0; i < TM / kRows; ++i)
+      load4(As + buf * TM * LDS + (lr + kRows * i) * LDS + lc, arow[i], d0 + lc, D, vec, q);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) load4(&Bs[buf][(lr + 32 * i) * LDK + lc], brow[i], d0 + lc, D, vec, kv);
+    for (int i = 0; i < TN / kRows; ++i)
+      load4(Bs + buf * TN * LDS + (lr + kRows * i) * LDS + lc, brow[i], d0 + lc, D, vec, kv);
     cp_async_commit();
   };
   float acc[8][8];
@@ -118,28 +128,28 @@ __global__ void __launch_bounds__(kThreads, 3)
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
   }
-  const int64_t chunks = (D + KC - 1) / KC;
+  const int64_t chunks = (D + KS - 1) / KS;
   if (chunks > 0) stage(0, 0);
   for (int64_t c = 0; c < chunks; ++c) {
     const int buf = static_cast<int>(c & 1);
     if (c + 1 < chunks) {
-      stage(buf ^ 1, (c + 1) * KC);
+      stage(buf ^ 1, (c + 1) * KS);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const float* a_s = As[buf];
-    const float* b_s = Bs[buf];
+    const float* a_s = As + buf * TM * LDS;
+    const float* b_s = Bs + buf * TN * LDS;
 #pragma unroll
-    for (int kk = 0; kk < KC; kk += 4) {
+    for (int kk = 0; kk < KS; kk += 4) {
       float4 a[8], b[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) a[i] = *reinterpret_cast<const float4*>(a_s + (tm + 8 * i) * LDK + kk);
+      for (int i = 0; i < 8; ++i) a[i] = *reinterpret_cast<const float4*>(a_s + (tm + 8 * i) * LDS + kk);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) b[j] = *reinterpret_cast<const float4*>(b_s + (tn + 16 * j) * LDK + kk);
+      for (int j = 0; j < 8; ++j) b[j] = *reinterpret_cast<const float4*>(b_s + (tn + 16 * j) * LDS + kk);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {  // d = c * KC + kk + e, in order
+      for (int e = 0; e < 4; ++e) {  // d = c * KS + kk + e, in order
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
 #pragma unroll
@@ -162,57 +172,86 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
-// One warp per (t, h) row of s: reference::OnlineSoftmax. The block max and the double p-sum run
-// in j order (every lane the same loop over the warp's shared copy: no reordering); the
-// exponentials run one lane per index.
-__global__ void sparse_softmax_kernel(const float* __restrict__ s, const float* __restrict__ sink, int64_t rows,
-                                      int64_t H, int64_t K, float* __restrict__ p, float* __restrict__ rescale,
-                                      float* __restrict__ l_out) {
-  __shared__ float buf[kThreads / 32][kBlock];
+// reference::OnlineSoftmax over rows of s, kSoftmaxRows rows (t, h) per CTA of 128 threads. Per
+// block of 64 indices:
+//   phase 1, one warp per row (rows w, w + 4, ...): the block max by a shuffle tree (NaN read as
+//     -inf: the reference's `max(m, s) = m < s ? s : m` from -inf never takes a NaN; which of +0 and
+//     -0 wins a tie can differ from the j-order scan, and no result depends on the sign of a zero
+//     max: m only enters through m - m', s - m' and sink - m, where x - (+0) = x - (-0) for x != 0
+//     and exp(+-0) = 1), m' = max(m, block max), r = libm_expf(m - m'), p_j = libm_expf(s_j - m')
+//     one lane per j, bf16(p_j) to p, the unrounded p_j to shared memory;
+//   phase 2, one thread per row: the double sum of p_j in j order rounded once, l = fl(l * r) + sum.
+// Finally l += libm_expf(sink - m).
+constexpr int kSoftmaxRows = 32;
+__global__ void sparse_softmax_kernel(const float* __restrict__ s, const float* __restrict__ sink, int64_t rows, int64_t H,
+                          int64_t K, float* __restrict__ p, float* __restrict__ rescale, float* __restrict__ l_out) {
+  __shared__ float ps[kSoftmaxRows][kBlock + 1];  // +1: phase 2's column reads hit 32 banks
+  __shared__ float ms[kSoftmaxRows], rs[kSoftmaxRows];
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + w;
-  if (i >= rows) return;  // a whole warp leaves together
-  float* sb = buf[w];
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kSoftmaxRows;
+  const int nrows = static_cast<int>(rows - i0 < kSoftmaxRows ? rows - i0 : kSoftmaxRows);
   const int64_t blocks = (K + kBlock - 1) / kBlock;
-  const float* sr = s + i * K;
-  float* pr = p + i * K;
-  float m = -1e30f, l = 0.0f;  // reference::kSparseAttnInitMax
+  if (threadIdx.x < kSoftmaxRows) ms[threadIdx.x] = -1e30f;  // reference::kSparseAttnInitMax
+  float l = 0.0f;  // phase 2's row threadIdx.x (threads < kSoftmaxRows)
+  __syncthreads();
   for (int64_t b0 = 0, b = 0; b0 < K; b0 += kBlock, ++b) {
     const int nb = static_cast<int>(K - b0 < kBlock ? K - b0 : kBlock);
-    const float s0 = lane < nb ? sr[b0 + lane] : 0.0f, s1 = lane + 32 < nb ? sr[b0 + lane + 32] : 0.0f;
-    sb[lane] = s0;
-    sb[lane + 32] = s1;
-    __syncwarp();
-    float block_max = -INFINITY;
-    for (int j = 0; j < nb; ++j) block_max = (block_max < sb[j]) ? sb[j] : block_max;
-    const float m_new = (m < block_max) ? block_max : m;
-    const float r = libm_expf(__fsub_rn(m, m_new));
-    const float p0 = libm_expf(__fsub_rn(s0, m_new)), p1 = libm_expf(__fsub_rn(s1, m_new));
-    if (lane < nb) pr[b0 + lane] = formats::round_to_bf16(p0);
-    if (lane + 32 < nb) pr[b0 + lane + 32] = formats::round_to_bf16(p1);
-    __syncwarp();
-    sb[lane] = p0;
-    sb[lane + 32] = p1;
-    __syncwarp();
-    double p_sum = 0.0;
-    for (int j = 0; j < nb; ++j) p_sum = __dadd_rn(p_sum, static_cast<double>(sb[j]));
-    __syncwarp();
-    l = __fadd_rn(__fmul_rn(l, r), __double2float_rn(p_sum));
-    m = m_new;
-    if (lane == 0) rescale[i * blocks + b] = r;
+    for (int rr = w; rr < nrows; rr += kThreads / 32) {
+      const int64_t i = i0 + rr;
+      const float* sr = s + i * K + b0;
+      const float s0 = lane < nb ? sr[lane] : -INFINITY, s1 = lane + 32 < nb ? sr[lane + 32] : -INFINITY;
+      const float x0 = s0 != s0 ? -INFINITY : s0, x1 = s1 != s1 ? -INFINITY : s1;  // NaN never wins
+      float bm = (x0 < x1) ? x1 : x0;
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) {
+        const float o = __shfl_xor_sync(0xffffffffu, bm, off);
+        bm = (bm < o) ? o : bm;
+      }
+      const float m = ms[rr];
+      const float m_new = (m < bm) ? bm : m;
+      const float r = libm_expf(__fsub_rn(m, m_new));
+      const float p0 = libm_expf(__fsub_rn(s0, m_new)), p1 = libm_expf(__fsub_rn(s1, m_new));
+      float* pr = p + i * K + b0;
+      if (lane < nb) pr[lane] = formats::round_to_bf16(p0);
+      if (lane + 32 < nb) pr[lane + 32] = formats::round_to_bf16(p1);
+      ps[rr][lane] = p0;
+      ps[rr][lane + 32] = p1;
+      __syncwarp();
+      if (lane == 0) {
+        ms[rr] = m_new;
+        rs[rr] = r;
+        rescale[i * blocks + b] = r;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < nrows) {
+      const int rr = threadIdx.x;
+      double p_sum = 0.0;
+      for (int j = 0; j < nb; ++j) p_sum = __dadd_rn(p_sum, static_cast<double>(ps[rr][j]));
+      l = __fadd_rn(__fmul_rn(l, rs[rr]), __double2float_rn(p_sum));
+    }
+    __syncthreads();
   }
-  if (lane == 0) l_out[i] = __fadd_rn(l, libm_expf(__fsub_rn(sink[i % H], m)));
+  if (threadIdx.x < nrows) {
+    const int64_t i = i0 + threadIdx.x;
+    l_out[i] = __fadd_rn(l, libm_expf(__fsub_rn(sink[i % H], ms[threadIdx.x])));
+  }
 }
 
-// P.V: grid (T * ceil(D / TN), ceil(H / TM)). A = p[t, h0 .. h0+63, j] staged [row][j], B = the
-// gathered rows kv[idxs[t, j], d0 .. d0+127] staged [j][channel]; two stages of 16 indices make
-// one chunk, four chunks one softmax block, after which acc = fl(acc * r_b) + pv and pv = +0.
-__global__ void __launch_bounds__(kThreads, 2)
+// P.V: grid (T * ceil(D / TN), ceil(H / TM)), kPvSmem bytes of dynamic shared memory. A = p[t,
+// h0 .. h0+63, j] staged [row][j], B = the gathered rows kv[idxs[t, j], d0 .. d0+127] staged
+// [j][channel]; four stages of 16 indices make one softmax block, after which acc = fl(acc * r_b) +
+// pv and pv = +0. pv lives in registers, acc in shared memory (each thread its own 8 x 8, touched
+// once per block), so that three CTAs fit on an SM.
+constexpr size_t kPvSmem = sizeof(float) * (2 * TM * LDK + 2 * KC * LDN + TM * TN);
+__global__ void __launch_bounds__(kThreads, 3)
     sparse_pv_kernel(const float* __restrict__ kv, const int32_t* __restrict__ idxs, const float* __restrict__ p,
                      const float* __restrict__ rescale, const float* __restrict__ l, int64_t H, int64_t D,
                      int64_t K, bool vec_p, bool vec_kv, float* __restrict__ out) {
-  __shared__ __align__(16) float As[2][TM * LDK];
-  __shared__ __align__(16) float Bs[2][KC * LDN];
+  extern __shared__ __align__(16) float smem[];
+  float* const As = smem;                    // [2][TM * LDK]
+  float* const Bs = smem + 2 * TM * LDK;     // [2][KC * LDN]
+  float* const accs = Bs + 2 * KC * LDN;     // [TM][TN]
   const int tid = threadIdx.x, tn = tid % 16, tm = tid / 16;
   const int64_t tiles = (D + TN - 1) / TN, t = blockIdx.x / tiles;
   const int64_t h0 = static_cast<int64_t>(blockIdx.y) * TM, d0 = (blockIdx.x % tiles) * TN;
@@ -228,21 +267,27 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   const auto stage = [&](int buf, int64_t k0) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) load4(&As[buf][(alr + 32 * i) * LDK + alc], arow[i], k0 + alc, K, vec_p, p);
+    for (int i = 0; i < 2; ++i) load4(As + buf * TM * LDK + (alr + 32 * i) * LDK + alc, arow[i], k0 + alc, K, vec_p, p);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t j = k0 + blr + 4 * i;
       const int32_t r = j < K ? idx[j] : -1;
       const float* row = r >= 0 ? kv + static_cast<int64_t>(r) * D + d0 : nullptr;
-      load4(&Bs[buf][(blr + 4 * i) * LDN + blc], row, blc, D - d0, vec_kv, kv);
+      load4(Bs + buf * KC * LDN + (blr + 4 * i) * LDN + blc, row, blc, D - d0, vec_kv, kv);
     }
     cp_async_commit();
   };
-  float acc[8][8], pv[8][8];
+  // This thread's outputs: rows tm + 8 i, channels tn * 4 + {0..3} (half 0) and 64 + tn * 4 + {0..3} (half 1).
+  const auto acc_at = [&](int i, int half) {
+    return reinterpret_cast<float4*>(accs + (tm + 8 * i) * TN + half * 64 + tn * 4);
+  };
+  float pv[8][8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
+    *acc_at(i, 0) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    *acc_at(i, 1) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[i][j] = pv[i][j] = 0.0f;
+    for (int j = 0; j < 8; ++j) pv[i][j] = 0.0f;
   }
   const int64_t chunks = (K + KC - 1) / KC;
   if (chunks > 0) stage(0, 0);
@@ -255,8 +300,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       cp_async_wait<0>();
     }
     __syncthreads();
-    const float* a_s = As[buf];
-    const float* b_s = Bs[buf];
+    const float* a_s = As + buf * TM * LDK;
+    const float* b_s = Bs + buf * KC * LDN;
 #pragma unroll
     for (int kk = 0; kk < KC; kk += 4) {
       float4 a[8];
@@ -283,10 +328,17 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int64_t h = h0 + tm + 8 * i;
         const float r = h < H ? rescale[(t * H + h) * blocks + b] : 1.0f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          acc[i][j] = __fadd_rn(__fmul_rn(acc[i][j], r), pv[i][j]);
-          pv[i][j] = 0.0f;
+        for (int half = 0; half < 2; ++half) {
+          float4 a4 = *acc_at(i, half);
+          const float* v = pv[i] + 4 * half;
+          a4.x = __fadd_rn(__fmul_rn(a4.x, r), v[0]);
+          a4.y = __fadd_rn(__fmul_rn(a4.y, r), v[1]);
+          a4.z = __fadd_rn(__fmul_rn(a4.z, r), v[2]);
+          a4.w = __fadd_rn(__fmul_rn(a4.w, r), v[3]);
+          *acc_at(i, half) = a4;
         }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) pv[i][j] = 0.0f;
       }
     }
   }
@@ -297,9 +349,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     const float lh = l[t * H + h];
     float* o = out + (t * H + h) * D + d0;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int n = (j < 4 ? 0 : 64) + tn * 4 + (j % 4);
-      if (d0 + n < D) o[n] = formats::round_to_bf16(__fdiv_rn(acc[i][j], lh));
+    for (int half = 0; half < 2; ++half) {
+      const float4 a4 = *acc_at(i, half);
+      const float v[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = half * 64 + tn * 4 + e;
+        if (d0 + n < D) o[n] = formats::round_to_bf16(__fdiv_rn(v[e], lh));
+      }
     }
   }
 }
@@ -335,7 +392,10 @@ void sparse_attn_scores(const float* q, const float* kv, const int32_t* idxs, in
                         int64_t K, float scale, float* s) {
   if (T * H * K == 0) return;
   const bool vec = D % 4 == 0 && aligned16(q) && aligned16(kv);
-  sparse_scores_kernel<<<tile_grid("sparse_attn_scores", K, H, T), kThreads>>>(q, kv, idxs, H, D, K, scale, vec, s);
+  DSV41_CUDA_CHECK(cudaFuncSetAttribute(sparse_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kScoresSmem)));
+  sparse_scores_kernel<<<tile_grid("sparse_attn_scores", K, H, T), kThreads, kScoresSmem>>>(q, kv, idxs, H, D, K,
+                                                                                          scale, vec, s);
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -343,7 +403,7 @@ void sparse_attn_softmax(const float* s, const float* sink, int64_t T, int64_t H
                          float* rescale, float* l) {
   const int64_t rows = T * H;
   if (rows == 0) return;
-  sparse_softmax_kernel<<<grid_for(rows, kThreads / 32), kThreads>>>(s, sink, rows, H, K, p, rescale, l);
+  sparse_softmax_kernel<<<grid_for(rows, kSoftmaxRows), kThreads>>>(s, sink, rows, H, K, p, rescale, l);
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -351,7 +411,10 @@ void sparse_attn_pv(const float* kv, const int32_t* idxs, const float* p, const 
                     int64_t T, int64_t H, int64_t D, int64_t K, float* out) {
   if (T * H * D == 0) return;
   const bool vec_p = K % 4 == 0 && aligned16(p), vec_kv = D % 4 == 0 && aligned16(kv);
-  sparse_pv_kernel<<<tile_grid("sparse_attn_pv", D, H, T), kThreads>>>(kv, idxs, p, rescale, l, H, D, K, vec_p, vec_kv, out);
+  DSV41_CUDA_CHECK(cudaFuncSetAttribute(sparse_pv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kPvSmem)));
+  sparse_pv_kernel<<<tile_grid("sparse_attn_pv", D, H, T), kThreads, kPvSmem>>>(kv, idxs, p, rescale, l, H, D, K,
+                                                                                vec_p, vec_kv, out);
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
