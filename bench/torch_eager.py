@@ -129,6 +129,7 @@ def main():
 
     attention(64, "attn_decode")
     attention(1, "attn_b1")
+    attention(1024, "attn_prefill")  # T 4096 (the C++ row's index pattern differs; same FLOPs)
 
     for T, key in ((8192, "mhc_8192"), (64, "mhc_64")):
         C = 5120

@@ -74,7 +74,7 @@ DSV41_HD inline double f64_from_bits(uint64_t u) {
 // T[i] = bits(rn64(2^(i/32))) - (i << 47), i < 32: the test re-derives each entry in 100-digit
 // arithmetic.
 DSV41_HD inline uint64_t table(uint32_t i) {
-  const uint64_t kTable[32] = {
+  static constexpr uint64_t kTable[32] = {
       0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
       0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
       0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,

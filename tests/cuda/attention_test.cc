@@ -1,9 +1,11 @@
-// tests/cuda/attention_test.cc: CudaOps::sparse_attn (cuda/attention.cu's scores and P.V on the
-// device, the softmax bookkeeping on the host) and CudaOps::attention_index_rows vs the reference
-// ops, bit for bit: one query and odd query counts, one and five heads, index rows of length 0, 1,
-// 63, 64, 65 and 130 (a block boundary on each side), rows of only -1, repeated indices (exact
-// ties between scores), large scores (the running max moves between blocks), with and without a
-// compressed FP4 part; an index outside [-1, N) raises the reference's error.
+// tests/cuda/attention_test.cc: CudaOps::sparse_attn (cuda/attention.cu's tiled scores, softmax
+// and P.V) and CudaOps::attention_index_rows vs the reference ops, bit for bit: one query and odd
+// query counts, one and five heads, index rows of length 0, 1, 63, 64, 65 and 130 (a block
+// boundary on each side), rows of only -1, repeated indices (exact ties between scores), large
+// scores (the running max moves between blocks), with and without a compressed FP4 part; an index
+// outside [-1, N) raises the reference's error. TiledShapes stresses the kernels' 64-head x
+// 128-column tiles and 16-step stages: K and D not multiples of the tiles (and D, K not multiples
+// of 4: the scalar copy path), heads above one tile, mostly -1 rows, T not a multiple of s_q 4.
 #include <limits>
 
 #include "formats/cache_format.h"
@@ -34,11 +36,14 @@ void check_case(const Case& c, double minus_one, const std::string& what) {
   const reference::Tensor<float> window = random_bf16({c.window_rows, c.D}, 1.0f, "window_kv");
   const reference::Tensor<float> sink = random_bf16({c.H}, 1.0f, "sink");
   const CacheFormat f = CacheFormat::kCompressedKvFp4;
-  const int64_t eb = formats::entry_bytes(f, static_cast<int>(c.D));
+  // No compressed part: an unused one-byte storage (the FP4 format needs D % 32 == 0).
+  const int64_t eb = c.compressed_rows > 0 ? formats::entry_bytes(f, static_cast<int>(c.D)) : 1;
   reference::Tensor<uint8_t> storage({c.compressed_rows + 2, eb}, "compressed");
-  std::vector<int64_t> entries(static_cast<size_t>(c.compressed_rows));
-  for (int64_t i = 0; i < c.compressed_rows; ++i) entries[static_cast<size_t>(i)] = i;
-  reference::write_entries(storage, f, entries, random_bf16({c.compressed_rows, c.D}, 1.0f, "latents"));
+  if (c.compressed_rows > 0) {
+    std::vector<int64_t> entries(static_cast<size_t>(c.compressed_rows));
+    for (int64_t i = 0; i < c.compressed_rows; ++i) entries[static_cast<size_t>(i)] = i;
+    reference::write_entries(storage, f, entries, random_bf16({c.compressed_rows, c.D}, 1.0f, "latents"));
+  }
   const reference::CacheRows rows{f, c.D, c.compressed_rows, &storage};
   const reference::Tensor<int32_t> idxs = random_idxs(c.T, c.K, c.window_rows + c.compressed_rows, minus_one);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
@@ -69,6 +74,18 @@ TEST(SparseAttn, EqualsReferenceBitForBit) {
   }
   check_case(Case{2, 3, 512, 200, 130, 70, 1.0f}, 0.1, "D 512");
   check_case(Case{2, 3, 64, 130, 40, 0, 8.0f}, 0.0, "large scores");
+}
+
+TEST(SparseAttn, TiledShapes) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  // {T, H, D, K, window rows, compressed rows, q scale}, fraction of -1 indices
+  check_case(Case{5, 64, 512, 300, 200, 150, 1.0f}, 0.1, "H 64 D 512 K 300 (2 full j tiles + 44)");
+  check_case(Case{4, 64, 512, 640, 128, 512, 4.0f}, 0.0, "the decode shape, large scores");
+  check_case(Case{3, 65, 130, 203, 120, 0, 1.0f}, 0.7, "H 65 D 130 K 203 (scalar copies), 70% -1");
+  check_case(Case{7, 100, 256, 129, 40, 40, 2.0f}, 0.95, "H 100 D 256 K 129, 95% -1");
+  check_case(Case{6, 16, 96, 644, 300, 0, 1.0f}, 0.5, "H 16 D 96 K 644");
+  check_case(Case{2, 3, 1, 70, 5, 0, 1.0f}, 0.2, "D 1");
+  check_case(Case{1, 128, 200, 17, 18, 0, 1.0f}, 0.3, "H 128 (two head tiles) D 200 K 17");
 }
 
 TEST(SparseAttn, TiesAndRepeatedRows) {
