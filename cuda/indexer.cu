@@ -14,29 +14,38 @@
 //   q, or one key) is ENCODED when all of its values are finite and, with e = the smallest exponent
 //   of the lowest set bit over its nonzero values (e = 0 for an all-zero row), every value is
 //   v = c * 2^e with an integer |c| <= 127, and -30 <= e <= 30 (indexer_row_encode). FP4-QDQ rows
-//   (E2M1 codes x E8M0 scales, semantics.md §2.5) are encoded whenever the E8M0 scales of their
-//   32-channel blocks span at most a factor 8 (2 * 6 * 8 = 96 <= 127); arbitrary bf16 rows are not.
-//   For an encoded query row (codes cq, exponent eq) and key (ck, ek), d <= 128:
-//   - I = sum_d cq*ck is an exact int32 (|I| <= 128 * 127^2 < 2^21), whatever the mma's order.
-//   - The exact dot is I * 2^(eq+ek): every product q[d]*k[d] is exact in double and every partial
-//     sum of the reference is a multiple of 2^(eq+ek) below 2^21 * 2^(eq+ek), so the double sum is
-//     exact; |I| < 2^24 and -60 <= eq+ek <= 60 make it an exact, normal (or zero) fp32: the
-//     reference's dot before bf16 is exactly I * 2^(eq+ek).
-//   - Scaling by powers of two commutes with bf16 and fp32 rounding while every value stays normal
-//     or zero. With w' = w * 2^eq (exact) and w = 0 or 2^-40 <= |w| < 2^41 (else the query row is not
-//     encoded), every true value (dot in [2^-60, 2^81), term in [2^-100, 2^122), sums below 2^127
-//     and, being sums of multiples of 2^-107, either zero or >= 2^-107) and every scaled one (bf16(I)
-//     in [1, 2^21], bf16(I)*w' in [2^-70, 2^92]) is normal or zero, so both round alike, so term = bf16(relu(bf16(I)) * w') * 2^ek and score = bf16(sum_h in order of those
-//     terms) * 2^ek, bit for bit. The kernel computes exactly that; relu may return -0 (fmaxf), and
-//     a -0 term never changes an fp32 sum that starts at +0, as in the reference.
-//   - A query whose 32 head rows are not all encoded, or a key that is not, sends its pairs to the
-//     exact path; index_scores_last_path counts them (the tests assert none for FP4-QDQ inputs).
+//   (E2M1 codes x E8M0 scales, semantics.md §2.5: every value is m * s_b / 2 with |m| <= 12) are
+//   encoded whenever the E8M0 scales s_b of their 32-channel blocks span at most a factor 8
+//   (12 * 8 = 96 <= 127); arbitrary bf16 rows are not (8 significant bits). A query row also needs
+//   its weight w to be a bf16 value that is 0 or 2^-40 <= |w| < 2^41. For an encoded query row
+//   (codes cq, exponent eq) and key (ck, ek), d <= 128:
+//   - I = sum_d cq*ck is an exact int32 in any order: |I| <= 128 * 127^2 < 2^21 (21 bits).
+//   - The reference's dot is exactly I * 2^(eq+ek): every product q[d]*k[d] is exact in double (at
+//     most 14 significant bits) and every partial sum of its double sum is a multiple of 2^(eq+ek)
+//     below 2^21 * 2^(eq+ek), so the double sum is exact; |I| < 2^24 and -60 <= eq+ek <= 60 make it
+//     an exact, normal (or zero) fp32.
+//   - Multiplying by a power of two commutes with bf16 and fp32 rounding while all values stay normal
+//     or zero. Let w' = w * 2^eq (exact, bf16). Every true value (dot in [2^-60, 2^81), term in
+//     [2^-100, 2^122), partial sums below 32 * 2^122 = 2^127, and as sums of bf16 terms >= 2^-100
+//     multiples of 2^-107, so zero or normal) and every value scaled by 2^-ek (bf16(I) in [1, 2^21],
+//     bf16(I) * |w'| in [2^-70, 2^92], sums below 2^97 and zero or >= 2^-77) is normal or zero, so
+//     term = bf16(relu(bf16(I)) * w') * 2^ek and score = bf16(sum over heads in order of
+//     bf16(relu(bf16(I)) * w')) * 2^ek, bit for bit.
+//   - The kernel computes exactly that: bf16(I) by one cvt (I is exact in fp32); bf16(relu(bf16(I))
+//     * |w'|) by one bf16x2 FMA with relu (bf16(I) * |w'| is an 8-bit x 8-bit product, exact, so one
+//     rounding to bf16 equals the reference's fp32 product then bf16); sum = fma(that, sign(w'), sum)
+//     (exactly sum + term, one rounding); a clamped negative product is the 0 that relu gives for
+//     w' >= 0, and for w' < 0 a +-0 term, which like the reference's -0 leaves an fp32 sum that
+//     starts at +0 unchanged.
+//   - A query with a head row not encoded, or a key not encoded, sends its pairs to the exact path;
+//     index_scores_last_path counts them (the tests assert none for FP4-QDQ inputs).
 //   Layout: a CTA holds 128 keys (4 warps x 32 keys, the key codes as B fragments in registers) and
 //   walks groups of 8 queries; a group's codes [32 heads][8 queries][128] int8 (32 KB) are staged in
 //   shared memory by cp.async, double buffered, 16-byte chunks XOR-swizzled by the query so
 //   ldmatrix is conflict free. A warp's mma rows are 8 queries x 8 heads (row r of m-tile i: query
-//   r % 8, head 8*hg + 2i + r / 8), so each thread's accumulators are one query's 8 heads in order
-//   and the fp32 head sum stays in registers across the 4 head groups.
+//   r % 8, head 8 hg + 2i + r / 8), so each thread's accumulators are one query's 8 heads in head
+//   order and the fp32 head sum stays in registers across the 4 head groups. An encode pre-pass
+//   (one launch) writes the codes, 2^ek and w'; a last launch runs the exact path on what is left.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -96,13 +105,15 @@ __global__ void index_scores_exact_kernel(const float* __restrict__ q, const flo
 }
 
 // The pairs the fast path left: every key of the listed queries, then the listed keys of the other
-// queries; counts = {listed queries, listed keys}.
+// queries; counts = {listed queries, listed keys}; zeroes next_counts (the next call's).
 __global__ void index_scores_rest_kernel(const float* __restrict__ q, const float* __restrict__ keys,
                                          const float* __restrict__ w, const int64_t* __restrict__ reach, int64_t T,
                                          int64_t heads, int64_t d, int64_t n, const int* __restrict__ slow_q,
                                          const int* __restrict__ slow_k, const int* __restrict__ counts,
-                                         const uint8_t* __restrict__ q_fast, float* __restrict__ scores) {
+                                         int* __restrict__ next_counts, const uint8_t* __restrict__ q_fast,
+                                         float* __restrict__ scores) {
   const int64_t nq = counts[0], nk = counts[1];
+  if (blockIdx.x == 0 && threadIdx.x < 2) next_counts[threadIdx.x] = 0;
   const int64_t items = nq * n + T * nk;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -167,37 +178,70 @@ __device__ bool indexer_row_encode(const float (&v)[4], char4* codes, int* e_out
   return ok;
 }
 
-// One block (8 warps) per query slot t < T8 (a multiple of 8): codes [T8][32][128] int8, w' [T8][32]
-// (0 past `heads` and for query slots >= T), q_fast [T8]; queries not encoded appended to slow_q.
-__global__ void __launch_bounds__(256) index_query_encode_kernel(const float* __restrict__ q,
-                                                                 const float* __restrict__ w, int64_t T, int64_t heads,
-                                                                 int64_t d, int8_t* __restrict__ codes,
-                                                                 float* __restrict__ w_scaled,
-                                                                 uint8_t* __restrict__ q_fast, int* __restrict__ slow_q,
-                                                                 int* __restrict__ counts) {
+// v = values 4 lane .. 4 lane + 3 of a row of d values (zeros past d, or everywhere when !live).
+__device__ inline void load_row(const float* __restrict__ row, bool live, int64_t d, int lane, float (&v)[4]) {
+  if (live && d == kSlotD && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+    const float4 x = __ldcs(reinterpret_cast<const float4*>(row) + lane);
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = lane * 4 + i;
+    v[i] = live && c < d ? row[c] : 0.0f;
+  }
+}
+
+// Blocks [0, T8) (T8 = queries rounded up to 8): one per query slot t, 8 warps over its 32 head rows:
+// q_codes [T8][32][128] int8, w_pair [T8][32] = {|w'| as bf16 twice (bf16x2 bits), sign of w' as
+// +-1} (zeros past `heads` and for slots >= T), q_fast [T8]; queries not encoded go to slow_q.
+// Blocks [T8, T8 + N128 / 8): one warp per key slot j < N128 (keys rounded up to 128): k_codes
+// [N128][128] int8, k_scale [N128] = 2^e (0: not encoded; slots >= n are zero rows); keys not
+// encoded go to slow_k. counts = {slow queries, slow keys} (zero on entry).
+__global__ void __launch_bounds__(256) index_encode_kernel(const float* __restrict__ q, const float* __restrict__ w,
+                                                           const float* __restrict__ keys, int64_t T, int64_t heads,
+                                                           int64_t d, int64_t n, int64_t t_slots, int8_t* __restrict__ q_codes,
+                                                           float2* __restrict__ w_pair, uint8_t* __restrict__ q_fast,
+                                                           int8_t* __restrict__ k_codes, float* __restrict__ k_scale,
+                                                           int* __restrict__ slow_q, int* __restrict__ slow_k,
+                                                           int* __restrict__ counts) {
   __shared__ int slow;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (static_cast<int64_t>(blockIdx.x) >= t_slots) {  // keys
+    const int64_t j = (static_cast<int64_t>(blockIdx.x) - t_slots) * 8 + warp;
+    float v[4];
+    load_row(keys + j * d, j < n, d, lane, v);
+    char4 c4;
+    int e;
+    const bool ok = indexer_row_encode(v, &c4, &e);
+    reinterpret_cast<char4*>(k_codes + j * kSlotD)[lane] = c4;
+    if (lane == 0) {
+      k_scale[j] = ok ? exp2i(e) : 0.0f;
+      if (!ok) slow_k[atomicAdd(&counts[1], 1)] = static_cast<int>(j);
+    }
+    return;
+  }
   const int64_t t = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) slow = 0;
   __syncthreads();
   for (int h = warp; h < kSlotHeads; h += 8) {
     const bool live = t < T && h < heads;
     float v[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = lane * 4 + i;
-      v[i] = live && c < d ? q[(t * heads + h) * d + c] : 0.0f;
-    }
+    load_row(q + (t * heads + h) * d, live, d, lane, v);
     char4 c4;
     int e;
     bool ok = indexer_row_encode(v, &c4, &e);
-    reinterpret_cast<char4*>(codes + (t * kSlotHeads + h) * kSlotD)[lane] = c4;
+    reinterpret_cast<char4*>(q_codes + (t * kSlotHeads + h) * kSlotD)[lane] = c4;
     if (lane == 0) {
       const float wv = live ? w[t * heads + h] : 0.0f;
       const uint32_t wb = __float_as_uint(wv) & 0x7FFFFFFFu;
       const int we = static_cast<int>(wb >> 23) - 127;
-      ok = ok && (wb == 0 || (wb < 0x7F800000u && we >= -kWExpBound && we <= kWExpBound));
-      w_scaled[t * kSlotHeads + h] = ok ? __fmul_rn(wv, exp2i(e)) : 0.0f;
+      // w: a bf16 value (so bf16(I) * w' is exact in fp32 and one bf16 FMA rounds it alike), 0 or
+      // 2^-40 <= |w| < 2^41.
+      ok = ok && (wb & 0xFFFFu) == 0 && (wb == 0 || (wb < 0x7F800000u && we >= -kWExpBound && we <= kWExpBound));
+      const uint32_t hi = ok ? __float_as_uint(__fmul_rn(wv, exp2i(e))) >> 16 : 0u;  // w' = w 2^e, exact
+      w_pair[t * kSlotHeads + h] = make_float2(__uint_as_float((hi & 0x7FFFu) | ((hi & 0x7FFFu) << 16)),
+                                               (hi & 0x8000u) != 0 ? -1.0f : 1.0f);
       if (!ok) atomicOr(&slow, 1);
     }
   }
@@ -205,31 +249,6 @@ __global__ void __launch_bounds__(256) index_query_encode_kernel(const float* __
   if (threadIdx.x == 0) {
     q_fast[t] = slow ? 0 : 1;
     if (slow) slow_q[atomicAdd(&counts[0], 1)] = static_cast<int>(t);
-  }
-}
-
-// One warp per key slot j < N128 (a multiple of 128): codes [N128][128] int8, k_scale [N128] = 2^e
-// (0: not encoded; keys >= n are zero rows); keys not encoded appended to slow_k.
-__global__ void __launch_bounds__(256) index_key_encode_kernel(const float* __restrict__ keys, int64_t n, int64_t d,
-                                                               int64_t slots, int8_t* __restrict__ codes,
-                                                               float* __restrict__ k_scale, int* __restrict__ slow_k,
-                                                               int* __restrict__ counts) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (j >= slots) return;
-  float v[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int c = lane * 4 + i;
-    v[i] = j < n && c < d ? keys[j * d + c] : 0.0f;
-  }
-  char4 c4;
-  int e;
-  const bool ok = indexer_row_encode(v, &c4, &e);
-  reinterpret_cast<char4*>(codes + j * kSlotD)[lane] = c4;
-  if (lane == 0) {
-    k_scale[j] = ok ? exp2i(e) : 0.0f;
-    if (!ok) slow_k[atomicAdd(&counts[1], 1)] = static_cast<int>(j);
   }
 }
 
@@ -266,18 +285,40 @@ __device__ inline void stage_group(uint8_t* smem, const int8_t* __restrict__ cod
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
-// term = bf16(relu(bf16(I)) * w') for two accumulators (see the top of the file).
-__device__ inline float2 terms(int i0, int i1, float w) {
-  // |I| < 2^22: the bits of 1.5 * 2^23 plus I are the float 1.5 * 2^23 + I exactly.
-  const float x0 = __fsub_rn(__int_as_float(i0 + 0x4B400000), 12582912.0f);
-  const float x1 = __fsub_rn(__int_as_float(i1 + 0x4B400000), 12582912.0f);
-  const float2 b = __bfloat1622float2(__floats2bfloat162_rn(x0, x1));
-  const float p0 = __fmul_rn(fmaxf(b.x, 0.0f), w), p1 = __fmul_rn(fmaxf(b.y, 0.0f), w);
-  return __bfloat1622float2(__floats2bfloat162_rn(p0, p1));
+// The accumulators start at the bits of 1.5 * 2^23 (kBias), so acc = those bits + I with |I| < 2^21:
+// the float 1.5 * 2^23 + I exactly.
+constexpr int kBias = 0x4B400000;
+
+// c = a b + kBias (the first k-step: the bias comes in as the C operand, no initialisation).
+__device__ inline void mma_s8_first(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(kBias));
+}
+
+// sum_e += term of accumulators i0, i1 (keys 2 c4, 2 c4 + 1) of one head with w_pair wp: bf16(I)
+// (one cvt for both), bf16(relu(bf16(I)) * |w'|) (one bf16x2 FMA with relu: the exact product is
+// rounded once, as bf16(fp32 product) is, the fp32 product being exact), then sum += sign(w') * that
+// (one rounding, as sum + term is; a negative product clamps to 0, which w' >= 0 wants, and a 0
+// term for w' < 0 is the -0 or +0 that leaves the sum as it is).
+__device__ inline void add_terms(int i0, int i1, float2 wp, float& s0, float& s1) {
+  const float x0 = __fsub_rn(__int_as_float(i0), 12582912.0f), x1 = __fsub_rn(__int_as_float(i1), 12582912.0f);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(x0, x1);  // .x = bf16(x0) (low half), .y = bf16(x1)
+  __nv_bfloat162 w2, zero;
+  const uint32_t wbits = __float_as_uint(wp.x), zbits = 0;
+  memcpy(&w2, &wbits, 4);
+  memcpy(&zero, &zbits, 4);
+  const __nv_bfloat162 p = __hfma2_relu(b, w2, zero);
+  uint32_t u;
+  memcpy(&u, &p, 4);
+  s0 = __fmaf_rn(__uint_as_float(u << 16), wp.y, s0);
+  s1 = __fmaf_rn(__uint_as_float(u & 0xFFFF0000u), wp.y, s1);
 }
 
 __global__ void __launch_bounds__(kThreads, 3)
-    index_scores_mma_kernel(const int8_t* __restrict__ q_codes, const float* __restrict__ w_scaled,
+    index_scores_mma_kernel(const int8_t* __restrict__ q_codes, const float2* __restrict__ w_pair,
                             const uint8_t* __restrict__ q_fast, const int8_t* __restrict__ k_codes,
                             const float* __restrict__ k_scale, const int64_t* __restrict__ reach, int64_t T,
                             int64_t n, int64_t groups_per_cta, float* __restrict__ scores) {
@@ -301,12 +342,6 @@ __global__ void __launch_bounds__(kThreads, 3)
       b[nt][ks][1] = __ldg(reinterpret_cast<const unsigned*>(row + 16));
     }
   }
-  float ksc[4][2];  // 2^ek of this thread's keys (0: not encoded or past n)
-#pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) ksc[nt][e] = k_scale[key0 + nt * 8 + 2 * c4 + e];
-  }
 
   int buf = 0;
   for (int64_t grp = begin; grp < end; ++grp) {
@@ -319,11 +354,11 @@ __global__ void __launch_bounds__(kThreads, 3)
     __syncthreads();
     const uint8_t* A = smem + buf * kGroupBytes;
     const int64_t t = grp * kGroup + g;
-    const float* wq = w_scaled + t * kSlotHeads;
+    const float2* wq = w_pair + t * kSlotHeads;
     float sum[4][2] = {};
 #pragma unroll 1
     for (int hg = 0; hg < kSlotHeads / 8; ++hg) {
-      int acc[4][4][4] = {};
+      int acc[4][4][4];
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         uint32_t a[4][4];
@@ -335,20 +370,19 @@ __global__ void __launch_bounds__(kThreads, 3)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt) mma_s8(acc[i][nt], a[i], b[nt][ks][0], b[nt][ks][1]);
+          for (int nt = 0; nt < 4; ++nt) {
+            if (ks == 0) mma_s8_first(acc[i][nt], a[i], b[nt][ks][0], b[nt][ks][1]);
+            else mma_s8(acc[i][nt], a[i], b[nt][ks][0], b[nt][ks][1]);
+          }
         }
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {  // heads 8 hg + 2i (c0, c1) then 8 hg + 2i + 1 (c2, c3): head order
-        const float w0 = wq[hg * 8 + 2 * i], w1 = wq[hg * 8 + 2 * i + 1];
+        const float2 w0 = wq[hg * 8 + 2 * i], w1 = wq[hg * 8 + 2 * i + 1];
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
-          const float2 t0 = terms(acc[i][nt][0], acc[i][nt][1], w0);
-          sum[nt][0] = __fadd_rn(sum[nt][0], t0.x);
-          sum[nt][1] = __fadd_rn(sum[nt][1], t0.y);
-          const float2 t1 = terms(acc[i][nt][2], acc[i][nt][3], w1);
-          sum[nt][0] = __fadd_rn(sum[nt][0], t1.x);
-          sum[nt][1] = __fadd_rn(sum[nt][1], t1.y);
+          add_terms(acc[i][nt][0], acc[i][nt][1], w0, sum[nt][0], sum[nt][1]);
+          add_terms(acc[i][nt][2], acc[i][nt][3], w1, sum[nt][0], sum[nt][1]);
         }
       }
     }
@@ -357,15 +391,22 @@ __global__ void __launch_bounds__(kThreads, 3)
       const bool qf = q_fast[t] != 0;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
+        const int64_t j0 = key0 + nt * 8 + 2 * c4;  // even
+        float v[2];
+        bool put[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int64_t j = key0 + nt * 8 + 2 * c4 + e;
-          if (j >= n) continue;
-          if (j >= r) {
-            scores[t * n + j] = -INFINITY;
-          } else if (qf && ksc[nt][e] != 0.0f) {
-            scores[t * n + j] = __fmul_rn(formats::round_to_bf16(sum[nt][e]), ksc[nt][e]);
-          }
+          const int64_t j = j0 + e;
+          const float ks = j < n ? k_scale[j] : 0.0f;  // 2^ek (0: the key is not encoded)
+          v[e] = j >= r ? -INFINITY : __fmul_rn(formats::round_to_bf16(sum[nt][e]), ks);
+          put[e] = j < n && (j >= r || (qf && ks != 0.0f));  // the rest go to the exact path
+        }
+        float* out = scores + t * n + j0;
+        if (put[0] && put[1] && n % 2 == 0) {
+          *reinterpret_cast<float2*>(out) = make_float2(v[0], v[1]);
+        } else {
+          if (put[0]) out[0] = v[0];
+          if (put[1]) out[1] = v[1];
         }
       }
     }
@@ -379,12 +420,14 @@ __global__ void __launch_bounds__(kThreads, 3)
 struct DeviceScratch {
   void* p = nullptr;
   std::size_t bytes = 0;
+  int* counts = nullptr;  // [2][2]: call parity x {slow queries, slow keys}; zeroed at allocation, and
+  int parity = 0;         // each call's rest kernel zeroes the other half for the next call
 };
 struct Scratch {
   std::mutex mutex;
   std::map<int, DeviceScratch> device;
-  int* counts_host = nullptr;  // pinned: {slow queries, slow keys} of the last call
   IndexScoresPath last;
+  const int* last_counts = nullptr;  // the device counts of the last fast-path call
 };
 Scratch& scratch() {
   static Scratch s;
@@ -406,6 +449,7 @@ void index_scores(const float* q, const float* keys, const float* w, const int64
   Scratch& s = scratch();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.last = IndexScoresPath{};
+  s.last_counts = nullptr;
   s.last.queries = T;
   s.last.keys = n;
   if (T * n == 0) return;
@@ -418,16 +462,22 @@ void index_scores(const float* q, const float* keys, const float* w, const int64
   }
   const int64_t groups = (T + kGroup - 1) / kGroup, t_slots = groups * kGroup;
   const int64_t tiles = (n + kTileKeys - 1) / kTileKeys, k_slots = tiles * kTileKeys;
-  const std::size_t o_qc = 0, o_ws = o_qc + align256(static_cast<std::size_t>(t_slots) * kSlotHeads * kSlotD),
-                    o_qf = o_ws + align256(static_cast<std::size_t>(t_slots) * kSlotHeads * 4),
+  const std::size_t o_qc = 0, o_wp = o_qc + align256(static_cast<std::size_t>(t_slots) * kSlotHeads * kSlotD),
+                    o_qf = o_wp + align256(static_cast<std::size_t>(t_slots) * kSlotHeads * 8),
                     o_kc = o_qf + align256(static_cast<std::size_t>(t_slots)),
                     o_ks = o_kc + align256(static_cast<std::size_t>(k_slots) * kSlotD),
                     o_sq = o_ks + align256(static_cast<std::size_t>(k_slots) * 4),
                     o_sk = o_sq + align256(static_cast<std::size_t>(T) * 4),
-                    o_ct = o_sk + align256(static_cast<std::size_t>(n) * 4), total = o_ct + 256;
+                    total = o_sk + align256(static_cast<std::size_t>(n) * 4);
   int device = 0;
   DSV41_CUDA_CHECK(cudaGetDevice(&device));
   DeviceScratch& ds = s.device[device];
+  if (ds.counts == nullptr) {
+    DSV41_CUDA_CHECK(cudaMalloc(&ds.counts, 4 * sizeof(int)));
+    DSV41_CUDA_CHECK(cudaMemset(ds.counts, 0, 4 * sizeof(int)));
+    DSV41_CUDA_CHECK(cudaFuncSetAttribute(index_scores_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          2 * kGroupBytes));
+  }
   if (ds.bytes < total) {
     DSV41_CUDA_CHECK(cudaDeviceSynchronize());  // earlier calls may still use the old scratch
     if (ds.p != nullptr) DSV41_CUDA_CHECK(cudaFree(ds.p));
@@ -435,49 +485,45 @@ void index_scores(const float* q, const float* keys, const float* w, const int64
     ds.bytes = 0;
     DSV41_CUDA_CHECK(cudaMalloc(&ds.p, total));
     ds.bytes = total;
-    DSV41_CUDA_CHECK(cudaFuncSetAttribute(index_scores_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          2 * kGroupBytes));
-  }
-  if (s.counts_host == nullptr) {
-    DSV41_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s.counts_host), 2 * sizeof(int), cudaHostAllocPortable));
   }
   uint8_t* base = static_cast<uint8_t*>(ds.p);
   auto* q_codes = reinterpret_cast<int8_t*>(base + o_qc);
-  auto* w_scaled = reinterpret_cast<float*>(base + o_ws);
+  auto* w_pair = reinterpret_cast<float2*>(base + o_wp);
   auto* q_fast = base + o_qf;
   auto* k_codes = reinterpret_cast<int8_t*>(base + o_kc);
   auto* k_scale = reinterpret_cast<float*>(base + o_ks);
   auto* slow_q = reinterpret_cast<int*>(base + o_sq);
   auto* slow_k = reinterpret_cast<int*>(base + o_sk);
-  auto* counts = reinterpret_cast<int*>(base + o_ct);
-  DSV41_CUDA_CHECK(cudaMemsetAsync(counts, 0, 2 * sizeof(int)));
-  index_query_encode_kernel<<<static_cast<unsigned>(t_slots), 256>>>(q, w, T, heads, d, q_codes, w_scaled, q_fast,
-                                                                      slow_q, counts);
-  DSV41_CUDA_CHECK(cudaGetLastError());
-  index_key_encode_kernel<<<static_cast<unsigned>(k_slots / 8), 256>>>(keys, n, d, k_slots, k_codes, k_scale, slow_k,
-                                                                        counts);
+  int* counts = ds.counts + 2 * ds.parity;
+  int* next_counts = ds.counts + 2 * (1 - ds.parity);
+  ds.parity = 1 - ds.parity;
+  index_encode_kernel<<<static_cast<unsigned>(t_slots + k_slots / 8), 256>>>(
+      q, w, keys, T, heads, d, n, t_slots, q_codes, w_pair, q_fast, k_codes, k_scale, slow_q, slow_k, counts);
   DSV41_CUDA_CHECK(cudaGetLastError());
   // About 4 waves of 3 CTAs per SM on an H200 (132 SMs), at most 16 groups per CTA.
   int64_t per_cta = std::max<int64_t>(1, std::min<int64_t>(16, groups * tiles / (132 * 3 * 4)));
   per_cta = std::max<int64_t>(per_cta, (groups + 65534) / 65535);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((groups + per_cta - 1) / per_cta));
-  index_scores_mma_kernel<<<grid, kThreads, 2 * kGroupBytes>>>(q_codes, w_scaled, q_fast, k_codes, k_scale, reach, T,
+  index_scores_mma_kernel<<<grid, kThreads, 2 * kGroupBytes>>>(q_codes, w_pair, q_fast, k_codes, k_scale, reach, T,
                                                                 n, per_cta, scores);
   DSV41_CUDA_CHECK(cudaGetLastError());
-  index_scores_rest_kernel<<<264, 256>>>(q, keys, w, reach, T, heads, d, n, slow_q, slow_k, counts, q_fast, scores);
+  index_scores_rest_kernel<<<264, 256>>>(q, keys, w, reach, T, heads, d, n, slow_q, slow_k, counts, next_counts,
+                                         q_fast, scores);
   DSV41_CUDA_CHECK(cudaGetLastError());
-  DSV41_CUDA_CHECK(cudaMemcpyAsync(s.counts_host, counts, 2 * sizeof(int), cudaMemcpyDeviceToHost));
   s.last.mma = true;
-  s.last.slow_queries = -1;  // read back by index_scores_last_path
+  s.last_counts = counts;
 }
 
 IndexScoresPath index_scores_last_path() {
   Scratch& s = scratch();
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.last.slow_queries < 0) {
+  if (s.last_counts != nullptr) {  // the counts stay valid until the call after next
     DSV41_CUDA_CHECK(cudaDeviceSynchronize());
-    s.last.slow_queries = s.counts_host[0];
-    s.last.slow_keys = s.counts_host[1];
+    int c[2];
+    DSV41_CUDA_CHECK(cudaMemcpy(c, s.last_counts, sizeof(c), cudaMemcpyDeviceToHost));
+    s.last.slow_queries = c[0];
+    s.last.slow_keys = c[1];
+    s.last_counts = nullptr;
   }
   return s.last;
 }
