@@ -39,8 +39,9 @@
 //     starts at +0 unchanged.
 //   - A query with a head row not encoded, or a key not encoded, sends its pairs to the exact path;
 //     index_scores_last_path counts them (the tests assert none for FP4-QDQ inputs).
-//   Layout: a CTA holds 128 keys (4 warps x 32 keys, the key codes as B fragments in registers) and
-//   walks groups of 8 queries; a group's codes [32 heads][8 queries][128] int8 (32 KB) are staged in
+//   Layout: units of 128 keys x 8 queries; persistent CTAs (as many as fit at once) take balanced
+//   ranges of units. A CTA holds its 128 keys (4 warps x 32 keys, the key codes as B fragments in
+//   registers, reloaded when the key tile changes); a unit's query codes [32 heads][8 queries][128] int8 (32 KB) are staged in
 //   shared memory by cp.async, double buffered, 16-byte chunks XOR-swizzled by the query so
 //   ldmatrix is conflict free. A warp's mma rows are 8 queries x 8 heads (row r of m-tile i: query
 //   r % 8, head 8 hg + 2i + r / 8), so each thread's accumulators are one query's 8 heads in head
@@ -321,32 +322,38 @@ __global__ void __launch_bounds__(kThreads, 3)
     index_scores_mma_kernel(const int8_t* __restrict__ q_codes, const float2* __restrict__ w_pair,
                             const uint8_t* __restrict__ q_fast, const int8_t* __restrict__ k_codes,
                             const float* __restrict__ k_scale, const int64_t* __restrict__ reach, int64_t T,
-                            int64_t n, int64_t groups_per_cta, float* __restrict__ scores) {
+                            int64_t n, int64_t units, float* __restrict__ scores) {
   extern __shared__ __align__(128) uint8_t smem[];  // [2][32 heads][8 queries][128] int8
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, c4 = lane % 4;
-  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kTileKeys + warp * kWarpKeys;
   const int64_t groups = (T + kGroup - 1) / kGroup;
-  const int64_t begin = static_cast<int64_t>(blockIdx.y) * groups_per_cta;
-  const int64_t end = min(groups, begin + groups_per_cta);
+  // Persistent CTAs: CTA c takes units [c U / C, (c + 1) U / C) of the U = tiles x groups units
+  // (key tile u / groups, query group u % groups), so the last wave has no tail.
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * units / gridDim.x;
+  const int64_t end = static_cast<int64_t>(blockIdx.x + 1) * units / gridDim.x;
   if (begin >= end) return;
 
-  stage_group(smem, q_codes, begin);
+  stage_group(smem, q_codes, begin % groups);
   uint32_t b[4][4][2];  // [n-tile][k-step][reg]: key nt*8 + g, channels 32 ks + 4 c4 (+16)
-#pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      const int8_t* row = k_codes + (key0 + nt * 8 + g) * kSlotD + ks * 32 + c4 * 4;
-      b[nt][ks][0] = __ldg(reinterpret_cast<const unsigned*>(row));
-      b[nt][ks][1] = __ldg(reinterpret_cast<const unsigned*>(row + 16));
-    }
-  }
-
+  int64_t tile = -1, key0 = 0;
   int buf = 0;
-  for (int64_t grp = begin; grp < end; ++grp) {
-    if (grp + 1 < end) {
-      stage_group(smem + (buf ^ 1) * kGroupBytes, q_codes, grp + 1);
+  for (int64_t u = begin; u < end; ++u) {
+    const int64_t grp = u % groups;
+    if (u / groups != tile) {  // this warp's 32 keys of the new tile as B fragments
+      tile = u / groups;
+      key0 = tile * kTileKeys + warp * kWarpKeys;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const int8_t* row = k_codes + (key0 + nt * 8 + g) * kSlotD + ks * 32 + c4 * 4;
+          b[nt][ks][0] = __ldg(reinterpret_cast<const unsigned*>(row));
+          b[nt][ks][1] = __ldg(reinterpret_cast<const unsigned*>(row + 16));
+        }
+      }
+    }
+    if (u + 1 < end) {
+      stage_group(smem + (buf ^ 1) * kGroupBytes, q_codes, (u + 1) % groups);
       asm volatile("cp.async.wait_group 1;\n" ::);
     } else {
       asm volatile("cp.async.wait_group 0;\n" ::);
@@ -391,15 +398,19 @@ __global__ void __launch_bounds__(kThreads, 3)
       const bool qf = q_fast[t] != 0;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        const int64_t j0 = key0 + nt * 8 + 2 * c4;  // even
-        float v[2];
+        const int64_t j0 = key0 + nt * 8 + 2 * c4;  // even; k_scale has N128 entries
+        const float2 ks2 = *reinterpret_cast<const float2*>(k_scale + j0);  // 2^ek (0: the key is not encoded)
+        const __nv_bfloat162 sb = __floats2bfloat162_rn(sum[nt][0], sum[nt][1]);  // finite sums: RNE like round_to_bf16
+        uint32_t sbits;
+        memcpy(&sbits, &sb, 4);
+        const float ks[2] = {ks2.x, ks2.y};
+        float v[2] = {__uint_as_float(sbits << 16), __uint_as_float(sbits & 0xFFFF0000u)};
         bool put[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int64_t j = j0 + e;
-          const float ks = j < n ? k_scale[j] : 0.0f;  // 2^ek (0: the key is not encoded)
-          v[e] = j >= r ? -INFINITY : __fmul_rn(formats::round_to_bf16(sum[nt][e]), ks);
-          put[e] = j < n && (j >= r || (qf && ks != 0.0f));  // the rest go to the exact path
+          v[e] = j >= r ? -INFINITY : __fmul_rn(v[e], ks[e]);
+          put[e] = j < n && (j >= r || (qf && ks[e] != 0.0f));  // the rest go to the exact path
         }
         float* out = scores + t * n + j0;
         if (put[0] && put[1] && n % 2 == 0) {
@@ -410,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, 3)
         }
       }
     }
-    __syncthreads();  // the buffer is free for the next-but-one group
+    __syncthreads();  // the buffer is free for the next-but-one unit
     buf ^= 1;
   }
 }
@@ -422,6 +433,7 @@ struct DeviceScratch {
   std::size_t bytes = 0;
   int* counts = nullptr;  // [2][2]: call parity x {slow queries, slow keys}; zeroed at allocation, and
   int parity = 0;         // each call's rest kernel zeroes the other half for the next call
+  int64_t resident_ctas = 0;  // of index_scores_mma_kernel: SMs x CTAs per SM
 };
 struct Scratch {
   std::mutex mutex;
@@ -477,6 +489,11 @@ void index_scores(const float* q, const float* keys, const float* w, const int64
     DSV41_CUDA_CHECK(cudaMemset(ds.counts, 0, 4 * sizeof(int)));
     DSV41_CUDA_CHECK(cudaFuncSetAttribute(index_scores_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           2 * kGroupBytes));
+    int per_sm = 0, sms = 0;
+    DSV41_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, index_scores_mma_kernel, kThreads, 2 * kGroupBytes));
+    DSV41_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    ds.resident_ctas = std::max(1, per_sm) * std::max(1, sms);
   }
   if (ds.bytes < total) {
     DSV41_CUDA_CHECK(cudaDeviceSynchronize());  // earlier calls may still use the old scratch
@@ -500,12 +517,10 @@ void index_scores(const float* q, const float* keys, const float* w, const int64
   index_encode_kernel<<<static_cast<unsigned>(t_slots + k_slots / 8), 256>>>(
       q, w, keys, T, heads, d, n, t_slots, q_codes, w_pair, q_fast, k_codes, k_scale, slow_q, slow_k, counts);
   DSV41_CUDA_CHECK(cudaGetLastError());
-  // About 4 waves of 3 CTAs per SM on an H200 (132 SMs), at most 16 groups per CTA.
-  int64_t per_cta = std::max<int64_t>(1, std::min<int64_t>(16, groups * tiles / (132 * 3 * 4)));
-  per_cta = std::max<int64_t>(per_cta, (groups + 65534) / 65535);
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((groups + per_cta - 1) / per_cta));
-  index_scores_mma_kernel<<<grid, kThreads, 2 * kGroupBytes>>>(q_codes, w_pair, q_fast, k_codes, k_scale, reach, T,
-                                                                n, per_cta, scores);
+  const int64_t units = tiles * groups;  // one CTA per resident slot, each a balanced range of units
+  const unsigned ctas = static_cast<unsigned>(std::min<int64_t>(units, ds.resident_ctas));
+  index_scores_mma_kernel<<<ctas, kThreads, 2 * kGroupBytes>>>(q_codes, w_pair, q_fast, k_codes, k_scale, reach, T, n,
+                                                               units, scores);
   DSV41_CUDA_CHECK(cudaGetLastError());
   index_scores_rest_kernel<<<264, 256>>>(q, keys, w, reach, T, heads, d, n, slow_q, slow_k, counts, next_counts,
                                          q_fast, scores);
