@@ -41,9 +41,9 @@
 //     index_scores_last_path counts them (the tests assert none for FP4-QDQ inputs).
 //   Layout: units of 128 keys x 8 queries; persistent CTAs (as many as fit at once) take balanced
 //   ranges of units. A CTA holds its 128 keys (4 warps x 32 keys, the key codes as B fragments in
-//   registers, reloaded when the key tile changes); a unit's query codes [32 heads][8 queries][128] int8 (32 KB) are staged in
-//   shared memory by cp.async, double buffered, 16-byte chunks XOR-swizzled by the query so
-//   ldmatrix is conflict free. A warp's mma rows are 8 queries x 8 heads (row r of m-tile i: query
+//   registers, reloaded when the key tile changes); a unit's query codes [32 heads][8 queries][128]
+//   int8 (32 KB) are staged in shared memory by cp.async, double buffered, 16-byte chunks
+//   XOR-swizzled by the query so ldmatrix is conflict free. A warp's mma rows are 8 queries x 8 heads (row r of m-tile i: query
 //   r % 8, head 8 hg + 2i + r / 8), so each thread's accumulators are one query's 8 heads in head
 //   order and the fp32 head sum stays in registers across the 4 head groups. An encode pre-pass
 //   (one launch) writes the codes, 2^ek and w'; a last launch runs the exact path on what is left.
