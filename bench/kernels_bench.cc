@@ -165,7 +165,9 @@ Row indexer_case(const Opts& o, int64_t T, int64_t n, const char* key, const std
     fill_bf16(x, rows * D, D, seed, -1, 1);
     const Tensor<float> v({rows, D}, download(x, static_cast<size_t>(rows * D)), "x");
     const Tensor<float> v_qdq = reference::reference_ops().qdq(formats::CacheFormat::kIndexKeysFp4, v);
-    for (int c = 0; c < copies; ++c) gpu::copy_to_device(x + c * rows * D, v_qdq.data().data(), v_qdq.data().size() * 4);
+    for (int c = 0; c < copies; ++c) {
+      gpu::copy_to_device(x + c * rows * D, v_qdq.data().data(), v_qdq.data().size() * 4);
+    }
   };
   fill_qdq(q.get(), T * H, 11u);
   fill_qdq(keys.get(), n, 12u);

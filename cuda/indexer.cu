@@ -43,10 +43,12 @@
 //   ranges of units. A CTA holds its 128 keys (4 warps x 32 keys, the key codes as B fragments in
 //   registers, reloaded when the key tile changes); a unit's query codes [32 heads][8 queries][128]
 //   int8 (32 KB) are staged in shared memory by cp.async, double buffered, 16-byte chunks
-//   XOR-swizzled by the query so ldmatrix is conflict free. A warp's mma rows are 8 queries x 8 heads (row r of m-tile i: query
-//   r % 8, head 8 hg + 2i + r / 8), so each thread's accumulators are one query's 8 heads in head
-//   order and the fp32 head sum stays in registers across the 4 head groups. An encode pre-pass
-//   (one launch) writes the codes, 2^ek and w'; a last launch runs the exact path on what is left.
+//   XOR-swizzled by the query so ldmatrix is conflict free. A warp's mma rows are 8 queries x 8 heads
+//   (row r of m-tile i: query r % 8, head 8 hg + 2i + r / 8), so each thread's accumulators are one
+//   query's 8 heads in head order and the fp32 head sum stays in registers across the 4 head groups.
+//   An encode pre-pass (one launch) writes the codes, 2^ek and w'; a last launch runs the exact path
+//   on what is left.
+
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -199,13 +201,12 @@ __device__ inline void load_row(const float* __restrict__ row, bool live, int64_
 // Blocks [T8, T8 + N128 / 8): one warp per key slot j < N128 (keys rounded up to 128): k_codes
 // [N128][128] int8, k_scale [N128] = 2^e (0: not encoded; slots >= n are zero rows); keys not
 // encoded go to slow_k. counts = {slow queries, slow keys} (zero on entry).
-__global__ void __launch_bounds__(256) index_encode_kernel(const float* __restrict__ q, const float* __restrict__ w,
-                                                           const float* __restrict__ keys, int64_t T, int64_t heads,
-                                                           int64_t d, int64_t n, int64_t t_slots, int8_t* __restrict__ q_codes,
-                                                           float2* __restrict__ w_pair, uint8_t* __restrict__ q_fast,
-                                                           int8_t* __restrict__ k_codes, float* __restrict__ k_scale,
-                                                           int* __restrict__ slow_q, int* __restrict__ slow_k,
-                                                           int* __restrict__ counts) {
+__global__ void __launch_bounds__(256)
+    index_encode_kernel(const float* __restrict__ q, const float* __restrict__ w, const float* __restrict__ keys,
+                        int64_t T, int64_t heads, int64_t d, int64_t n, int64_t t_slots, int8_t* __restrict__ q_codes,
+                        float2* __restrict__ w_pair, uint8_t* __restrict__ q_fast, int8_t* __restrict__ k_codes,
+                        float* __restrict__ k_scale, int* __restrict__ slow_q, int* __restrict__ slow_k,
+                        int* __restrict__ counts) {
   __shared__ int slow;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   if (static_cast<int64_t>(blockIdx.x) >= t_slots) {  // keys

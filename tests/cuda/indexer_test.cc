@@ -150,7 +150,8 @@ TEST(IndexScores, Fp4QdqTakesTheTensorCorePathBitForBit) {
         const reference::Tensor<float> w = model_w(sh.T, heads, dim);
         const std::vector<int64_t> reach = random_reach(sh.T, sh.n);
         const reference::Tensor<float> want = ref_ops().index_scores(q, keys.host_rows(), w, reach);
-        const reference::Tensor<float> got = cuda_ops().download(cuda_ops().index_scores(q, keys.device_rows(), w, reach));
+        const reference::Tensor<float> got =
+            cuda_ops().download(cuda_ops().index_scores(q, keys.device_rows(), w, reach));
         EXPECT_TRUE(same_bits(want, got)) << "dim " << dim << " heads " << heads << " T " << sh.T << " n " << sh.n;
         expect_path(0, 0);
         if (sh.n > 2) expect_nontrivial(got, true);
