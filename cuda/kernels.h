@@ -123,8 +123,18 @@ void moe_finish(const float* acc, const float* shared, int64_t n, float* out);
 void index_weights(const float* proj, int64_t n, float scale, float* w);
 // index_scores: q [T, heads, d], keys [n, d], w [T, heads], reach [T] (device, each in [0, n]) ->
 // scores [T, n] bf16 (-inf from reach[t] on).
+// Bit-exact on every input; FP4-QDQ q and keys take the int8 tensor-core path, the rest the
+// double-precision path (the top of cuda/indexer.cu says which pairs and why).
 void index_scores(const float* q, const float* keys, const float* w, const int64_t* reach, int64_t T, int64_t heads,
                   int64_t d, int64_t n, float* scores);
+// The path of the last index_scores call (synchronizes the device): mma = the tensor-core path ran;
+// slow_queries / slow_keys = the queries (any of their head rows) and keys it could not encode, whose
+// pairs the double-precision path computed (all of them when mma is false).
+struct IndexScoresPath {
+  bool mma = false;
+  int64_t queries = 0, keys = 0, slow_queries = 0, slow_keys = 0;
+};
+IndexScoresPath index_scores_last_path();
 
 // ---- topk.cu ----
 // select_index_topk (offset 0): scores [rows, n] (no NaN: returns false when one is met, out
