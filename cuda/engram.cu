@@ -39,7 +39,7 @@ __global__ void lookup_kernel(const uint8_t* __restrict__ codes, const uint8_t* 
 
 // engram_lookup, vectorised: one warp per gathered row (item i = t * cols + c of the flattened
 // ids, out row i), lane k decodes the 8 codes of 8-byte chunks k, k + 32, ... of the row; each
-// warp has kItems rows in flight (their ids are warp-uniform loads), grid-stride over items.
+// warp has kGatherRows rows in flight (their ids are warp-uniform loads), grid-stride over items.
 // Per code, bit for bit the reference's bf16(e4m3_decode(code) * e8m0_decode(scale)):
 //   * ((c & 0x7F) << 4) | ((c & 0x80) << 8) is the bf16 pattern of e4m3(c) * 2^-120, exactly, for
 //     every non-NaN code (normal codes: the exponent field E lands in the bf16 exponent and the
@@ -67,30 +67,31 @@ __device__ inline void decode8(uint2 cw, uint8_t scale_byte, uint32_t (&w)[4]) {
   }
 }
 
+constexpr int kGatherRows = 8;  // rows in flight per warp
+
 template <class S>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, 4)  // 4 blocks per SM: 64 KB of table rows in flight per SM
     lookup_vec_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t hd,
                       const int64_t* __restrict__ ids, int64_t items, S* __restrict__ out) {
-  constexpr int kItems = 4;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int chunks = static_cast<int>(hd / 8);
   const int64_t nwarps = (int64_t{gridDim.x} * blockDim.x) >> 5;
-  for (int64_t base = ((int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5) * kItems; base < items;
-       base += nwarps * kItems) {
-    int64_t id[kItems];
+  for (int64_t base = ((int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5) * kGatherRows; base < items;
+       base += nwarps * kGatherRows) {
+    int64_t id[kGatherRows];
 #pragma unroll
-    for (int u = 0; u < kItems; ++u) id[u] = base + u < items ? __ldg(ids + base + u) : -1;
+    for (int u = 0; u < kGatherRows; ++u) id[u] = base + u < items ? __ldg(ids + base + u) : -1;
     for (int j = lane; j < chunks; j += 32) {
-      uint2 cw[kItems];
-      uint8_t sc[kItems];
+      uint2 cw[kGatherRows];
+      uint8_t sc[kGatherRows];
 #pragma unroll
-      for (int u = 0; u < kItems; ++u) {
+      for (int u = 0; u < kGatherRows; ++u) {
         if (id[u] < 0) continue;
         cw[u] = __ldcs(reinterpret_cast<const uint2*>(codes + id[u] * hd) + j);
         sc[u] = __ldcs(scales + id[u] * (hd / 32) + j / 4);
       }
 #pragma unroll
-      for (int u = 0; u < kItems; ++u) {
+      for (int u = 0; u < kGatherRows; ++u) {
         if (id[u] < 0) continue;
         uint32_t w[4];
         decode8(cw[u], sc[u], w);
@@ -104,7 +105,7 @@ template <class S>
 bool lookup_vec(const uint8_t* codes, const uint8_t* scales, int64_t hd, const int64_t* ids, int64_t items, S* out) {
   if (hd % 32 != 0 || reinterpret_cast<uintptr_t>(codes) % 8 != 0 || !aligned16(out)) return false;
   constexpr int64_t kWarpsPerBlock = 8;
-  const int64_t blocks = std::min<int64_t>((items + 4 * kWarpsPerBlock - 1) / (4 * kWarpsPerBlock),
+  const int64_t blocks = std::min<int64_t>((items + kGatherRows * kWarpsPerBlock - 1) / (kGatherRows * kWarpsPerBlock),
                                            int64_t{sm_count()} * 16);
   lookup_vec_kernel<S><<<static_cast<unsigned>(blocks), 256>>>(codes, scales, hd, ids, items, out);
   DSV41_CUDA_CHECK(cudaGetLastError());

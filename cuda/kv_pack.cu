@@ -100,11 +100,6 @@ __device__ inline __nv_bfloat162 bf16x2_from_bits(uint32_t w) {
   std::memcpy(&h, &w, sizeof w);
   return h;
 }
-__device__ inline uint32_t bits_of(__nv_bfloat162 h) {
-  uint32_t w;
-  std::memcpy(&w, &h, sizeof w);
-  return w;
-}
 
 // Stores the N (2, 4 or 8) bytes of `w` (little endian) at p: one store when aligned.
 template <int N>
@@ -122,15 +117,46 @@ __device__ inline void store_code_bytes(uint8_t* p, uint64_t w) {
   }
 }
 
+// The bound of each E2M1 rounding midpoint t in |x| units for a block scale s (file comment):
+// ">" at 0.25, 1.25, 2.5, 5 (h'' = 2^-26, 2^-24, 2^-23, 2^-22), ">=" at 0.75, 1.75, 3.5 (h' = 2^-25,
+// 2^-24, 2^-23). Ascending.
+__device__ inline void fp4_bounds(float s, float (&g)[7]) {
+  g[0] = __fmaf_rd(s, 0x1p-26f, __fmul_rn(s, 0.25f));
+  g[1] = __fmaf_ru(-s, 0x1p-25f, __fmul_rn(s, 0.75f));
+  g[2] = __fmaf_rd(s, 0x1p-24f, __fmul_rn(s, 1.25f));
+  g[3] = __fmaf_ru(-s, 0x1p-24f, __fmul_rn(s, 1.75f));
+  g[4] = __fmaf_rd(s, 0x1p-23f, __fmul_rn(s, 2.5f));
+  g[5] = __fmaf_ru(-s, 0x1p-23f, __fmul_rn(s, 3.5f));
+  g[6] = __fmaf_rd(s, 0x1p-22f, __fmul_rn(s, 5.0f));
+}
+
+// For bf16 values a the seven conditions are all strict bf16 compares a > K: a > G <=> a > RZ_bf16(G)
+// and a >= H <=> a > RZ_bf16(pred_f32(H)) (G, H positive floats; RZ_bf16 = the top 16 bits). K as a
+// bf16x2 pair (the same bound in both halves).
+__device__ inline uint32_t fp4_bf16_bound(const float (&g)[7], int k) {
+  const uint32_t kb = (k % 2 == 0 ? f32_bits(g[k]) : f32_bits(g[k]) - 1u) >> 16;
+  return kb | (kb << 16);
+}
+
+// Shared-memory tables of the bf16-storage FP4 packer, built by every block at its start (36.7 KB):
+// the block scale of every finite bf16 amax (formats::compressed_kv_scale) and, per scale byte, the
+// seven bf16x2 bounds. They replace a division, an E4M3 encode and the bound arithmetic per chunk.
+struct Fp4Tables {
+  uint8_t scale[0x7F80];  // by the amax's bf16 bits (0 .. 0x7F7F: the finite values)
+  uint4 bounds[0x7F][2];  // by scale byte (0 .. 0x7E: satfinite codes); words 0..6 used
+};
+
 // kWindowKvFp8: 32 values -> E8M0 scale + 32 E4M3 bytes.
 struct Fp8Window {
   static constexpr int kBlock = formats::kFp8Block;
   static constexpr int kCodeBits = 8;
-  __device__ static uint8_t scale(float amax) { return formats::fp8_scale(amax); }
+  static constexpr bool kBf16Tables = false;
+  __device__ static uint8_t scale(float amax, const Fp4Tables* /*tables*/) { return formats::fp8_scale(amax); }
   // Codes of one chunk (raw words w, values x). The clamp to +-448 of the formats statement is left
   // out of the finite path: satfinite already gives +-448 (0x7E / 0xFE) for every |v| > 448.
   template <class S, int V>
-  __device__ static uint64_t codes(const uint32_t (&/*w*/)[4], const float (&x)[V], uint8_t scale, bool finite) {
+  __device__ static uint64_t codes(const uint32_t (&/*w*/)[4], const float (&x)[V], uint8_t scale, bool finite,
+                                   const Fp4Tables* /*tables*/) {
     uint64_t w = 0;
     if (finite) {
       const float inv = f32_from_bits((254u - scale) << 23);  // 1/s, exact (see the file comment)
@@ -154,14 +180,21 @@ struct Fp8Window {
 struct Fp4Main {
   static constexpr int kBlock = formats::kCompressedKvBlock;
   static constexpr int kCodeBits = 4;
+  static constexpr bool kBf16Tables = true;
   // formats::compressed_kv_scale with its E4M3 encoder as the hardware cvt (equal on all 2^32
-  // inputs: see Fp8Window).
-  __device__ static uint8_t scale(float amax) {
+  // inputs: see Fp8Window); from the table for a finite bf16 amax.
+  __device__ static uint8_t scale_of(float amax) {
     const float floored = formats::max_f32(amax, f32_from_bits(formats::kCompressedKvAmaxFloorBits));
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(floored / 6.0f, __NV_SATFINITE, __NV_E4M3));
   }
+  __device__ static uint8_t scale(float amax, const Fp4Tables* tables) {
+    const uint32_t a = f32_bits(amax);
+    if (tables != nullptr && a < 0x7F800000u) return tables->scale[a >> 16];
+    return scale_of(amax);
+  }
   template <class S, int V>
-  __device__ static uint64_t codes(const uint32_t (&w)[4], const float (&x)[V], uint8_t scale, bool finite) {
+  __device__ static uint64_t codes(const uint32_t (&w)[4], const float (&x)[V], uint8_t scale, bool finite,
+                                   const Fp4Tables* tables) {
     uint64_t out = 0;
     if (!finite) {  // formats::quantize_compressed_kv_block's statements
       const float s = formats::e4m3_decode(scale);
@@ -171,36 +204,27 @@ struct Fp4Main {
       }
       return out;
     }
-    // s = the E4M3 scale (finite: scale <= 0x7E), exact through the hardware's E4M3 -> f16.
-    const float s = __half2float(__half(__nv_cvt_fp8_to_halfraw(scale, __NV_E4M3)));
-    // Bounds of the seven E2M1 midpoints in |x| units (file comment): ">" at 0.25, 1.25, 2.5, 5
-    // (h'' = 2^-26, 2^-24, 2^-23, 2^-22), ">=" at 0.75, 1.75, 3.5 (h' = 2^-25, 2^-24, 2^-23).
-    const float g[7] = {__fmaf_rd(s, 0x1p-26f, __fmul_rn(s, 0.25f)), __fmaf_ru(-s, 0x1p-25f, __fmul_rn(s, 0.75f)),
-                        __fmaf_rd(s, 0x1p-24f, __fmul_rn(s, 1.25f)), __fmaf_ru(-s, 0x1p-24f, __fmul_rn(s, 1.75f)),
-                        __fmaf_rd(s, 0x1p-23f, __fmul_rn(s, 2.5f)),  __fmaf_ru(-s, 0x1p-23f, __fmul_rn(s, 3.5f)),
-                        __fmaf_rd(s, 0x1p-22f, __fmul_rn(s, 5.0f))};
     if constexpr (std::is_same_v<S, uint16_t>) {
-      // bf16 storage: two values per compare. For a bf16 value a and a positive float bound,
-      // a > G <=> a > RZ_bf16(G) and a >= H <=> a > RZ_bf16(pred_f32(H)), RZ_bf16 = the top 16
-      // bits. The passed compares (1.0 / 0.0, __hgt2) are summed onto 128 (exact in bf16), so the
-      // low 3 bits of each half are the magnitude code.
-      __nv_bfloat162 k2[7];
-#pragma unroll
-      for (int k = 0; k < 7; ++k) {
-        const uint32_t kb = (k % 2 == 0 ? f32_bits(g[k]) : f32_bits(g[k]) - 1u) >> 16;
-        k2[k] = bf16x2_from_bits(kb | (kb << 16));
-      }
-      const __nv_bfloat162 base = bf16x2_from_bits(0x43004300u);  // (128, 128)
+      // bf16 storage: two values per compare against the table's bf16x2 bounds K0 < ... < K6; the
+      // magnitude code m = #{k: a > Kk} by binary search on its bits (a > K3: bit 2; then K5 or
+      // K1: bit 1; then K6, K4, K2 or K0: bit 0), per half with mask selects.
+      const uint4 b0 = tables->bounds[scale][0], b1 = tables->bounds[scale][1];
+      const uint32_t k[7] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z};
 #pragma unroll
       for (int p = 0; p < 4; ++p) {
         const __nv_bfloat162 a2 = bf16x2_from_bits(w[p] & 0x7FFF7FFFu);
-        __nv_bfloat162 acc = base;
-#pragma unroll
-        for (int k = 0; k < 7; ++k) acc = __hadd2(acc, __hgt2(a2, k2[k]));
-        const uint32_t nib2 = (bits_of(acc) & 0x00070007u) | ((w[p] >> 12) & 0x00080008u);
+        const uint32_t c4 = __hgt2_mask(a2, bf16x2_from_bits(k[3]));
+        const uint32_t c2 = __hgt2_mask(a2, bf16x2_from_bits((k[5] & c4) | (k[1] & ~c4)));
+        const uint32_t hi = (k[6] & c2) | (k[4] & ~c2), lo = (k[2] & c2) | (k[0] & ~c2);
+        const uint32_t c1 = __hgt2_mask(a2, bf16x2_from_bits((hi & c4) | (lo & ~c4)));
+        const uint32_t nib2 = (c1 & 0x00010001u) | (c2 & 0x00020002u) | (c4 & 0x00040004u) |
+                              ((w[p] >> 12) & 0x00080008u);  // the sign bits
         out |= uint64_t{(nib2 & 0xFu) | ((nib2 >> 12) & 0xF0u)} << (8 * p);
       }
     } else {
+      // fp32 storage: one float compare per bound (the value need not be bf16).
+      float g[7];
+      fp4_bounds(__half2float(__half(__nv_cvt_fp8_to_halfraw(scale, __NV_E4M3))), g);  // s exact
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const uint32_t b = f32_bits(x[i]);
@@ -213,6 +237,18 @@ struct Fp4Main {
   }
 };
 
+__device__ void build_fp4_tables(Fp4Tables& t) {
+  for (int i = static_cast<int>(threadIdx.x); i < 0x7F80; i += static_cast<int>(blockDim.x)) {
+    t.scale[i] = Fp4Main::scale_of(f32_from_bits(static_cast<uint32_t>(i) << 16));
+  }
+  for (int sc = static_cast<int>(threadIdx.x); sc < 0x7F; sc += static_cast<int>(blockDim.x)) {
+    float g[7];
+    fp4_bounds(formats::e4m3_decode(static_cast<uint32_t>(sc)), g);
+    t.bounds[sc][0] = make_uint4(fp4_bf16_bound(g, 0), fp4_bf16_bound(g, 1), fp4_bf16_bound(g, 2), fp4_bf16_bound(g, 3));
+    t.bounds[sc][1] = make_uint4(fp4_bf16_bound(g, 4), fp4_bf16_bound(g, 5), fp4_bf16_bound(g, 6), 0u);
+  }
+}
+
 // x: [rows, dim] (S storage, 16-byte aligned, dim % Q::kBlock == 0) -> out: [rows, entry] bytes
 // (formats/packed.h layout), finite: [rows].
 template <class S, class Q>
@@ -220,47 +256,69 @@ __global__ void __launch_bounds__(kThreads)
     fast_pack_kernel(const S* __restrict__ x, int64_t rows, int dim, uint8_t* __restrict__ out,
                      uint8_t* __restrict__ finite) {
   constexpr int V = Chunk<S>::kVec;
-  constexpr int L = Q::kBlock / V;              // lanes per block
+  constexpr int L = Q::kBlock / V;                  // lanes per block
   constexpr int kCodeBytes = V * Q::kCodeBits / 8;  // code bytes per chunk
-  constexpr int kUnroll = 2;                    // chunks in flight per lane
+  constexpr int kUnroll = 2;                        // chunks per row and pass
+  constexpr int kRows = 2;                          // rows per warp and pass: 4 loads in flight
   static_assert(L >= 1 && (L & (L - 1)) == 0 && L <= 32, "a block spans a power-of-two lane group");
+  const Fp4Tables* tables = nullptr;
+  if constexpr (Q::kBf16Tables && std::is_same_v<S, uint16_t>) {
+    __shared__ Fp4Tables shared_tables;
+    build_fp4_tables(shared_tables);
+    __syncthreads();
+    tables = &shared_tables;
+  }
   const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int chunks = dim / V;                        // per row; a multiple of L
-  const int value_bytes = dim * Q::kCodeBits / 8;    // the codes part of an entry
+  const int chunks = dim / V;                      // per row; a multiple of L
+  const int value_bytes = dim * Q::kCodeBits / 8;  // the codes part of an entry
   const int64_t entry = value_bytes + dim / Q::kBlock;
   const int64_t nwarps = (int64_t{gridDim.x} * blockDim.x) >> 5;
-  for (int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5; row < rows; row += nwarps) {
-    const S* xr = x + row * dim;
-    uint8_t* er = out + row * entry;
-    bool ok = true;
-    for (int j0 = 0; j0 < chunks; j0 += 32 * kUnroll) {
-      uint32_t raw[kUnroll][4] = {};
+  for (int64_t row0 = ((int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5) * kRows; row0 < rows;
+       row0 += nwarps * kRows) {
+    bool ok[kRows];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int j = j0 + 32 * u + lane;
-        if (j < chunks) load_words(xr + j * V, raw[u]);
+    for (int r = 0; r < kRows; ++r) ok[r] = true;
+    for (int j0 = 0; j0 < chunks; j0 += 32 * kUnroll) {
+      uint32_t raw[kRows][kUnroll][4] = {};
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int j = j0 + 32 * u + lane;
+          if (row0 + r < rows && j < chunks) load_words(x + (row0 + r) * dim + j * V, raw[r][u]);
+        }
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int j = j0 + 32 * u + lane;
-        if (j0 + 32 * u >= chunks) break;  // warp-uniform
-        float v[V];
-        Chunk<S>::values(raw[u], v);
-        uint32_t amax = 0;  // formats::block_amax: the max of |bits| over the block
+      for (int r = 0; r < kRows; ++r) {
+        if (row0 + r >= rows) break;  // warp-uniform
+        uint8_t* er = out + (row0 + r) * entry;
 #pragma unroll
-        for (int i = 0; i < V; ++i) amax = max(amax, f32_bits(v[i]) & 0x7FFFFFFFu);
+        for (int u = 0; u < kUnroll; ++u) {
+          const int j = j0 + 32 * u + lane;
+          if (j0 + 32 * u >= chunks) break;  // warp-uniform
+          float v[V];
+          Chunk<S>::values(raw[r][u], v);
+          uint32_t amax = 0;  // formats::block_amax: the max of |bits| over the block
 #pragma unroll
-        for (int o = 1; o < L; o <<= 1) amax = max(amax, __shfl_xor_sync(kFull, amax, o));
-        if (j >= chunks) continue;  // whole blocks only: L divides the chunks of a row
-        const bool block_finite = amax < 0x7F800000u;
-        ok &= block_finite;
-        const uint8_t scale = Q::scale(f32_from_bits(amax));
-        store_code_bytes<kCodeBytes>(er + j * kCodeBytes, Q::template codes<S, V>(raw[u], v, scale, block_finite));
-        if (lane % L == 0) er[value_bytes + j / L] = scale;
+          for (int i = 0; i < V; ++i) amax = max(amax, f32_bits(v[i]) & 0x7FFFFFFFu);
+#pragma unroll
+          for (int o = 1; o < L; o <<= 1) amax = max(amax, __shfl_xor_sync(kFull, amax, o));
+          if (j >= chunks) continue;  // whole blocks only: L divides the chunks of a row
+          const bool block_finite = amax < 0x7F800000u;
+          ok[r] &= block_finite;
+          const uint8_t scale = Q::scale(f32_from_bits(amax), tables);
+          store_code_bytes<kCodeBytes>(er + j * kCodeBytes,
+                                       Q::template codes<S, V>(raw[r][u], v, scale, block_finite, tables));
+          if (lane % L == 0) er[value_bytes + j / L] = scale;
+        }
       }
     }
-    const bool row_ok = __all_sync(kFull, ok);
-    if (lane == 0) finite[row] = row_ok ? 1 : 0;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (row0 + r >= rows) break;
+      const bool row_ok = __all_sync(kFull, ok[r]);
+      if (lane == 0) finite[row0 + r] = row_ok ? 1 : 0;
+    }
   }
 }
 
@@ -269,8 +327,10 @@ void launch_fast_pack(const S* x, int64_t rows, int dim, uint8_t* out, uint8_t* 
   DSV41_CHECK(aligned16(x), "gpu::pack_rows: x must be 16-byte aligned");
   DSV41_CHECK(dim > 0 && dim % Q::kBlock == 0, "gpu::pack_rows: dim ", dim, " is not a multiple of ", Q::kBlock);
   if (rows == 0) return;
-  const int64_t warps_per_block = kThreads / 32;
-  const int64_t blocks = std::min<int64_t>((rows + warps_per_block - 1) / warps_per_block, int64_t{sm_count()} * 16);
+  // The table-building variant runs about one resident wave (4 blocks per SM), the others more.
+  const int64_t rows_per_block = kThreads / 32 * 2;
+  const int64_t per_sm = Q::kBf16Tables && std::is_same_v<S, uint16_t> ? 4 : 16;
+  const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{sm_count()} * per_sm);
   fast_pack_kernel<S, Q><<<static_cast<unsigned>(blocks), kThreads, 0, as_stream(stream)>>>(x, rows, dim, out, finite);
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
