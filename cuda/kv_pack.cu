@@ -7,9 +7,10 @@
 // production format: 2 bytes per input value). BIT-EXACT against formats/qdq.h
 // quantize_fp8_block / quantize_compressed_kv_block (and so pack_window_kv / pack_compressed_kv).
 //
-// Layout: one warp per row (grid-stride over rows). Lane k of the warp loads 16-byte chunks
-// k, k + 32, ... of the row (8 bf16 or 4 fp32 values; two chunks in flight per lane), so every
-// load and every code store of the warp is contiguous. A block of 16 or 32 values spans L = block
+// Layout: one warp per row, four rows per pass (grid-stride over rows). Lane k of the warp loads
+// 16-byte chunks k, k + 32, ... of each row (8 bf16 or 4 fp32 values; eight chunks in flight per
+// lane, three blocks of 256 per SM: about 96 KB of loads in flight per SM), so every load and every
+// code store of the warp is contiguous. A block of 16 or 32 values spans L = block
 // / values-per-chunk lanes; its amax is a max over those lanes (__shfl_xor_sync). The scale byte
 // is written by the first lane of the block, the row's finite flag by lane 0 (__all_sync).
 //
@@ -208,8 +209,16 @@ struct Fp4Main {
       // bf16 storage: two values per compare against the table's bf16x2 bounds K0 < ... < K6; the
       // magnitude code m = #{k: a > Kk} by binary search on its bits (a > K3: bit 2; then K5 or
       // K1: bit 1; then K6, K4, K2 or K0: bit 0), per half with mask selects.
-      const uint4 b0 = tables->bounds[scale][0], b1 = tables->bounds[scale][1];
-      const uint32_t k[7] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z};
+      uint32_t k[7];
+      if (tables != nullptr) {
+        const uint4 b0 = tables->bounds[scale][0], b1 = tables->bounds[scale][1];
+        k[0] = b0.x, k[1] = b0.y, k[2] = b0.z, k[3] = b0.w, k[4] = b1.x, k[5] = b1.y, k[6] = b1.z;
+      } else {  // a few rows (decode): the table would cost more than it saves
+        float g[7];
+        fp4_bounds(__half2float(__half(__nv_cvt_fp8_to_halfraw(scale, __NV_E4M3))), g);  // s exact
+#pragma unroll
+        for (int i = 0; i < 7; ++i) k[i] = fp4_bf16_bound(g, i);
+      }
 #pragma unroll
       for (int p = 0; p < 4; ++p) {
         const __nv_bfloat162 a2 = bf16x2_from_bits(w[p] & 0x7FFF7FFFu);
@@ -252,21 +261,23 @@ __device__ void build_fp4_tables(Fp4Tables& t) {
 // x: [rows, dim] (S storage, 16-byte aligned, dim % Q::kBlock == 0) -> out: [rows, entry] bytes
 // (formats/packed.h layout), finite: [rows].
 template <class S, class Q>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)  // 3 blocks of 256 per SM: 96 KB of loads in flight
     fast_pack_kernel(const S* __restrict__ x, int64_t rows, int dim, uint8_t* __restrict__ out,
-                     uint8_t* __restrict__ finite) {
+                     uint8_t* __restrict__ finite, bool use_tables) {
   constexpr int V = Chunk<S>::kVec;
   constexpr int L = Q::kBlock / V;                  // lanes per block
   constexpr int kCodeBytes = V * Q::kCodeBits / 8;  // code bytes per chunk
   constexpr int kUnroll = 2;                        // chunks per row and pass
-  constexpr int kRows = 2;                          // rows per warp and pass: 4 loads in flight
+  constexpr int kRows = 4;                          // rows per warp and pass: 8 loads in flight
   static_assert(L >= 1 && (L & (L - 1)) == 0 && L <= 32, "a block spans a power-of-two lane group");
   const Fp4Tables* tables = nullptr;
   if constexpr (Q::kBf16Tables && std::is_same_v<S, uint16_t>) {
     __shared__ Fp4Tables shared_tables;
-    build_fp4_tables(shared_tables);
-    __syncthreads();
-    tables = &shared_tables;
+    if (use_tables) {  // block-uniform
+      build_fp4_tables(shared_tables);
+      __syncthreads();
+      tables = &shared_tables;
+    }
   }
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int chunks = dim / V;                      // per row; a multiple of L
@@ -327,11 +338,27 @@ void launch_fast_pack(const S* x, int64_t rows, int dim, uint8_t* out, uint8_t* 
   DSV41_CHECK(aligned16(x), "gpu::pack_rows: x must be 16-byte aligned");
   DSV41_CHECK(dim > 0 && dim % Q::kBlock == 0, "gpu::pack_rows: dim ", dim, " is not a multiple of ", Q::kBlock);
   if (rows == 0) return;
-  // The table-building variant runs about one resident wave (4 blocks per SM), the others more.
-  const int64_t rows_per_block = kThreads / 32 * 2;
-  const int64_t per_sm = Q::kBf16Tables && std::is_same_v<S, uint16_t> ? 4 : 16;
-  const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{sm_count()} * per_sm);
-  fast_pack_kernel<S, Q><<<static_cast<unsigned>(blocks), kThreads, 0, as_stream(stream)>>>(x, rows, dim, out, finite);
+  const int64_t rows_per_block = kThreads / 32 * 4;  // kRows
+  const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block;
+  int64_t per_sm = 16;
+  bool use_tables = false;
+  if constexpr (Q::kBf16Tables && std::is_same_v<S, uint16_t>) {
+    // The table variant: one resident wave of blocks (each builds its tables once), with the
+    // shared-memory carveout at its maximum so that the register limit, not the 37 KB of tables,
+    // decides how many blocks an SM holds. Only for enough rows to pay for the tables.
+    static const int resident = [] {
+      DSV41_CUDA_CHECK(cudaFuncSetAttribute(fast_pack_kernel<S, Q>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+      int n = 0;
+      DSV41_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fast_pack_kernel<S, Q>, kThreads, 0));
+      return n > 0 ? n : 1;
+    }();
+    use_tables = rows >= 16384;
+    if (use_tables) per_sm = resident;
+  }
+  const int64_t blocks = std::min<int64_t>(wanted, int64_t{sm_count()} * per_sm);
+  fast_pack_kernel<S, Q><<<static_cast<unsigned>(blocks), kThreads, 0, as_stream(stream)>>>(x, rows, dim, out, finite,
+                                                                                           use_tables);
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
