@@ -5,7 +5,8 @@
 // non-finite row and an entry outside the cache. PackRowsBf16: gpu::pack_rows_bf16 (bf16 storage) and
 // gpu::pack_rows (fp32 storage) of the two KV formats vs formats/packed.h, bytes and finite flags:
 // random rows of every magnitude, blocks holding Inf / NaN, and for every positive bf16 amax the bf16
-// values next to the seven E2M1 rounding midpoints of its FP4 block scale (cuda/kv_pack.cu's bounds).
+// values next to the seven E2M1 rounding midpoints of its FP4 block scale (cuda/kv_pack.cu's bounds),
+// below and above 16384 rows (the bf16 FP4 packer's table path).
 #include <limits>
 
 #include "cuda/ops.h"
@@ -172,6 +173,10 @@ TEST(KvQuantOps, PackRowsBf16AndFp32EqualHostPack) {
   while (x.size() % 512 != 0) x.push_back(0.0f);
   expect_device_pack_equals_host(CacheFormat::kCompressedKvFp4, x, 512, "E2M1 midpoints of every bf16 amax");
   expect_device_pack_equals_host(CacheFormat::kWindowKvFp8, x, 512, "E2M1 midpoints of every bf16 amax");
+  // Again from 16384 rows on, where the bf16 FP4 packer reads its scale and bounds from its tables.
+  const std::vector<float> once = x;
+  while (x.size() < size_t{16384} * 512) x.insert(x.end(), once.begin(), once.end());
+  expect_device_pack_equals_host(CacheFormat::kCompressedKvFp4, x, 512, "E2M1 midpoints, table path");
 }
 
 }  // namespace
