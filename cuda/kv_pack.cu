@@ -7,10 +7,11 @@
 // production format: 2 bytes per input value). BIT-EXACT against formats/qdq.h
 // quantize_fp8_block / quantize_compressed_kv_block (and so pack_window_kv / pack_compressed_kv).
 //
-// Layout: one warp per row, four rows per pass (grid-stride over rows). Lane k of the warp loads
-// 16-byte chunks k, k + 32, ... of each row (8 bf16 or 4 fp32 values; eight chunks in flight per
-// lane, three blocks of 256 per SM: about 96 KB of loads in flight per SM), so every load and every
-// code store of the warp is contiguous. A block of 16 or 32 values spans L = block
+// Layout: one warp per row, two rows per pass (grid-stride over rows). Lane k of the warp loads
+// 16-byte chunks k, k + 32, ... of each row (8 bf16 or 4 fp32 values; four chunks in flight per
+// lane, about 64 KB of loads in flight per SM at the 4 blocks of 256 the registers allow), so every
+// load and every code store of the warp is contiguous. (Four rows per pass with 3 blocks per SM,
+// ~96 KB in flight, measured slower: the packers are instruction-bound, bench/RESULTS.md.) A block of 16 or 32 values spans L = block
 // / values-per-chunk lanes; its amax is a max over those lanes (__shfl_xor_sync). The scale byte
 // is written by the first lane of the block, the row's finite flag by lane 0 (__all_sync).
 //
@@ -37,7 +38,10 @@
 //     directed roundings of the true bounds (s*h >= 2^-35: no underflow). So the magnitude code is
 //     the number of the seven bounds |x| passes, the sign is x's sign bit (E2M1 keeps -0), and the
 //     clamp to +-6 changes nothing (fl(q) > 5 already gives the top code 7). No division per
-//     element: seven compares.
+//     element: seven float compares (fp32 storage), or for bf16 storage three bf16x2 compares per
+//     pair of values (a binary search over the ordered bounds, each bound truncated to bf16: exact
+//     for bf16 inputs, see Fp4Main), the scale and bounds read from per-block shared tables from
+//     16384 rows on.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -261,14 +265,14 @@ __device__ void build_fp4_tables(Fp4Tables& t) {
 // x: [rows, dim] (S storage, 16-byte aligned, dim % Q::kBlock == 0) -> out: [rows, entry] bytes
 // (formats/packed.h layout), finite: [rows].
 template <class S, class Q>
-__global__ void __launch_bounds__(kThreads, 3)  // 3 blocks of 256 per SM: 96 KB of loads in flight
+__global__ void __launch_bounds__(kThreads)
     fast_pack_kernel(const S* __restrict__ x, int64_t rows, int dim, uint8_t* __restrict__ out,
                      uint8_t* __restrict__ finite, bool use_tables) {
   constexpr int V = Chunk<S>::kVec;
   constexpr int L = Q::kBlock / V;                  // lanes per block
   constexpr int kCodeBytes = V * Q::kCodeBits / 8;  // code bytes per chunk
   constexpr int kUnroll = 2;                        // chunks per row and pass
-  constexpr int kRows = 4;                          // rows per warp and pass: 8 loads in flight
+  constexpr int kRows = 2;                          // rows per warp and pass: 4 loads in flight
   static_assert(L >= 1 && (L & (L - 1)) == 0 && L <= 32, "a block spans a power-of-two lane group");
   const Fp4Tables* tables = nullptr;
   if constexpr (Q::kBf16Tables && std::is_same_v<S, uint16_t>) {
@@ -338,7 +342,7 @@ void launch_fast_pack(const S* x, int64_t rows, int dim, uint8_t* out, uint8_t* 
   DSV41_CHECK(aligned16(x), "gpu::pack_rows: x must be 16-byte aligned");
   DSV41_CHECK(dim > 0 && dim % Q::kBlock == 0, "gpu::pack_rows: dim ", dim, " is not a multiple of ", Q::kBlock);
   if (rows == 0) return;
-  const int64_t rows_per_block = kThreads / 32 * 4;  // kRows
+  const int64_t rows_per_block = kThreads / 32 * 2;  // kRows
   const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block;
   int64_t per_sm = 16;
   bool use_tables = false;
