@@ -31,6 +31,7 @@
 
 #include "bench/bench_device.h"
 #include "cuda/kernels.h"
+#include "cuda/kernels_bf16.h"
 #include "cuda/libm_expf.h"
 #include "cuda/ops.h"
 #include "formats/cache_format.h"
@@ -114,18 +115,28 @@ void time_case(const Opts& o, Row& row, int copies, const std::function<void(int
 // ---- the cases ----
 
 // FP8 window-KV (kWindowKvFp8, 528 B/token) or FP4 main-KV (kCompressedKvFp4, 288 B/token) pack.
-Row pack_case(const Opts& o, formats::CacheFormat f, int64_t T, const char* key) {
+// bf16 == true: the production format, x in bf16 storage (gpu::pack_rows_bf16: moved bytes = format
+// bytes); false: the backend's fp32 storage of the same values (gpu::pack_rows). The check covers
+// the variant timed (its bytes and flags vs reference write_entries).
+Row pack_case(const Opts& o, formats::CacheFormat f, int64_t T, const char* key, bool bf16 = true) {
   const int dim = 512, eb = formats::entry_bytes(f, dim);
   Row r{key, f == formats::CacheFormat::kWindowKvFp8 ? "FP8 window-KV quantize+pack" : "FP4 main-KV quantize+pack",
-        "T " + std::to_string(T) + " x 512"};
-  const int copies = copies_for(static_cast<std::size_t>(T) * dim * 4);
+        "T " + std::to_string(T) + " x 512" + (bf16 ? " (bf16 storage)" : " (fp32 storage)")};
+  const int copies = copies_for(static_cast<std::size_t>(T) * dim * (bf16 ? 2 : 4));
   DeviceBuffer<float> x(static_cast<size_t>(copies) * T * dim);
+  DeviceBuffer<uint16_t> xb(bf16 ? x.size() : 1);
   DeviceBuffer<uint8_t> packed(static_cast<size_t>(T) * eb), finite(static_cast<size_t>(T));
   fill_bf16(x.get(), static_cast<int64_t>(x.size()), dim, 20261201u, -20, 20);
-  time_case(o, r, copies, [&](int c) {
-    gpu::pack_rows(f, x.get() + static_cast<size_t>(c) * T * dim, T, dim, packed.get(), finite.get());
-  });
-  gpu::pack_rows(f, x.get(), T, dim, packed.get(), finite.get());
+  if (bf16) gpu::to_bf16_storage(x.get(), static_cast<int64_t>(x.size()), xb.get());
+  const auto run = [&](int c) {
+    const size_t off = static_cast<size_t>(c) * T * dim;
+    if (bf16) gpu::pack_rows_bf16(f, xb.get() + off, T, dim, packed.get(), finite.get());
+    else gpu::pack_rows(f, x.get() + off, T, dim, packed.get(), finite.get());
+  };
+  time_case(o, r, copies, run);
+  gpu::fill_device(packed.get(), 0xA5, packed.bytes());  // the check sees this launch's bytes only
+  gpu::fill_device(finite.get(), 0, finite.bytes());
+  run(0);
   gpu::synchronize();
   // Check: the first and last (up to) 16384 rows through reference_ops().write_entries.
   const int64_t R = std::min<int64_t>(T, 16384);
@@ -144,7 +155,7 @@ Row pack_case(const Opts& o, formats::CacheFormat f, int64_t T, const char* key)
   }
   r.check = check;
   r.fmt_amount = double(T) * (2.0 * dim + eb);
-  r.moved_bytes = double(T) * (4.0 * dim + eb + 1);
+  r.moved_bytes = double(T) * ((bf16 ? 2.0 : 4.0) * dim + eb + 1);
   if (f == formats::CacheFormat::kWindowKvFp8) r.bar = ">= 85% of copy", r.bar_frac = 0.85;
   else r.bar = ">= 70% of copy", r.bar_frac = 0.70;
   return r;
@@ -311,20 +322,34 @@ Row attention_case(const Opts& o, int64_t B, const char* key) {
 }
 
 // mHC post, 4 streams: f [T, C], residual [T, 4, C], post [T, 4], comb [T, 4, 4] -> y [T, 4, C].
-Row mhc_case(const Opts& o, int64_t T, const char* key) {
+// bf16 == true: f, residual and y in bf16 storage (gpu::hc_post_bf16, the production format);
+// false: fp32 storage (gpu::hc_post). The check covers the variant timed.
+Row mhc_case(const Opts& o, int64_t T, const char* key, bool bf16 = true) {
   const int64_t hc = 4, C = 5120;
-  Row r{key, "mHC post, 4 streams", "T " + std::to_string(T) + " C 5120"};
-  const int copies = copies_for(static_cast<std::size_t>(T * C * 5 * 4));
+  Row r{key, "mHC post, 4 streams",
+        "T " + std::to_string(T) + " C 5120" + (bf16 ? " (bf16 storage)" : " (fp32 storage)")};
+  const int copies = copies_for(static_cast<std::size_t>(T * C * 5 * (bf16 ? 2 : 4)));
   DeviceBuffer<float> f(static_cast<size_t>(copies * T * C)), res(static_cast<size_t>(copies * T * hc * C)),
       post(static_cast<size_t>(T * hc)), comb(static_cast<size_t>(T * hc * hc)), y(static_cast<size_t>(T * hc * C));
+  DeviceBuffer<uint16_t> fb(bf16 ? f.size() : 1), resb(bf16 ? res.size() : 1), yb(bf16 ? y.size() : 1);
   fill_bf16(f.get(), static_cast<int64_t>(f.size()), C, 41u, -2, 2);
   fill_bf16(res.get(), static_cast<int64_t>(res.size()), C, 42u, -2, 2);
   fill_f32(post.get(), T * hc, 43u, 0.0f, 2.0f);
   fill_f32(comb.get(), T * hc * hc, 44u, 0.0f, 1.0f);
+  if (bf16) {
+    gpu::to_bf16_storage(f.get(), static_cast<int64_t>(f.size()), fb.get());
+    gpu::to_bf16_storage(res.get(), static_cast<int64_t>(res.size()), resb.get());
+  }
   const auto run = [&](int c) {
-    gpu::hc_post(f.get() + c * T * C, res.get() + c * T * hc * C, post.get(), comb.get(), T, hc, C, y.get());
+    if (bf16) {
+      gpu::hc_post_bf16(fb.get() + c * T * C, resb.get() + c * T * hc * C, post.get(), comb.get(), T, hc, C, yb.get());
+    } else {
+      gpu::hc_post(f.get() + c * T * C, res.get() + c * T * hc * C, post.get(), comb.get(), T, hc, C, y.get());
+    }
   };
   time_case(o, r, copies, run);
+  if (bf16) gpu::fill_device(yb.get(), 0xA5, yb.bytes());
+  else gpu::fill_device(y.get(), 0xA5, y.bytes());
   run(0);
   gpu::synchronize();
   const int64_t R = std::min<int64_t>(T, 64);
@@ -333,26 +358,43 @@ Row mhc_case(const Opts& o, int64_t T, const char* key) {
       Tensor<float>({R, hc, C}, download(res.get(), static_cast<size_t>(R * hc * C)), "residual"),
       Tensor<float>({R, hc}, download(post.get(), static_cast<size_t>(R * hc)), "post"),
       Tensor<float>({R, hc, hc}, download(comb.get(), static_cast<size_t>(R * hc * hc)), "comb"));
-  r.check = compare(download(y.get(), static_cast<size_t>(R * hc * C)), ref.data(), "outputs of the first tokens");
+  std::vector<float> got;
+  if (bf16) {  // bf16 bits -> their fp32 values (exact)
+    for (uint16_t b : download(yb.get(), static_cast<size_t>(R * hc * C))) {
+      got.push_back(f32_from_bits(uint32_t{b} << 16));
+    }
+  } else {
+    got = download(y.get(), static_cast<size_t>(R * hc * C));
+  }
+  r.check = compare(got, ref.data(), "outputs of the first tokens");
   r.fmt_amount = double(T) * C * 18;  // bf16: read f + 4 streams, write 4 streams
-  r.moved_bytes = double(T) * (C * 36 + 80);
+  r.moved_bytes = double(T) * (C * (bf16 ? 18 : 36) + 80);
   r.bar = ">= 70% of copy", r.bar_frac = 0.70;
   return r;
 }
 
 // Engram gather: ids [T, 24] into a table of `rows` rows of 256 E4M3 + 8 E8M0 -> [T, 24 * 256] bf16.
-Row engram_case(const Opts& o, int64_t T, int64_t rows, const char* key) {
+// bf16 == true: the output in bf16 storage (gpu::engram_lookup_bf16, the production format); false:
+// fp32 storage (gpu::engram_lookup). The check covers the variant timed.
+Row engram_case(const Opts& o, int64_t T, int64_t rows, const char* key, bool bf16 = true) {
   const int64_t cols = 24, hd = 256;
   Row r{key, "Engram gather", "T " + std::to_string(T) + ", 24 x 264 B rows, table " +
-                                  std::to_string(rows * (hd + hd / 32) >> 30) + " GiB"};
+                                  std::to_string(rows * (hd + hd / 32) >> 30) + " GiB" +
+                                  (bf16 ? " (bf16 out)" : " (fp32 out)")};
   DeviceBuffer<uint8_t> codes(static_cast<size_t>(rows * hd)), scales(static_cast<size_t>(rows * hd / 32));
   DeviceBuffer<int64_t> ids(static_cast<size_t>(T * cols));
-  DeviceBuffer<float> out(static_cast<size_t>(T * cols * hd));
+  DeviceBuffer<float> out(bf16 ? 1 : static_cast<size_t>(T * cols * hd));
+  DeviceBuffer<uint16_t> outb(bf16 ? static_cast<size_t>(T * cols * hd) : 1);
   fill_u8(codes.get(), static_cast<int64_t>(codes.size()), 51u, 0, 255, true);
   fill_u8(scales.get(), static_cast<int64_t>(scales.size()), 52u, 117, 137, false);
   fill_i64(ids.get(), T * cols, 53u, rows);
-  const auto run = [&](int) { gpu::engram_lookup(codes.get(), scales.get(), hd, ids.get(), T, cols, out.get()); };
+  const auto run = [&](int) {
+    if (bf16) gpu::engram_lookup_bf16(codes.get(), scales.get(), hd, ids.get(), T, cols, outb.get());
+    else gpu::engram_lookup(codes.get(), scales.get(), hd, ids.get(), T, cols, out.get());
+  };
   time_case(o, r, 1, run);
+  if (bf16) gpu::fill_device(outb.get(), 0xA5, outb.bytes());
+  else gpu::fill_device(out.get(), 0xA5, out.bytes());
   run(0);
   gpu::synchronize();
   // Check the first R tokens: their rows copied into a compact table, ids renumbered.
@@ -367,9 +409,17 @@ Row engram_case(const Opts& o, int64_t T, int64_t rows, const char* key) {
   }
   const Tensor<float> ref = reference::engram_lookup(reference::engram_table(tc, ts, R * cols, static_cast<int>(hd)),
                                                      Tensor<int64_t>({R, cols}, local, "ids"));
-  r.check = compare(download(out.get(), static_cast<size_t>(R * cols * hd)), ref.data(), "outputs of the first tokens");
+  std::vector<float> got;
+  if (bf16) {  // bf16 bits -> their fp32 values (exact)
+    for (uint16_t b : download(outb.get(), static_cast<size_t>(R * cols * hd))) {
+      got.push_back(f32_from_bits(uint32_t{b} << 16));
+    }
+  } else {
+    got = download(out.get(), static_cast<size_t>(R * cols * hd));
+  }
+  r.check = compare(got, ref.data(), "outputs of the first tokens");
   r.fmt_amount = double(T) * cols * (264 + 2 * hd + 8);
-  r.moved_bytes = double(T) * cols * (264 + 4 * hd + 8);
+  r.moved_bytes = double(T) * cols * (264 + (bf16 ? 2 : 4) * hd + 8);
   r.bar = ">= 70% of copy", r.bar_frac = 0.70;
   return r;
 }
@@ -454,6 +504,9 @@ int run(const Opts& o) {
   add("fp8_pack_64", [&] { return pack_case(o, CF::kWindowKvFp8, 64, "fp8_pack_64"); });
   add("fp4_pack_2M", [&] { return pack_case(o, CF::kCompressedKvFp4, int64_t{1} << 21, "fp4_pack_2M"); });
   add("fp4_pack_64", [&] { return pack_case(o, CF::kCompressedKvFp4, 64, "fp4_pack_64"); });
+  add("fp8_pack_2M_f32", [&] { return pack_case(o, CF::kWindowKvFp8, int64_t{1} << 21, "fp8_pack_2M_f32", false); });
+  add("fp4_pack_2M_f32",
+      [&] { return pack_case(o, CF::kCompressedKvFp4, int64_t{1} << 21, "fp4_pack_2M_f32", false); });
   // Indexer: the decode shape first (64 queries), then the prefill shape (4096 queries), cut to what
   // runs in about a second per launch only if the decode case shows a slow kernel (the exact fp64
   // fallback taking every pair): the table then says the T used.
@@ -475,9 +528,11 @@ int run(const Opts& o) {
   add("attn_prefill", [&] { return attention_case(o, 0, "attn_prefill"); });
   add("mhc_8192", [&] { return mhc_case(o, 8192, "mhc_8192"); });
   add("mhc_64", [&] { return mhc_case(o, 64, "mhc_64"); });
+  add("mhc_8192_f32", [&] { return mhc_case(o, 8192, "mhc_8192_f32", false); });
   const int64_t table_rows = int64_t{48} << 20;  // 48 Mi rows x 264 B = 12.4 GiB >> L2
   add("engram_65536", [&] { return engram_case(o, 65536, table_rows, "engram_65536"); });
   add("engram_64", [&] { return engram_case(o, 64, table_rows, "engram_64"); });
+  add("engram_65536_f32", [&] { return engram_case(o, 65536, table_rows, "engram_65536_f32", false); });
 
   const std::string md = table(rows, read_torch(o.torch));
   std::printf("\n%s", md.c_str());

@@ -6,6 +6,9 @@
 // a rounding rule (the oracle sweeps, which call CUDA's conversions, are the one exception, and
 // are only compared against).
 //
+// pack_rows of kWindowKvFp8 and kCompressedKvFp4 runs cuda/kv_pack.cu's warp-per-row kernels
+// (bandwidth-bound, bit-exact; the file says why); the recipes below pack the other formats.
+//
 // Thread mapping of the block recipes: one thread quantizes one block of a row (16 or 32
 // values, 8 for bf16). A row's blocks go to a group of G lanes of one warp (G = the block count
 // rounded up to a power of two, at most 32), so the row's finite flag is one __ballot_sync.
@@ -17,6 +20,7 @@
 #include <cstdio>
 
 #include "cuda/common.cuh"
+#include "cuda/kv_pack.h"
 #include "cuda/ops.h"
 #include "formats/minifloat.h"
 #include "formats/packed.h"
@@ -414,6 +418,13 @@ void sweep_cuda_intrinsic(Encoder e, uint64_t begin, uint64_t count, void* out, 
 void pack_rows(formats::CacheFormat f, const float* x, int64_t rows, int dim, uint8_t* out,
                uint8_t* finite, void* stream) {
   using formats::CacheFormat;
+  // The two KV formats go to the warp-per-row kernels of cuda/kv_pack.cu (same bytes, the same
+  // shape checks first); the index keys and bf16 keep the block-recipe kernel below.
+  if (f == CacheFormat::kWindowKvFp8 || f == CacheFormat::kCompressedKvFp4) {
+    if (f == CacheFormat::kWindowKvFp8) check_shape<WindowKvRecipe>(f, rows, dim);
+    else check_shape<CompressedKvRecipe>(f, rows, dim);
+    if (pack_rows_fast(f, x, rows, dim, out, finite, stream)) return;
+  }
   switch (f) {
     case CacheFormat::kCompressedKvFp4:
       return launch_pack<CompressedKvRecipe>(f, x, rows, dim, out, finite, stream);

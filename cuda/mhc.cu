@@ -1,5 +1,7 @@
 // cuda/mhc.cu ↔ reference/mhc.cc (hc_identity_pre, hc_pre, hc_post) and reference/dspark.cc (hc_mean)
 //
+// hc_post: the vectorised kernel below (8 values per thread, 16-byte accesses, hc 1 or 4, float or
+// bf16 storage), else the one-thread-per-output kernel; the same statements either way.
 // One thread per output element; each sums over the hc copies in index order with separate fp32
 // multiplies and adds (the host never contracts to FMA; --fmad=false here): BIT-EXACT.
 // hc_raw_mixes (the heavy part of hc_mixes): one thread per token for the rsqrt statistic
@@ -10,8 +12,10 @@
 // post, libm_expf = glibc's expf bit for bit for the comb, the Sinkhorn sums sequential from 0 with
 // true divisions): BIT-EXACT. (CudaOps::hc_mixes runs the reference's own split on the host when
 // this process's libm is not the one libm_expf reproduces.)
+#include "cuda/bf16_storage.cuh"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
+#include "cuda/kernels_bf16.h"
 #include "cuda/libm_expf.h"
 #include "cuda/torch_math.cuh"
 #include "cuda/torch_sum.cuh"
@@ -49,6 +53,67 @@ __global__ void hc_post_kernel(const float* __restrict__ f, const float* __restr
   float mixed = 0.0f;
   for (int64_t i = 0; i < hc; ++i) mixed = __fadd_rn(mixed, __fmul_rn(c[i * hc + j], residual[(t * hc + i) * dim + d]));
   y[k] = formats::round_to_bf16(__fadd_rn(__fmul_rn(post[t * hc + j], f[t * dim + d]), mixed));
+}
+
+// hc_post, vectorised (the bandwidth-bound shape: T x hc x dim bf16 in and out): one thread per
+// (token, 8 consecutive d), HC copies at compile time, S = the tensors' storage (float: bf16
+// values in fp32, the backend; uint16_t: bf16 bits, the production format: cuda/bf16_storage.cuh).
+// Per output the statements of hc_post_kernel / reference/mhc.cc hc_post: mixed = 0, then
+// mixed = fl(mixed + fl(comb[i][j] * residual[i][d])) for i ascending, then
+// y = bf16(fl(fl(post[j] * f[d]) + mixed)), no FMA: BIT-EXACT. Grid: x covers the dim / 8 chunks of
+// a token, y strides over tokens (post and comb of the token are block-uniform loads).
+template <class S, int HC>
+__global__ void __launch_bounds__(128)
+    hc_post_vec_kernel(const S* __restrict__ f, const S* __restrict__ residual, const float* __restrict__ post,
+                       const float* __restrict__ comb, int64_t T, int64_t dim, S* __restrict__ y) {
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (chunk * 8 >= dim) return;
+  const int64_t d0 = chunk * 8;
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    float fv[8], r[HC][8];
+    load8(f + t * dim + d0, fv);
+#pragma unroll
+    for (int i = 0; i < HC; ++i) load8(residual + (t * HC + i) * dim + d0, r[i]);
+    float c[HC][HC], p[HC];
+#pragma unroll
+    for (int i = 0; i < HC; ++i) {
+      p[i] = __ldg(post + t * HC + i);
+#pragma unroll
+      for (int j = 0; j < HC; ++j) c[i][j] = __ldg(comb + (t * HC + i) * HC + j);
+    }
+#pragma unroll
+    for (int j = 0; j < HC; ++j) {
+      float out[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float mixed = 0.0f;
+#pragma unroll
+        for (int i = 0; i < HC; ++i) mixed = __fadd_rn(mixed, __fmul_rn(c[i][j], r[i][e]));
+        out[e] = __fadd_rn(__fmul_rn(p[j], fv[e]), mixed);
+      }
+      store8_rounded(y + (t * HC + j) * dim + d0, out);
+    }
+  }
+}
+
+template <class S, int HC>
+void launch_hc_post_vec(const S* f, const S* residual, const float* post, const float* comb, int64_t T, int64_t dim,
+                        S* y) {
+  constexpr int kVecThreads = 128;
+  const dim3 grid(grid_for(dim / 8, kVecThreads), static_cast<unsigned>(T < 65535 ? T : 65535));
+  hc_post_vec_kernel<S, HC><<<grid, kVecThreads>>>(f, residual, post, comb, T, dim, y);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+// The vectorised kernel takes hc 1 or 4 (the model's), dim % 8 == 0 and 16-byte aligned tensors.
+template <class S>
+bool hc_post_vec(const S* f, const S* residual, const float* post, const float* comb, int64_t T, int64_t hc,
+                 int64_t dim, S* y) {
+  if (dim % 8 != 0 || !aligned16(f) || !aligned16(residual) || !aligned16(y)) return false;
+  if (hc == 4) launch_hc_post_vec<S, 4>(f, residual, post, comb, T, dim, y);
+  else if (hc == 1) launch_hc_post_vec<S, 1>(f, residual, post, comb, T, dim, y);
+  else return false;
+  return true;
 }
 
 // y[t, d] = bf16((sum_i stream[t, i, d]) / hc).
@@ -168,8 +233,17 @@ void hc_pre(const float* stream, const float* pre, int64_t T, int64_t hc, int64_
 void hc_post(const float* f, const float* residual, const float* post, const float* comb, int64_t T, int64_t hc,
              int64_t dim, float* y) {
   if (T * hc * dim == 0) return;
+  if (hc_post_vec<float>(f, residual, post, comb, T, hc, dim, y)) return;
   hc_post_kernel<<<grid_for(T * hc * dim, kThreads), kThreads>>>(f, residual, post, comb, T, hc, dim, y);
   DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_post_bf16(const uint16_t* f, const uint16_t* residual, const float* post, const float* comb, int64_t T,
+                  int64_t hc, int64_t dim, uint16_t* y) {
+  if (T * hc * dim == 0) return;
+  DSV41_CHECK(hc_post_vec<uint16_t>(f, residual, post, comb, T, hc, dim, y),
+              "gpu::hc_post_bf16: needs hc 1 or 4, dim % 8 == 0 and 16-byte aligned tensors; got hc ", hc, ", dim ",
+              dim);
 }
 
 void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int64_t T, int64_t hc, int iters,

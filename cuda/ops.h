@@ -11,7 +11,8 @@
 //   CUDA oracle sweep    the same sweep through CUDA's own conversions (cuda_fp4.h, cuda_fp8.h,
 //                        cuda_bf16.h), an independent implementation; research/numerics.md §5
 //                        lists where CUDA's results differ on purpose (NaN payloads, E8M0 edges)
-//   block recipes        pack_rows / unpack_rows on device tensors, for every formats::CacheFormat
+//   block recipes        pack_rows / unpack_rows on device tensors, for every formats::CacheFormat;
+//                        pack_rows_bf16 on bf16 storage (FP8 window and FP4 main KV)
 //
 // Contract: every kernel calls the same formats/ functions the host calls (DSV41_HD), built
 // with --fmad=false, so each result is bit-identical to the host's; tests/cuda checks it.
@@ -120,6 +121,16 @@ void sweep_cuda_intrinsic(Encoder e, uint64_t begin, uint64_t count, void* out,
 // Throws if dim is not valid for f (formats::entry_bytes) or x is misaligned.
 void pack_rows(formats::CacheFormat f, const float* x, int64_t rows, int dim, uint8_t* out,
                uint8_t* finite, void* stream = nullptr);
+
+// The same packer on bf16 storage (the production format, cuda/kv_pack.cu): x: [rows, dim] bf16
+// bit patterns (uint16), 16-byte aligned; the bytes and flags equal pack_rows' on the same values.
+// Only kWindowKvFp8 and kCompressedKvFp4 (throws for the others); dim % 8 == 0.
+void pack_rows_bf16(formats::CacheFormat f, const uint16_t* x, int64_t rows, int dim, uint8_t* out,
+                    uint8_t* finite, void* stream = nullptr);
+
+// y[i] = formats::bf16_encode(x[i]), i < n: bf16 values in fp32 storage -> bf16 storage (exact
+// for bf16 values). For benches and tests of the bf16-storage kernels.
+void to_bf16_storage(const float* x, int64_t n, uint16_t* y, void* stream = nullptr);
 
 // in: [rows, entry_bytes(f, dim)] any bytes; out: [rows, dim] fp32, 16-byte aligned, the
 // values unpack_compressed_kv & co. give for the same bytes.

@@ -3,7 +3,10 @@
 // several columns, the first and last table rows, every E4M3 code (NaN codes aside) and a range of
 // E8M0 scales; gates over dims below 8 (torch's scalar sum path), odd dims and long rows, zero
 // inputs (the 1e-6 clamp), large inputs (the sigmoid saturates: the exp's -104/100 cut-offs), both
-// signs of the dot; an id outside the table raises the reference's error.
+// signs of the dot; an id outside the table raises the reference's error. EngramLookup.EveryCode-
+// AndScale: all 256 codes (NaN codes too) under E8M0 scales from 0x00 to 0xFF (bf16 subnormal and
+// overflowing products, NaN), fp32 output (CudaOps) and bf16 output (gpu::engram_lookup_bf16).
+#include "cuda/kernels_bf16.h"
 #include "reference/engram.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -92,6 +95,43 @@ TEST(EngramGateResidual, EqualsReferenceBitForBit) {
     for (int64_t d = 0; d < 64; ++d) kv.at(t, 2 * 64 + d) = 0.5f;
   }
   expect_same_gate(x, kv, w, "saturated gates");
+}
+
+TEST(EngramLookup, EveryCodeAndScaleInBothStorages) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  const int64_t hd = 256, rows = 16;
+  reference::EngramWeights w;
+  w.table = reference::Tensor<uint8_t>({rows, hd}, "embed.weight");
+  w.table_scale = reference::Tensor<uint8_t>({rows, hd / 32}, "embed.scale");
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t d = 0; d < hd; ++d) w.table.at(r, d) = static_cast<uint8_t>((d + 37 * r) & 0xFF);  // every code
+  }
+  const uint8_t scales[] = {0x00, 0x01, 0x02, 0x06, 0x07, 0x08, 0x10, 0x5F, 0x7F, 0x80,
+                            0xC0, 0xF0, 0xF7, 0xF8, 0xFE, 0xFF};  // 2^-127 .. 2^127, NaN
+  for (int64_t i = 0; i < w.table_scale.numel(); ++i) {
+    w.table_scale.data()[static_cast<size_t>(i)] = scales[static_cast<size_t>(i * 5) % sizeof scales];
+  }
+  for (int64_t T : {1, 7, 40}) {
+    const int64_t cols = 3;
+    reference::Tensor<int64_t> ids({T, cols}, "ids");
+    std::uniform_int_distribution<int64_t> id(0, rows - 1);
+    for (int64_t& v : ids.data()) v = id(rng());
+    const reference::Tensor<float> want = ref_ops().engram_lookup(w, static_cast<int>(hd), ids);
+    EXPECT_TRUE(same_bits(want, cuda_ops().engram_lookup(w, static_cast<int>(hd), ids))) << "T " << T;
+    gpu::DeviceBuffer<uint8_t> dcodes(static_cast<size_t>(w.table.numel())),
+        dscales(static_cast<size_t>(w.table_scale.numel()));
+    gpu::DeviceBuffer<int64_t> dids(static_cast<size_t>(ids.numel()));
+    gpu::DeviceBuffer<uint16_t> dout(static_cast<size_t>(want.numel()));
+    dcodes.upload(w.table.data());
+    dscales.upload(w.table_scale.data());
+    dids.upload(ids.data());
+    dout.poison();
+    gpu::engram_lookup_bf16(dcodes.get(), dscales.get(), hd, dids.get(), T, cols, dout.get());
+    const std::vector<uint16_t> got = dout.download();
+    size_t bad = 0;
+    while (bad < got.size() && uint32_t{got[bad]} << 16 == bits(want.data()[bad])) ++bad;
+    EXPECT_EQ(bad, got.size()) << "T " << T << ": bf16 output differs first at " << bad;
+  }
 }
 
 }  // namespace

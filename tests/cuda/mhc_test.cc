@@ -1,7 +1,9 @@
 // tests/cuda/mhc_test.cc: cuda/mhc.cu (CudaOps::hc_identity_pre, hc_pre, hc_post, hc_mean) and the
 // memory ops (slice_rows, concat_kv_rows, concat_cols, concat_rows, add_markov_bias) vs the
 // reference, bit for bit: hc = 1 and 4, one token and odd token counts, zero tokens, exact ties
-// (equal copies whose sum rounds at a bf16 midpoint).
+// (equal copies whose sum rounds at a bf16 midpoint). HcPostBf16: gpu::hc_post_bf16 (bf16 storage,
+// cuda/kernels_bf16.h) vs the reference, and dims that take the vectorised or the scalar kernel.
+#include "cuda/kernels_bf16.h"
 #include "reference/attention.h"
 #include "reference/dspark.h"
 #include "reference/mhc.h"
@@ -50,6 +52,44 @@ TEST(MemoryOps, SliceAndConcatEqualReference) {
   reference::add_markov_bias(logits, 2, bias);
   cuda_ops().add_markov_bias(got, 2, bias);
   EXPECT_TRUE(same_bits(logits, std::move(got)));
+}
+
+// bf16 bit patterns of a tensor of bf16 values, and back.
+std::vector<uint16_t> to_bf16_bits(const reference::Tensor<float>& t) {
+  std::vector<uint16_t> b(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint16_t>(bits(t.data()[i]) >> 16);
+  return b;
+}
+
+TEST(Mhc, HcPostBf16StorageAndVectorisedEqualReference) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  for (int64_t hc : {1, 4}) {
+    for (int64_t dim : {8, 96, 5120, 100}) {  // 100: not a multiple of 8, the scalar kernel (fp32 only)
+      for (int64_t T : {1, 3, 17}) {
+        reference::Tensor<float> post({T, hc}, "post"), comb({T, hc, hc}, "comb");
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        for (float& v : post.data()) v = 2.0f * u(rng());
+        for (float& v : comb.data()) v = u(rng());
+        const reference::Tensor<float> f = random_bf16({T, dim}, 3.0f, "f"), res = random_bf16({T, hc, dim}, 3.0f, "r");
+        const reference::Tensor<float> want = reference::hc_post(f, res, post, comb);
+        const std::string what = "hc " + std::to_string(hc) + " dim " + std::to_string(dim) + " T " + std::to_string(T);
+        EXPECT_TRUE(same_bits(want, cuda_ops().hc_post(f, res, post, comb))) << what;
+        if (dim % 8 != 0) continue;
+        gpu::DeviceBuffer<uint16_t> df(static_cast<size_t>(f.numel())), dr(static_cast<size_t>(res.numel())),
+            dy(static_cast<size_t>(want.numel()));
+        gpu::DeviceBuffer<float> dp(static_cast<size_t>(post.numel())), dc(static_cast<size_t>(comb.numel()));
+        df.upload(to_bf16_bits(f));
+        dr.upload(to_bf16_bits(res));
+        dp.upload(post.data());
+        dc.upload(comb.data());
+        dy.poison();
+        gpu::hc_post_bf16(df.get(), dr.get(), dp.get(), dc.get(), T, hc, dim, dy.get());
+        EXPECT_EQ(dy.download(), to_bf16_bits(want)) << what << " (bf16 storage)";
+      }
+    }
+  }
+  gpu::DeviceBuffer<uint16_t> b(3 * 8);
+  EXPECT_THROW(gpu::hc_post_bf16(b.get(), b.get(), nullptr, nullptr, 1, 3, 8, b.get()), Error);  // hc 3
 }
 
 }  // namespace

@@ -1,0 +1,417 @@
+// cuda/kv_pack.cu
+//
+// The bandwidth-bound quantize+pack of the two KV cache formats that dominate the cache bytes:
+// kWindowKvFp8 (SWA KV: E4M3 codes, E8M0 scale per 32) and kCompressedKvFp4 (main KV: E2M1
+// codes, E4M3 scale per 16). gpu::pack_rows (cuda/kv_quant.cu) sends these two formats here for
+// fp32 storage; gpu::pack_rows_bf16 (cuda/ops.h) is the same kernel on bf16 storage (the
+// production format: 2 bytes per input value). BIT-EXACT against formats/qdq.h
+// quantize_fp8_block / quantize_compressed_kv_block (and so pack_window_kv / pack_compressed_kv).
+//
+// Layout: one warp per row, two rows per pass (grid-stride over rows). Lane k of the warp loads
+// 16-byte chunks k, k + 32, ... of each row (8 bf16 or 4 fp32 values; four chunks in flight per
+// lane, about 64 KB of loads in flight per SM at the 4 blocks of 256 the registers allow), so every
+// load and every code store of the warp is contiguous. (Four rows per pass with 3 blocks per SM,
+// ~96 KB in flight, measured slower: the packers are instruction-bound, bench/RESULTS.md.) A block of 16 or 32 values spans L = block
+// / values-per-chunk lanes; its amax is a max over those lanes (__shfl_xor_sync). The scale byte
+// is written by the first lane of the block, the row's finite flag by lane 0 (__all_sync).
+//
+// Exactness, block by block (amax, finite flag and scale byte are formats/qdq.h's own: the same
+// integer max of |bits|, then formats::fp8_scale / compressed_kv_scale):
+//   * A non-finite block (NaN or Inf inside) takes the formats statements verbatim: code =
+//     encode(clamp(x / s)) with IEEE division.
+//   * FP8, finite block: s = 2^(scale - 127) with scale in [104, 247] (the amax floor 1e-4 and
+//     amax <= FLT_MAX bound it), so 1/s is a normal power of two and x * (1/s) rounds the same
+//     real number x / s does: equal to the division. The E4M3 code is the hardware
+//     cvt.rn.satfinite.e4m3x2.f32; tests/cuda/kv_quant_vs_reference_test checks that conversion
+//     against formats::e4m3_encode_satfinite on all 2^32 inputs (equal everywhere, NaN included).
+//   * FP4, finite block: s (an E4M3 value in [2^-9, 448]) is not a power of two, and the official
+//     code divides. The E2M1 code of fl(x / s) depends only on where fl(|x| / s) lies against the
+//     rounding midpoints 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 (RNE: a tie goes to the even code,
+//     i.e. down at 0.25, 1.25, 2.5, 5 and up at 0.75, 1.75, 3.5). For a midpoint t (exactly
+//     representable, even significand), with h = half the fp32 spacing just below t (h') or just
+//     above t (h''):
+//        fl(q) >= t  <=>  q >= t - h'     (a tie at t - h' rounds to t, the even neighbour)
+//        fl(q) >  t  <=>  q >  t + h''    (a tie at t + h'' rounds to t)
+//     With q = a / s (a = |x|, s > 0) these are a >= s(t - h') and a > s(t + h''), and for a float
+//     a: a >= X <=> a >= RU(X), a > X <=> a > RD(X). s*t is exact (<= 7 significant bits) and
+//     RU(s*t - s*h') = fma.rp(-s, h', s*t), RD(s*t + s*h'') = fma.rm(s, h'', s*t) are exact
+//     directed roundings of the true bounds (s*h >= 2^-35: no underflow). So the magnitude code is
+//     the number of the seven bounds |x| passes, the sign is x's sign bit (E2M1 keeps -0), and the
+//     clamp to +-6 changes nothing (fl(q) > 5 already gives the top code 7). No division per
+//     element: seven float compares (fp32 storage), or for bf16 storage three bf16x2 compares per
+//     pair of values (a binary search over the ordered bounds, each bound truncated to bf16: exact
+//     for bf16 inputs, see Fp4Main), the scale and bounds read from per-block shared tables from
+//     16384 rows on.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "cuda/bf16_storage.cuh"
+#include "cuda/common.cuh"
+#include "cuda/kv_pack.h"
+#include "cuda/ops.h"
+#include "formats/minifloat.h"
+#include "formats/packed.h"
+#include "formats/qdq.h"
+
+namespace dsv41::gpu {
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    DSV41_CUDA_CHECK(cudaGetDevice(&dev));
+    DSV41_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms > 0 ? sms : 1;
+  }();
+  return n;
+}
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr unsigned kFull = 0xFFFFFFFFu;
+
+// One 16-byte chunk of a row: kVec values, loaded as 4 raw words (bf16: two values per word, the
+// first in the low half).
+template <class S>
+struct Chunk;
+template <>
+struct Chunk<float> {
+  static constexpr int kVec = 4;
+  __device__ static void values(const uint32_t (&w)[4], float (&v)[kVec]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = f32_from_bits(w[k]);
+  }
+};
+template <>
+struct Chunk<uint16_t> {
+  static constexpr int kVec = 8;
+  __device__ static void values(const uint32_t (&w)[4], float (&v)[kVec]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[2 * k] = bf16_lo(w[k]), v[2 * k + 1] = bf16_hi(w[k]);
+  }
+};
+
+__device__ inline void load_words(const void* p, uint32_t (&w)[4]) {
+  const uint4 a = __ldcs(reinterpret_cast<const uint4*>(p));
+  w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
+}
+
+__device__ inline __nv_bfloat162 bf16x2_from_bits(uint32_t w) {
+  __nv_bfloat162 h;
+  std::memcpy(&h, &w, sizeof w);
+  return h;
+}
+
+// Stores the N (2, 4 or 8) bytes of `w` (little endian) at p: one store when aligned.
+template <int N>
+__device__ inline void store_code_bytes(uint8_t* p, uint64_t w) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (a % N == 0) {
+    if constexpr (N == 8) {
+      *reinterpret_cast<uint2*>(p) = make_uint2(static_cast<uint32_t>(w), static_cast<uint32_t>(w >> 32));
+    }
+    if constexpr (N == 4) *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(w);
+    if constexpr (N == 2) *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(w);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] = static_cast<uint8_t>(w >> (8 * k));
+  }
+}
+
+// The bound of each E2M1 rounding midpoint t in |x| units for a block scale s (file comment):
+// ">" at 0.25, 1.25, 2.5, 5 (h'' = 2^-26, 2^-24, 2^-23, 2^-22), ">=" at 0.75, 1.75, 3.5 (h' = 2^-25,
+// 2^-24, 2^-23). Ascending.
+__device__ inline void fp4_bounds(float s, float (&g)[7]) {
+  g[0] = __fmaf_rd(s, 0x1p-26f, __fmul_rn(s, 0.25f));
+  g[1] = __fmaf_ru(-s, 0x1p-25f, __fmul_rn(s, 0.75f));
+  g[2] = __fmaf_rd(s, 0x1p-24f, __fmul_rn(s, 1.25f));
+  g[3] = __fmaf_ru(-s, 0x1p-24f, __fmul_rn(s, 1.75f));
+  g[4] = __fmaf_rd(s, 0x1p-23f, __fmul_rn(s, 2.5f));
+  g[5] = __fmaf_ru(-s, 0x1p-23f, __fmul_rn(s, 3.5f));
+  g[6] = __fmaf_rd(s, 0x1p-22f, __fmul_rn(s, 5.0f));
+}
+
+// For bf16 values a the seven conditions are all strict bf16 compares a > K: a > G <=> a > RZ_bf16(G)
+// and a >= H <=> a > RZ_bf16(pred_f32(H)) (G, H positive floats; RZ_bf16 = the top 16 bits). K as a
+// bf16x2 pair (the same bound in both halves).
+__device__ inline uint32_t fp4_bf16_bound(const float (&g)[7], int k) {
+  const uint32_t kb = (k % 2 == 0 ? f32_bits(g[k]) : f32_bits(g[k]) - 1u) >> 16;
+  return kb | (kb << 16);
+}
+
+// Shared-memory tables of the bf16-storage FP4 packer, built by every block at its start (36.7 KB):
+// the block scale of every finite bf16 amax (formats::compressed_kv_scale) and, per scale byte, the
+// seven bf16x2 bounds. They replace a division, an E4M3 encode and the bound arithmetic per chunk.
+struct Fp4Tables {
+  uint8_t scale[0x7F80];  // by the amax's bf16 bits (0 .. 0x7F7F: the finite values)
+  uint4 bounds[0x7F][2];  // by scale byte (0 .. 0x7E: satfinite codes); words 0..6 used
+};
+
+// kWindowKvFp8: 32 values -> E8M0 scale + 32 E4M3 bytes.
+struct Fp8Window {
+  static constexpr int kBlock = formats::kFp8Block;
+  static constexpr int kCodeBits = 8;
+  static constexpr bool kBf16Tables = false;
+  __device__ static uint8_t scale(float amax, const Fp4Tables* /*tables*/) { return formats::fp8_scale(amax); }
+  // Codes of one chunk (raw words w, values x). The clamp to +-448 of the formats statement is left
+  // out of the finite path: satfinite already gives +-448 (0x7E / 0xFE) for every |v| > 448.
+  template <class S, int V>
+  __device__ static uint64_t codes(const uint32_t (&/*w*/)[4], const float (&x)[V], uint8_t scale, bool finite,
+                                   const Fp4Tables* /*tables*/) {
+    uint64_t w = 0;
+    if (finite) {
+      const float inv = f32_from_bits((254u - scale) << 23);  // 1/s, exact (see the file comment)
+#pragma unroll
+      for (int i = 0; i < V; i += 2) {
+        const float2 q = make_float2(__fmul_rn(x[i], inv), __fmul_rn(x[i + 1], inv));
+        w |= uint64_t{__nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3)} << (8 * i);
+      }
+    } else {  // formats::quantize_fp8_block's statements
+      const float s = formats::e8m0_decode(scale);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        w |= uint64_t{formats::e4m3_encode_satfinite(formats::clamp_f32(x[i] / s, -448.0f, 448.0f))} << (8 * i);
+      }
+    }
+    return w;
+  }
+};
+
+// kCompressedKvFp4: 16 values -> E4M3 scale + 16 E2M1 nibbles (element 2k in the low nibble).
+struct Fp4Main {
+  static constexpr int kBlock = formats::kCompressedKvBlock;
+  static constexpr int kCodeBits = 4;
+  static constexpr bool kBf16Tables = true;
+  // formats::compressed_kv_scale with its E4M3 encoder as the hardware cvt (equal on all 2^32
+  // inputs: see Fp8Window); from the table for a finite bf16 amax.
+  __device__ static uint8_t scale_of(float amax) {
+    const float floored = formats::max_f32(amax, f32_from_bits(formats::kCompressedKvAmaxFloorBits));
+    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(floored / 6.0f, __NV_SATFINITE, __NV_E4M3));
+  }
+  __device__ static uint8_t scale(float amax, const Fp4Tables* tables) {
+    const uint32_t a = f32_bits(amax);
+    if (tables != nullptr && a < 0x7F800000u) return tables->scale[a >> 16];
+    return scale_of(amax);
+  }
+  template <class S, int V>
+  __device__ static uint64_t codes(const uint32_t (&w)[4], const float (&x)[V], uint8_t scale, bool finite,
+                                   const Fp4Tables* tables) {
+    uint64_t out = 0;
+    if (!finite) {  // formats::quantize_compressed_kv_block's statements
+      const float s = formats::e4m3_decode(scale);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        out |= uint64_t{formats::e2m1_encode(formats::clamp_f32(x[i] / s, -6.0f, 6.0f)) & 0xFu} << (4 * i);
+      }
+      return out;
+    }
+    if constexpr (std::is_same_v<S, uint16_t>) {
+      // bf16 storage: two values per compare against the table's bf16x2 bounds K0 < ... < K6; the
+      // magnitude code m = #{k: a > Kk} by binary search on its bits (a > K3: bit 2; then K5 or
+      // K1: bit 1; then K6, K4, K2 or K0: bit 0), per half with mask selects.
+      uint32_t k[7];
+      if (tables != nullptr) {
+        const uint4 b0 = tables->bounds[scale][0], b1 = tables->bounds[scale][1];
+        k[0] = b0.x, k[1] = b0.y, k[2] = b0.z, k[3] = b0.w, k[4] = b1.x, k[5] = b1.y, k[6] = b1.z;
+      } else {  // a few rows (decode): the table would cost more than it saves
+        float g[7];
+        fp4_bounds(__half2float(__half(__nv_cvt_fp8_to_halfraw(scale, __NV_E4M3))), g);  // s exact
+#pragma unroll
+        for (int i = 0; i < 7; ++i) k[i] = fp4_bf16_bound(g, i);
+      }
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const __nv_bfloat162 a2 = bf16x2_from_bits(w[p] & 0x7FFF7FFFu);
+        const uint32_t c4 = __hgt2_mask(a2, bf16x2_from_bits(k[3]));
+        const uint32_t c2 = __hgt2_mask(a2, bf16x2_from_bits((k[5] & c4) | (k[1] & ~c4)));
+        const uint32_t hi = (k[6] & c2) | (k[4] & ~c2), lo = (k[2] & c2) | (k[0] & ~c2);
+        const uint32_t c1 = __hgt2_mask(a2, bf16x2_from_bits((hi & c4) | (lo & ~c4)));
+        const uint32_t nib2 = (c1 & 0x00010001u) | (c2 & 0x00020002u) | (c4 & 0x00040004u) |
+                              ((w[p] >> 12) & 0x00080008u);  // the sign bits
+        out |= uint64_t{(nib2 & 0xFu) | ((nib2 >> 12) & 0xF0u)} << (8 * p);
+      }
+    } else {
+      // fp32 storage: one float compare per bound (the value need not be bf16).
+      float g[7];
+      fp4_bounds(__half2float(__half(__nv_cvt_fp8_to_halfraw(scale, __NV_E4M3))), g);  // s exact
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const uint32_t b = f32_bits(x[i]);
+        const float a = f32_from_bits(b & 0x7FFFFFFFu);
+        const uint32_t m = (a > g[0]) + (a >= g[1]) + (a > g[2]) + (a >= g[3]) + (a > g[4]) + (a >= g[5]) + (a > g[6]);
+        out |= uint64_t{((b >> 28) & 0x8u) | m} << (4 * i);
+      }
+    }
+    return out;
+  }
+};
+
+__device__ void build_fp4_tables(Fp4Tables& t) {
+  for (int i = static_cast<int>(threadIdx.x); i < 0x7F80; i += static_cast<int>(blockDim.x)) {
+    t.scale[i] = Fp4Main::scale_of(f32_from_bits(static_cast<uint32_t>(i) << 16));
+  }
+  for (int sc = static_cast<int>(threadIdx.x); sc < 0x7F; sc += static_cast<int>(blockDim.x)) {
+    float g[7];
+    fp4_bounds(formats::e4m3_decode(static_cast<uint32_t>(sc)), g);
+    t.bounds[sc][0] = make_uint4(fp4_bf16_bound(g, 0), fp4_bf16_bound(g, 1), fp4_bf16_bound(g, 2), fp4_bf16_bound(g, 3));
+    t.bounds[sc][1] = make_uint4(fp4_bf16_bound(g, 4), fp4_bf16_bound(g, 5), fp4_bf16_bound(g, 6), 0u);
+  }
+}
+
+// x: [rows, dim] (S storage, 16-byte aligned, dim % Q::kBlock == 0) -> out: [rows, entry] bytes
+// (formats/packed.h layout), finite: [rows].
+template <class S, class Q>
+__global__ void __launch_bounds__(kThreads)
+    fast_pack_kernel(const S* __restrict__ x, int64_t rows, int dim, uint8_t* __restrict__ out,
+                     uint8_t* __restrict__ finite, bool use_tables) {
+  constexpr int V = Chunk<S>::kVec;
+  constexpr int L = Q::kBlock / V;                  // lanes per block
+  constexpr int kCodeBytes = V * Q::kCodeBits / 8;  // code bytes per chunk
+  constexpr int kUnroll = 2;                        // chunks per row and pass
+  constexpr int kRows = 2;                          // rows per warp and pass: 4 loads in flight
+  static_assert(L >= 1 && (L & (L - 1)) == 0 && L <= 32, "a block spans a power-of-two lane group");
+  const Fp4Tables* tables = nullptr;
+  if constexpr (Q::kBf16Tables && std::is_same_v<S, uint16_t>) {
+    __shared__ Fp4Tables shared_tables;
+    if (use_tables) {  // block-uniform
+      build_fp4_tables(shared_tables);
+      __syncthreads();
+      tables = &shared_tables;
+    }
+  }
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int chunks = dim / V;                      // per row; a multiple of L
+  const int value_bytes = dim * Q::kCodeBits / 8;  // the codes part of an entry
+  const int64_t entry = value_bytes + dim / Q::kBlock;
+  const int64_t nwarps = (int64_t{gridDim.x} * blockDim.x) >> 5;
+  for (int64_t row0 = ((int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5) * kRows; row0 < rows;
+       row0 += nwarps * kRows) {
+    bool ok[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) ok[r] = true;
+    for (int j0 = 0; j0 < chunks; j0 += 32 * kUnroll) {
+      uint32_t raw[kRows][kUnroll][4] = {};
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int j = j0 + 32 * u + lane;
+          if (row0 + r < rows && j < chunks) load_words(x + (row0 + r) * dim + j * V, raw[r][u]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (row0 + r >= rows) break;  // warp-uniform
+        uint8_t* er = out + (row0 + r) * entry;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int j = j0 + 32 * u + lane;
+          if (j0 + 32 * u >= chunks) break;  // warp-uniform
+          float v[V];
+          Chunk<S>::values(raw[r][u], v);
+          uint32_t amax = 0;  // formats::block_amax: the max of |bits| over the block
+#pragma unroll
+          for (int i = 0; i < V; ++i) amax = max(amax, f32_bits(v[i]) & 0x7FFFFFFFu);
+#pragma unroll
+          for (int o = 1; o < L; o <<= 1) amax = max(amax, __shfl_xor_sync(kFull, amax, o));
+          if (j >= chunks) continue;  // whole blocks only: L divides the chunks of a row
+          const bool block_finite = amax < 0x7F800000u;
+          ok[r] &= block_finite;
+          const uint8_t scale = Q::scale(f32_from_bits(amax), tables);
+          store_code_bytes<kCodeBytes>(er + j * kCodeBytes,
+                                       Q::template codes<S, V>(raw[r][u], v, scale, block_finite, tables));
+          if (lane % L == 0) er[value_bytes + j / L] = scale;
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (row0 + r >= rows) break;
+      const bool row_ok = __all_sync(kFull, ok[r]);
+      if (lane == 0) finite[row0 + r] = row_ok ? 1 : 0;
+    }
+  }
+}
+
+template <class S, class Q>
+void launch_fast_pack(const S* x, int64_t rows, int dim, uint8_t* out, uint8_t* finite, void* stream) {
+  DSV41_CHECK(aligned16(x), "gpu::pack_rows: x must be 16-byte aligned");
+  DSV41_CHECK(dim > 0 && dim % Q::kBlock == 0, "gpu::pack_rows: dim ", dim, " is not a multiple of ", Q::kBlock);
+  if (rows == 0) return;
+  const int64_t rows_per_block = kThreads / 32 * 2;  // kRows
+  const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block;
+  int64_t per_sm = 16;
+  bool use_tables = false;
+  if constexpr (Q::kBf16Tables && std::is_same_v<S, uint16_t>) {
+    // The table variant: one resident wave of blocks (each builds its tables once), with the
+    // shared-memory carveout at its maximum so that the register limit, not the 37 KB of tables,
+    // decides how many blocks an SM holds. Only for enough rows to pay for the tables.
+    static const int resident = [] {
+      DSV41_CUDA_CHECK(cudaFuncSetAttribute(fast_pack_kernel<S, Q>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+      int n = 0;
+      DSV41_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fast_pack_kernel<S, Q>, kThreads, 0));
+      return n > 0 ? n : 1;
+    }();
+    use_tables = rows >= 16384;
+    if (use_tables) per_sm = resident;
+  }
+  const int64_t blocks = std::min<int64_t>(wanted, int64_t{sm_count()} * per_sm);
+  fast_pack_kernel<S, Q><<<static_cast<unsigned>(blocks), kThreads, 0, as_stream(stream)>>>(x, rows, dim, out, finite,
+                                                                                           use_tables);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class S>
+bool dispatch_fast_pack(formats::CacheFormat f, const S* x, int64_t rows, int dim, uint8_t* out, uint8_t* finite,
+                        void* stream) {
+  switch (f) {
+    case formats::CacheFormat::kWindowKvFp8:
+      launch_fast_pack<S, Fp8Window>(x, rows, dim, out, finite, stream);
+      return true;
+    case formats::CacheFormat::kCompressedKvFp4:
+      launch_fast_pack<S, Fp4Main>(x, rows, dim, out, finite, stream);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool pack_rows_fast(formats::CacheFormat f, const float* x, int64_t rows, int dim, uint8_t* out, uint8_t* finite,
+                    void* stream) {
+  return dispatch_fast_pack<float>(f, x, rows, dim, out, finite, stream);
+}
+
+void pack_rows_bf16(formats::CacheFormat f, const uint16_t* x, int64_t rows, int dim, uint8_t* out, uint8_t* finite,
+                    void* stream) {
+  DSV41_CHECK(rows >= 0, "gpu::pack_rows_bf16: rows must be >= 0, got ", rows);
+  (void)formats::entry_bytes(f, dim);  // throws for a dim the format rejects
+  DSV41_CHECK(dim % 8 == 0, "gpu::pack_rows_bf16: dim must be a multiple of 8, got ", dim);
+  DSV41_CHECK(dispatch_fast_pack<uint16_t>(f, x, rows, dim, out, finite, stream), "gpu::pack_rows_bf16: format ",
+              formats::info(f).name, " has no bf16-storage packer (kWindowKvFp8 and kCompressedKvFp4 do)");
+}
+
+namespace {
+__global__ void narrow_kernel(const float* __restrict__ x, int64_t n, uint16_t* __restrict__ y) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+    y[i] = static_cast<uint16_t>(formats::bf16_encode(x[i]));
+  }
+}
+}  // namespace
+
+void to_bf16_storage(const float* x, int64_t n, uint16_t* y, void* stream) {
+  DSV41_CHECK(n >= 0, "gpu::to_bf16_storage: n must be >= 0, got ", n);
+  if (n == 0) return;
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t{sm_count()} * 32);
+  narrow_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, as_stream(stream)>>>(x, n, y);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dsv41::gpu
