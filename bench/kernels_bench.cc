@@ -470,7 +470,7 @@ int run(const Opts& o) {
   });
   using TK = TopkKind;
   add("topk_decode", [&] { return topk_case(o, 64, 16384, TK::kTopk, "topk_decode"); });
-  add("topk_decode_c16384", [&] { return topk_case(o, 64, 16384, TK::kTopk, "topk_decode_c16384", 16384); });
+  add("topk_decode_c8192", [&] { return topk_case(o, 64, 16384, TK::kTopk, "topk_decode_c8192", 8192); });
   add("topk_decode_c4096", [&] { return topk_case(o, 64, 16384, TK::kTopk, "topk_decode_c4096", 4096); });
   add("topk_masked_decode", [&] { return topk_case(o, 64, 16384, TK::kMaskedTopk, "topk_masked_decode"); });
   add("pool_topk_decode", [&] { return topk_case(o, 64, 16384, TK::kPoolTopk, "pool_topk_decode"); });

@@ -181,6 +181,68 @@ __device__ void emit_selected(uint32_t (&key)[kN], int ntiles, const Load& load,
   }
 }
 
+constexpr int kCandPerThread = 16;
+constexpr int kCand = kThreads * kCandPerThread;                  // filtered keys in shared memory
+constexpr size_t kFilterSmem = 2 * kCand * sizeof(uint32_t);      // keys + item numbers: 64 KiB
+
+// The sampling filter: t = the bin of the r-th best of kThreads sampled keys (r about twice the
+// share of k, + 16). The keys >= t (normally between k and kCand of them) are compacted in
+// position order into shared memory (ckey, citem) and the exact selection runs on them alone:
+// the top-k of the chunk is among them whenever at least k reach t. Exact whatever the sample:
+// fewer than k or more than kCand -> false, nothing written, and the caller selects over all.
+// put(item, key, slot): item = the key's number within the chunk.
+template <int kN, class Load, class KeyAt, class Put>
+__device__ bool filtered_select(uint32_t (&key)[kN], int ntiles, int64_t len, const Load& load, const KeyAt& key_at,
+                                uint32_t k, SelectShared& sh, uint32_t* ckey, uint32_t* citem, const Put& put) {
+  if (4 * int64_t{k} > kCand || len < 4 * int64_t{k}) return false;
+  uint32_t sample[1] = {key_at(static_cast<int64_t>(threadIdx.x) * len / kThreads)};
+  const int64_t share = (int64_t{k} * kThreads + len - 1) / len;
+  const uint32_t r = static_cast<uint32_t>(2 * share + 16 < kThreads ? 2 * share + 16 : kThreads);
+  const auto none1 = [](int, uint32_t(&)[1]) {};
+  find_threshold<1>(sample, 1, none1, r, sh);
+  const uint32_t t = sh.prefix;  // every sampled key of the r-th one's bin is >= t
+  constexpr int64_t kTileN = int64_t{kThreads} * kN;
+  uint32_t total = 0;
+  for (int tile = 0; tile < ntiles; ++tile) {
+    if (ntiles > 1) load(tile, key);
+    uint32_t c = 0;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) c += key[j] != 0 && key[j] >= t ? 1u : 0u;
+    uint32_t tile_total;
+    uint32_t off = total + exclusive_scan(c, sh, tile_total);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      if (key[j] != 0 && key[j] >= t) {
+        if (off < kCand) {
+          ckey[off] = key[j];
+          citem[off] = static_cast<uint32_t>(tile * kTileN + threadIdx.x * kN + j);
+        }
+        ++off;
+      }
+    }
+    total += tile_total;
+  }
+  if (total < k || total > kCand) return false;
+  __syncthreads();
+  uint32_t ck[kCandPerThread];
+  const auto none = [](int, uint32_t(&)[kCandPerThread]) {};
+#pragma unroll
+  for (int j = 0; j < kCandPerThread; ++j) {  // strided: the histogram work spread over all warps
+    const uint32_t i = j * kThreads + threadIdx.x;
+    ck[j] = i < total ? ckey[i] : 0;
+  }
+  find_threshold<kCandPerThread>(ck, 1, none, k, sh);
+#pragma unroll
+  for (int j = 0; j < kCandPerThread; ++j) {  // contiguous: position order for the slots
+    const uint32_t i = threadIdx.x * kCandPerThread + j;
+    ck[j] = i < total ? ckey[i] : 0;
+  }
+  emit_selected<kCandPerThread>(ck, 1, none, sh, [&](int, int j, uint32_t kk, uint32_t slot) {
+    put(citem[threadIdx.x * kCandPerThread + j], kk, slot);
+  });
+  return true;
+}
+
 // ---- sources: the keys of a row's items ----
 
 __device__ __forceinline__ uint32_t score_key(float v, bool keep, bool& nan) {
@@ -220,6 +282,12 @@ struct ScoreSource {
     }
     if (bad) atomicOr(nan, 1);
   }
+  __device__ uint32_t key_at(int64_t row, int64_t i) const {
+    bool bad = false;
+    const uint32_t k = score_key(s[row * n + i], mask == nullptr || mask[row * n + i] != 0, bad);
+    if (bad) atomicOr(nan, 1);
+    return k;
+  }
   __device__ int64_t pos(int64_t, int64_t item) const { return item; }
 };
 
@@ -242,30 +310,30 @@ __device__ __forceinline__ uint32_t block_key(const float* s, const int64_t* rea
   return r >= 1 && (r - 1) / bs == b ? kPosInfKey : m;  // floor_div(reach - 1, bs); none when reach is 0
 }
 
-// Items = the blocks of `bs` positions of scores [rows, n].
-struct BlockSource {
-  const float* s;
-  const int64_t* reach;
-  int64_t n, bs;
-  template <int kN>
-  __device__ void load(int64_t row, int64_t first, int64_t end, uint32_t (&key)[kN]) const {
-#pragma unroll
-    for (int j = 0; j < kN; ++j) key[j] = first + j < end ? block_key(s, reach, row, n, bs, first + j) : 0;
-  }
-  __device__ int64_t pos(int64_t, int64_t item) const { return item; }
-};
-
-// Items = candidates (key, position) [rows, m] kept by an earlier level, in position order.
+// Items = keys [rows, m] with their positions (an earlier level's candidates, in position order),
+// or without (position nullptr: the item is the position; the candidate pool's block keys).
 struct CandSource {
   const uint32_t* key;
   const int32_t* position;
   int64_t m;
   template <int kN>
   __device__ void load(int64_t row, int64_t first, int64_t end, uint32_t (&k)[kN]) const {
+    const uint32_t* p = key + row * m + first;
+    if (first + kN <= end && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
 #pragma unroll
-    for (int j = 0; j < kN; ++j) k[j] = first + j < end ? key[row * m + first + j] : 0;
+      for (int q = 0; q < kN / 4; ++q) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + q);
+        k[4 * q] = v.x, k[4 * q + 1] = v.y, k[4 * q + 2] = v.z, k[4 * q + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kN; ++j) k[j] = first + j < end ? p[j] : 0;
+    }
   }
-  __device__ int64_t pos(int64_t row, int64_t item) const { return position[row * m + item]; }
+  __device__ uint32_t key_at(int64_t row, int64_t item) const { return key[row * m + item]; }
+  __device__ int64_t pos(int64_t row, int64_t item) const {
+    return position != nullptr ? position[row * m + item] : item;
+  }
 };
 
 // ---- sinks: where the picks go (slot < k, in position order) ----
@@ -317,13 +385,31 @@ __global__ void __launch_bounds__(kThreads) select_kernel(Source src, Sink sink,
   const auto load = [&](int tile, uint32_t(&key)[kItems]) {
     src.template load<kItems>(row, begin + tile * kTile + threadIdx.x * kItems, end, key);
   };
+  const auto key_at = [&](int64_t item) { return src.key_at(row, begin + item); };
+  const auto put = [&](int64_t item, uint32_t kk, uint32_t slot) {
+    sink.put(row, c, slot, src.pos(row, begin + item), kk);
+  };
+  extern __shared__ uint32_t filter_smem[];  // kFilterSmem bytes
   uint32_t key[kItems];
   load(0, key);
   sink.begin(row, c);
-  find_threshold<kItems>(key, ntiles, load, static_cast<uint32_t>(k), sh);
+  const uint32_t k32 = static_cast<uint32_t>(k);
+  if (filtered_select<kItems>(key, ntiles, end - begin, load, key_at, k32, sh, filter_smem, filter_smem + kCand, put)) {
+    return;
+  }
+  find_threshold<kItems>(key, ntiles, load, k32, sh);
   emit_selected<kItems>(key, ntiles, load, sh, [&](int tile, int j, uint32_t kk, uint32_t slot) {
-    sink.put(row, c, slot, src.pos(row, begin + tile * kTile + threadIdx.x * kItems + j), kk);
+    put(tile * kTile + threadIdx.x * kItems + j, kk, slot);
   });
+}
+
+template <class Source, class Sink>
+void launch_select(int64_t ctas, const Source& src, const Sink& sink, int64_t m, int64_t chunk, int64_t chunks,
+                   int64_t k) {
+  DSV41_CUDA_CHECK(cudaFuncSetAttribute(select_kernel<Source, Sink>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kFilterSmem)));
+  select_kernel<<<static_cast<unsigned>(ctas), kThreads, kFilterSmem>>>(src, sink, m, chunk, chunks, k);
+  DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
 // Stream-ordered scratch (cudaMallocAsync on the default stream; the pool keeps its memory).
@@ -354,10 +440,18 @@ class Scratch {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Chunk length for rows of m items: one tile, halved while fewer than 128 CTAs would run and
-// the halved chunk still shrinks its items 8-fold (k <= chunk / 8).
+// Whether the sampling filter almost surely keeps between k and kCand of `len` keys: it keeps
+// about 2k + len / 32 of them (r = 2 * share + 16 of 512 samples), +-10% or so.
+bool filter_fits(int64_t len, int64_t k) { return 4 * k <= kCand && len >= 4 * k && 2 * k + len / 32 <= 6144; }
+
+// Positions per CTA of the first level for rows of m items. A row of up to two tiles that the
+// filter fits: one CTA (one launch, no scratch). Else the largest chunk of up to 4 tiles that the
+// filter fits while at least 256 CTAs run, at least one tile; then halved while fewer than 128 CTAs
+// would run and the halved chunk still shrinks its items 8-fold.
 int64_t auto_chunk(int64_t rows, int64_t m, int64_t k) {
-  int64_t chunk = kTile;
+  if (m <= 2 * kTile && filter_fits(m, k)) return m;
+  int64_t chunk = 4 * kTile;
+  while (chunk > kTile && (!filter_fits(chunk, k) || rows * ceil_div(m, chunk) < 256)) chunk /= 2;
   while (rows * ceil_div(m, chunk) < 128 && chunk / 2 >= 8 * k && chunk / 2 >= 1024) chunk /= 2;
   return chunk;
 }
@@ -371,14 +465,18 @@ void select_rows(const Source& src, const Sink& sink, int64_t rows, int64_t m, i
     const int64_t chunks = ceil_div(m, chunk), mc = chunks * k;
     Scratch<uint32_t> key(rows * mc);
     Scratch<int32_t> pos(rows * mc);
-    select_kernel<<<static_cast<unsigned>(rows * chunks), kThreads>>>(src, CandSink{key.get(), pos.get(), k, mc}, m,
-                                                                      chunk, chunks, k);
-    DSV41_CUDA_CHECK(cudaGetLastError());
+    launch_select(rows * chunks, src, CandSink{key.get(), pos.get(), k, mc}, m, chunk, chunks, k);
     select_rows(CandSource{key.get(), pos.get(), mc}, sink, rows, mc, k, 0);
     return;
   }
-  select_kernel<<<static_cast<unsigned>(rows), kThreads>>>(src, sink, m, m, int64_t{1}, k);
-  DSV41_CUDA_CHECK(cudaGetLastError());
+  launch_select(rows, src, sink, m, m, int64_t{1}, k);
+}
+
+// keys [rows, nb] = block_key of every block (one thread per block: coalesced reads).
+__global__ void block_keys_kernel(const float* __restrict__ s, const int64_t* __restrict__ reach, int64_t rows,
+                                  int64_t n, int64_t bs, int64_t nb, uint32_t* __restrict__ keys) {
+  const int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (x < rows * nb) keys[x] = block_key(s, reach, x / nb, n, bs, x % nb);
 }
 
 // mask [rows, n] = flags [rows, nb] of each position's block; 16 positions per thread.
@@ -438,11 +536,16 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   if (k == 0) return;
-  find_threshold<32>(key, 1, none32, static_cast<uint32_t>(k), sh);
   const int64_t r = reach[row];
-  emit_selected<32>(key, 1, none32, sh, [&](int, int j, uint32_t, uint32_t slot) {
-    if (slot < k) out[row * k + slot] = first + j < r ? static_cast<int32_t>(first + j) : -1;
-  });
+  const auto put = [&](int64_t pos, uint32_t, uint32_t slot) {
+    if (slot < k) out[row * k + slot] = pos < r ? static_cast<int32_t>(pos) : -1;
+  };
+  const auto key_at = [&](int64_t i) { return src.key_at(row, i); };
+  extern __shared__ uint32_t filter_smem[];  // kFilterSmem bytes
+  const uint32_t k32 = static_cast<uint32_t>(k);
+  if (filtered_select<32>(key, 1, n, none32, key_at, k32, sh, filter_smem, filter_smem + kCand, put)) return;
+  find_threshold<32>(key, 1, none32, k32, sh);
+  emit_selected<32>(key, 1, none32, sh, [&](int, int j, uint32_t kk, uint32_t slot) { put(first + j, kk, slot); });
 }
 
 __global__ void mask_scores_kernel(float* __restrict__ scores, const uint8_t* __restrict__ mask, int64_t n) {
@@ -475,8 +578,11 @@ void candidate_blocks(const float* scores, const int64_t* reach, int64_t rows, i
   DSV41_CHECK(topk_blocks > 0 && block_size > 0 && n < (int64_t{1} << 31), "candidate_blocks: top ", topk_blocks,
               " blocks of ", block_size, " of ", n, " positions");
   const int64_t blocks = ceil_div(n, block_size), k = std::min(topk_blocks, blocks);
+  Scratch<uint32_t> keys(rows * blocks);
   Scratch<uint8_t> flags(rows * blocks);
-  select_rows(BlockSource{scores, reach, n, block_size}, FlagSink{flags.get(), blocks}, rows, blocks, k, 0);
+  block_keys_kernel<<<grid_for(rows * blocks, 256), 256>>>(scores, reach, rows, n, block_size, blocks, keys.get());
+  DSV41_CUDA_CHECK(cudaGetLastError());
+  select_rows(CandSource{keys.get(), nullptr, blocks}, FlagSink{flags.get(), blocks}, rows, blocks, k, 0);
   const int64_t groups = rows * ceil_div(n, 16);
   expand_kernel<<<grid_for(groups, 256), 256>>>(flags.get(), rows, n, blocks, block_size, mask);
   DSV41_CUDA_CHECK(cudaGetLastError());
@@ -486,8 +592,10 @@ void candidate_pool_topk(const float* scores, const int64_t* reach, int64_t rows
                          int64_t topk_blocks, int64_t block_size, uint8_t* mask, int32_t* out, int* nan_flag) {
   if (rows * n == 0) return;
   if (block_size == 8 && n <= 32 * int64_t{kThreads} && topk_blocks > 0 && k >= 0 && k <= n) {
-    pool_topk_kernel<4><<<static_cast<unsigned>(rows), kThreads>>>(scores, reach, n, k, topk_blocks, mask, out,
-                                                                    nan_flag);
+    DSV41_CUDA_CHECK(cudaFuncSetAttribute(pool_topk_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kFilterSmem)));
+    pool_topk_kernel<4><<<static_cast<unsigned>(rows), kThreads, kFilterSmem>>>(scores, reach, n, k, topk_blocks,
+                                                                                 mask, out, nan_flag);
     DSV41_CUDA_CHECK(cudaGetLastError());
     return;
   }

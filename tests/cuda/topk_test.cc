@@ -95,7 +95,9 @@ TEST(MaskScores, EqualsReference) {
   EXPECT_THROW(cuda_ops().mask_scores(got, reference::Tensor<uint8_t>({2, 3}, "m")), Error);
 }
 
-enum class Pattern { kTinyRange, kAllEqual, kZeros, kMostlyNegInf };
+// kSampleTrap: tiny-range values, 2.0 at the positions the sampling filter of cuda/topk.cu reads
+// (j = i * n / 512): its threshold then lets fewer than k through, and the kernel must fall back.
+enum class Pattern { kTinyRange, kAllEqual, kZeros, kMostlyNegInf, kSampleTrap };
 
 // rows x n hard scores: reach rises to n on the last row (rows > 1: earlier rows reach less),
 // -inf beyond the reach; the pattern fills the reachable part.
@@ -110,7 +112,8 @@ Scores hard_scores(int64_t rows, int64_t n, Pattern p) {
       float v = -kInf;
       if (j < reach) {
         switch (p) {
-          case Pattern::kTinyRange: v = formats::round_to_bf16(u(rng())) * (pick(rng()) == 0 ? -1.0f : 1.0f); break;
+          case Pattern::kTinyRange:
+          case Pattern::kSampleTrap: v = formats::round_to_bf16(u(rng())) * (pick(rng()) == 0 ? -1.0f : 1.0f); break;
           case Pattern::kAllEqual: v = 0.5f; break;
           case Pattern::kZeros:  // -0 and +0 mostly, a few small values
             v = pick(rng()) < 3 ? -0.0f : (pick(rng()) < 8 ? 0.0f : formats::round_to_bf16(u(rng()) - 1.0f));
@@ -119,6 +122,9 @@ Scores hard_scores(int64_t rows, int64_t n, Pattern p) {
         }
       }
       r.s.at(t, j) = v;
+    }
+    for (int64_t i = 0; p == Pattern::kSampleTrap && i < 512; ++i) {
+      if (i * n / 512 < reach) r.s.at(t, i * n / 512) = 2.0f;
     }
   }
   return r;
@@ -154,7 +160,8 @@ reference::Tensor<int32_t> gpu_topk(const Scores& sc, int64_t k, const reference
 
 TEST(IndexTopk, HardRows) {
   DSV41_SKIP_WITHOUT_DEVICE();
-  for (Pattern p : {Pattern::kTinyRange, Pattern::kAllEqual, Pattern::kZeros, Pattern::kMostlyNegInf}) {
+  for (Pattern p : {Pattern::kTinyRange, Pattern::kAllEqual, Pattern::kZeros, Pattern::kMostlyNegInf,
+                    Pattern::kSampleTrap}) {
     for (int64_t n : {7, 130, 1001, 8193, 16384, 40000}) {
       const Scores sc = hard_scores(3, n, p);
       for (int k : {1, 37, 512, 5000, static_cast<int>(n), static_cast<int>(n) + 5}) {
@@ -169,7 +176,7 @@ TEST(IndexTopk, HardRows) {
 
 TEST(IndexTopk, ForcedChunksAndTiles) {  // every level / tile path, whatever the automatic choice
   DSV41_SKIP_WITHOUT_DEVICE();
-  for (Pattern p : {Pattern::kTinyRange, Pattern::kZeros}) {
+  for (Pattern p : {Pattern::kTinyRange, Pattern::kZeros, Pattern::kSampleTrap}) {
     const Scores sc = hard_scores(2, 40000, p);
     for (int64_t k : {int64_t{3}, int64_t{300}, int64_t{5000}}) {
       const auto want = ref_ops().index_topk(sc.s, sc.reach, static_cast<int>(k));
@@ -211,7 +218,7 @@ TEST(IndexTopk, MaskFused) {  // apply_candidate_mask + index_topk in one launch
     if (off < sc.reach[0]) sc.s.at(0, off) = std::numeric_limits<float>::quiet_NaN();
     reference::Tensor<float> masked = sc.s;
     ref_ops().mask_scores(masked, mask);
-    for (int64_t k : {int64_t{1}, int64_t{512}, n}) {
+    for (int64_t k : {int64_t{1}, std::min<int64_t>(512, n), n}) {
       const auto want = ref_ops().index_topk(masked, sc.reach, static_cast<int>(k));
       bool nan = true;
       const auto got = gpu_topk(sc, k, &mask, 0, &nan);
@@ -246,7 +253,7 @@ TEST(CandidateBlocks, HardRows) {
 
 TEST(CandidatePoolTopk, EqualsReference) {  // the candidate source's mask and its own top-k at once
   DSV41_SKIP_WITHOUT_DEVICE();
-  for (Pattern p : {Pattern::kTinyRange, Pattern::kZeros, Pattern::kMostlyNegInf}) {
+  for (Pattern p : {Pattern::kTinyRange, Pattern::kZeros, Pattern::kMostlyNegInf, Pattern::kSampleTrap}) {
     for (int64_t n : {5, 130, 16000, 16384, 20000}) {
       const Scores sc = hard_scores(3, n, p);
       for (int64_t tb : {int64_t{1}, int64_t{100}, int64_t{2048}}) {
