@@ -7,14 +7,18 @@
 //   keys       every value becomes an order-preserving uint32 key (key_of: -0 and +0 share the key
 //              of +0; a NaN is flagged, and the caller re-runs the reference, which raises). 0 is
 //              no key of a non-NaN float and marks "no item" (padding).
-//   radix select (one CTA of 512 threads per row or per chunk of a row; 16 keys per thread in
-//              registers, contiguous positions per thread): four passes of 8 bits find the k-th
-//              best key K (256-bin histogram in shared memory, warp-aggregated atomics); a pass
-//              stops early once its bin is taken whole. The picks are the keys > K plus the first
+//   radix select (cuda/topk_select.cuh; one CTA of 1024 threads per row or per chunk of a row, 16
+//              keys per thread in registers, contiguous positions per thread): 8-bit passes over
+//              only the bits on which the keys differ (two for bf16 values) find the k-th best key
+//              K (256-bin histogram in shared memory, warp-aggregated atomics); a pass stops early
+//              once its bin is taken whole. The picks are the keys > K plus the first
 //              (lowest-index) `need` keys == K, need = k - #{keys > K}.
+//   filter     before it, the keys at or above a threshold sampled from 1024 keys (about 2k of
+//              them) are compacted in position order into shared memory and selected alone; exact
+//              whatever the sample (fewer than k or more than 8192 pass: the full selection).
 //   compaction one block-wide exclusive scan of (#better, #ties) per thread gives every pick its
 //              output slot in position order: slot = better before it + min(ties before it, need).
-//   long rows  a row longer than one CTA's tile (8192 keys) is cut into chunks; each chunk keeps
+//   long rows  a row longer than a few tiles (16384 keys) is cut into chunks; each chunk keeps
 //              its own top-k (key, position) in position order (the row's top-k is a subset of the
 //              union: whatever beats an entry in its chunk beats it in the row), and the same
 //              kernel selects again over the union (several levels when needed). A row that
@@ -23,10 +27,11 @@
 //              index_topk's NaN answer.
 //   candidate blocks  block key = max over the block's keys, NaN skipped (std::max's (b < s) ? s :
 //              b from -inf picks a value equal to the max of the non-NaN ones; -0/+0 share a key),
-//              +inf for the block of the newest reachable position; the same selection keeps
-//              top-min(topk_blocks, nblocks) blocks with score > -inf (flags), expanded to the mask.
+//              +inf for the block of the newest reachable position (one coalesced kernel writes
+//              them); the same selection keeps top-min(topk_blocks, nblocks) blocks with score >
+//              -inf (flags), expanded to the mask.
 //   fused      candidate_pool_topk: the candidate source's mask and its own top-k of the same
-//              scores in one kernel when n <= 16384 and block_size == 8 (one CTA per row, 32
+//              scores in one kernel when n <= 16384 and block_size == 8 (one CTA per row, 16
 //              positions per thread, the blocks thread-local); index_topk_async with a mask is
 //              apply_candidate_mask + index_topk without writing the scores.
 //   mask_scores one thread per value: -inf where the mask is 0.
@@ -38,210 +43,12 @@
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 #include "cuda/ops.h"
+#include "cuda/topk_select.cuh"
 
 namespace dsv41::gpu {
 namespace {
 
-constexpr int kThreads = 512;                  // threads per selection CTA
-constexpr int kItems = 16;                     // keys per thread (generic selection)
-constexpr int64_t kTile = kThreads * kItems;   // keys one CTA holds at once
-constexpr uint32_t kNegInfKey = 0x007FFFFFu;   // key_of(-inf)
-constexpr uint32_t kPosInfKey = 0xFF800000u;   // key_of(+inf)
-constexpr uint32_t kNanKey = 1;                // any non-zero key: the row is flagged anyway
-
-// a > b (floats, no NaN) <=> key_of(a) > key_of(b); key_of(-0) == key_of(+0).
-__device__ __forceinline__ uint32_t key_of(float f) {
-  uint32_t b = __float_as_uint(f);
-  if (b == 0x80000000u) b = 0;
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-struct SelectShared {
-  uint32_t hist[256];
-  uint32_t scan[kThreads / 32];
-  uint32_t prefix, pmask, remaining, done;
-};
-
-// Exclusive prefix sum of one value per thread (thread order); `total` = the sum of all.
-__device__ uint32_t exclusive_scan(uint32_t v, SelectShared& sh, uint32_t& total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint32_t x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(~0u, x, o);
-    if (lane >= o) x += y;
-  }
-  if (lane == 31) sh.scan[warp] = x;
-  __syncthreads();
-  if (warp == 0) {
-    uint32_t w = lane < kThreads / 32 ? sh.scan[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t y = __shfl_up_sync(~0u, w, o);
-      if (lane >= o) w += y;
-    }
-    if (lane < kThreads / 32) sh.scan[lane] = w;
-  }
-  __syncthreads();
-  const uint32_t base = warp > 0 ? sh.scan[warp - 1] : 0;
-  total = sh.scan[kThreads / 32 - 1];
-  __syncthreads();
-  return base + x - v;
-}
-
-// Radix select: leaves in `sh` the k-th best key's top bits (prefix under pmask) and how many of
-// the keys with those bits to take (remaining). Fewer than k items: all of them (prefix 0).
-// key[j] is item threadIdx.x * kN + j of tile `tile` (load(tile, key) fills it; with one tile the
-// caller has loaded it).
-template <int kN, class Load>
-__device__ void find_threshold(uint32_t (&key)[kN], int ntiles, const Load& load, uint32_t k, SelectShared& sh) {
-  const int lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) sh.prefix = 0, sh.pmask = 0, sh.remaining = k, sh.done = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += kThreads) sh.hist[i] = 0;
-    __syncthreads();
-    const uint32_t prefix = sh.prefix, pmask = sh.pmask;
-    for (int tile = 0; tile < ntiles; ++tile) {
-      if (ntiles > 1) load(tile, key);
-#pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        const bool active = key[j] != 0 && (key[j] & pmask) == prefix;
-        if (__any_sync(~0u, active)) {
-          const uint32_t d = active ? (key[j] >> shift) & 255u : 256u;
-          const uint32_t peers = __match_any_sync(~0u, d);
-          if (active && lane == __ffs(peers) - 1) atomicAdd(&sh.hist[d], static_cast<uint32_t>(__popc(peers)));
-        }
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {  // lane l holds bins 255 - 8l down to 248 - 8l (best first)
-      const uint32_t rem = sh.remaining;
-      uint32_t c[8], sum = 0;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) c[i] = sh.hist[255 - 8 * lane - i], sum += c[i];
-      uint32_t incl = sum;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint32_t y = __shfl_up_sync(~0u, incl, o);
-        if (lane >= o) incl += y;
-      }
-      const uint32_t all = __shfl_sync(~0u, incl, 31), excl = incl - sum;
-      if (all <= rem) {  // every remaining item is taken (only at the first pass: fewer than k)
-        if (lane == 0) sh.remaining = all, sh.done = 1;
-      } else if (excl < rem && rem <= incl) {
-        uint32_t before = excl;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          if (before + c[i] >= rem) {
-            sh.prefix |= static_cast<uint32_t>(255 - 8 * lane - i) << shift;
-            sh.pmask |= 255u << shift;
-            sh.remaining = rem - before;
-            sh.done = c[i] == rem - before ? 1 : 0;
-            break;
-          }
-          before += c[i];
-        }
-      }
-    }
-    __syncthreads();
-    if (sh.done) break;
-  }
-}
-
-// Calls put(tile, j, key, slot) for every pick, slot = its rank in position order.
-template <int kN, class Load, class Put>
-__device__ void emit_selected(uint32_t (&key)[kN], int ntiles, const Load& load, SelectShared& sh, const Put& put) {
-  const uint32_t prefix = sh.prefix, pmask = sh.pmask, need = sh.remaining;
-  uint32_t better_base = 0, tie_base = 0;
-  for (int tile = 0; tile < ntiles; ++tile) {
-    if (ntiles > 1) load(tile, key);
-    uint32_t packed = 0;  // (#better << 16) + #ties of this thread: both < 65536 per tile
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      const uint32_t m = key[j] & pmask;
-      if (key[j] != 0) packed += m > prefix ? 0x10000u : (m == prefix ? 1u : 0u);
-    }
-    uint32_t total;
-    const uint32_t excl = exclusive_scan(packed, sh, total);
-    uint32_t better = better_base + (excl >> 16), tie = tie_base + (excl & 0xFFFFu);
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      if (key[j] == 0) continue;
-      const uint32_t m = key[j] & pmask;
-      if (m > prefix) {
-        put(tile, j, key[j], better + min(tie, need));
-        ++better;
-      } else if (m == prefix) {
-        if (tie < need) put(tile, j, key[j], better + tie);
-        ++tie;
-      }
-    }
-    better_base += total >> 16;
-    tie_base += total & 0xFFFFu;
-  }
-}
-
-constexpr int kCandPerThread = 16;
-constexpr int kCand = kThreads * kCandPerThread;                  // filtered keys in shared memory
-constexpr size_t kFilterSmem = 2 * kCand * sizeof(uint32_t);      // keys + item numbers: 64 KiB
-
-// The sampling filter: t = the bin of the r-th best of kThreads sampled keys (r about twice the
-// share of k, + 16). The keys >= t (normally between k and kCand of them) are compacted in
-// position order into shared memory (ckey, citem) and the exact selection runs on them alone:
-// the top-k of the chunk is among them whenever at least k reach t. Exact whatever the sample:
-// fewer than k or more than kCand -> false, nothing written, and the caller selects over all.
-// put(item, key, slot): item = the key's number within the chunk.
-template <int kN, class Load, class KeyAt, class Put>
-__device__ bool filtered_select(uint32_t (&key)[kN], int ntiles, int64_t len, const Load& load, const KeyAt& key_at,
-                                uint32_t k, SelectShared& sh, uint32_t* ckey, uint32_t* citem, const Put& put) {
-  if (4 * int64_t{k} > kCand || len < 4 * int64_t{k}) return false;
-  uint32_t sample[1] = {key_at(static_cast<int64_t>(threadIdx.x) * len / kThreads)};
-  const int64_t share = (int64_t{k} * kThreads + len - 1) / len;
-  const uint32_t r = static_cast<uint32_t>(2 * share + 16 < kThreads ? 2 * share + 16 : kThreads);
-  const auto none1 = [](int, uint32_t(&)[1]) {};
-  find_threshold<1>(sample, 1, none1, r, sh);
-  const uint32_t t = sh.prefix;  // every sampled key of the r-th one's bin is >= t
-  constexpr int64_t kTileN = int64_t{kThreads} * kN;
-  uint32_t total = 0;
-  for (int tile = 0; tile < ntiles; ++tile) {
-    if (ntiles > 1) load(tile, key);
-    uint32_t c = 0;
-#pragma unroll
-    for (int j = 0; j < kN; ++j) c += key[j] != 0 && key[j] >= t ? 1u : 0u;
-    uint32_t tile_total;
-    uint32_t off = total + exclusive_scan(c, sh, tile_total);
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      if (key[j] != 0 && key[j] >= t) {
-        if (off < kCand) {
-          ckey[off] = key[j];
-          citem[off] = static_cast<uint32_t>(tile * kTileN + threadIdx.x * kN + j);
-        }
-        ++off;
-      }
-    }
-    total += tile_total;
-  }
-  if (total < k || total > kCand) return false;
-  __syncthreads();
-  uint32_t ck[kCandPerThread];
-  const auto none = [](int, uint32_t(&)[kCandPerThread]) {};
-#pragma unroll
-  for (int j = 0; j < kCandPerThread; ++j) {  // strided: the histogram work spread over all warps
-    const uint32_t i = j * kThreads + threadIdx.x;
-    ck[j] = i < total ? ckey[i] : 0;
-  }
-  find_threshold<kCandPerThread>(ck, 1, none, k, sh);
-#pragma unroll
-  for (int j = 0; j < kCandPerThread; ++j) {  // contiguous: position order for the slots
-    const uint32_t i = threadIdx.x * kCandPerThread + j;
-    ck[j] = i < total ? ckey[i] : 0;
-  }
-  emit_selected<kCandPerThread>(ck, 1, none, sh, [&](int, int j, uint32_t kk, uint32_t slot) {
-    put(citem[threadIdx.x * kCandPerThread + j], kk, slot);
-  });
-  return true;
-}
+using namespace topk_detail;  // NOLINT: the selection machinery of cuda/topk_select.cuh
 
 // ---- sources: the keys of a row's items ----
 
@@ -441,8 +248,10 @@ class Scratch {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Whether the sampling filter almost surely keeps between k and kCand of `len` keys: it keeps
-// about 2k + len / 32 of them (r = 2 * share + 16 of 512 samples), +-10% or so.
-bool filter_fits(int64_t len, int64_t k) { return 4 * k <= kCand && len >= 4 * k && 2 * k + len / 32 <= 6144; }
+// about 2k + 16 len / kThreads of them (r = 2 * share + 16 of kThreads samples), +-10% or so.
+bool filter_fits(int64_t len, int64_t k) {
+  return 4 * k <= kCand && len >= 4 * k && 2 * k + 16 * len / kThreads <= kCand * 3 / 4;
+}
 
 // Positions per CTA of the first level for rows of m items. A row of up to two tiles that the
 // filter fits: one CTA (one launch, no scratch). Else the largest chunk of up to 4 tiles that the
@@ -496,24 +305,25 @@ __global__ void expand_kernel(const uint8_t* __restrict__ flags, int64_t rows, i
   }
 }
 
-// Fused candidate source (n <= 32 * kThreads, block size 32 / kNB): one CTA per row, positions
-// [32 t, 32 t + 32) in thread t; first the block selection (the row's mask), then the top-k.
+// Fused candidate source (n <= kTile, block size kP / kNB): one CTA per row, positions
+// [kP t, kP t + kP) in thread t; first the block selection (the row's mask), then the top-k.
 template <int kNB>
 __global__ void __launch_bounds__(kThreads)
     pool_topk_kernel(const float* __restrict__ s, const int64_t* __restrict__ reach, int64_t n, int64_t k, int64_t kb,
                      uint8_t* __restrict__ mask, int32_t* __restrict__ out, int* nan) {
-  constexpr int kBS = 32 / kNB;
+  constexpr int kP = kItems, kBS = kP / kNB;
+  static_assert(kP == 16, "the mask is written as one 16-byte store per thread");
   __shared__ SelectShared sh;
-  const int64_t row = blockIdx.x, first = static_cast<int64_t>(threadIdx.x) * 32, nb = (n + kBS - 1) / kBS;
+  const int64_t row = blockIdx.x, first = static_cast<int64_t>(threadIdx.x) * kP, nb = (n + kBS - 1) / kBS;
   const ScoreSource src{s, nullptr, n, nan};
-  uint32_t key[32], bkey[kNB];
-  src.load<32>(row, first, n, key);
+  uint32_t key[kP], bkey[kNB];
+  src.load<kP>(row, first, n, key);
 #pragma unroll
   for (int b = 0; b < kNB; ++b) {
     const int64_t blk = first / kBS + b;
     bkey[b] = blk < nb ? block_key(s, reach, row, n, kBS, blk) : 0;  // re-read from L1: NaN skipped
   }
-  const auto none32 = [](int, uint32_t(&)[32]) {};
+  const auto nonep = [](int, uint32_t(&)[kP]) {};
   const auto noneb = [](int, uint32_t(&)[kNB]) {};
   find_threshold<kNB>(bkey, 1, noneb, static_cast<uint32_t>(min(kb, nb)), sh);
   uint32_t keep = 0;  // bit b: block b of this thread kept
@@ -521,18 +331,17 @@ __global__ void __launch_bounds__(kThreads)
     if (kk > kNegInfKey) keep |= 1u << j;
   });
   uint8_t* mrow = mask + row * n;
-  if (first + 32 <= n && ((row * n + first) & 15) == 0 && (reinterpret_cast<uintptr_t>(mask) & 15) == 0) {
-    uint32_t w[8];
+  if (first + kP <= n && ((row * n + first) & 15) == 0 && (reinterpret_cast<uintptr_t>(mask) & 15) == 0) {
+    uint32_t w[4];
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
+    for (int q = 0; q < 4; ++q) {
       w[q] = 0;
 #pragma unroll
       for (int i = 0; i < 4; ++i) w[q] |= ((keep >> ((4 * q + i) / kBS)) & 1u) << (8 * i);
     }
-    reinterpret_cast<uint4*>(mrow + first)[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    reinterpret_cast<uint4*>(mrow + first)[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    *reinterpret_cast<uint4*>(mrow + first) = make_uint4(w[0], w[1], w[2], w[3]);
   } else {
-    for (int i = 0; i < 32 && first + i < n; ++i) mrow[first + i] = static_cast<uint8_t>((keep >> (i / kBS)) & 1u);
+    for (int i = 0; i < kP && first + i < n; ++i) mrow[first + i] = static_cast<uint8_t>((keep >> (i / kBS)) & 1u);
   }
   __syncthreads();
   if (k == 0) return;
@@ -543,9 +352,9 @@ __global__ void __launch_bounds__(kThreads)
   const auto key_at = [&](int64_t i) { return src.key_at(row, i); };
   extern __shared__ uint32_t filter_smem[];  // kFilterSmem bytes
   const uint32_t k32 = static_cast<uint32_t>(k);
-  if (filtered_select<32>(key, 1, n, none32, key_at, k32, sh, filter_smem, filter_smem + kCand, put)) return;
-  find_threshold<32>(key, 1, none32, k32, sh);
-  emit_selected<32>(key, 1, none32, sh, [&](int, int j, uint32_t kk, uint32_t slot) { put(first + j, kk, slot); });
+  if (filtered_select<kP>(key, 1, n, nonep, key_at, k32, sh, filter_smem, filter_smem + kCand, put)) return;
+  find_threshold<kP>(key, 1, nonep, k32, sh);
+  emit_selected<kP>(key, 1, nonep, sh, [&](int, int j, uint32_t kk, uint32_t slot) { put(first + j, kk, slot); });
 }
 
 __global__ void mask_scores_kernel(float* __restrict__ scores, const uint8_t* __restrict__ mask, int64_t n) {
@@ -591,10 +400,10 @@ void candidate_blocks(const float* scores, const int64_t* reach, int64_t rows, i
 void candidate_pool_topk(const float* scores, const int64_t* reach, int64_t rows, int64_t n, int64_t k,
                          int64_t topk_blocks, int64_t block_size, uint8_t* mask, int32_t* out, int* nan_flag) {
   if (rows * n == 0) return;
-  if (block_size == 8 && n <= 32 * int64_t{kThreads} && topk_blocks > 0 && k >= 0 && k <= n) {
-    DSV41_CUDA_CHECK(cudaFuncSetAttribute(pool_topk_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if (block_size == 8 && n <= kTile && topk_blocks > 0 && k >= 0 && k <= n) {
+    DSV41_CUDA_CHECK(cudaFuncSetAttribute(pool_topk_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kFilterSmem)));
-    pool_topk_kernel<4><<<static_cast<unsigned>(rows), kThreads, kFilterSmem>>>(scores, reach, n, k, topk_blocks,
+    pool_topk_kernel<2><<<static_cast<unsigned>(rows), kThreads, kFilterSmem>>>(scores, reach, n, k, topk_blocks,
                                                                                  mask, out, nan_flag);
     DSV41_CUDA_CHECK(cudaGetLastError());
     return;

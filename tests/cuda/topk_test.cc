@@ -253,7 +253,8 @@ TEST(CandidateBlocks, HardRows) {
 
 TEST(CandidatePoolTopk, EqualsReference) {  // the candidate source's mask and its own top-k at once
   DSV41_SKIP_WITHOUT_DEVICE();
-  for (Pattern p : {Pattern::kTinyRange, Pattern::kZeros, Pattern::kMostlyNegInf, Pattern::kSampleTrap}) {
+  for (Pattern p : {Pattern::kTinyRange, Pattern::kAllEqual, Pattern::kZeros, Pattern::kMostlyNegInf,
+                    Pattern::kSampleTrap}) {
     for (int64_t n : {5, 130, 16000, 16384, 20000}) {
       const Scores sc = hard_scores(3, n, p);
       for (int64_t tb : {int64_t{1}, int64_t{100}, int64_t{2048}}) {
