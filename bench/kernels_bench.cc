@@ -214,40 +214,86 @@ Row indexer_case(const Opts& o, int64_t T, int64_t n, const char* key, const std
   return r;
 }
 
-// Top-k (select_index_topk) or the candidate pool (select_candidate_blocks' mask) of rows x n.
-Row topk_case(const Opts& o, int64_t rows, int64_t n, bool pool, const char* key) {
-  Row r{key, pool ? "candidate pool (max of 8, top-2048 blocks)" : "top-512 (index_topk)",
-        std::to_string(rows) + " rows x " + std::to_string(n)};
+// Top-k and candidate pool cases (cuda/topk.cu), rows x n bf16 scores in (-2, 2) (many ties), every
+// row reaching n:
+//   kTopk         index_topk_async (select_index_topk), k 512; `chunk` forces the first level (0 auto)
+//   kPool         candidate_blocks (select_candidate_blocks' mask: max of 8, top-2048 blocks)
+//   kMaskedTopk   index_topk_async with the candidate mask of the row fused (apply_candidate_mask +
+//                 top-512, the later indexer layers)
+//   kPoolTopk     candidate_pool_topk: the candidate source's mask and its own top-512 (one kernel
+//                 for n <= 16384)
+//   kPoolTopkSplit the same outputs through candidate_blocks + index_topk_async (two launchers)
+// The NaN flag is read once after timing (no synchronization inside a timed launch). The check
+// covers the first (up to) 16 rows.
+enum class TopkKind { kTopk, kPool, kMaskedTopk, kPoolTopk, kPoolTopkSplit };
+
+Row topk_case(const Opts& o, int64_t rows, int64_t n, TopkKind kind, const char* key, int64_t chunk = 0) {
+  const bool topk = kind != TopkKind::kPool;
+  const bool mask_out = kind == TopkKind::kPool || kind == TopkKind::kPoolTopk || kind == TopkKind::kPoolTopkSplit;
+  const char* kernel = kind == TopkKind::kTopk         ? "top-512 (index_topk)"
+                       : kind == TopkKind::kPool       ? "candidate pool (max of 8, top-2048 blocks)"
+                       : kind == TopkKind::kMaskedTopk ? "top-512 of masked scores (mask fused)"
+                       : kind == TopkKind::kPoolTopk   ? "candidate pool + top-512, fused"
+                                                       : "candidate pool + top-512, two launchers";
+  const std::string note = chunk ? " (chunk " + std::to_string(chunk) + ")" : "";
+  Row r{key, kernel, std::to_string(rows) + " rows x " + std::to_string(n) + note};
   const int copies = copies_for(static_cast<std::size_t>(rows * n * 4));
   DeviceBuffer<float> s(static_cast<size_t>(copies * rows * n));
   DeviceBuffer<int64_t> reach(static_cast<size_t>(rows));
   DeviceBuffer<int32_t> idx(static_cast<size_t>(rows * 512));
-  DeviceBuffer<uint8_t> mask(pool ? static_cast<size_t>(rows * n) : 1);
+  DeviceBuffer<uint8_t> mask(static_cast<size_t>(rows * n));
+  DeviceBuffer<uint8_t> in_mask(kind == TopkKind::kMaskedTopk ? static_cast<size_t>(rows * n) : 1);
+  DeviceBuffer<int> nan(1);
   fill_bf16(s.get(), static_cast<int64_t>(s.size()), n, 21u, 0, 1);  // bf16 in (-2, 2): many ties
   fill_i64_const(reach.get(), rows, n);
-  bool no_nan = true;
+  nan.poison(0);
+  if (kind == TopkKind::kMaskedTopk) gpu::candidate_blocks(s.get(), reach.get(), rows, n, 2048, 8, in_mask.get());
   const auto run = [&](int c) {
     const float* in = s.get() + static_cast<size_t>(c) * rows * n;
-    if (pool) gpu::candidate_blocks(in, reach.get(), rows, n, 2048, 8, mask.get());
-    else no_nan = gpu::index_topk(in, reach.get(), rows, n, 512, idx.get()) && no_nan;
+    switch (kind) {
+      case TopkKind::kTopk:
+        gpu::index_topk_async(in, nullptr, reach.get(), rows, n, 512, idx.get(), nan.get(), chunk);
+        break;
+      case TopkKind::kPool: gpu::candidate_blocks(in, reach.get(), rows, n, 2048, 8, mask.get()); break;
+      case TopkKind::kMaskedTopk:
+        gpu::index_topk_async(in, in_mask.get(), reach.get(), rows, n, 512, idx.get(), nan.get(), chunk);
+        break;
+      case TopkKind::kPoolTopk:
+        gpu::candidate_pool_topk(in, reach.get(), rows, n, 512, 2048, 8, mask.get(), idx.get(), nan.get());
+        break;
+      case TopkKind::kPoolTopkSplit:
+        gpu::candidate_blocks(in, reach.get(), rows, n, 2048, 8, mask.get());
+        gpu::index_topk_async(in, nullptr, reach.get(), rows, n, 512, idx.get(), nan.get(), chunk);
+        break;
+    }
   };
   time_case(o, r, copies, run);
   run(0);
   gpu::synchronize();
-  Tensor<float> hs({rows, n}, download(s.get(), static_cast<size_t>(rows * n)), "scores");
-  const std::vector<int64_t> hreach(static_cast<size_t>(rows), n);
-  if (pool) {
+  const int64_t R = std::min<int64_t>(rows, 16);
+  Tensor<float> hs({R, n}, download(s.get(), static_cast<size_t>(R * n)), "scores");
+  const std::vector<int64_t> hreach(static_cast<size_t>(R), n);
+  std::string check;
+  if (mask_out) {
     const auto ref = reference::select_candidate_blocks(hs, hreach, 2048, 8, 0);
-    r.check = compare(download(mask.get(), static_cast<size_t>(rows * n)), ref.mask.data(), "mask values");
-  } else {
-    const auto ref = reference::select_index_topk(hs, hreach, 512, 0, 0, 4);
-    r.check = no_nan ? compare(download(idx.get(), static_cast<size_t>(rows * 512)), ref.idxs.data(), "indices")
-                     : "FAIL NaN reported";
+    check = compare(download(mask.get(), static_cast<size_t>(R * n)), ref.mask.data(), "mask values");
   }
-  r.fmt_amount = 4.0 * double(rows * n) + (pool ? double(rows * n) : 4.0 * rows * 512);
+  if (topk && (check.empty() || check.rfind("ok", 0) == 0)) {
+    if (kind == TopkKind::kMaskedTopk) {
+      const Tensor<uint8_t> m({R, n}, download(in_mask.get(), static_cast<size_t>(R * n)), "candidates");
+      reference::apply_candidate_mask(hs, {0, m}, 0);
+    }
+    const auto ref = reference::select_index_topk(hs, hreach, 512, 0, 0, 4);
+    const std::string c = compare(download(idx.get(), static_cast<size_t>(R * 512)), ref.idxs.data(), "indices");
+    check = check.empty() || c.rfind("ok", 0) != 0 ? c : check + " + " + c;
+  }
+  if (download(nan.get(), 1)[0] != 0) check = "FAIL NaN reported";
+  r.check = check;
+  r.fmt_amount = 4.0 * double(rows * n) + (mask_out ? double(rows * n) : 0.0) + (topk ? 4.0 * rows * 512 : 0.0) +
+                 (kind == TopkKind::kMaskedTopk ? double(rows * n) : 0.0);
   r.moved_bytes = r.fmt_amount;
-  if (pool) r.bar = "(with top-512) <= 15 us";
-  else r.bar = "<= 15 us", r.bar_us = 15;
+  if (rows == 64 && n == 16384 && topk) r.bar = "<= 15 us (compass: 6 us, pool fused)", r.bar_us = 15;
+  else r.bar = "—";
   return r;
 }
 
@@ -521,8 +567,16 @@ int run(const Opts& o) {
     if (idx64_ms > 0) T = std::clamp<int64_t>(static_cast<int64_t>(1000.0 / idx64_ms) * 64, 64, 4096);
     return indexer_case(o, T, 16384, "idx_prefill", T < 4096 ? " (of the 4096 of the issue)" : "");
   });
-  add("topk_decode", [&] { return topk_case(o, 64, 16384, false, "topk_decode"); });
-  add("pool_decode", [&] { return topk_case(o, 64, 262144, true, "pool_decode"); });
+  using TK = TopkKind;
+  add("topk_decode", [&] { return topk_case(o, 64, 16384, TK::kTopk, "topk_decode"); });
+  add("topk_decode_c8192", [&] { return topk_case(o, 64, 16384, TK::kTopk, "topk_decode_c8192", 8192); });
+  add("topk_decode_c4096", [&] { return topk_case(o, 64, 16384, TK::kTopk, "topk_decode_c4096", 4096); });
+  add("topk_masked_decode", [&] { return topk_case(o, 64, 16384, TK::kMaskedTopk, "topk_masked_decode"); });
+  add("pool_topk_decode", [&] { return topk_case(o, 64, 16384, TK::kPoolTopk, "pool_topk_decode"); });
+  add("pool_topk_split_decode", [&] { return topk_case(o, 64, 16384, TK::kPoolTopkSplit, "pool_topk_split_decode"); });
+  add("pool_decode", [&] { return topk_case(o, 64, 262144, TK::kPool, "pool_decode"); });
+  add("topk_long", [&] { return topk_case(o, 4, 524288, TK::kTopk, "topk_long"); });
+  add("topk_rows_long", [&] { return topk_case(o, 256, 131072, TK::kTopk, "topk_rows_long"); });
   add("attn_decode", [&] { return attention_case(o, 64, "attn_decode"); });
   add("attn_b1", [&] { return attention_case(o, 1, "attn_b1"); });
   add("attn_prefill", [&] { return attention_case(o, 0, "attn_prefill"); });

@@ -137,13 +137,24 @@ struct IndexScoresPath {
 IndexScoresPath index_scores_last_path();
 
 // ---- topk.cu ----
-// select_index_topk (offset 0): scores [rows, n] (no NaN: returns false when one is met, out
-// untouched), reach [rows] on the device, k = min(index_topk, n) -> out [rows, k] int32: the k best
-// positions (value descending, lower index first) in ascending order, -1 from reach[t] on.
+// select_index_topk (offset 0): scores [rows, n] (no NaN: returns false when one is met, out then
+// unspecified), reach [rows] on the device, k = min(index_topk, n) -> out [rows, k] int32: the k
+// best positions (value descending, lower index first) in ascending order, -1 from reach[t] on.
+// Synchronizes (the NaN answer).
 bool index_topk(const float* scores, const int64_t* reach, int64_t rows, int64_t n, int64_t k, int32_t* out);
+// index_topk without a synchronization: a NaN sets *nan_flag = 1 (device int, never cleared);
+// mask [rows, n] uint8 or nullptr: positions with mask 0 count as -inf (apply_candidate_mask fused,
+// the scores are not written). chunk: positions per CTA of the first level (0 = automatic; a
+// bench knob). 0 <= k <= n.
+void index_topk_async(const float* scores, const uint8_t* mask, const int64_t* reach, int64_t rows, int64_t n,
+                      int64_t k, int32_t* out, int* nan_flag, int64_t chunk = 0);
 // select_candidate_blocks' mask: scores [rows, n], reach [rows] (device) -> mask [rows, n] uint8.
 void candidate_blocks(const float* scores, const int64_t* reach, int64_t rows, int64_t n, int64_t topk_blocks,
                       int64_t block_size, uint8_t* mask);
+// The candidate-source layer's two outputs of the same scores: candidate_blocks' mask and the
+// index_topk_async picks (k <= n); one kernel when block_size == 8 and n <= 16384.
+void candidate_pool_topk(const float* scores, const int64_t* reach, int64_t rows, int64_t n, int64_t k,
+                         int64_t topk_blocks, int64_t block_size, uint8_t* mask, int32_t* out, int* nan_flag);
 // apply_candidate_mask: scores[i] = -inf where mask[i] == 0, i < n (in place).
 void mask_scores(float* scores, const uint8_t* mask, int64_t n);
 
