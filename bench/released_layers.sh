@@ -15,8 +15,8 @@
 #
 # Usage: bench/released_layers.sh [--dsv41 BIN] [--base full|FILE] [--kinds a,b,...] [--sides A,B]
 #          [--prompt P] [--decode D] [--weight-seed S] [--seed S] [--threads N] [--out DIR]
-# Defaults: build/dsv41, full, every kind, ref,cuda (ref,ref@alone when the binary has no cuda
-# backend: the reference on both sides), P 8, D 2, weight seed 1, out released-layers.
+# Defaults: build/dsv41, full, every kind, ref,cuda where nvidia-smi exists (else ref,ref@alone:
+# the reference on both sides), P 8, D 2, weight seed 1, out released-layers.
 # Exit: 0 when every kind passed, 1 when one diverged, 2 on an error.
 set -uo pipefail
 
@@ -44,7 +44,7 @@ done
 ((prompt >= 1)) || { echo "released_layers.sh: --prompt must be at least 1" >&2; exit 2; }
 if [[ -z $kinds ]]; then kinds=$("$bin" layer-config --list | awk '{print $1}' | paste -sd, -); fi
 if [[ -z $sides ]]; then
-  if "$bin" run --list 2>/dev/null | grep -q '^  cuda:' && command -v nvidia-smi >/dev/null; then sides=ref,cuda
+  if command -v nvidia-smi >/dev/null; then sides=ref,cuda
   else sides=ref,ref@alone; fi
 fi
 mkdir -p "$out" || exit 2

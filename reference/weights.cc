@@ -334,8 +334,8 @@ uint8_t generated_fp4_code(int64_t k) {
     return t;
   }();
   const int64_t a = k < 0 ? -k : k;
-  uint8_t mag = 0;
-  while (mag < 7 && a >= thr[mag]) ++mag;
+  int mag = 0;  // the thresholds reached, counted without branches (the draws are random)
+  for (int c = 0; c < 7; ++c) mag += static_cast<int>(a >= thr[static_cast<size_t>(c)]);
   return static_cast<uint8_t>((k < 0 ? 0x8 : 0) | mag);
 }
 
