@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <set>
 #include <utility>
@@ -220,11 +221,25 @@ ModelWeights ModelWeights::load(const SafetensorsFile& f, const ModelConfig& c, 
     const int E = n_experts(c, l);
     m.gate = lin(p + "ffn.gate", DType::kBF16, E, dim);
     m.gate_bias = vec(p + "ffn.gate.bias");
-    for (int e = 0; e < E; ++e) {
+    m.w1.resize(static_cast<size_t>(E));
+    m.w2.resize(static_cast<size_t>(E));
+    m.w3.resize(static_cast<size_t>(E));
+    // The bulk of a layer's bytes: experts on the reference's threads; an error is the lowest
+    // expert's, as a serial load would raise it.
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(E));
+    parallel_for(E, [&](int64_t e) {
       const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-      m.w1.push_back(lin(ep + "w1", DType::kF4, c.moe_inter_dim, dim));
-      m.w2.push_back(lin(ep + "w2", DType::kF4, dim, c.moe_inter_dim));
-      m.w3.push_back(lin(ep + "w3", DType::kF4, c.moe_inter_dim, dim));
+      const size_t i = static_cast<size_t>(e);
+      try {
+        m.w1[i] = lin(ep + "w1", DType::kF4, c.moe_inter_dim, dim);
+        m.w2[i] = lin(ep + "w2", DType::kF4, dim, c.moe_inter_dim);
+        m.w3[i] = lin(ep + "w3", DType::kF4, c.moe_inter_dim, dim);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+    for (const std::exception_ptr& err : errors) {
+      if (err) std::rethrow_exception(err);
     }
     m.s_w1 = lin(p + "ffn.shared_experts.w1", DType::kF8E4M3, c.moe_inter_dim, dim);
     m.s_w2 = lin(p + "ffn.shared_experts.w2", DType::kF8E4M3, dim, c.moe_inter_dim);
