@@ -108,8 +108,7 @@ class SideRunner {
   static double since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  // Wall time of this side (RunOptions::time_sides): making its backends (the model and, for a
-  // device backend, its weight mirror), and its steps, drafts and rounds (hooked captures included).
+  // Wall time of this side (RunOptions::time_sides): making its backends; its steps and rounds.
   double setup_seconds = 0, step_seconds = 0;
 
   // What any of this side's backends could not show ("" when nothing is missing).
