@@ -119,8 +119,9 @@ void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<refe
                        const std::function<void(const float*, size_t)>& f,
                        const std::function<void(const uint8_t*, size_t)>& bytes) {
   const auto v = [&f](const std::vector<float>& x) { f(x.data(), x.size()); };
-  const auto lin = [&v](const reference::LinearWeight& w) {
+  const auto lin = [&v, &bytes](const reference::LinearWeight& w) {
     if (!w.w.empty()) v(w.w);
+    if (w.is_packed()) bytes(w.packed.data(), w.packed.size());  // F4 codes, decoded per call
     if (!w.scale.empty()) v(w.scale);
   };
   v(wt.embed.data());

@@ -27,10 +27,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The reference's shape contract of a linear (reference/linear.cc check_input_shape).
 bool linear_shape_ok(const Tensor<float>& x, const LinearWeight& w) {
-  if (!(x.rank() == 2 && x.dim(1) == w.in && w.out > 0 && w.in > 0 &&
-        static_cast<int64_t>(w.w.size()) == w.out * w.in)) {
-    return false;
-  }
+  const bool values_ok = w.is_packed() ? w.dtype == DType::kF4 && w.w.empty() &&
+                                             static_cast<int64_t>(w.packed.size()) * 2 == w.out * w.in
+                                       : static_cast<int64_t>(w.w.size()) == w.out * w.in;
+  if (!(x.rank() == 2 && x.dim(1) == w.in && w.out > 0 && w.in > 0 && values_ok)) return false;
   int64_t scales = 0;
   if (w.dtype == DType::kF8E4M3) scales = ceil_div(w.out, 32) * ceil_div(w.in, 32);
   if (w.dtype == DType::kF4) scales = w.out * (w.in / 32);
@@ -71,9 +71,16 @@ Tensor<float> CudaOps::linear_path(const char* op, const Tensor<float>& x, const
   const bool tile = w.dtype == DType::kF8E4M3;
   DevIn<float> in(x);
   Tensor<float> y = device_tensor<float>({x.dim(0), w.out}, w.name + ".y");
-  const Mirror wm = mirror(w.w);
+  // A packed F4 weight (reference/linear.h): its prepared byte mirror decoded to this call's values.
+  const Mirror wm = w.is_packed() ? Mirror{} : mirror(w.w);
+  std::unique_ptr<DeviceBuffer<float>> unpacked;
+  if (w.is_packed()) {
+    const MirrorOf<uint8_t> pm = mirror(w.packed);
+    unpacked = std::make_unique<DeviceBuffer<float>>(static_cast<size_t>(w.out * w.in));
+    gpu::unpack_f4(pm.get(), w.out * w.in, unpacked->get());
+  }
   const Mirror sm = quantized ? mirror(w.scale) : Mirror{};
-  const float* wv = wm.get();
+  const float* wv = unpacked ? unpacked->get() : wm.get();
   const float* ws = quantized ? sm.get() : nullptr;
   int status = 0;
   if (!fp32 && quantized) {

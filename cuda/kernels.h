@@ -23,6 +23,10 @@ void copy_cols(const float* x, int64_t T, int64_t w, float* y, int64_t width, in
 // y[i] += b[i], i < n (fp32, one add each: add_markov_bias).
 void add_in_place(float* y, const float* b, int64_t n);
 
+// ---- fp4_unpack.cu ----
+// packed [n/2] bytes (two E2M1 codes each, low nibble first; n even) -> values [n] fp32 (exact).
+void unpack_f4(const uint8_t* packed, int64_t n, float* values);
+
 // ---- embedding.cu ----
 // tokens [T] (checked on the host), table [vocab, dim] -> stream [T, hc, dim].
 void embed(const int64_t* tokens, int64_t T, const float* table, int64_t dim, int64_t hc, float* stream);

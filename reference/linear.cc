@@ -40,10 +40,15 @@ void check_bf16_input(const Tensor<float>& x, const LinearWeight& w) {
 void check_input_shape(const Tensor<float>& x, const LinearWeight& w) {
   DSV41_CHECK(x.rank() == 2 && x.dim(1) == w.in, "linear '", w.name, "': input '", x.name(),
               "' must be [T, ", w.in, "], got ", shape_string(x.shape()));
-  DSV41_CHECK(w.out > 0 && w.in > 0 &&
-                  static_cast<int64_t>(w.w.size()) == w.out * w.in,
-              "linear '", w.name, "': weight holds ", w.w.size(), " values for [", w.out, ", ",
-              w.in, "]");
+  if (w.is_packed()) {
+    DSV41_CHECK(w.dtype == DType::kF4 && w.w.empty() && w.out > 0 && w.in > 0 && w.in % 2 == 0 &&
+                    static_cast<int64_t>(w.packed.size()) * 2 == w.out * w.in,
+                "linear '", w.name, "': packed weight (", dtype_name(w.dtype), ") holds ", w.packed.size(),
+                " bytes and ", w.w.size(), " values for [", w.out, ", ", w.in, "]; only F4 is held packed");
+  } else {
+    DSV41_CHECK(w.out > 0 && w.in > 0 && static_cast<int64_t>(w.w.size()) == w.out * w.in, "linear '", w.name,
+                "': weight holds ", w.w.size(), " values for [", w.out, ", ", w.in, "]");
+  }
   int64_t scales = 0;
   if (w.dtype == DType::kF8E4M3) scales = ceil_div(w.out, kBlock) * ceil_div(w.in, kBlock);
   if (w.dtype == DType::kF4) scales = w.out * (w.in / kBlock);
@@ -88,6 +93,26 @@ void block_scaled_outputs(const float* __restrict a, const float* __restrict as,
   }
 }
 
+// block_scaled_outputs for a packed F4 weight: each 32-code block is decoded exactly to its E2M1
+// values first, then the same exact partial and the same fp32 accumulation: the same bits.
+// packed: [out, in/2] bytes (two codes each, low nibble first); wscale: [out, in/32].
+void block_scaled_outputs_packed(const float* a, const float* as, const uint8_t* packed, const float* wscale,
+                                 int64_t in, int64_t o_begin, int64_t o_end, float* y) {
+  const int64_t nkb = in / kBlock;
+  float b[kBlock];
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    const float* ws = wscale + o * nkb;
+    float acc = 0.0f;
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      unpack_f4_values(packed, o * in + kb * kBlock, kBlock, b);
+      const float partial = dot_exact_f32(a + kb * kBlock, b, kBlock);
+      const float scaled = (partial * as[kb]) * ws[kb];
+      acc += scaled;
+    }
+    y[o] = round_to_bf16(acc);
+  }
+}
+
 Tensor<float> block_scaled_linear(const Tensor<float>& x, const LinearWeight& w) {
   const int64_t T = x.dim(0), in = w.in, out = w.out, nkb = in / kBlock;
   Tensor<float> xq({T, in}, w.name + ".x_q");     // E4M3 values
@@ -103,8 +128,13 @@ Tensor<float> block_scaled_linear(const Tensor<float>& x, const LinearWeight& w)
   const int64_t chunks = ceil_div(out, kOutChunk);
   parallel_for(T * chunks, [&](int64_t item) {
     const int64_t t = item / chunks, o_begin = (item % chunks) * kOutChunk;
-    block_scaled_outputs(xq.row(t), xs.row(t), w.w.data(), w.scale.data(), w.dtype == DType::kF8E4M3, in, o_begin,
-                         std::min(out, o_begin + kOutChunk), y.row(t));
+    if (w.is_packed()) {
+      block_scaled_outputs_packed(xq.row(t), xs.row(t), w.packed.data(), w.scale.data(), in, o_begin,
+                                  std::min(out, o_begin + kOutChunk), y.row(t));
+    } else {
+      block_scaled_outputs(xq.row(t), xs.row(t), w.w.data(), w.scale.data(), w.dtype == DType::kF8E4M3, in, o_begin,
+                           std::min(out, o_begin + kOutChunk), y.row(t));
+    }
   });
   return y;
 }
@@ -146,6 +176,18 @@ Tensor<float> plain_linear(const Tensor<float>& x, const LinearWeight& w, const 
 
 }  // namespace
 
+void unpack_f4_values(const uint8_t* packed, int64_t first, int64_t n, float* out) {
+  static const float* const lut = [] {
+    static float v[16];
+    for (int c = 0; c < 16; ++c) v[c] = formats::e2m1_decode(static_cast<uint8_t>(c));
+    return v;
+  }();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t e = first + i;
+    out[i] = lut[(packed[e >> 1] >> ((e & 1) * 4)) & 0xF];
+  }
+}
+
 void act_quant_row(const float* x, int64_t in, float* code_values, float* scales) {
   DSV41_CHECK(in > 0 && in % kBlock == 0, "act_quant: row length must be a positive multiple of 32, got ", in);
   uint8_t codes[kBlock];
@@ -184,12 +226,11 @@ Tensor<float> linear_fp32(const Tensor<float>& x, const LinearWeight& w) {
               "': unsupported weight dtype ", dtype_name(w.dtype));
   // Quantized weights: the dequantized value code * scale (exact in fp32). The official code
   // never takes this path; it is defined so that every LinearWeight has an fp32 product.
-  std::vector<float> deq(w.w.size());
+  std::vector<float> deq(static_cast<size_t>(w.out * w.in));
+  if (w.is_packed()) unpack_f4_values(w.packed.data(), 0, w.out * w.in, deq.data());
+  else deq = w.w;
   for (int64_t o = 0; o < w.out; ++o) {
-    for (int64_t i = 0; i < w.in; ++i) {
-      deq[static_cast<size_t>(o * w.in + i)] =
-          w.w[static_cast<size_t>(o * w.in + i)] * weight_scale(w, o, i / kBlock);
-    }
+    for (int64_t i = 0; i < w.in; ++i) deq[static_cast<size_t>(o * w.in + i)] *= weight_scale(w, o, i / kBlock);
   }
   return plain_linear(x, w, deq, /*to_bf16=*/false);
 }

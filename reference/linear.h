@@ -44,8 +44,18 @@ struct LinearWeight {
   std::vector<float> w;      // [out, in] element values (E4M3 / E2M1 / bf16 / fp32 values)
   std::vector<float> scale;  // F8_E4M3: [ceil(out/32), ceil(in/32)] E8M0 values;
                              // F4: [out, in/32] E8M0 values; empty for BF16/F32
+  // F4 held packed (load_linear with pack_fp4, reference/weights.h; docs/released-dims.md):
+  // [out, in/2] bytes, two E2M1 codes per byte, element 2j in the low nibble (the checkpoint's own
+  // bytes), and `w` is then empty: 1/8 of the memory of `w`. Every linear gives the same bits for
+  // either form (the code values are decoded exactly, 32 at a time).
+  std::vector<uint8_t> packed;
+  bool is_packed() const { return !packed.empty(); }
   // (Loaded from a checkpoint by load_linear, reference/weights.h.)
 };
+
+// The E2M1 values of `n` elements of a packed F4 weight starting at flat element `first` (even):
+// packed bytes -> out [n] fp32 (exact).
+void unpack_f4_values(const uint8_t* packed, int64_t first, int64_t n, float* out);
 
 // y = x W^T with the official dtype semantics above.
 // x: [T, in] (bf16 values for F8/F4/BF16 weights) -> [T, out] (bf16 values, or fp32 for F32).

@@ -1,12 +1,16 @@
 #include "reference/weights.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <set>
 #include <utility>
 
 #include "formats/error.h"
 #include "formats/minifloat.h"
+#include "reference/numerics.h"
 
 namespace dsv41::reference {
 namespace {
@@ -142,11 +146,11 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c, DType head_dtype)
   return b.specs;
 }
 
-ModelWeights ModelWeights::load(const std::string& path, const ModelConfig& c) {
-  return load(SafetensorsFile::read(path), c);
+ModelWeights ModelWeights::load(const std::string& path, const ModelConfig& c, bool pack_fp4) {
+  return load(SafetensorsFile::read(path), c, pack_fp4);
 }
 
-ModelWeights ModelWeights::load(const SafetensorsFile& f, const ModelConfig& c) {
+ModelWeights ModelWeights::load(const SafetensorsFile& f, const ModelConfig& c, bool pack_fp4) {
   const std::string& path = f.path();
   const DType head_dtype = f.contains("head.weight") ? f.get("head.weight").dtype : DType::kF32;
   if (head_dtype != DType::kF32 && head_dtype != DType::kBF16) {
@@ -169,7 +173,7 @@ ModelWeights ModelWeights::load(const SafetensorsFile& f, const ModelConfig& c) 
   const int64_t dim = c.dim, H = c.n_heads, D = c.head_dim, G = c.o_groups;
   auto vec = [&](const std::string& n) { return values_of(f.get(n)); };
   auto lin = [&](const std::string& p, DType d, int64_t out, int64_t in) {
-    return load_linear(f, p, d, out, in);
+    return load_linear(f, p, d, out, in, pack_fp4);
   };
 
   ModelWeights w;
@@ -217,11 +221,25 @@ ModelWeights ModelWeights::load(const SafetensorsFile& f, const ModelConfig& c) 
     const int E = n_experts(c, l);
     m.gate = lin(p + "ffn.gate", DType::kBF16, E, dim);
     m.gate_bias = vec(p + "ffn.gate.bias");
-    for (int e = 0; e < E; ++e) {
+    m.w1.resize(static_cast<size_t>(E));
+    m.w2.resize(static_cast<size_t>(E));
+    m.w3.resize(static_cast<size_t>(E));
+    // The bulk of a layer's bytes: experts on the reference's threads; an error is the lowest
+    // expert's, as a serial load would raise it.
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(E));
+    parallel_for(E, [&](int64_t e) {
       const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-      m.w1.push_back(lin(ep + "w1", DType::kF4, c.moe_inter_dim, dim));
-      m.w2.push_back(lin(ep + "w2", DType::kF4, dim, c.moe_inter_dim));
-      m.w3.push_back(lin(ep + "w3", DType::kF4, c.moe_inter_dim, dim));
+      const size_t i = static_cast<size_t>(e);
+      try {
+        m.w1[i] = lin(ep + "w1", DType::kF4, c.moe_inter_dim, dim);
+        m.w2[i] = lin(ep + "w2", DType::kF4, dim, c.moe_inter_dim);
+        m.w3[i] = lin(ep + "w3", DType::kF4, c.moe_inter_dim, dim);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+    for (const std::exception_ptr& err : errors) {
+      if (err) std::rethrow_exception(err);
     }
     m.s_w1 = lin(p + "ffn.shared_experts.w1", DType::kF8E4M3, c.moe_inter_dim, dim);
     m.s_w2 = lin(p + "ffn.shared_experts.w2", DType::kF8E4M3, dim, c.moe_inter_dim);
@@ -255,7 +273,7 @@ ModelWeights ModelWeights::load(const SafetensorsFile& f, const ModelConfig& c) 
 }
 
 LinearWeight load_linear(const SafetensorsFile& file, const std::string& prefix, DType dtype, int64_t out,
-                         int64_t in) {
+                         int64_t in, bool pack_fp4) {
   DSV41_CHECK(out > 0 && in > 0, "linear '", prefix, "': shape [", out, ", ", in, "] must be positive");
   LinearWeight lw;
   lw.name = prefix;
@@ -272,7 +290,8 @@ LinearWeight load_linear(const SafetensorsFile& file, const std::string& prefix,
       break;
     case DType::kF4:
       DSV41_CHECK(in % 32 == 0, "linear '", prefix, "': F4 weights need in % 32 == 0, got in=", in);
-      lw.w = file.get(wname, DType::kF4, {out, in}).to_f32();
+      if (pack_fp4) lw.packed = file.get(wname, DType::kF4, {out, in}).bytes;  // [out, in/2]
+      else lw.w = file.get(wname, DType::kF4, {out, in}).to_f32();
       lw.scale = file.get(sname, DType::kF8E8M0, {out, in / 32}).to_f32();
       break;
     case DType::kBF16:
@@ -309,6 +328,32 @@ EngramTableRef engram_table(const safetensors::Entry& weight, const safetensors:
 
 // ---------------------------------------------------------------- generator
 
+int64_t uniform_numerator(uint64_t draw) { return static_cast<int64_t>(draw >> 40) - (int64_t{1} << 23); }
+
+uint8_t generated_fp4_code(int64_t k) {
+  // |6 k 2^-23| grows with |k| and E2M1 rounding is monotone, so the magnitude code is the number
+  // of thresholds |k| reaches: thr[c] = the least |k| whose code is > c, found once by bisection
+  // with the encoder itself. The sign: 6 k 2^-23 is negative for k < 0 (a zero magnitude keeps its
+  // sign: 0x8), and k = 0 is +0.
+  static const std::array<int64_t, 7> thr = [] {
+    std::array<int64_t, 7> t{};
+    for (uint8_t c = 0; c < 7; ++c) {
+      int64_t lo = 0, hi = int64_t{1} << 23;  // code(lo) <= c < code(hi) (|6 * 1| = 6 is code 7)
+      while (hi - lo > 1) {
+        const int64_t mid = (lo + hi) / 2;
+        const uint8_t code = formats::e2m1_encode(6.0f * (static_cast<float>(mid) * 0x1p-23f));
+        (code > c ? hi : lo) = mid;
+      }
+      t[c] = hi;
+    }
+    return t;
+  }();
+  const int64_t a = k < 0 ? -k : k;
+  int mag = 0;  // the thresholds reached, counted without branches (the draws are random)
+  for (int c = 0; c < 7; ++c) mag += static_cast<int>(a >= thr[static_cast<size_t>(c)]);
+  return static_cast<uint8_t>((k < 0 ? 0x8 : 0) | mag);
+}
+
 namespace {
 
 // SplitMix64 (Steele, Lea, Flood 2014): a fixed, portable stream.
@@ -320,8 +365,8 @@ struct SplitMix64 {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
-  // Uniform in [-1, 1) with 24 random bits: exact in fp32.
-  float uniform() { return static_cast<float>(static_cast<int64_t>(next() >> 40) - (1 << 23)) * 0x1p-23f; }
+  // Uniform in [-1, 1) with 24 random bits: exact in fp32 (uniform_numerator(next()) * 2^-23).
+  float uniform() { return static_cast<float>(uniform_numerator(next())) * 0x1p-23f; }
 };
 
 uint64_t fnv1a(const std::string& s) {
@@ -333,60 +378,94 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-void put_f32(std::vector<uint8_t>& out, float v) {
-  const uint32_t u = f32_bits(v);
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(u >> (8 * i)));
-}
-void put_bf16(std::vector<uint8_t>& out, float v) {
-  const uint16_t u = formats::bf16_encode(v);
-  out.push_back(static_cast<uint8_t>(u & 0xFF));
-  out.push_back(static_cast<uint8_t>(u >> 8));
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Values for one tensor: the name decides the distribution (norm weights near 1, sinks and
-// biases small, matrices uniform with a 1/sqrt(in) spread; quantized tensors store codes whose
-// scale bytes put the dequantized spread at 1/sqrt(in)).
-StEntry make_tensor(const TensorSpec& s, uint64_t seed) {
-  SplitMix64 rng{seed ^ fnv1a(s.name)};
-  StEntry t;
-  t.name = s.name;
-  t.dtype = s.dtype;
-  t.shape = s.shape;
-  const int64_t n = t.numel();
+// The value-per-draw dtypes (F32, BF16, F8_E4M3, F4): element i takes draw i of the tensor's
+// stream, so a range of elements can be made on its own (SplitMix64 jumps: after i draws the state
+// is s0 + i * gamma) and a large tensor is made in parallel chunks, the same bytes as in one pass.
+bool one_draw_per_value(DType d) {
+  return d == DType::kF32 || d == DType::kBF16 || d == DType::kF8E4M3 || d == DType::kF4;
+}
+
+// Elements [first, last) of spec s (first even for F4) into out (the tensor's bytes).
+void fill_values(const TensorSpec& s, uint64_t s0, int64_t first, int64_t last, uint8_t* out) {
+  SplitMix64 rng{s0 + static_cast<uint64_t>(first) * 0x9E3779B97F4A7C15ull};
   const int64_t in = s.shape.size() >= 2 ? s.shape.back() : 1;
   const float spread = 1.0f / std::sqrt(static_cast<float>(in));
   const bool is_norm = ends_with(s.name, "norm.weight") || ends_with(s.name, "q_weight") ||
                        ends_with(s.name, "k_weight");
   switch (s.dtype) {
     case DType::kF32:
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) {
+    case DType::kBF16: {
+      // The distribution is chosen once per tensor (by name).
+      enum { kNorm, kScale, kSmall, kUnit, kSpread } kind = kSpread;
+      if (is_norm) kind = kNorm;
+      else if (ends_with(s.name, "_scale")) kind = kScale;
+      else if (ends_with(s.name, "_base") || ends_with(s.name, "bias") || ends_with(s.name, "attn_sink")) kind = kSmall;
+      else if (s.name == "embed.weight" || ends_with(s.name, "markov_head.embed.weight")) kind = kUnit;
+      const float spread3 = spread * std::sqrt(3.0f);  // spread * sqrt(3) * u, left to right
+      const int width = s.dtype == DType::kF32 ? 4 : 2;
+      for (int64_t i = first; i < last; ++i) {
+        const float u = rng.uniform();
         float v;
-        if (is_norm) v = 1.0f + 0.25f * rng.uniform();
-        else if (ends_with(s.name, "_scale")) v = 0.5f + 0.25f * rng.uniform();
-        else if (ends_with(s.name, "_base") || ends_with(s.name, "bias") || ends_with(s.name, "attn_sink"))
-          v = 0.5f * rng.uniform();
-        else if (s.name == "embed.weight" || ends_with(s.name, "markov_head.embed.weight"))
-          v = rng.uniform();
-        else v = spread * std::sqrt(3.0f) * rng.uniform();
-        if (s.dtype == DType::kF32) put_f32(t.bytes, v);
-        else put_bf16(t.bytes, v);
+        switch (kind) {
+          case kNorm: v = 1.0f + 0.25f * u; break;
+          case kScale: v = 0.5f + 0.25f * u; break;
+          case kSmall: v = 0.5f * u; break;
+          case kUnit: v = u; break;
+          default: v = spread3 * u; break;
+        }
+        const uint32_t b = width == 4 ? f32_bits(v) : formats::bf16_encode(v);
+        for (int k = 0; k < width; ++k) out[i * width + k] = static_cast<uint8_t>(b >> (8 * k));
       }
       break;
+    }
     case DType::kF8E4M3:  // codes of ~U(-64, 64); the .scale tensor sets the magnitude
-      for (int64_t i = 0; i < n; ++i) t.bytes.push_back(formats::e4m3_encode_satfinite(64.0f * rng.uniform()));
+      for (int64_t i = first; i < last; ++i) out[i] = formats::e4m3_encode_satfinite(64.0f * rng.uniform());
       break;
-    case DType::kF4:
-      for (int64_t i = 0; i < n; i += 2) {
-        const uint8_t lo = formats::e2m1_encode(6.0f * rng.uniform());
-        const uint8_t hi = formats::e2m1_encode(6.0f * rng.uniform());
-        t.bytes.push_back(static_cast<uint8_t>(lo | (hi << 4)));
+    case DType::kF4:  // codes of ~U(-6, 6): e2m1_encode(6.0f * rng.uniform()), by its thresholds
+      for (int64_t i = first; i < last; i += 2) {
+        const uint8_t lo = generated_fp4_code(uniform_numerator(rng.next()));
+        const uint8_t hi = generated_fp4_code(uniform_numerator(rng.next()));
+        out[i / 2] = static_cast<uint8_t>(lo | (hi << 4));
       }
       break;
+    default:
+      DSV41_FAIL("generate_weights: '", s.name, "' is not a value-per-draw tensor");
+  }
+}
+
+// A tensor of at least this many values is made in parallel chunks of kChunkValues.
+constexpr int64_t kParallelValues = int64_t{1} << 22, kChunkValues = int64_t{1} << 20;
+
+// Values for one tensor: the name decides the distribution (norm weights near 1, sinks and
+// biases small, matrices uniform with a 1/sqrt(in) spread; quantized tensors store codes whose
+// scale bytes put the dequantized spread at 1/sqrt(in)).
+StEntry make_tensor(const TensorSpec& s, uint64_t seed) {
+  const uint64_t s0 = seed ^ fnv1a(s.name);
+  SplitMix64 rng{s0};
+  StEntry t;
+  t.name = s.name;
+  t.dtype = s.dtype;
+  t.shape = s.shape;
+  const int64_t n = t.numel();
+  switch (s.dtype) {
+    case DType::kF32:
+    case DType::kBF16:
+    case DType::kF8E4M3:
+    case DType::kF4: {
+      t.bytes.resize(static_cast<size_t>(stored_bytes(s.dtype, n)));
+      if (n < kParallelValues) {
+        fill_values(s, s0, 0, n, t.bytes.data());
+      } else {  // (serial when called inside a parallel_for, reference/numerics.h)
+        parallel_for((n + kChunkValues - 1) / kChunkValues, [&](int64_t c) {
+          fill_values(s, s0, c * kChunkValues, std::min(n, (c + 1) * kChunkValues), t.bytes.data());
+        });
+      }
+      break;
+    }
     case DType::kF8E8M0: {
       // The scales of a weight whose codes are ~U(-64, 64) (fp8, rms 64/sqrt(3)) or E2M1 codes of
       // ~U(-6, 6) (fp4, rms ~6/sqrt(3)), so that the dequantized rms is ~1/sqrt(in) (the weight's
@@ -409,6 +488,7 @@ StEntry make_tensor(const TensorSpec& s, uint64_t seed) {
       const double r = below ? 2.0 * m : m;
       const double q = (4.0 - r * r) / 3.75;  // in (0.53, 0.94]
       const int64_t low = static_cast<int64_t>(std::floor(q * static_cast<double>(n) + 0.5));
+      t.bytes.reserve(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) t.bytes.push_back(static_cast<uint8_t>(127 + e + (i < low ? -1 : 1)));
       for (int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates with the tensor's stream
         const int64_t j = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(i + 1));
@@ -427,8 +507,18 @@ StEntry make_tensor(const TensorSpec& s, uint64_t seed) {
 }  // namespace
 
 std::vector<StEntry> generate_weights(const ModelConfig& c, uint64_t seed) {
-  std::vector<StEntry> out;
-  for (const TensorSpec& s : expected_tensors(c)) out.push_back(make_tensor(s, seed));
+  const std::vector<TensorSpec> specs = expected_tensors(c);
+  std::vector<StEntry> out(specs.size());
+  std::vector<size_t> small;  // made over tensors; the large ones each over chunks of values
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const bool large = one_draw_per_value(specs[i].dtype) && Tensor<float>::count(specs[i].shape) >= kParallelValues;
+    if (large) out[i] = make_tensor(specs[i], seed);
+    else small.push_back(i);
+  }
+  parallel_for(static_cast<int64_t>(small.size()), [&](int64_t k) {
+    const size_t i = small[static_cast<size_t>(k)];
+    out[i] = make_tensor(specs[i], seed);
+  });
   return out;
 }
 

@@ -94,15 +94,18 @@ struct ModelWeights {
   std::vector<BlockWeights> blocks;  // [total_layers]: backbone then DSpark blocks
   DSparkWeights dspark;
 
-  // Loads and checks every tensor; extra tensors are an error.
-  static ModelWeights load(const std::string& path, const ModelConfig& c);
-  static ModelWeights load(const safetensors::SafetensorsFile& file, const ModelConfig& c);
+  // Loads and checks every tensor; extra tensors are an error. `pack_fp4`: the F4 weights (the
+  // routed experts) are held packed as in the file (LinearWeight::packed: 4 bits a value instead
+  // of 32), for the released dims (docs/released-dims.md); every op gives the same bits.
+  static ModelWeights load(const std::string& path, const ModelConfig& c, bool pack_fp4 = false);
+  static ModelWeights load(const safetensors::SafetensorsFile& file, const ModelConfig& c, bool pack_fp4 = false);
 };
 
 // Reads "<prefix>.weight" (and "<prefix>.scale" for F8_E4M3/F4) with the official shapes; any
 // mismatch is an error naming the tensor.
+// `pack_fp4`: an F4 weight keeps the file's bytes (LinearWeight::packed) instead of values.
 LinearWeight load_linear(const safetensors::SafetensorsFile& file, const std::string& prefix, DType dtype,
-                         int64_t out, int64_t in);
+                         int64_t out, int64_t in, bool pack_fp4 = false);
 
 // An Engram table from the checkpoint entries "layers.L.engram.embed.weight" (F8_E4M3
 // [rows, head_dim]) and ".scale" (F8_E8M0 [rows, head_dim/32]); throws on another dtype or shape.
@@ -110,8 +113,14 @@ EngramTableRef engram_table(const safetensors::Entry& weight, const safetensors:
 
 // Deterministic random weights for `c` in the official format (same names, shapes, dtypes):
 // SplitMix64 streams keyed by (seed, tensor name), so one tensor's values do not depend on
-// which others exist. Values are scaled so activations stay O(1) through the network.
+// which others exist. Values are scaled so activations stay O(1) through the network. Tensors
+// are made on the reference's threads (each from its own stream: the same bytes for any count).
 std::vector<safetensors::Entry> generate_weights(const ModelConfig& c, uint64_t seed);
+// The generator's draws (exposed for its tests): a 64-bit draw's uniform numerator k in
+// [-2^23, 2^23) (the value is k 2^-23, exact in fp32), and the fp4 code of the value 6 k 2^-23:
+// formats::e2m1_encode(6.0f * (k * 2^-23)) for every k, found from the encoder's thresholds.
+int64_t uniform_numerator(uint64_t draw);
+uint8_t generated_fp4_code(int64_t k);
 // One tensor of generate_weights (the same values: a tensor's stream is keyed by its name), for a
 // caller that needs a few tensors of a config too large to generate whole (dsv41 vectors).
 safetensors::Entry generate_tensor(const TensorSpec& spec, uint64_t seed);

@@ -58,6 +58,7 @@ Verb add_selftest_verb(CLI::App& parent);      // scenarios/cli_selftest.cc
 Verb add_exact_verb(CLI::App& parent);         // scenarios/cli_exact.cc
 Verb add_vectors_verb(CLI::App& parent);       // scenarios/cli_vectors.cc
 Verb add_sweep_verb(CLI::App& parent);         // scenarios/cli_sweep.cc (library dsv41_sweep)
+Verb add_layer_config_verb(CLI::App& parent);  // scenarios/cli_layer_config.cc
 
 // `dsv41 conform --vectors DIR --port-out PORT_DIR` (scenarios/vectors.h): judges a port's outputs
 // of the conformance vectors, writes the report (and JUnit), prints one line per case; the exit code.

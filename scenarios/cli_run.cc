@@ -6,6 +6,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -24,6 +25,7 @@
 #include "scenarios/progress.h"
 #include "scenarios/id_list.h"
 #include "scenarios/keep.h"
+#include "scenarios/layer_kinds.h"
 #include "scenarios/runner.h"
 #include "scenarios/sha256.h"
 
@@ -47,6 +49,8 @@ struct RunArgs {
   bool list = false;
   bool quiet = false;
   int rows = 20;
+  bool packed_experts = false;  // F4 weights held packed (reference/weights.h pack_fp4)
+  bool time_sides = false;      // each comparison's wall time per side on stderr
 };
 
 constexpr const char* kDefaultOracleWeights = "golden/oracle/weights.safetensors";  // in the repository
@@ -93,6 +97,7 @@ int run(const RunArgs& a, const std::string& command_line) {
     }
   }
   opt.stop_after_step = a.stop_after_step;
+  opt.time_sides = a.time_sides;
   if (!a.save_tensors.empty()) opt.save_tensors = parse_focus(a.save_tensors);
   std::vector<Scenario> scenarios;
   std::set<std::string> names;
@@ -124,12 +129,11 @@ int run(const RunArgs& a, const std::string& command_line) {
       copies = std::max(copies, 1 + per_side_a + per_side_b);
     }
   }
-  // The reference holds every weight as fp32 in each copy: refuse a config this machine cannot
-  // hold instead of exhausting its memory.
+  // The reference holds every weight as fp32 in each copy (F4 weights as 4-bit codes with
+  // --packed-experts, Engram tables as bytes): refuse a config this machine cannot hold instead
+  // of exhausting its memory.
   {
-    int64_t values = 0;
-    for (const reference::TensorSpec& t : reference::expected_tensors(c)) values += reference::Tensor<float>::count(t.shape);
-    const double need = copies * 4.0 * static_cast<double>(values);
+    const double need = copies * weight_bytes(c, a.packed_experts).held;
     const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     DSV41_CHECK(have <= 0 || need <= have, "config '", a.config, "': the CPU reference would hold ",
                 static_cast<int64_t>(need / 1e9), " GB of fp32 weights (", copies, " copies: the run's and one per backend), "
@@ -145,7 +149,7 @@ int run(const RunArgs& a, const std::string& command_line) {
   }
   BackendResources res{c, {}, map};
   if (!weights.empty()) {
-    res.weights = reference::ModelWeights::load(weights, c);
+    res.weights = reference::ModelWeights::load(weights, c, a.packed_experts);
     // The path as given (a relative one stays relative, so the same command gives the same report
     // on any machine), the oracle's default as its path in the repository; the SHA-256 identifies
     // the weights whatever the path.
@@ -155,7 +159,7 @@ int run(const RunArgs& a, const std::string& command_line) {
     res.weights = reference::ModelWeights::load(
         reference::safetensors::SafetensorsFile::from_entries("generated weights",
                                                              reference::generate_weights(c, a.weight_seed)),
-        c);
+        c, a.packed_experts);
     meta.weights = "generated:seed=" + std::to_string(a.weight_seed);
     meta.seeds["weights"] = a.weight_seed;
   }
@@ -173,6 +177,7 @@ int run(const RunArgs& a, const std::string& command_line) {
   if (!a.weights.empty()) prefix << " --weights " << shell_quote(a.weights);
   if (weights.empty()) prefix << " --weight-seed " << a.weight_seed;
   if (!a.token_map.empty()) prefix << " --token-map " << shell_quote(a.token_map);
+  if (a.packed_experts) prefix << " --packed-experts";
   opt.rerun_prefix = prefix.str();
   // Progress per event and step (scenarios/progress.h): the unit is a scenario, a comparison its
   // share of it, an event its share of that.
@@ -210,6 +215,15 @@ int run(const RunArgs& a, const std::string& command_line) {
   }
   progress.finish(std::to_string(scenarios.size()) + " scenarios");
   meta.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (a.time_sides) {  // the process's peak resident memory (Linux VmHWM), weights included
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("VmHWM:", 0) != 0) continue;
+      const size_t v = line.find_first_not_of(" \t", 6);
+      std::cerr << "dsv41 run: peak host memory " << (v == std::string::npos ? line.substr(6) : line.substr(v)) << "\n";
+    }
+    std::cerr << "dsv41 run: wall " << meta.seconds << " s\n";
+  }
   report.verdict = reports::roll_up(report.scenarios);
   reports::write_report(a.output, report);
   if (!a.junit.empty()) reports::write_junit(a.junit, report);
@@ -286,6 +300,9 @@ Verb add_run_verb(CLI::App& parent) {
   app->add_option("--threads", a->threads, "reference threads (default: DSV41_THREADS or the cores)")
       ->check(CLI::Range(1, 1024));
   app->add_option("--rows", a->rows, "worst metrics shown in the summary")->check(CLI::Range(0, 100000));
+  app->add_flag("--packed-experts", a->packed_experts,
+                "hold the F4 weights (routed experts) packed, 4 bits a value: the same bits, 1/8 of the memory");
+  app->add_flag("--time-sides", a->time_sides, "print each comparison's wall time per side (setup, steps) on stderr");
   app->add_flag("--list", a->list, "list the built-in scenarios, backends and cache paths, then exit");
   app->add_flag("-q,--quiet", a->quiet, "no progress lines");
   return {app, [a, app] {

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
                                    add_report_verb(app), add_agree_verb(app),
                                    add_conform_verb(app), add_selftest_verb(app),
                                    add_exact_verb(app), add_vectors_verb(app),
-                                   add_sweep_verb(app)};
+                                   add_sweep_verb(app), add_layer_config_verb(app)};
 
   if (const std::string unknown = unknown_verb(app, argc, argv); !unknown.empty()) {
     std::cerr << "dsv41: error: " << unknown << "\nRun with --help for more information.\n";

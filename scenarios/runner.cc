@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,7 +45,11 @@ class SideRunner {
   Backend& backend(const std::string& session) {
     const std::string key = side_.path == CachePath::kAlone ? session : std::string();
     auto it = backends_.find(key);
-    if (it == backends_.end()) it = backends_.emplace(key, make_backend(side_.backend, resources_)).first;
+    if (it == backends_.end()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      it = backends_.emplace(key, make_backend(side_.backend, resources_)).first;
+      setup_seconds += since(t0);
+    }
     return *it->second;
   }
 
@@ -65,8 +70,11 @@ class SideRunner {
     if (prompt) pending_decoder_[name] = false;
     StepCapture cap;
     const reference::ForwardHooks h = capture_hooks(cap, forced);
-    const reference::StepRecord rec = backend(name).step(s, tokens, o, h, step_index);
-    finish_capture(cap, rec, backend(name).caches(s));
+    Backend& b = backend(name);
+    const auto t0 = std::chrono::steady_clock::now();
+    const reference::StepRecord rec = b.step(s, tokens, o, h, step_index);
+    step_seconds += since(t0);
+    finish_capture(cap, rec, b.caches(s));
     return cap;
   }
 
@@ -96,6 +104,12 @@ class SideRunner {
     cap.caches = b.caches(*sessions_[name]);
     return cap;
   }
+
+  static double since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // Wall time of this side (RunOptions::time_sides): making its backends; its steps and rounds.
+  double setup_seconds = 0, step_seconds = 0;
 
   // What any of this side's backends could not show ("" when nothing is missing).
   std::string missing_evidence() const {
@@ -203,6 +217,15 @@ class ComparisonRun {
     for (const std::string& n : notes_) cmp_.notes.push_back(n);
     for (const std::string& n : sc_.notes) cmp_.notes.push_back(n);
     cmp_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (opt_.time_sides) {  // stderr only: wall times are volatile and stay out of the report
+      std::ostringstream line;
+      line.setf(std::ios::fixed);
+      line.precision(3);
+      line << "dsv41 run: time " << sc_.name << " [" << cmp_.mode << "]: " << cmp_.side_a << " setup "
+           << A_.setup_seconds << " s steps " << A_.step_seconds << " s; " << cmp_.side_b << " setup "
+           << B_.setup_seconds << " s steps " << B_.step_seconds << " s; " << step_ << " steps\n";
+      std::cerr << line.str();
+    }
     return std::move(cmp_);
   }
 
@@ -283,9 +306,16 @@ class ComparisonRun {
     std::optional<DraftSide> da, db;
     if (ev.speculate.drafter == SpeculateSpec::kDSpark) {
       const uint64_t draft_seed = stream_seed(sc_.seed, "draft:" + std::to_string(step_));
-      da = run_draft(A_.backend(session), A_.session(session), current, ev.speculate, draft_seed, nullptr, step_);
-      db = run_draft(B_.backend(session), B_.session(session), current, ev.speculate, draft_seed,
-                     forced_ ? &da->capture : nullptr, step_);
+      Backend& ba = A_.backend(session);
+      BackendSession& sa = A_.session(session);
+      auto t0 = std::chrono::steady_clock::now();
+      da = run_draft(ba, sa, current, ev.speculate, draft_seed, nullptr, step_);
+      A_.step_seconds += SideRunner::since(t0);
+      Backend& bb = B_.backend(session);
+      BackendSession& sb = B_.session(session);
+      t0 = std::chrono::steady_clock::now();
+      db = run_draft(bb, sb, current, ev.speculate, draft_seed, forced_ ? &da->capture : nullptr, step_);
+      B_.step_seconds += SideRunner::since(t0);
     }
     const RoundPlan plan = plan_round(A_.backend(session), A_.session(session), current, ev.speculate, round, seed,
                                       da ? &da->result : nullptr);
@@ -311,7 +341,12 @@ class ComparisonRun {
 
   RoundSide run_round_side(SideRunner& side, const std::string& session, const RoundPlan& plan, bool plain,
                            std::optional<int64_t> keep, const StepCapture* forced) {
-    return scenarios::run_round(side.backend(session), side.session(session), plan, plain, keep, forced, step_);
+    Backend& b = side.backend(session);
+    BackendSession& s = side.session(session);
+    const auto t0 = std::chrono::steady_clock::now();
+    RoundSide r = scenarios::run_round(b, s, plan, plain, keep, forced, step_);
+    side.step_seconds += SideRunner::since(t0);
+    return r;
   }
 
   void run_step(const std::string& session, const std::vector<int64_t>& tokens, const char* phase, bool probe) {

@@ -52,6 +52,9 @@ struct RunOptions {
   std::string rerun_prefix = "dsv41 run";
   std::function<void(const std::string&)> progress;  // one line per event (may be empty)
   std::function<void(const RunPosition&)> on_progress;  // at each event and step (may be empty)
+  // Print each comparison's wall time per side on stderr (`dsv41 run --time-sides`): making the
+  // side's backends, and its steps. Never in the report (wall times are volatile).
+  bool time_sides = false;
 };
 
 // What a scenario will run, checked before any work: its pairs (--sides replaces them), modes,

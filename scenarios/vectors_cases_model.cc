@@ -278,7 +278,7 @@ void add_moe_cases(CaseSet& s) {
   const Tensor<float> x = r2.bf16({T, dim}, 2.0, "x");
   m.tensors.push_back(f32_entry("in.x", x));
   reference::MoeWeights gw;
-  gw.gate = reference::LinearWeight{"gate", DType::kF32, E, dim, {}, {}};
+  gw.gate = reference::LinearWeight{"gate", DType::kF32, E, dim, {}, {}, {}};
   for (int64_t i = 0; i < E * dim; ++i) gw.gate.w.push_back(static_cast<float>(r2.uniform()));
   gw.gate_bias = Tensor<float>({E}, "bias", 0.0f);
   const reference::MoeRouting routing = reference::moe_gate(x, gw, c, 0);

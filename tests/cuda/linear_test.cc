@@ -1,7 +1,9 @@
 // tests/cuda/linear_test.cc: cuda/linear.cu (CudaOps::linear, linear_fp32, grouped_linear) vs
 // reference/linear.cc, bit for bit, for every weight dtype on random and odd shapes (T = 1,
 // outputs not a multiple of 32, K = 32), adversarial inputs (zeros, large values that saturate
-// the act_quant block scale), and the reference's errors (a non-bf16 input).
+// the act_quant block scale), the reference's errors (a non-bf16 input), and packed F4 weights.
+#include <cstring>
+
 #include "formats/minifloat.h"
 #include "reference/dtype.h"
 #include "reference/linear.h"
@@ -51,6 +53,34 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, Linear, ::testing::Values(DType::kF8E4M3, DType
                            for (char& c : n) c = c == '_' ? 'x' : c;
                            return n;
                          });
+
+// A packed F4 weight (LinearWeight::packed, docs/released-dims.md): the device decodes its bytes
+// and gives the bits of the value form, on the device and the host.
+TEST(LinearPackedF4, EqualsTheValueFormBitForBit) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  for (const Shape s : {Shape{1, 1, 32}, Shape{3, 70, 96}, Shape{17, 128, 256}, Shape{5, 257, 512}}) {
+    const LinearWeight w = random_weight(DType::kF4, s.out, s.in);
+    LinearWeight p = w;
+    p.w.clear();
+    p.packed.assign(static_cast<size_t>(s.out * s.in / 2), 0);
+    for (int64_t i = 0; i < s.out * s.in; ++i) {  // the E2M1 code of each value (its magnitude and sign)
+      const auto bits = [](float v) {
+        uint32_t u = 0;
+        std::memcpy(&u, &v, sizeof u);
+        return u;
+      };
+      uint8_t code = 0;  // bit equality: -0 (code 8) is not +0 (code 0)
+      while (code < 16 && bits(formats::e2m1_decode(code)) != bits(w.w[static_cast<size_t>(i)])) ++code;
+      ASSERT_LT(code, 16);
+      p.packed[static_cast<size_t>(i / 2)] |= static_cast<uint8_t>(code << ((i & 1) * 4));
+    }
+    const reference::Tensor<float> x = random_bf16({s.T, s.in}, 1.0f);
+    const reference::Tensor<float> want = reference::linear(x, w);
+    EXPECT_TRUE(same_bits(want, reference::linear(x, p))) << "host, out=" << s.out << " in=" << s.in;
+    EXPECT_TRUE(same_bits(want, cuda_ops().linear(x, p))) << "device, out=" << s.out << " in=" << s.in;
+    EXPECT_TRUE(same_bits(reference::linear_fp32(x, w), cuda_ops().linear_fp32(x, p)));
+  }
+}
 
 TEST(GroupedLinear, EqualsReferenceBitForBit) {
   DSV41_SKIP_WITHOUT_DEVICE();
