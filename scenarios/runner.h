@@ -28,6 +28,7 @@
 #include "reports/report.h"
 #include "scenarios/backend.h"
 #include "scenarios/keep.h"
+#include "scenarios/replay_plan.h"
 #include "scenarios/scenario.h"
 
 namespace dsv41::scenarios {
@@ -52,6 +53,10 @@ struct RunOptions {
   std::string rerun_prefix = "dsv41 run";
   std::function<void(const std::string&)> progress;  // one line per event (may be empty)
   std::function<void(const RunPosition&)> on_progress;  // at each event and step (may be empty)
+  // Sampled replay (docs/scale.md) for every pair: extra steps beyond the required ones, and the
+  // draw's seed (each overrides a pair's "replay"; a seed alone needs a pair that replays).
+  std::optional<int64_t> replay_extra;
+  std::optional<uint64_t> replay_seed;
 };
 
 // What a scenario will run, checked before any work: its pairs (--sides replaces them), modes,
@@ -64,6 +69,7 @@ struct ScenarioPlan {
   std::vector<ToleranceRule> rules;
   TokenPlan tokens;
   int sessions = 0;
+  std::vector<std::optional<ReplaySample>> replay;  // [pair] the steps side B replays (none: every step)
 };
 ScenarioPlan plan_scenario(const Scenario& scenario, const reference::ModelConfig& config, const RunOptions& options);
 
