@@ -47,6 +47,8 @@ struct RunArgs {
   bool list = false;
   bool quiet = false;
   int rows = 20;
+  std::optional<int64_t> replay;
+  std::optional<uint64_t> replay_seed;
 };
 
 constexpr const char* kDefaultOracleWeights = "golden/oracle/weights.safetensors";  // in the repository
@@ -93,6 +95,8 @@ int run(const RunArgs& a, const std::string& command_line) {
     }
   }
   opt.stop_after_step = a.stop_after_step;
+  opt.replay_extra = a.replay;
+  opt.replay_seed = a.replay_seed;
   if (!a.save_tensors.empty()) opt.save_tensors = parse_focus(a.save_tensors);
   std::vector<Scenario> scenarios;
   std::set<std::string> names;
@@ -283,6 +287,12 @@ Verb add_run_verb(CLI::App& parent) {
       ->check(CLI::NonNegativeNumber);
   app->add_option("--save-tensors", a->save_tensors,
                   "keep both sides' tensors of step=S,layer=L,component=C (any subset) in the report");
+  app->add_option("--replay", a->replay,
+                  "sampled replay (docs/scale.md): side B replays only the required steps plus K drawn ones, "
+                  "each from side A's state, teacher-forced")
+      ->check(CLI::NonNegativeNumber);
+  seed_option(app->add_option("--replay-seed", a->replay_seed,
+                              "seed of the sampled replay's draw (default: from the scenario seed; printed)"));
   app->add_option("--threads", a->threads, "reference threads (default: DSV41_THREADS or the cores)")
       ->check(CLI::Range(1, 1024));
   app->add_option("--rows", a->rows, "worst metrics shown in the summary")->check(CLI::Range(0, 100000));
