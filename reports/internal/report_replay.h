@@ -9,15 +9,30 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "reports/h5_reader.h"
 #include "reports/h5_writer.h"
+#include "reports/internal/report_layout.h"
 #include "reports/report.h"
 
 namespace dsv41::reports {
 
 inline constexpr const char* kReplayTable = "/meta/replay";
 inline constexpr const char* kSidesTable = "/meta/volatile/sides";
+
+// The columns of the two tables, in the order write_replay_tables writes them.
+inline const std::vector<layout::Column>& replay_columns() {
+  static const std::vector<layout::Column> c = {{"scenario", 's'},    {"comparison", 'i'},    {"seed", 'u'},
+                                                {"steps_total", 'i'}, {"steps_checked", 'i'}, {"checked", 's'}};
+  return c;
+}
+inline const std::vector<layout::Column>& side_columns() {
+  static const std::vector<layout::Column> c = {{"scenario", 's'},          {"comparison", 'i'}, {"side", 's'},
+                                                {"spec", 's'},              {"seconds", 'f'},
+                                                {"peak_device_bytes", 'i'}, {"device_in_use_bytes", 'i'}};
+  return c;
+}
 
 void write_replay_tables(H5Writer& w, const RunReport& r);
 // Fills Comparison::replay and Comparison::sides from the tables (absent tables: nothing).
