@@ -120,8 +120,15 @@ int run(const RunArgs& a, const std::string& command_line) {
   // Every scenario's plan (pairs, modes, tolerance rules, decoder rows, tokens), checked before
   // any work: bad input costs nothing and leaves no half run.
   int copies = 1;  // weight copies alive at once: the run's, and one per backend of a comparison
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   for (const Scenario& s : scenarios) {
     const ScenarioPlan plan = plan_scenario(s, c, opt);
+    // The reference materializes each index layer's score matrix of a step (docs/scale.md): a chunk
+    // whose matrix cannot fit in half of this machine's memory is refused before any work.
+    DSV41_CHECK(memory <= 0 || static_cast<double>(plan.largest_scores_bytes) <= memory / 2, "scenario '", s.name,
+                "': step ", plan.largest_scores_step, " would materialize an indexer score matrix of ",
+                plan.largest_scores_bytes / 1000000000, " GB (fp32 [chunk, reachable keys]); this machine has ",
+                static_cast<int64_t>(memory / 1e9), " GB: use smaller chunks");
     for (const Pair& p : plan.pairs) {
       const int per_side_a = p.a.path == CachePath::kAlone ? plan.sessions : 1;
       const int per_side_b = p.b.path == CachePath::kAlone ? plan.sessions : 1;

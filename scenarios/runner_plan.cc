@@ -73,6 +73,42 @@ static void plan_replay(const Scenario& sc, const RunOptions& opt, ScenarioPlan&
               "steps (give --replay K, or a pair's \"replay\")");
 }
 
+// The largest [T, N] fp32 score matrix of a prompt step (N: the keys the last row reaches in the
+// index layer of the smallest ratio).
+static void largest_scores(const Scenario& sc, const reference::ModelConfig& c, ScenarioPlan& plan) {
+  int ratio = 0;
+  for (int l : c.index_source_layers) {
+    const int r = c.compress_ratios[static_cast<size_t>(l)];
+    if (r > 0 && (ratio == 0 || r < ratio)) ratio = r;
+  }
+  if (ratio == 0) return;
+  std::map<std::string, int64_t> pos;
+  int64_t step = 0;
+  const auto take = [&](int64_t& p, int64_t t) {
+    const int64_t bytes = t * ((p + t) / ratio) * static_cast<int64_t>(sizeof(float));
+    if (bytes > plan.largest_scores_bytes) {
+      plan.largest_scores_bytes = bytes;
+      plan.largest_scores_step = step;
+    }
+    p += t;
+    ++step;
+  };
+  for (size_t e = 0; e < sc.events.size(); ++e) {
+    const Event& ev = sc.events[e];
+    int64_t& p = pos[ev.session];
+    if (ev.kind == Event::kPrompt) {
+      const int64_t n = static_cast<int64_t>(plan.tokens.prompts[e].size()), chunk = ev.chunk > 0 ? ev.chunk : n;
+      for (int64_t first = 0; first < n; first += chunk) take(p, std::min(chunk, n - first));
+    } else if (ev.kind == Event::kDecode) {
+      for (int64_t i = 0; i < ev.decode; ++i) take(p, 1);
+    } else if (ev.kind == Event::kSpeculate) {
+      for (int64_t i = 0; i < ev.speculate.rounds; ++i) take(p, 1);  // (a verify step is a few rows: small)
+    } else {
+      ++step;
+    }
+  }
+}
+
 ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, const RunOptions& opt) {
   ScenarioPlan plan;
   check_session_lengths(sc, c);
@@ -142,6 +178,7 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
     plan.rules.insert(plan.rules.end(), defaults.begin(), defaults.end());
   }
   plan_replay(sc, opt, plan);
+  largest_scores(sc, c, plan);
   std::set<std::string> sessions;
   for (const Event& e : sc.events) sessions.insert(e.session);
   plan.sessions = static_cast<int>(sessions.size());

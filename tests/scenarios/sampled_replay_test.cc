@@ -167,3 +167,17 @@ TEST(SampledReplay, BadReplaySpecsAreRefused) {
 
 }  // namespace
 }  // namespace dsv41::scenarios
+
+namespace dsv41::scenarios {
+namespace {
+
+TEST(SampledReplay, TheLargestScoreMatrixIsKnownBeforeTheRun) {
+  // The oracle config's index sources include ratio-1 layers: the last 40-token chunk of the
+  // 200-token prompt (step 4) reaches 200 keys: [40, 200] fp32.
+  const ScenarioPlan plan = plan_scenario(scenario(), test::oracle_resources().config, RunOptions{});
+  EXPECT_EQ(plan.largest_scores_step, 4);
+  EXPECT_EQ(plan.largest_scores_bytes, 40 * 200 * 4);
+}
+
+}  // namespace
+}  // namespace dsv41::scenarios
