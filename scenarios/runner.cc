@@ -128,8 +128,8 @@ class SideRunner {
     return cap;
   }
 
-  // Sampled replay: captures leave index_scores out ([T, reachable keys] fp32: 34 GB for a chunk of
-  // 8192 queries at a million tokens); the selections made from them are compared.
+  // Sampled replay: captures leave index_scores out ([T, reachable keys] fp32: 16 GB for a chunk of
+  // 4096 queries at 2^20 keys); the selections made from them are compared.
   void skip_index_scores() { skip_index_scores_ = true; }
 
   // The session pauses and resumes by this side's cache path; returns the caches after it.
