@@ -128,7 +128,7 @@ class SideRunner {
     return cap;
   }
 
-  // Sampled replay: captures leave index_scores out ([T, reachable keys] fp32: 16 GB for a chunk of
+  // Sampled replay: captures leave index_scores out ([T, reachable keys] fp32: 17 GB for a chunk of
   // 4096 queries at 2^20 keys); the selections made from them are compared.
   void skip_index_scores() { skip_index_scores_ = true; }
 
