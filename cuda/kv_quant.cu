@@ -17,7 +17,10 @@
 #include <cuda_fp4.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <mutex>
+#include <unordered_map>
 
 #include "cuda/common.cuh"
 #include "cuda/kv_pack.h"
@@ -315,17 +318,67 @@ std::string device_name(int device) {
   return buf;
 }
 
+namespace {
+// device_alloc's bookkeeping: the size of every live block, what they hold and the high-water mark.
+struct AllocBook {
+  std::mutex mu;
+  std::unordered_map<void*, std::size_t> sizes;
+  std::size_t held = 0, peak = 0;
+};
+AllocBook& alloc_book() {
+  static AllocBook* b = new AllocBook();  // never destroyed: frees may come from static destructors
+  return *b;
+}
+}  // namespace
+
 void* device_alloc(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
   DSV41_CUDA_CHECK(cudaMalloc(&p, bytes));
+  AllocBook& b = alloc_book();
+  const std::lock_guard<std::mutex> lock(b.mu);
+  b.sizes[p] = bytes;
+  b.held += bytes;
+  b.peak = std::max(b.peak, b.held);
   return p;
 }
 
 void device_free(void* p) noexcept {
   if (p == nullptr) return;
+  {
+    AllocBook& b = alloc_book();
+    const std::lock_guard<std::mutex> lock(b.mu);
+    const auto it = b.sizes.find(p);
+    if (it != b.sizes.end()) {
+      b.held -= it->second;
+      b.sizes.erase(it);
+    }
+  }
   const cudaError_t e = cudaFree(p);
   if (e != cudaSuccess) std::fprintf(stderr, "dsv41: cudaFree failed: %s\n", cudaGetErrorString(e));
+}
+
+DeviceMemoryStats device_memory_stats() {
+  DeviceMemoryStats s;
+  {
+    AllocBook& b = alloc_book();
+    const std::lock_guard<std::mutex> lock(b.mu);
+    s.alloc_bytes = b.held;
+    s.peak_alloc_bytes = b.peak;
+  }
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    s.in_use_bytes = total_bytes - free_bytes;
+  } else {
+    (void)cudaGetLastError();
+  }
+  return s;
+}
+
+void reset_device_alloc_peak() {
+  AllocBook& b = alloc_book();
+  const std::lock_guard<std::mutex> lock(b.mu);
+  b.peak = b.held;
 }
 
 void* pinned_alloc(std::size_t bytes) {

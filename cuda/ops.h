@@ -47,6 +47,14 @@ std::string device_name(int device = 0);
 
 void* device_alloc(std::size_t bytes);  // cudaMalloc; nullptr for 0 bytes
 void device_free(void* p) noexcept;     // logs to stderr instead of throwing
+// What device_alloc holds (a high-water mark since the last reset) and what the driver says is
+// in use on the current device (cudaMemGetInfo: also counts scratch outside device_alloc, the
+// stream-ordered pools and the context). Process-wide; thread-safe.
+struct DeviceMemoryStats {
+  std::size_t alloc_bytes = 0, peak_alloc_bytes = 0, in_use_bytes = 0;
+};
+DeviceMemoryStats device_memory_stats();
+void reset_device_alloc_peak();         // the high-water mark restarts at what is held now
 void* pinned_alloc(std::size_t bytes);  // page-locked host memory
 void pinned_free(void* p) noexcept;
 void copy_to_device(void* dst, const void* src, std::size_t bytes);  // synchronous

@@ -94,8 +94,11 @@ class Rules {
   void limits() const {
     constexpr int64_t kMaxSize = int64_t{1} << 20;   // a dimension, a vocabulary, a context
     constexpr int64_t kMaxCount = int64_t{1} << 16;  // layers, heads, experts, iterations
+    // A context of 2^20 tokens plus the turns after it (docs/scale.md: the million-token session).
+    constexpr int64_t kMaxContext = int64_t{1} << 21;
+    at_most("max_seq_len", c_.max_seq_len, kMaxContext);
     for (const auto& [f, v] :
-         {std::pair<const char*, int64_t>{"max_seq_len", c_.max_seq_len}, {"vocab_size", c_.vocab_size},
+         {std::pair<const char*, int64_t>{"vocab_size", c_.vocab_size},
           {"dim", c_.dim}, {"moe_inter_dim", c_.moe_inter_dim}, {"q_lora_rank", c_.q_lora_rank},
           {"head_dim", c_.head_dim}, {"rope_head_dim", c_.rope_head_dim}, {"o_lora_rank", c_.o_lora_rank},
           {"window_size", c_.window_size}, {"original_seq_len", c_.original_seq_len},

@@ -129,6 +129,23 @@ struct AcceptanceRow {
   double accept_prob = 0;     // min(1, p_t / p_d) where decided (1 or 0 in greedy mode; NaN: not decided)
 };
 
+// Sampled teacher-forced replay (docs/scale.md): side B ran only these steps, each from side A's
+// state; the others are neither pass nor fail. Stable: /meta/replay.
+struct ReplayRecord {
+  uint64_t seed = 0;                  // the draw's seed
+  int64_t steps_total = 0;            // steps in the scenario
+  std::vector<int64_t> steps_checked; // ascending
+};
+
+// What one side of a comparison cost (volatile: /meta/volatile/sides).
+struct SideMeasure {
+  std::string side;                   // "a" or "b"
+  std::string spec;                   // the side as written ("cuda@global")
+  double seconds = 0;                 // wall time in the side's steps, resumes, saves and loads
+  int64_t peak_device_bytes = -1;     // a device side: high-water mark of its device allocations (-1: not a device side)
+  int64_t device_in_use_bytes = -1;   // a device side: the most device memory in use at a step's end (driver's view)
+};
+
 // One pair of sides under one comparison mode.
 struct Comparison {
   std::string side_a, side_b;       // e.g. "ref@cold", "ref-bf16kv@global"
@@ -144,6 +161,8 @@ struct Comparison {
   std::vector<AcceptanceRow> acceptance;  // speculative rounds (empty without them)
   std::vector<StoredTensor> tensors;
   double seconds = 0;               // wall time (volatile)
+  std::optional<ReplayRecord> replay;  // sampled replay (none: side B ran every step)
+  std::vector<SideMeasure> sides;   // per side (volatile)
 };
 
 struct ScenarioResult {

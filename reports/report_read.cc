@@ -14,6 +14,7 @@
 #include "formats/minifloat.h"
 #include "reports/h5_reader.h"
 #include "reports/internal/report_layout.h"
+#include "reports/internal/report_replay.h"
 #include "reports/report.h"
 
 namespace dsv41::reports {
@@ -351,6 +352,7 @@ RunReport read_all(const std::string& path, bool load_tensors) {
       if (it != wall.end()) s.comparisons[c].seconds = it->second;
     }
   }
+  read_replay_tables(r, report);
   return report;
 }
 

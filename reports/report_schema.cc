@@ -16,6 +16,7 @@
 #include "formats/error.h"
 #include "reports/h5_reader.h"
 #include "reports/internal/report_items.h"
+#include "reports/internal/report_replay.h"
 #include "reports/internal/report_layout.h"
 #include "reports/report.h"
 
@@ -242,6 +243,12 @@ void check_items(Checker& c) {
       }
     }
   });
+}
+
+// The sampled-replay and per-side tables (optional: reports/internal/report_replay.h).
+void check_replay_tables(Checker& c) {
+  if (c.r().kind(kReplayTable) != H5Reader::Kind::kMissing) c.columns(kReplayTable, replay_columns());
+  if (c.r().kind(kSidesTable) != H5Reader::Kind::kMissing) c.columns(kSidesTable, side_columns());
 }
 
 // Returns, per (scenario, comparison), the number of metric rows the summary aggregates.
@@ -515,6 +522,7 @@ std::vector<std::string> check_report_schema(const std::string& path) {
   }
   check_meta(c);
   check_items(c);
+  check_replay_tables(c);
   const auto summary = check_summary(c);
   check_scenarios(c, summary, root);
   return c.problems;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "formats/error.h"
+#include "reports/internal/report_replay.h"
 #include "reports/internal/text.h"
 #include "reports/report.h"
 
@@ -398,6 +399,7 @@ std::string format_summary(const RunReport& report, const SummaryOptions& opt) {
     const std::string key = key_numbers(c);
     if (!key.empty()) put(out, wrap(key, indent, indent + "  ", W));
     for (const std::string& line : acceptance_lines(c)) put(out, wrap(line, indent, indent + "  ", W));
+    for (const std::string& line : replay_lines(c)) put(out, wrap(line, indent, indent + "  ", W));
   }
 
   // The worst checked metrics, by how far beyond their bounds; then the measured pairs' worst.

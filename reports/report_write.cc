@@ -11,6 +11,7 @@
 #include "reports/h5_writer.h"
 #include "reports/internal/report_items.h"
 #include "reports/internal/report_layout.h"
+#include "reports/internal/report_replay.h"
 #include "reports/report.h"
 
 namespace dsv41::reports {
@@ -134,6 +135,7 @@ void write_meta(H5Writer& w, const RunReport& r) {
   }
   w.write_columns(layout::kWallTimes, {{"scenario", scen}, {"comparison", index}, {"seconds", seconds}});
   write_items(w, m.items);  // a sweep's work items (reports/internal/report_items.h)
+  write_replay_tables(w, r);  // sampled replay and per-side measures (reports/internal/report_replay.h)
 }
 
 void write_summary(H5Writer& w, const RunReport& r) {

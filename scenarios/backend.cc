@@ -7,6 +7,7 @@
 
 #if defined(DSV41_HAVE_CUDA)
 #include "cuda/cuda_ops.h"
+#include "cuda/ops.h"
 #endif
 
 namespace dsv41::scenarios {
@@ -71,6 +72,21 @@ class ReferenceBackend final : public Backend {
                   "backend ", name_, ": layer ", mutation_->layer, " is not a layer of this model (0 .. ",
                   r.config.n_layers - 1, "; -1 for embed and final_norm_out)");
     }
+  }
+
+  std::optional<DeviceMemory> device_memory() const override {
+#if defined(DSV41_HAVE_CUDA)
+    if (ops_) {
+      const gpu::DeviceMemoryStats m = gpu::device_memory_stats();
+      return DeviceMemory{static_cast<int64_t>(m.peak_alloc_bytes), static_cast<int64_t>(m.in_use_bytes)};
+    }
+#endif
+    return std::nullopt;
+  }
+  void reset_device_peak() override {
+#if defined(DSV41_HAVE_CUDA)
+    if (ops_) gpu::reset_device_alloc_peak();
+#endif
   }
 
   std::string missing_evidence() const override {

@@ -86,6 +86,12 @@ struct VerifyResult {
   int64_t kept = 0;                // drafts the session kept (decision.accepted unless `keep` was given)
 };
 
+// A device backend's memory (cuda/ops.h device_memory_stats): process-wide, bytes.
+struct DeviceMemory {
+  int64_t peak_alloc_bytes = 0;  // high-water mark of device_alloc'd bytes since the last reset
+  int64_t in_use_bytes = 0;      // device memory in use now, the driver's view (cudaMemGetInfo)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -121,6 +127,10 @@ class Backend {
   // defect that never applied (its step, layer or selection never came) makes a comparison
   // inconclusive, never a pass.
   virtual std::string missing_evidence() const { return ""; }
+  // A device backend's memory (std::nullopt: a host backend); reset_device_peak restarts the
+  // high-water mark (it is process-wide: every device backend of the process shares it).
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
+  virtual void reset_device_peak() {}
 };
 
 // The backends make_backend knows, with one line each (for --help and docs).

@@ -87,10 +87,11 @@ void record_and_force(StepCapture& into, const StepCapture* forced, const std::s
 
 }  // namespace
 
-reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced) {
+reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced, bool skip_index_scores) {
   reference::ForwardHooks h;
-  h.tensor = [&into, forced](reference::Component what, int layer, Tensor<float>& v) {
+  h.tensor = [&into, forced, skip_index_scores](reference::Component what, int layer, Tensor<float>& v) {
     if (what == reference::Component::kLogits) return;  // compared from the StepRecord (finish_capture)
+    if (skip_index_scores && what == reference::Component::kIndexScores) return;
     record_and_force(into, forced, reference::name(what), layer, v, CapturedItem::kFloat, &CapturedItem::f);
   };
   h.index = [&into, forced](reference::Component what, int layer, Tensor<int32_t>& v) {

@@ -57,7 +57,8 @@ ValueType hook_value_type(const std::string& component);
 // shape (else a dsv41::Error: the sides disagree on structure). index_scores is never forced
 // (it is internal to the indexer; the selection it makes is).
 // The returned hooks record into `into` and, when forced != nullptr, replace the values.
-reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced);
+// skip_index_scores: index_scores is not recorded (sampled replay at scale, docs/scale.md).
+reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced, bool skip_index_scores = false);
 
 // Adds the StepRecord's Engram ids (before each Engram layer's "engram_out" item), the logits and
 // the caches.

@@ -51,6 +51,8 @@ struct RunArgs {
   int rows = 20;
   bool packed_experts = false;  // F4 weights held packed (reference/weights.h pack_fp4)
   bool time_sides = false;      // each comparison's wall time per side on stderr
+  std::optional<int64_t> replay;
+  std::optional<uint64_t> replay_seed;
 };
 
 constexpr const char* kDefaultOracleWeights = "golden/oracle/weights.safetensors";  // in the repository
@@ -98,6 +100,8 @@ int run(const RunArgs& a, const std::string& command_line) {
   }
   opt.stop_after_step = a.stop_after_step;
   opt.time_sides = a.time_sides;
+  opt.replay_extra = a.replay;
+  opt.replay_seed = a.replay_seed;
   if (!a.save_tensors.empty()) opt.save_tensors = parse_focus(a.save_tensors);
   std::vector<Scenario> scenarios;
   std::set<std::string> names;
@@ -121,8 +125,15 @@ int run(const RunArgs& a, const std::string& command_line) {
   // Every scenario's plan (pairs, modes, tolerance rules, decoder rows, tokens), checked before
   // any work: bad input costs nothing and leaves no half run.
   int copies = 1;  // weight copies alive at once: the run's, and one per backend of a comparison
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   for (const Scenario& s : scenarios) {
     const ScenarioPlan plan = plan_scenario(s, c, opt);
+    // The reference materializes each index layer's score matrix of a step (docs/scale.md): a chunk
+    // whose matrix cannot fit in half of this machine's memory is refused before any work.
+    DSV41_CHECK(memory <= 0 || static_cast<double>(plan.largest_scores_bytes) <= memory / 2, "scenario '", s.name,
+                "': step ", plan.largest_scores_step, " would materialize an indexer score matrix of ",
+                plan.largest_scores_bytes / 1000000000, " GB (fp32 [chunk, reachable keys]); this machine has ",
+                static_cast<int64_t>(memory / 1e9), " GB: use smaller chunks");
     for (const Pair& p : plan.pairs) {
       const int per_side_a = p.a.path == CachePath::kAlone ? plan.sessions : 1;
       const int per_side_b = p.b.path == CachePath::kAlone ? plan.sessions : 1;
@@ -297,6 +308,12 @@ Verb add_run_verb(CLI::App& parent) {
       ->check(CLI::NonNegativeNumber);
   app->add_option("--save-tensors", a->save_tensors,
                   "keep both sides' tensors of step=S,layer=L,component=C (any subset) in the report");
+  app->add_option("--replay", a->replay,
+                  "sampled replay (docs/scale.md): side B replays only the required steps plus K drawn ones, "
+                  "each from side A's state, teacher-forced")
+      ->check(CLI::NonNegativeNumber);
+  seed_option(app->add_option("--replay-seed", a->replay_seed,
+                              "seed of the sampled replay's draw (default: from the scenario seed; printed)"));
   app->add_option("--threads", a->threads, "reference threads (default: DSV41_THREADS or the cores)")
       ->check(CLI::Range(1, 1024));
   app->add_option("--rows", a->rows, "worst metrics shown in the summary")->check(CLI::Range(0, 100000));

@@ -17,6 +17,7 @@
 #include "reference/sampling.h"
 #include "scenarios/mutants.h"
 #include "scenarios/rounds.h"
+#include "scenarios/runner_internal.h"
 #include "scenarios/verdict.h"
 
 namespace dsv41::scenarios {
@@ -49,8 +50,60 @@ class SideRunner {
       const auto t0 = std::chrono::steady_clock::now();
       it = backends_.emplace(key, make_backend(side_.backend, resources_)).first;
       setup_seconds += since(t0);
+      it->second->reset_device_peak();  // the high-water mark of this comparison
     }
     return *it->second;
+  }
+
+  // Runs f, adding its wall time to this side's and sampling its device memory after it.
+  template <typename F>
+  auto timed(F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    struct Done {
+      SideRunner* self;
+      std::chrono::steady_clock::time_point t0;
+      ~Done() { self->account(t0); }
+    } done{this, t0};
+    return f();
+  }
+
+  // This side's measurements (reports::SideMeasure) so far.
+  reports::SideMeasure measure(const std::string& which) const {
+    reports::SideMeasure m;
+    m.side = which;
+    m.spec = side_.text();
+    m.seconds = seconds_;
+    m.peak_device_bytes = peak_device_;
+    m.device_in_use_bytes = in_use_device_;
+    return m;
+  }
+
+  // side B of a sampled replay: the session continues from `saved` (side A's state, with its rings)
+  // and its pending decoder replay (when the step after a resume is replayed).
+  void load(const std::string& name, const SavedState& saved, bool pending_decoder) {
+    timed([&] {
+      sessions_[name] = backend(name).restore(saved, reference::ResumeMode::kFull);
+      return 0;
+    });
+    pending_decoder_[name] = pending_decoder;
+  }
+  bool pending_decoder(const std::string& name) const {
+    const auto it = pending_decoder_.find(name);
+    return it != pending_decoder_.end() && it->second;
+  }
+  SavedState save_full(const std::string& name) {
+    return timed([&] { return backend(name).save(session(name), /*include_swa=*/true); });
+  }
+
+  // One step nobody compares (sampled replay, side A between the sampled steps): no hooks, no
+  // cache download; returns the last position's logits.
+  std::vector<float> step_unrecorded(const std::string& name, const std::vector<int64_t>& tokens, int64_t step_index,
+                                     bool prompt) {
+    BackendSession& s = session(name);
+    reference::StepOptions o;
+    if (prompt && pending_decoder_[name] && side_.path == CachePath::kDecoder) o.decoder_replay_rows = side_.decoder_rows;
+    if (prompt) pending_decoder_[name] = false;
+    return timed([&] { return backend(name).step(s, tokens, o, {}, step_index).logits; });
   }
 
   BackendSession& session(const std::string& name) {
@@ -69,17 +122,24 @@ class SideRunner {
     if (prompt && pending_decoder_[name] && side_.path == CachePath::kDecoder) o.decoder_replay_rows = side_.decoder_rows;
     if (prompt) pending_decoder_[name] = false;
     StepCapture cap;
-    const reference::ForwardHooks h = capture_hooks(cap, forced);
-    Backend& b = backend(name);
-    const auto t0 = std::chrono::steady_clock::now();
-    const reference::StepRecord rec = b.step(s, tokens, o, h, step_index);
-    step_seconds += since(t0);
-    finish_capture(cap, rec, b.caches(s));
+    const reference::ForwardHooks h = capture_hooks(cap, forced, skip_index_scores_);
+    timed([&] {
+      const reference::StepRecord rec = backend(name).step(s, tokens, o, h, step_index);
+      finish_capture(cap, rec, backend(name).caches(s));
+      return 0;
+    });
     return cap;
   }
 
+  // Sampled replay: captures leave index_scores out ([T, reachable keys] fp32: 17 GB for a chunk of
+  // 4096 queries at 2^20 keys); the selections made from them are compared.
+  void skip_index_scores() { skip_index_scores_ = true; }
+
   // The session pauses and resumes by this side's cache path; returns the caches after it.
-  StepCapture resume(const std::string& name) {
+  StepCapture resume(const std::string& name, bool views = true) {
+    return timed([&] { return resume_untimed(name, views); });
+  }
+  StepCapture resume_untimed(const std::string& name, bool views) {
     Backend& b = backend(name);
     BackendSession& s = session(name);
     StepCapture cap;
@@ -101,15 +161,17 @@ class SideRunner {
         break;
       }
     }
-    cap.caches = b.caches(*sessions_[name]);
+    if (views) cap.caches = b.caches(*sessions_[name]);
     return cap;
   }
 
   static double since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  // Wall time of this side (RunOptions::time_sides): making its backends; its steps and rounds.
-  double setup_seconds = 0, step_seconds = 0;
+  // Wall time of this side (RunOptions::time_sides): making its backends; the rest of its timed
+  // work (steps, rounds, saves and loads).
+  double setup_seconds = 0;
+  double step_seconds() const { return seconds_ - setup_seconds; }
 
   // What any of this side's backends could not show ("" when nothing is missing).
   std::string missing_evidence() const {
@@ -126,59 +188,25 @@ class SideRunner {
   std::map<std::string, std::unique_ptr<Backend>> backends_;
   std::map<std::string, std::unique_ptr<BackendSession>> sessions_;
   std::map<std::string, bool> pending_decoder_;
+  bool skip_index_scores_ = false;
+  double seconds_ = 0;
+  int64_t peak_device_ = -1, in_use_device_ = -1;
+
+  void account(std::chrono::steady_clock::time_point t0) {
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const auto& [key, b] : backends_) {
+      if (const std::optional<DeviceMemory> m = b->device_memory()) {
+        peak_device_ = std::max(peak_device_, m->peak_alloc_bytes);
+        in_use_device_ = std::max(in_use_device_, m->in_use_bytes);
+      }
+    }
+  }
 };
 
 std::string scenario_ref(const Scenario& s) {
   return s.source.rfind("builtin:", 0) == 0 ? s.source.substr(8) : s.source;
 }
 
-// Recall of A's selected positions by B at a probe step, split by the distance of each position
-// (its group's first token) to the session's last resume boundary.
-void probe_rows(const StepCapture& a, const StepCapture& b, int64_t step, int session, int64_t boundary,
-                const reference::ModelConfig& c, std::vector<MetricRow>& rows) {
-  const int64_t W = c.window_size;
-  const char* names[4] = {"probe_recall[d<-W]", "probe_recall[-W<=d<0]", "probe_recall[0<=d<W]", "probe_recall[d>=W]"};
-  const char* counts[4] = {"probe_count[d<-W]", "probe_count[-W<=d<0]", "probe_count[0<=d<W]", "probe_count[d>=W]"};
-  for (const CapturedItem& ia : a.items) {
-    if (ia.component != "topk") continue;
-    const CapturedItem* ib = b.find(ia.layer, "topk");
-    if (ib == nullptr) continue;
-    const int ratio = c.compress_ratios[static_cast<size_t>(ia.layer)];
-    int64_t total[4] = {0, 0, 0, 0}, kept[4] = {0, 0, 0, 0};
-    const int64_t rows_a = ia.i.dim(0), rows_b = ib->i.dim(0), k = ia.i.dim(1);
-    for (int64_t t = 0; t < std::min(rows_a, rows_b); ++t) {
-      const int32_t* ra = ia.i.row(rows_a - 1 - t);
-      const int32_t* rb = ib->i.row(rows_b - 1 - t);
-      for (int64_t j = 0; j < k; ++j) {
-        if (ra[j] < 0) continue;
-        const int64_t d = static_cast<int64_t>(ra[j]) * ratio - boundary;
-        const int bucket = d < -W ? 0 : d < 0 ? 1 : d < W ? 2 : 3;
-        ++total[bucket];
-        for (int64_t q = 0; q < ib->i.dim(1); ++q) {
-          if (rb[q] == ra[j]) {
-            ++kept[bucket];
-            break;
-          }
-        }
-      }
-    }
-    for (int bkt = 0; bkt < 4; ++bkt) {
-      MetricRow r;
-      r.step = step;
-      r.session = session;
-      r.position = a.start_pos;
-      r.layer = ia.layer;
-      r.component = "topk";
-      r.metric = counts[bkt];
-      r.value = static_cast<double>(total[bkt]);
-      rows.push_back(r);
-      if (total[bkt] == 0) continue;
-      r.metric = names[bkt];
-      r.value = static_cast<double>(kept[bkt]) / static_cast<double>(total[bkt]);
-      rows.push_back(r);
-    }
-  }
-}
 
 // One pair of sides under one mode: both sides replay the scenario's events in lockstep and every
 // step is compared. Fills one reports::Comparison (and the scenario's step list, once).
@@ -186,7 +214,8 @@ class ComparisonRun {
  public:
   ComparisonRun(const Scenario& sc, const BackendResources& res, const RunOptions& opt, const TokenPlan& plan,
                 const std::vector<ToleranceRule>& rules, const std::map<std::string, int>& session_ids,
-                const Pair& pair, const std::string& mode, std::vector<StepInfo>* steps)
+                const Pair& pair, const std::string& mode, std::vector<StepInfo>* steps,
+                const std::optional<ReplaySample>& replay)
       : sc_(sc), c_(res.config), opt_(opt), plan_(plan), rules_(rules), session_ids_(session_ids), pair_(pair),
         forced_(mode == "teacher-forced"), steps_(steps), A_(pair.a, res), B_(pair.b, res) {
     cmp_.side_a = pair.a.text();
@@ -194,6 +223,13 @@ class ComparisonRun {
     cmp_.mode = mode;
     cmp_.expectation = name(pair.expect);
     cmp_.expectation_origin = pair.why;
+    if (replay) {
+      sampled_ = true;
+      checked_.insert(replay->steps.begin(), replay->steps.end());
+      cmp_.replay = reports::ReplayRecord{replay->seed, replay->total, replay->steps};
+      A_.skip_index_scores();
+      B_.skip_index_scores();
+    }
   }
 
   Comparison run() {
@@ -214,16 +250,25 @@ class ComparisonRun {
       cmp_.verdict = Verdict::kError;
       cmp_.notes.push_back(std::string("error: unexpected failure: ") + err.what());
     }
+    if (sampled_) {
+      std::ostringstream n;
+      n << "sampled replay (seed " << cmp_.replay->seed << "): side B replayed " << cmp_.replay->steps_checked.size()
+        << " of " << cmp_.replay->steps_total << " steps teacher-forced from side A's state (" <<
+        step_ranges(cmp_.replay->steps_checked) << "); the other steps are neither pass nor fail; index_scores "
+        "not captured (the selections made from them are compared)";
+      notes_.insert(n.str());
+    }
     for (const std::string& n : notes_) cmp_.notes.push_back(n);
     for (const std::string& n : sc_.notes) cmp_.notes.push_back(n);
+    cmp_.sides = {A_.measure("a"), B_.measure("b")};
     cmp_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (opt_.time_sides) {  // stderr only: wall times are volatile and stay out of the report
       std::ostringstream line;
       line.setf(std::ios::fixed);
       line.precision(3);
       line << "dsv41 run: time " << sc_.name << " [" << cmp_.mode << "]: " << cmp_.side_a << " setup "
-           << A_.setup_seconds << " s steps " << A_.step_seconds << " s; " << cmp_.side_b << " setup "
-           << B_.setup_seconds << " s steps " << B_.step_seconds << " s; " << step_ << " steps\n";
+           << A_.setup_seconds << " s steps " << A_.step_seconds() << " s; " << cmp_.side_b << " setup "
+           << B_.setup_seconds << " s steps " << B_.step_seconds() << " s; " << step_ << " steps\n";
       std::cerr << line.str();
     }
     return std::move(cmp_);
@@ -257,7 +302,8 @@ class ComparisonRun {
       const std::vector<int64_t>& ids = plan_.prompts[e];
       const int64_t n = static_cast<int64_t>(ids.size()), chunk = ev.chunk > 0 ? ev.chunk : n;
       for (int64_t first = 0; first < n && !stop_; first += chunk) {
-        run_step(ev.session, {ids.begin() + first, ids.begin() + std::min(n, first + chunk)}, "prefill", ev.probe);
+        run_step(ev.session, {ids.begin() + first, ids.begin() + std::min(n, first + chunk)}, "prefill", ev.probe,
+                 /*last_chunk=*/first + chunk >= n);
       }
     } else if (ev.kind == Event::kDecode) {
       for (int64_t i = 0; i < ev.decode && !stop_; ++i) run_step(ev.session, {next_token(ev.session)}, "decode", ev.probe);
@@ -265,6 +311,14 @@ class ComparisonRun {
       for (int64_t r = 0; r < ev.speculate.rounds && !stop_; ++r) run_round(ev, r);
     } else {
       const int64_t pos = A_.session(ev.session).pos();
+      if (sampled_ && !checked_.count(step_)) {  // sampled replay: side A alone
+        A_.resume(ev.session, /*views=*/false);
+        boundary_[ev.session] = pos;
+        record_step(ev.session, "resume", pos, 0, {"resume"});
+        advance();
+        return;
+      }
+      if (sampled_) start_b_from_a(ev.session);
       const StepCapture a = A_.resume(ev.session);
       const StepCapture b = B_.resume(ev.session);
       boundary_[ev.session] = pos;
@@ -302,24 +356,34 @@ class ComparisonRun {
     sampling.temperature = ev.speculate.temperature;
     sampling.top_p = ev.speculate.top_p;
     const int64_t current = next_token(session, &sampling, seed ^ 0x5eedull);
+    const bool b_runs = !sampled_ || checked_.count(step_) > 0;
+    if (sampled_ && b_runs) start_b_from_a(session);
     // DSpark drafts: both sides draft (teacher-forced from A's when the mode is), A's is the proposal.
     std::optional<DraftSide> da, db;
     if (ev.speculate.drafter == SpeculateSpec::kDSpark) {
       const uint64_t draft_seed = stream_seed(sc_.seed, "draft:" + std::to_string(step_));
-      Backend& ba = A_.backend(session);
-      BackendSession& sa = A_.session(session);
-      auto t0 = std::chrono::steady_clock::now();
-      da = run_draft(ba, sa, current, ev.speculate, draft_seed, nullptr, step_);
-      A_.step_seconds += SideRunner::since(t0);
-      Backend& bb = B_.backend(session);
-      BackendSession& sb = B_.session(session);
-      t0 = std::chrono::steady_clock::now();
-      db = run_draft(bb, sb, current, ev.speculate, draft_seed, forced_ ? &da->capture : nullptr, step_);
-      B_.step_seconds += SideRunner::since(t0);
+      da = A_.timed([&] {
+        return run_draft(A_.backend(session), A_.session(session), current, ev.speculate, draft_seed, nullptr, step_);
+      });
+      if (b_runs) {
+        db = B_.timed([&] {
+          return run_draft(B_.backend(session), B_.session(session), current, ev.speculate, draft_seed,
+                           forced_ ? &da->capture : nullptr, step_);
+        });
+      }
     }
-    const RoundPlan plan = plan_round(A_.backend(session), A_.session(session), current, ev.speculate, round, seed,
-                                      da ? &da->result : nullptr);
+    const RoundPlan plan = A_.timed([&] {
+      return plan_round(A_.backend(session), A_.session(session), current, ev.speculate, round, seed,
+                        da ? &da->result : nullptr);
+    });
     RoundSide a = run_round_side(A_, session, plan, pair_.a.plain, std::nullopt, nullptr);
+    if (!b_runs) {  // sampled replay: side A alone
+      if (a.decision.next_token >= 0) pending_[session] = a.decision.next_token;
+      record_step(session, "speculate", start, a.kept + 1, a.kept < plan.k ? std::vector<std::string>{"partial_accept"}
+                                                                            : std::vector<std::string>{});
+      advance();
+      return;
+    }
     RoundSide b = run_round_side(B_, session, plan, pair_.b.plain, a.kept, forced_ ? &a.verify : nullptr);
     if (da) {  // the draft's outputs lead the round's capture: they came first
       a.capture.items.insert(a.capture.items.begin(), da->capture.items.begin(), da->capture.items.end());
@@ -341,25 +405,61 @@ class ComparisonRun {
 
   RoundSide run_round_side(SideRunner& side, const std::string& session, const RoundPlan& plan, bool plain,
                            std::optional<int64_t> keep, const StepCapture* forced) {
-    Backend& b = side.backend(session);
-    BackendSession& s = side.session(session);
-    const auto t0 = std::chrono::steady_clock::now();
-    RoundSide r = scenarios::run_round(b, s, plan, plain, keep, forced, step_);
-    side.step_seconds += SideRunner::since(t0);
-    return r;
+    return side.timed(
+        [&] { return scenarios::run_round(side.backend(session), side.session(session), plan, plain, keep, forced, step_); });
   }
 
-  void run_step(const std::string& session, const std::vector<int64_t>& tokens, const char* phase, bool probe) {
+  void run_step(const std::string& session, const std::vector<int64_t>& tokens, const char* phase, bool probe,
+                bool last_chunk = false) {
     position(phase);
     const int64_t start = A_.session(session).pos();
     const bool prompt = std::string(phase) == "prefill";
     if (prompt) pending_.erase(session);  // a new prompt drops a round's pending token
+    if (sampled_ && !checked_.count(step_)) {  // sampled replay: side A alone, nothing recorded
+      last_logits_[session] = A_.step_unrecorded(session, tokens, step_, prompt);
+      record_step(session, phase, start, static_cast<int64_t>(tokens.size()), {});
+      advance();  // (the last chunk of a prompt is always sampled: its bytes are checked below)
+      return;
+    }
+    if (sampled_) start_b_from_a(session);
     const StepCapture a = A_.step(session, tokens, step_, nullptr, prompt);
     const StepCapture b = B_.step(session, tokens, step_, forced_ ? &a : nullptr, prompt);
     last_logits_[session] = a.logits;
     record_step(session, phase, start, static_cast<int64_t>(tokens.size()), {});
     compare(session, a, b, probe);
+    if (prompt && last_chunk && sc_.check_bytes) {
+      bytes_rows("a", a.caches, a.start_pos + a.tokens, session);
+      bytes_rows("b", b.caches, b.start_pos + b.tokens, session);
+    }
     advance();
+  }
+
+  // Sampled replay: side B's session becomes side A's state before this step (saved with the
+  // rings in the official bytes, loaded in full mode), with A's pending decoder replay.
+  void start_b_from_a(const std::string& session) {
+    const SavedState saved = A_.save_full(session);
+    B_.load(session, saved, A_.pending_decoder(session));
+  }
+
+  // The global bytes a side holds after a prompt event against `dsv41 bytes` (runner_internal.h).
+  void bytes_rows(const std::string& which, const std::vector<reference::CacheView>& views, int64_t tokens,
+                  const std::string& session) {
+    const Side& side = which == "a" ? pair_.a : pair_.b;
+    if (backend_claim(side.backend) != Claim::kBitExact) {
+      notes_.insert("global bytes per token not checked for side " + which + " (" + side.text() +
+                    "): its caches are not the official formats");
+      return;
+    }
+    std::string detail;
+    const std::vector<MetricRow> rows =
+        global_bytes_rows(views, tokens, c_, which, step_, session_ids_.at(session), &detail);
+    cmp_.rows.insert(cmp_.rows.end(), rows.begin(), rows.end());
+    if (!detail.empty() && !cmp_.first_divergence) {
+      reports::Divergence d = divergence_at(rows.back());
+      d.tolerance = *rows.back().tolerance;
+      d.detail = detail;
+      cmp_.first_divergence = d;
+    }
   }
 
   void advance() {
@@ -450,112 +550,12 @@ class ComparisonRun {
   Evidence evidence_;  // what the verdict weighs besides the rows (backend gap: filled at the end)
   int64_t step_ = 0;
   bool stop_ = false;
+  bool sampled_ = false;          // sampled replay: side B runs the steps in checked_ only
+  std::set<int64_t> checked_;
   size_t event_ = 0;  // the event running now
 };
 
 }  // namespace
-
-// Refuses a scenario one of whose sessions would pass max_seq_len, before any token is planned or
-// step run: its prompts, decode steps and speculative rounds (each at least one token) add up.
-static void check_session_lengths(const Scenario& sc, const reference::ModelConfig& c) {
-  const auto segments_length = [&](const std::vector<TokenSegment>& segs) {
-    int64_t n = 0;
-    for (const TokenSegment& seg : segs) {
-      if (seg.kind == TokenSegment::kLiteral) n += static_cast<int64_t>(seg.ids.size());
-      if (seg.kind == TokenSegment::kRandom) n += seg.count;
-      if (seg.kind == TokenSegment::kSpan || seg.kind == TokenSegment::kNear) {
-        for (const TokenSegment& part : sc.spans.at(seg.span)) {
-          n += part.kind == TokenSegment::kLiteral ? static_cast<int64_t>(part.ids.size()) : part.count;
-        }
-      }
-    }
-    return n;
-  };
-  std::map<std::string, int64_t> length;
-  for (size_t e = 0; e < sc.events.size(); ++e) {
-    const Event& ev = sc.events[e];
-    int64_t& n = length[ev.session];
-    if (ev.kind == Event::kPrompt) n += segments_length(ev.segments);
-    if (ev.kind == Event::kDecode) n += ev.decode;
-    if (ev.kind == Event::kSpeculate) n += ev.speculate.rounds;
-    DSV41_CHECK(n <= c.max_seq_len, "scenario '", sc.name, "': events[", e, "]: session '", ev.session,
-                "' reaches at least ", n, " tokens, past max_seq_len = ", c.max_seq_len, " of the config");
-  }
-}
-
-ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, const RunOptions& opt) {
-  ScenarioPlan plan;
-  check_session_lengths(sc, c);
-  plan.tokens = plan_tokens(sc, c.vocab_size);
-  plan.pairs = sc.pairs;
-  if (!opt.sides.empty()) {
-    DSV41_CHECK(opt.sides.size() == 2, "--sides: expected two sides A,B, got ", opt.sides.size());
-    Pair p;
-    p.a = parse_side(opt.sides[0]);
-    p.b = parse_side(opt.sides[1]);
-    p.expect = default_expectation(p.a, p.b, sc, &p.why);
-    // A pair the scenario declares keeps its declared expectation.
-    for (const Pair& q : sc.pairs) {
-      if (q.a.text() == p.a.text() && q.b.text() == p.b.text()) p = q;
-    }
-    plan.pairs = {p};
-  }
-  DSV41_CHECK(!plan.pairs.empty(), "scenario '", sc.name, "' declares no pairs: give --sides A,B");
-  for (const Pair& p : plan.pairs) {
-    for (const Side* side : {&p.a, &p.b}) {
-      DSV41_CHECK(side->path != CachePath::kDecoder || side->decoder_rows >= c.window_size, "scenario '", sc.name,
-                  "': side '", side->text(), "': decoder replay needs at least window_size = ", c.window_size,
-                  " rows (docs/sessions.md: R = W + the speculative block), else the later layers' rings keep holes");
-      if (side->backend.rfind("mutant:", 0) == 0) {
-        const Mutation m = parse_mutation(side->backend.substr(7));
-        DSV41_CHECK(m.layer < c.n_layers, "scenario '", sc.name, "': side '", side->text(), "': layer ", m.layer,
-                    " is not a layer of this model (0 .. ", c.n_layers - 1, ")");
-      }
-    }
-  }
-  plan.modes = opt.modes.empty() ? sc.modes : opt.modes;
-  for (const std::string& m : plan.modes) {
-    DSV41_CHECK(m == "free-running" || m == "teacher-forced", "mode '", m, "': not free-running or teacher-forced");
-  }
-  for (const Event& e : sc.events) {
-    if (e.kind != Event::kSpeculate) continue;
-    DSV41_CHECK(e.speculate.drafter != SpeculateSpec::kDSpark || c.n_mtp_layers > 0, "scenario '", sc.name,
-                "': a speculate event with dspark drafts needs DSpark blocks, the config has n_mtp_layers = 0 (use "
-                "\"drafts\": \"lookahead:N\")");
-    for (const Pair& p : plan.pairs) {
-      const bool plain = p.a.plain || p.b.plain;
-      DSV41_CHECK(!plain || std::find(plan.modes.begin(), plan.modes.end(), "teacher-forced") == plan.modes.end(),
-                  "scenario '", sc.name, "': pair ", p.a.text(), " vs ", p.b.text(), ": teacher forcing needs the same "
-                  "steps on both sides, and a plain side decodes a speculative round one token at a time: run it "
-                  "free-running (--mode free-running)");
-      DSV41_CHECK(!plain || e.speculate.temperature == 0, "scenario '", sc.name, "': pair ", p.a.text(), " vs ",
-                  p.b.text(), ": a plain side decodes greedily, and speculative sampling preserves the target's "
-                  "distribution, not its tokens: compare plain sides at temperature 0");
-    }
-  }
-  for (const ToleranceRule& r : sc.tolerances) {
-    const std::vector<std::string>& metrics = known_metrics();
-    DSV41_CHECK(std::find(metrics.begin(), metrics.end(), r.metric) != metrics.end(), "scenario '", sc.name,
-                "': tolerance rule for '", r.component, "': unknown metric '", r.metric, "' (docs/scenarios.md lists them)");
-    const std::string& pat = r.component;
-    bool known = pat == "*";
-    for (const std::string& comp : known_components()) {
-      known = known || comp == pat ||
-              (!pat.empty() && pat.back() == '*' && comp.rfind(pat.substr(0, pat.size() - 1), 0) == 0);
-    }
-    DSV41_CHECK(known, "scenario '", sc.name, "': tolerance rule component '", pat,
-                "' matches no component (docs/scenarios.md lists them)");
-  }
-  plan.rules = sc.tolerances;
-  if (sc.default_tolerances) {
-    const std::vector<ToleranceRule> defaults = default_tolerance_rules();
-    plan.rules.insert(plan.rules.end(), defaults.begin(), defaults.end());
-  }
-  std::set<std::string> sessions;
-  for (const Event& e : sc.events) sessions.insert(e.session);
-  plan.sessions = static_cast<int>(sessions.size());
-  return plan;
-}
 
 ScenarioResult scenario_result_header(const Scenario& sc) {
   ScenarioResult out;
@@ -590,7 +590,9 @@ ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, con
           opt.on_progress(q);
         };
       }
-      out.comparisons.push_back(ComparisonRun(sc, res, o, plan.tokens, rules, session_ids, pair, mode, steps).run());
+      const std::optional<ReplaySample>& replay = plan.replay[static_cast<size_t>(&pair - pairs.data())];
+      out.comparisons.push_back(
+          ComparisonRun(sc, res, o, plan.tokens, rules, session_ids, pair, mode, steps, replay).run());
     }
   }
   out.verdict = scenario_verdict(out.comparisons, &out.error);

@@ -28,6 +28,7 @@
 #include "reports/report.h"
 #include "scenarios/backend.h"
 #include "scenarios/keep.h"
+#include "scenarios/replay_plan.h"
 #include "scenarios/scenario.h"
 
 namespace dsv41::scenarios {
@@ -55,6 +56,10 @@ struct RunOptions {
   // Print each comparison's wall time per side on stderr (`dsv41 run --time-sides`): making the
   // side's backends, and its steps. Never in the report (wall times are volatile).
   bool time_sides = false;
+  // Sampled replay (docs/scale.md) for every pair: extra steps beyond the required ones, and the
+  // draw's seed (each overrides a pair's "replay"; a seed alone needs a pair that replays).
+  std::optional<int64_t> replay_extra;
+  std::optional<uint64_t> replay_seed;
 };
 
 // What a scenario will run, checked before any work: its pairs (--sides replaces them), modes,
@@ -67,6 +72,12 @@ struct ScenarioPlan {
   std::vector<ToleranceRule> rules;
   TokenPlan tokens;
   int sessions = 0;
+  std::vector<std::optional<ReplaySample>> replay;  // [pair] the steps side B replays (none: every step)
+  // The largest indexer score matrix one step materializes ([T, reachable keys] fp32 of the index
+  // layer with the smallest ratio; docs/scale.md), in bytes, and the step: what a run checks
+  // against the machine's memory before any work (issue 14: sizes are validated before allocating).
+  int64_t largest_scores_bytes = 0;
+  int64_t largest_scores_step = -1;
 };
 ScenarioPlan plan_scenario(const Scenario& scenario, const reference::ModelConfig& config, const RunOptions& options);
 

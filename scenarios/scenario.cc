@@ -239,6 +239,20 @@ Side parse_side(const std::string& given) {
   return s;
 }
 
+// A pair's "replay": {"extra": K, "seed": S} (both optional; docs/scale.md).
+static ReplaySpec parse_replay(const json& r, const std::string& where) {
+  DSV41_CHECK(r.is_object(), where, ": must be an object {\"extra\": K, \"seed\": S}, got ", excerpt(r));
+  only_keys(r, where, {"extra", "seed"});
+  ReplaySpec spec;
+  if (r.contains("extra")) spec.extra = positive(r["extra"], where + ".extra", /*allow_zero=*/true);
+  if (r.contains("seed")) {
+    DSV41_CHECK(r["seed"].is_number_unsigned() || (r["seed"].is_number_integer() && r["seed"].get<int64_t>() >= 0),
+                where, ".seed: must be a non-negative integer");
+    spec.seed = r["seed"].get<uint64_t>();
+  }
+  return spec;
+}
+
 Scenario parse_scenario(const std::string& json_text, const std::string& source) {
   const std::string where = "scenario '" + source + "'";
   json j;
@@ -249,7 +263,7 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
     DSV41_FAIL(where, ": not valid JSON: ", e.what());
   }
   only_keys(j, where, {"name", "kind", "description", "seed", "spans", "events", "pairs", "modes", "tolerances",
-                       "default_tolerances", "notes"});
+                       "default_tolerances", "notes", "check_bytes"});
   Scenario s;
   s.source = source;
   DSV41_CHECK(j.contains("name"), where, ": needs a name");
@@ -330,7 +344,7 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
     for (size_t i = 0; i < j["pairs"].size(); ++i) {
       const std::string w = where + ".pairs[" + std::to_string(i) + "]";
       const json& p = j["pairs"][i];
-      only_keys(p, w, {"a", "b", "expect", "why"});
+      only_keys(p, w, {"a", "b", "expect", "why", "replay"});
       DSV41_CHECK(p.contains("a") && p.contains("b") && p.contains("expect"), w, ": needs a, b and expect");
       Pair pair;
       pair.a = parse_side(text(p["a"], w + ".a"));
@@ -347,6 +361,7 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
       }
       DSV41_CHECK(p.contains("why"), w, ": needs 'why': where the expectation comes from");
       pair.why = text(p["why"], w + ".why");
+      if (p.contains("replay")) pair.replay = parse_replay(p["replay"], w + ".replay");
       s.pairs.push_back(std::move(pair));
     }
   }
@@ -387,6 +402,10 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
   if (j.contains("default_tolerances")) {
     DSV41_CHECK(j["default_tolerances"].is_boolean(), where, ".default_tolerances: must be true or false");
     s.default_tolerances = j["default_tolerances"].get<bool>();
+  }
+  if (j.contains("check_bytes")) {
+    DSV41_CHECK(j["check_bytes"].is_boolean(), where, ".check_bytes: must be true or false");
+    s.check_bytes = j["check_bytes"].get<bool>();
   }
   s.json = j.dump(2);
   return s;

@@ -79,10 +79,22 @@ struct ToleranceRule {
   reports::Tolerance tolerance;
 };
 
+// Sampled teacher-forced replay (docs/scale.md): side B does not run the whole scenario; at a
+// sampled subset of steps it starts from side A's state just before the step (saved with the SWA
+// rings in the official bytes and loaded in full mode) and runs that one step with A's values
+// forced. The sample always holds the first and last chunk of every prompt event, every resume
+// step and the step after it, the first step of every decode and speculate event, plus `extra`
+// steps drawn from the others with the replay seed (scenarios/replay_plan.h).
+struct ReplaySpec {
+  int64_t extra = 0;              // steps drawn beyond the required ones
+  std::optional<uint64_t> seed;   // the draw's seed (default: stream_seed(scenario seed, "replay"))
+};
+
 struct Pair {
   Side a, b;
   Expectation expect = Expectation::kMeasured;
   std::string why;          // the origin of the expectation (shown in the report)
+  std::optional<ReplaySpec> replay;  // given: side B replays sampled steps only (above)
 };
 
 struct TokenSegment {
@@ -122,6 +134,9 @@ struct Scenario {
   std::vector<std::string> modes;      // "free-running", "teacher-forced"
   std::vector<ToleranceRule> tolerances;
   bool default_tolerances = true;      // the default rules (compare.h) follow the scenario's own
+  // "check_bytes": at the end of every prompt event, the global bytes each side holds (its
+  // compressed KV and index-key caches) must equal `dsv41 bytes` for the tokens (docs/scale.md).
+  bool check_bytes = false;
   std::string json;                    // the scenario as parsed (after defaults)
   std::vector<std::string> notes;      // e.g. "speculative decoding: not run (DSpark not implemented)"
 };

@@ -152,5 +152,25 @@ TEST(RunCli, ListNamesTheSuiteAndBackends) {
   }
 }
 
+TEST(RunCli, BadReplaySpecsExitTwoWithAClearMessage) {
+  const std::string s = write_file("small.json", kSmall), out = scratch() + "/replay.h5";
+  // A free-running replay (the scenario's mode), a negative count, a seed with nothing to replay.
+  CliResult r = run_dsv41("run '" + s + "' --replay 2 -q -o '" + out + "'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "teacher-forced steps only")) << r.err;
+  r = run_dsv41("run '" + s + "' --replay -1 --mode teacher-forced -q -o '" + out + "'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  r = run_dsv41("run '" + s + "' --replay-seed 5 --mode teacher-forced -q -o '" + out + "'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "no pair that replays")) << r.err;
+  const std::string bad = write_file(
+      "bad_replay.json", small_scenario_json(R"("pairs": [{"a": "ref", "b": "ref", "expect": "bitexact", "why": "w",
+      "replay": {"extra": 1, "every": 2}}], "modes": ["teacher-forced"])"));
+  r = run_dsv41("run '" + bad + "' -q -o '" + out + "'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "replay")) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 }  // namespace
 }  // namespace dsv41::test
