@@ -2,6 +2,8 @@
 // bytes written to a scratch .h5 file: dsv41's report reader over what libhdf5 accepts; what it
 // reads goes through everything that prints a report (the summary and its profiles, a diff with
 // itself, the HTML page).
+#include <hdf5.h>
+
 #include "fuzz/fuzz_util.h"
 #include "reports/report.h"
 #include "reports/report_diff.h"
@@ -21,8 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = (dsv41::fuzz::scratch_dir() / "fuzz.h5").string();
   dsv41::fuzz::write_file(path, dsv41::fuzz::view(data, size));
   dsv41::fuzz::accept([&] {
+    // Only what the reader accepted is printed (format_summary and diff_reports summarize it).
     const dsv41::reports::RunReport r = dsv41::reports::read_report(path, true);
-    (void)dsv41::reports::summarize(r);
     (void)dsv41::reports::format_summary(r);
     dsv41::reports::SummaryOptions o;
     o.by = "layer";
@@ -31,5 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (dsv41::reports::html_available()) (void)dsv41::reports::html_page(r, {path});
   });
   dsv41::fuzz::accept([&] { (void)dsv41::reports::check_report_schema(path); });
+  // libhdf5's free lists back to the heap: what an input allocated is freed by its end, so
+  // libFuzzer's leak check (-detect_leaks) does not rerun every input that grew a free list, and
+  // a use after free inside libhdf5 meets ASan's quarantine instead of a recycled block.
+  H5garbage_collect();
   return 0;
 }
