@@ -299,7 +299,6 @@ int read_file(const char* path, ProbeShared* sh, const ProbeLimits& lim, bool* c
   if (code == kOk) set(sh->where, "the file (closing it)");
   const herr_t closed = H5Fclose(file);
   *closed_clean = closed >= 0 && H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL) == 0;
-  H5garbage_collect();  // the free lists back to the heap: the worker reads many files
   return code;
 }
 
