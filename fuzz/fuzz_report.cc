@@ -9,9 +9,9 @@
 
 #include <cstdlib>
 
-// The reader probes each file in a child process first (reports/h5_probe.h); its deadline must
-// stay below libFuzzer's -timeout (scripts/fuzz.sh: 10 s), so that a hang inside libhdf5 is the
-// probe's refusal, not a timeout of the fuzzer.
+// The reader probes each file in the probe's worker process first (reports/h5_probe.h); its
+// deadline must stay below libFuzzer's -timeout (scripts/fuzz.sh: 10 s), so that a hang inside
+// libhdf5 is the probe's refusal, not a timeout of the fuzzer.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   setenv("DSV41_H5_PROBE_TIMEOUT", "4", 0);
   return 0;

@@ -50,7 +50,7 @@ std::vector<std::string> read_string_values(hid_t ftype, int64_t count, Read rea
 }  // namespace
 
 H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
-  // Read once in a child process first: libhdf5 itself may crash or hang on a crafted file
+  // Read once in the probe's worker process first: libhdf5 itself may crash or hang on a crafted file
   // (reports/h5_probe.h).
   const h5::ProbeResult probe = h5::probe_file(path_);
   if (!probe.ok) DSV41_FAIL("'", path_, "': refused: ", probe.reason);

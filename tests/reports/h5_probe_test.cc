@@ -1,5 +1,5 @@
-// reports/h5_probe.h: an HDF5 file from outside is read once in a child process before dsv41
-// reads it. A valid file passes; the crafted reports on which libhdf5 1.10.8 crashes, hangs or
+// reports/h5_probe.h: an HDF5 file from outside is read once in another process (the worker)
+// before dsv41 reads it. A valid file passes; the crafted reports on which libhdf5 1.10.8 crashes, hangs or
 // allocates 4 GB (fuzz/findings/) are refused with a reason naming the object, and reading them
 // through the report reader throws dsv41::Error instead of killing the process; external links
 // are refused; a corrupt chunk is found whether a dataset is read whole or in slabs (and only
