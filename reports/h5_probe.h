@@ -31,8 +31,9 @@
 // Limits (the worker's, per file): a deadline of DSV41_H5_PROBE_TIMEOUT seconds when set, else
 // 30 s plus 1 s per 50 MB of file; an address-space limit of 2 GiB plus 8 times the file size
 // above the worker's size when it starts reading it (not under AddressSanitizer, which reserves
-// terabytes of address space). A file is probed once per process for one (device, inode, size,
-// modification time, FNV-1a of its bytes (of its first and last MiB above 16 MiB)).
+// terabytes of address space). The last 256 files read cleanly are remembered and not probed again
+// while their (device, inode, size, modification time, FNV-1a of their bytes (of the first and
+// last MiB above 16 MiB)) stay the same.
 //
 // What it does not cover: a file changed between the probe and the read (the window is the
 // probe's duration); files opened by the golden-vector reader (dsv41's own committed files).
@@ -46,6 +47,11 @@ namespace dsv41::reports::h5 {
 struct ProbeResult {
   bool ok = true;
   std::string reason;  // empty when ok; else why the file is refused (no path prefix)
+  // With ok: false when libhdf5 cannot open the file (not_hdf5: it is not an HDF5 file at all).
+  // The caller then says so without opening it in its own process: libhdf5 loses memory on a
+  // failed open of a corrupt file, and a file it cannot open is read by no one.
+  bool opens = true;
+  bool not_hdf5 = false;
 };
 
 // The probe's sizes and deadline; the defaults are the ones described above (tests shrink them).
@@ -56,8 +62,9 @@ struct ProbeLimits {
   double timeout_s = 0;                           // 0: DSV41_H5_PROBE_TIMEOUT, else 30 s + 1 s/50 MB
 };
 
-// Reads `path` in the worker as described above. Never throws; a file that does not exist
-// or is not HDF5 is "ok" here (the caller's open says what is wrong with it). Only probes with
+// Reads `path` in the worker as described above. Never throws; a file that does not exist is
+// "ok" here (the caller's open says what is wrong with it); one libhdf5 cannot open is "ok" with
+// `opens` false. Only probes with
 // the default limits are remembered.
 ProbeResult probe_file(const std::string& path, const ProbeLimits& limits = {});
 

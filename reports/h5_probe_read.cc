@@ -268,6 +268,10 @@ herr_t on_link(hid_t, const char* name, const LinkInfo* info, void* data) {
 int read_file(const char* path, ProbeShared* sh, const ProbeLimits& lim, bool* closed_clean) {
   *closed_clean = false;
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  if (H5Fis_hdf5(path) <= 0) {
+    *closed_clean = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL) == 0;
+    return kNotHdf5;
+  }
   const hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0) {
     *closed_clean = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL) == 0;

@@ -29,11 +29,13 @@ enum ProbeCode : int {
   kForeignLink = 4,  // an external or user-defined link
   kSanitizer = 5,    // a sanitizer report in libhdf5 or here (the worker's exit status)
   kOutOfMemory = 6,  // std::bad_alloc in the probe's own buffers (the worker's exit status)
+  kNotHdf5 = 7,      // not an HDF5 file (H5Fis_hdf5)
 };
 
-// Opens `path` read-only, refuses external and user-defined links, reads every attribute and
+// Checks that `path` is an HDF5 file and opens it read-only (as reports/h5_io.h's open_read_only
+// does), refuses external and user-defined links, reads every attribute and
 // every dataset of an integer, float or string type as reports/h5_probe.h describes (`lim`), and
-// closes the file. Returns kOk, kCannotOpen, kReadFailed or kForeignLink; sh->where names the
+// closes the file. Returns kOk, kNotHdf5, kCannotOpen, kReadFailed or kForeignLink; sh->where names the
 // object being read, sh->error says what failed. *closed_clean: libhdf5 closed the file and holds
 // no open object of any file afterwards, so this process may read another file (a file left
 // open would be shared with a later open of the same inode, stale metadata included). Throws

@@ -128,10 +128,33 @@ TEST(H5Probe, ValidFileIsReadAndRemembered) {
 
 TEST(H5Probe, MissingOrNonHdf5FilesAreLeftToTheCaller) {
   EXPECT_TRUE(probe_file("/nonexistent/dir/x.h5").ok);
+  EXPECT_TRUE(probe_file("/nonexistent/dir/x.h5").opens);
   const std::string text = temp_path("text");
   std::ofstream(text) << "not hdf5\n";
-  EXPECT_TRUE(probe_file(text).ok);
+  const ProbeResult r = probe_file(text);
+  EXPECT_TRUE(r.ok);
+  EXPECT_FALSE(r.opens);  // the caller says so without opening it
+  EXPECT_TRUE(r.not_hdf5);
+  // An HDF5 file cut after its superblock: HDF5, but libhdf5 cannot open it.
+  const std::string valid = write_valid("cut");
+  std::string head(512, '\0');
+  std::ifstream(valid, std::ios::binary).read(head.data(), 512);
+  const std::string cut = temp_path("cut_512");
+  std::ofstream(cut, std::ios::binary).write(head.data(), 512);
+  const ProbeResult rc = probe_file(cut);
+  EXPECT_TRUE(rc.ok);
+  EXPECT_FALSE(rc.opens);
+  EXPECT_FALSE(rc.not_hdf5);
+  try {
+    (void)read_report(cut, true);
+    ADD_FAILURE() << "read_report accepted " << cut;
+  } catch (const dsv41::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open the HDF5 file (truncated or corrupt)"), std::string::npos)
+        << e.what();
+  }
   std::remove(text.c_str());
+  std::remove(valid.c_str());
+  std::remove(cut.c_str());
 }
 
 // The crafted reports of fuzz/findings/: before the probe, reading them segfaulted, looped or
