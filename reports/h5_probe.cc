@@ -80,14 +80,15 @@ uint64_t address_space_bytes() {
   const rlimit no_core{0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
   if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(die_quietly);
+  // The socket first (the caller may have closed stdout, so that it got descriptor 1 or 2).
+  if (sock != kWorkerSocket && dup2(sock, kWorkerSocket) < 0) _exit(0);
   const int devnull = open("/dev/null", O_WRONLY);
   if (devnull >= 0) {
     dup2(devnull, STDOUT_FILENO);
     dup2(devnull, STDERR_FILENO);
   }
-  // Only the socket stays open: a long-lived copy of the caller's descriptors (a pipe's write
-  // end, say) would keep their other ends from seeing the end of them.
-  if (sock != kWorkerSocket && dup2(sock, kWorkerSocket) < 0) _exit(0);
+  // Only the socket stays open besides 0, 1 and 2: a long-lived copy of the caller's descriptors
+  // (a pipe's write end, say) would keep their other ends from seeing the end of them.
   close_range(kWorkerSocket + 1, ~0U, 0);
   // It ends with the caller (or on the end of its socket, below).
   prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -10,6 +10,7 @@
 // The files are written here with the HDF5 C API.
 #include "reports/h5_probe.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <signal.h>
@@ -360,6 +361,25 @@ ProbeLimits slow_limits() {
   lim.slab_bytes = 16 * 4;
   lim.timeout_s = 60;
   return lim;
+}
+
+// The worker keeps none of the caller's descriptors: a pipe the caller made before the worker
+// started sees its end when the caller closes its write end.
+TEST(H5Probe, WorkerKeepsNoDescriptorOfTheCaller) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);  // inheritable (no O_CLOEXEC)
+  if (probe_worker().pid > 0) ::kill(static_cast<pid_t>(probe_worker().pid), SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const ProbeWorker before = probe_worker();
+  const std::string path = write_valid("fds");
+  ASSERT_TRUE(probe_file(path).ok);
+  EXPECT_EQ(probe_worker().started, before.started + 1);  // forked while the pipe was open
+  ::close(fds[1]);
+  ASSERT_EQ(::fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+  char c = 0;
+  EXPECT_EQ(::read(fds[0], &c, 1), 0) << "a write end is still open somewhere (errno " << errno << ")";
+  ::close(fds[0]);
+  std::remove(path.c_str());
 }
 
 // A worker that dies while it reads a file (killed with SIGSEGV from outside, as libhdf5 crashing
