@@ -139,7 +139,7 @@ Verb add_conform_verb(CLI::App& parent) {
                   "it names (docs/conform.md)");
   app->add_option("-o,--output", a->output, "the HDF5 report (written atomically; `dsv41 report show` reads it)");
   app->add_option("--junit", a->junit, "also write JUnit XML here");
-  app->add_option("--stop-after-step", a->stop_after_step, "judge steps 0..N only (a repro)")->check(CLI::NonNegativeNumber);
+  app->add_option("--stop-after-step", a->stop_after_step, "judge steps 0..N only (a repro)")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app->add_option("--only", a->only,
                   "judge only COMPONENT or COMPONENT@LAYER (a repro; -1: model.); with --vectors: only the cases of OP");
   app->add_option("--threads", a->threads, "reference threads (default: DSV41_THREADS or the cores)")

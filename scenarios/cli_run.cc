@@ -305,13 +305,13 @@ Verb add_run_verb(CLI::App& parent) {
   app->add_option("-o,--output", a->output, "the HDF5 report (written atomically)");
   app->add_option("--junit", a->junit, "also write JUnit XML here");
   app->add_option("--stop-after-step", a->stop_after_step, "stop each comparison after this step")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app->add_option("--save-tensors", a->save_tensors,
                   "keep both sides' tensors of step=S,layer=L,component=C (any subset) in the report");
   app->add_option("--replay", a->replay,
                   "sampled replay (docs/scale.md): side B replays only the required steps plus K drawn ones, "
                   "each from side A's state, teacher-forced")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   seed_option(app->add_option("--replay-seed", a->replay_seed,
                               "seed of the sampled replay's draw (default: from the scenario seed; printed)"));
   app->add_option("--threads", a->threads, "reference threads (default: DSV41_THREADS or the cores)")

@@ -156,6 +156,15 @@ TEST(ErrorsCatalogue, CliArguments) {
            {"CLI: --decoder-replay below window_size", "forward --config '" + kConfig + "' --weights '" + kWeights +
                 "' --prompt 1,2 --decoder-replay 1 -o '" + scratch() + "/f.h5'",
             2, "--decoder-replay 1: decoder replay needs at least window_size = 64 rows"},
+           {"CLI: a negative --replay", "run '" + s + "' --replay -1" + out, 2,
+            "--replay: Value -1 not in range 0 to 1048576"},
+           {"CLI: --replay in free-running mode",
+            "run '" + s + "' --sides ref,ref@full --replay 2 --mode free-running" + out, 2,
+            "sampled replay starts side B from side A's state at each sampled step and forces A's values: it "
+            "compares teacher-forced steps only (--mode teacher-forced)"},
+           {"CLI: layer-config without --kind", "layer-config", 2, "layer-config: give --kind KIND (--list shows the kinds)"},
+           {"CLI: layer-config, an unknown kind", "layer-config --kind bogus", 2,
+            "layer kind 'bogus': unknown (the kinds: swa, full2, full1, reuse2, reuse1, reindex, engram, dspark)"},
        }) {
     expect_entry(e);
   }
