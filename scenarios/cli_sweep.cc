@@ -127,7 +127,7 @@ Verb add_sweep_verb(CLI::App& parent) {
       ->check(CLI::Range(1, 1024));
   app->add_option("--item-timeout", a->o.item_timeout, "kill an item's process after this many seconds (its "
                                                         "verdict: error); default: no limit")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+      ->check(CLI::Range(0.0, 1048576.0));
   app->add_option("--work-dir", a->o.work_dir, "keep each item's report here (rank 0); default: a temporary "
                                                "folder beside the report, removed");
   app->add_flag("--resume", a->o.resume, "reuse the item reports in --work-dir that ran exactly these items");
