@@ -50,10 +50,13 @@ std::vector<std::string> read_string_values(hid_t ftype, int64_t count, Read rea
 }  // namespace
 
 H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
-  // Read once in a child process first: libhdf5 itself may crash or hang on a crafted file
+  // Read once in the probe's worker process first: libhdf5 itself may crash or hang on a crafted file
   // (reports/h5_probe.h).
   const h5::ProbeResult probe = h5::probe_file(path_);
   if (!probe.ok) DSV41_FAIL("'", path_, "': refused: ", probe.reason);
+  // What the worker could not open is not opened here either (the messages are open_read_only's).
+  if (!probe.opens && probe.not_hdf5) DSV41_FAIL("'", path_, "': not an HDF5 file");
+  if (!probe.opens) DSV41_FAIL("'", path_, "': cannot open the HDF5 file (truncated or corrupt)");
   h5::OpenFailure why = h5::OpenFailure::kNone;
   file_ = h5::open_read_only(path_, &why);
   switch (why) {
