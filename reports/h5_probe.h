@@ -27,6 +27,9 @@
 // is replaced and the file sent again. A worker is also replaced after 1000 files, when this
 // process's working directory changed (relative paths) and in a fork of this process (it starts
 // its own). It keeps no descriptor of this process's but its socket, and ends with this process.
+// Except: a worker forked while this process holds libhdf5 objects (`dsv41 agree` reads the
+// official runs while it probes the next file) shares libhdf5's state of those files, descriptors
+// included, so it keeps every descriptor and reads one file only (a fork per file).
 //
 // Limits (the worker's, per file): a deadline of DSV41_H5_PROBE_TIMEOUT seconds when set, else
 // 30 s plus 1 s per 50 MB of file; an address-space limit of 2 GiB plus 8 times the file size
