@@ -7,6 +7,8 @@
 #include "reports/report_diff.h"
 #include "reports/report_html.h"
 
+#include <hdf5.h>
+
 #include <cstdlib>
 
 // The reader probes each file in the probe's worker process first (reports/h5_probe.h); its
@@ -14,6 +16,11 @@
 // libhdf5 is the probe's refusal, not a timeout of the fuzzer.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   setenv("DSV41_H5_PROBE_TIMEOUT", "4", 0);
+  // libhdf5 keeps the blocks it frees on its own free lists up to 1 MB per list by default;
+  // a file's open callocs blocks above that, which ASan then maps and unmaps afresh for every
+  // input (a fifth of the time in page faults, measured with perf). Without the limits they are
+  // reused: 65 -> 102 exec/s on one core (60 s, seed 1). The code under test is the same.
+  H5set_free_list_limits(-1, -1, -1, -1, -1, -1);
   return 0;
 }
 

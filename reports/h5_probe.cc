@@ -312,7 +312,7 @@ std::string signal_text(int sig) {
   return "signal " + std::to_string(sig) + (name != nullptr ? std::string(", SIG") + name : std::string());
 }
 
-// FNV-1a of the file's bytes (of its first and last MiB above 16 MiB): a file rewritten in
+// FNV-1a (over 8-byte words) of the file's bytes (of its first and last MiB above 16 MiB): a file rewritten in
 // place within one tick of the modification time keeps its other key fields.
 uint64_t fingerprint(const std::string& path, off_t size) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -327,7 +327,16 @@ uint64_t fingerprint(const std::string& path, off_t size) {
     while (done < len) {
       const ssize_t n = pread(fd, buf.data(), std::min(buf.size(), static_cast<size_t>(len - done)), from + done);
       if (n <= 0) break;
-      for (ssize_t i = 0; i < n; ++i) h = (h ^ buf[static_cast<size_t>(i)]) * 0x100000001b3ull;
+      // FNV-1a over 8-byte words, then the tail bytes (one step per byte was a seventh of a
+      // fuzz_report input's time under coverage instrumentation).
+      const size_t len8 = static_cast<size_t>(n) & ~size_t{7};
+      for (size_t i = 0; i < len8; i += 8) {
+        uint64_t w = 0;
+        std::memcpy(&w, buf.data() + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;  // the high bits of a word reach the low ones
+      }
+      for (size_t i = len8; i < static_cast<size_t>(n); ++i) h = (h ^ buf[i]) * 0x100000001b3ull;
       done += n;
     }
   }
