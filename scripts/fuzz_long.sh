@@ -8,6 +8,9 @@
 #   DSV41_FUZZ_BIN_DIR  where the targets are (default build-fuzz/fuzz: scripts/fuzz.sh --build-only)
 #   DSV41_FUZZ_SEED     libFuzzer -seed (default 1)
 #   OUT                 logs and crash inputs (default ./fuzz_long_out): <target>.log, <target>-crash-*
+#   DSV41_FUZZ_MODE     fork (default: libFuzzer's -fork=WORKERS) or jobs (-jobs=WORKERS
+#                       -workers=WORKERS: independent fuzzers sharing the corpus folder, no restart
+#                       per short job; logs in OUT/<target>-jobs/fuzz-<i>.log, executions summed)
 # A line per target is printed at the end: executions (libFuzzer's last "#N" count, all workers),
 # exec/s, corpus size, and "clean" or the first finding.
 set -uo pipefail
@@ -29,9 +32,22 @@ for spec in "$@"; do
   cp -r "fuzz/corpus/$t/." "$work/"
   extra=()
   if [ "$t" = fuzz_report ]; then extra=(-malloc_limit_mb=1000000); fi
-  "$bin/$t" "$work" -fork="$workers" -seed="$seed" -max_total_time="$secs" -timeout=10 \
-    -rss_limit_mb=2560 -print_final_stats=1 -artifact_prefix="$OUT/$t-" "${extra[@]}" \
-    > "$OUT/$t.log" 2>&1 &
+  if [ "${DSV41_FUZZ_MODE:-fork}" = jobs ]; then
+    mkdir -p "$OUT/$t-jobs"
+    # Each job gets its own seed (seed + job index: libFuzzer's -jobs would reuse one -seed).
+    (cd "$OUT/$t-jobs" && for ((j = 0; j < workers; j++)); do
+       "$bin/$t" "$work" -seed=$((seed + j)) -max_total_time="$secs" -timeout=10 \
+         -rss_limit_mb=2560 -print_final_stats=1 -artifact_prefix="$OUT/$t-" "${extra[@]}" \
+         > "fuzz-$j.log" 2>&1 &
+     done
+     rc=0
+     for job in $(jobs -p); do wait "$job" || rc=$?; done
+     exit "$rc") > "$OUT/$t.log" 2>&1 &
+  else
+    "$bin/$t" "$work" -fork="$workers" -seed="$seed" -max_total_time="$secs" -timeout=10 \
+      -rss_limit_mb=2560 -print_final_stats=1 -artifact_prefix="$OUT/$t-" "${extra[@]}" \
+      > "$OUT/$t.log" 2>&1 &
+  fi
   pids+=("$!:$t:$work")
 done
 for p in "${pids[@]}"; do
@@ -41,7 +57,15 @@ for p in "${pids[@]}"; do
   work=${rest#*:}
   wait "$pid"
   rc=$?
-  last=$(grep -E '^#[0-9]+' "$OUT/$t.log" | tail -n 1)
+  if [ -d "$OUT/$t-jobs" ]; then
+    # The jobs' own totals (stat::number_of_executed_units), summed.
+    total=$(cat "$OUT/$t-jobs"/fuzz-*.log | awk '/stat::number_of_executed_units/ {s += $2} END {print s + 0}')
+    ended=$(grep -l stat::number_of_executed_units "$OUT/$t-jobs"/fuzz-*.log | wc -l)
+    last="#$total executions in $ended of $(ls "$OUT/$t-jobs"/fuzz-*.log | wc -l) jobs"
+    cat "$OUT/$t-jobs"/fuzz-*.log >> "$OUT/$t.log"
+  else
+    last=$(grep -E '^#[0-9]+' "$OUT/$t.log" | tail -n 1)
+  fi
   units=$(find "$work" -type f | wc -l)
   verdict=clean
   if [ "$rc" -ne 0 ]; then verdict="exit $rc: $(grep -m1 -E 'ERROR|deadly|timeout|leak|out-of-memory' "$OUT/$t.log")"; fi
