@@ -8,6 +8,8 @@
 #   DSV41_FUZZ_BIN_DIR  where the targets are (default build-fuzz/fuzz: scripts/fuzz.sh --build-only)
 #   DSV41_FUZZ_SEED     libFuzzer -seed (default 1)
 #   OUT                 logs and crash inputs (default ./fuzz_long_out): <target>.log, <target>-crash-*
+#   DSV41_FUZZ_CORPUS   the seed folder instead of fuzz/corpus/<target> (one target only)
+#   DSV41_FUZZ_ARGS     more libFuzzer flags (e.g. -max_len=65536)
 #   DSV41_FUZZ_MODE     fork (default: libFuzzer's -fork=WORKERS) or jobs (-jobs=WORKERS
 #                       -workers=WORKERS: independent fuzzers sharing the corpus folder, no restart
 #                       per short job; logs in OUT/<target>-jobs/fuzz-<i>.log, executions summed)
@@ -29,9 +31,11 @@ for spec in "$@"; do
   t=${spec%%:*}
   workers=${spec#*:}
   work=$(mktemp -d)
-  cp -r "fuzz/corpus/$t/." "$work/"
+  cp -r "${DSV41_FUZZ_CORPUS:-fuzz/corpus/$t}/." "$work/"
   extra=()
   if [ "$t" = fuzz_report ]; then extra=(-malloc_limit_mb=1000000); fi
+  # shellcheck disable=SC2206
+  extra+=(${DSV41_FUZZ_ARGS:-})
   if [ "${DSV41_FUZZ_MODE:-fork}" = jobs ]; then
     mkdir -p "$OUT/$t-jobs"
     # Each job gets its own seed (seed + job index: libFuzzer's -jobs would reuse one -seed).
