@@ -96,7 +96,7 @@ JSON
   case $rc in 0) verdict=pass ;; 1) verdict=DIVERGED ;; 3) verdict=inconcl. ;; *) verdict="error($rc)" ;; esac
   ((rc == 1 && worst < 1)) && worst=1
   ((rc != 0 && rc != 1)) && worst=2
-  t=$(grep 'dsv41 run: time ' "$log" | tail -1)
+  t=$(grep -a 'dsv41 run: time ' "$log" | tail -1)
   a_t=$(sed -n 's/.*\]: [^ ]* setup \([0-9.]*\) s steps \([0-9.]*\) s; .*/\1\/\2/p' <<<"$t")
   b_t=$(sed -n 's/.*; [^ ]* setup \([0-9.]*\) s steps \([0-9.]*\) s; .*/\1\/\2/p' <<<"$t")
   host=$(sed -n 's/.*peak host memory[[:space:]]*\([0-9]*\) kB.*/\1/p' "$log" | awk '{printf "%.2f", $1 / 1048576}')
