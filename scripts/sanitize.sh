@@ -24,7 +24,7 @@ read -r -a tests <<<"$(echo ${DSV41_SANITIZE_TESTS:-$default_tests})"
 # Left out: the executables not built (ctest lists them as <name>_NOT_BUILT) and the three
 # end-to-end tests that run the dsv41 executable on every golden run (minutes under ASan), and
 # Scale.* (the million-token twin: 46 s unsanitized, many minutes under ASan).
-exclude=${DSV41_SANITIZE_EXCLUDE:-'_NOT_BUILT|^Agree\.EveryOfficialRunTeacherForced$|^Selftest\.Ci$|^Determinism\.'}
+exclude=${DSV41_SANITIZE_EXCLUDE:-'_NOT_BUILT|^Agree\.EveryOfficialRunTeacherForced$|^Selftest\.Ci$|^Determinism\.|^Scale\.'}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 cd "$build_dir"
