@@ -162,7 +162,7 @@ TEST(H5Probe, MissingOrNonHdf5FilesAreLeftToTheCaller) {
 // allocated 4 GB inside libhdf5 (docs/errors.md, "Fuzzing").
 TEST(H5Probe, CraftedReportsAreRefusedNotFatal) {
   for (const char* name : {"report_check_h5hg_4gb_malloc.h5", "report_check_h5hg_hang.h5",
-                           "report_check_h5hg_read_segv.h5"}) {
+                           "report_check_h5hg_read_segv.h5", "report_check_heap_index_segv.h5"}) {
     SCOPED_TRACE(name);
     const std::string path = std::string(DSV41_SOURCE_DIR) + "/fuzz/findings/" + name;
     ASSERT_TRUE(std::ifstream(path).good()) << path;

@@ -267,6 +267,10 @@ TEST(ErrorsCatalogue, ReportsAndHdf5Dumps) {
            {"report: libhdf5 allocated 4 GB", "report show '" + findings + "report_check_h5hg_4gb_malloc.h5'", 2,
             "': refused: dataset '/summary': a corrupt variable-length string, element 160: its heap collection lies "
             "outside the file"},
+           {"report: a bad global-heap index in a stored string (SIGSEGV before the check)",
+            "report check '" + findings + "report_check_heap_index_segv.h5'", 2,
+            "': refused: dataset '/summary': a corrupt variable-length string, element 75: its heap object index is "
+            "not in its collection"},
            {"port dump: a directory without dump.json", "conform '" + scratch() + conform, 2,
             "dump.json: missing manifest"},
            {"port dump: a crafted HDF5 dump", "conform '" + findings + "report_check_h5hg_hang.h5" + conform, 2,
