@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 #include "formats/error.h"
@@ -69,7 +70,12 @@ void remove_stale_temps(const std::string& target) {
     const long pid = temp_owner(e->d_name, name);
     if (pid == 0 || pid == ::getpid()) continue;
     if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      ::unlinkat(::dirfd(d), e->d_name, 0);  // best effort: another writer may have removed it
+      // Best effort: another writer may have removed it. A temp directory (AtomicDirectory)
+      // goes with its files.
+      if (::unlinkat(::dirfd(d), e->d_name, 0) != 0 && (errno == EISDIR || errno == EPERM)) {
+        std::error_code ec;
+        std::filesystem::remove_all(std::filesystem::path(dir) / e->d_name, ec);
+      }
     }
   }
   ::closedir(d);
@@ -186,6 +192,67 @@ void write_file_atomically(const std::string& path, const std::string& what, con
   AtomicOutput f(path, what);
   f.write(data, n);
   f.commit();
+}
+
+AtomicDirectory::AtomicDirectory(const std::string& path, std::string what) : path_(path), what_(std::move(what)) {
+  target_ = path_;
+  while (target_.size() > 1 && target_.back() == '/') target_.pop_back();
+  if (target_.empty()) refuse(path_, what_, "the path is empty");
+  struct stat st {};
+  if (::lstat(target_.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) refuse(path_, what_, std::string("it is ") + kind_of(st.st_mode) + ", not a directory");
+    std::error_code ec;
+    if (!std::filesystem::is_empty(target_, ec) || ec) refuse(path_, what_, "the directory is not empty");
+  } else if (errno != ENOENT) {
+    refuse(path_, what_, std::string("cannot inspect it: ") + std::strerror(errno));
+  }
+  const std::string parent = parent_of(target_);
+  std::error_code ec;
+  if (!std::filesystem::exists(parent, ec) && (!std::filesystem::create_directories(parent, ec) || ec)) {
+    refuse(path_, what_, "cannot create the directory '" + parent + "': " + ec.message());
+  }
+  int err = 0;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    temp_ = target_ + ".tmp." + unique_suffix();
+    if (::mkdir(temp_.c_str(), 0777) == 0) return;
+    err = errno;
+    if (err != EEXIST) break;
+  }
+  const std::string tmp = temp_;
+  temp_.clear();  // not ours: nothing to remove
+  DSV41_FAIL("cannot write ", what_, " '", path_, "': cannot create the directory '", tmp, "': ", std::strerror(err));
+}
+
+AtomicDirectory::~AtomicDirectory() {
+  if (!committed_ && !temp_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(temp_, ec);
+  }
+}
+
+void AtomicDirectory::commit() {
+  DSV41_CHECK(!committed_ && !temp_.empty(), "'", path_, "': committed twice");
+  // The files' bytes are durable (each written by AtomicOutput, fsynced); the directory's entries too.
+  if (const int fd = ::open(temp_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  // rename(2) replaces an empty directory atomically and refuses a non-empty one.
+  if (::rename(temp_.c_str(), target_.c_str()) != 0) {
+    const int err = errno;
+    committed_ = true;  // the complete set stays where it is: nothing written is lost
+    DSV41_FAIL("cannot write ", what_, " '", path_, "': cannot move the complete directory '", temp_,
+               "' onto it: ", std::strerror(err),
+               err == ENOTEMPTY || err == EEXIST ? " (something was written into it meanwhile); the files stay in '" + temp_ + "'"
+                                                 : std::string("; the files stay in '") + temp_ + "'");
+  }
+  committed_ = true;
+  const int dfd = ::open(parent_of(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  remove_stale_temps(target_);
 }
 
 }  // namespace dsv41::output

@@ -63,6 +63,28 @@ class AtomicOutput {
   bool committed_ = false;
 };
 
+// A directory of files written as one (`forward --dump DIR`, `vectors -o DIR`): the files go to a
+// temp directory beside the target, "<name>.tmp.<pid>.<n>.<r>", which commit() fsyncs and renames
+// onto the target — absent, or an empty directory (rename(2) replaces it atomically). Until then
+// the target is absent or empty, whatever kills the process. Not committed: the temp directory
+// is removed; one left by a killed process is removed by the next commit to the same target.
+class AtomicDirectory {
+ public:
+  // `path`: absent (its parent directories are created) or an empty directory; else dsv41::Error.
+  AtomicDirectory(const std::string& path, std::string what);
+  ~AtomicDirectory();
+  AtomicDirectory(const AtomicDirectory&) = delete;
+  AtomicDirectory& operator=(const AtomicDirectory&) = delete;
+
+  // Where the files go until commit().
+  const std::string& temp_path() const { return temp_; }
+  void commit();
+
+ private:
+  std::string path_, what_, target_, temp_;
+  bool committed_ = false;
+};
+
 // A whole file in one call.
 void write_file_atomically(const std::string& path, const std::string& what, const void* data, size_t n);
 

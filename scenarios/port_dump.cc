@@ -2,16 +2,11 @@
 // is port_dump_read.cc, the HDF5 container port_dump_h5.cc.
 #include "scenarios/port_dump.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -149,25 +144,12 @@ PortDumpWriter::PortDumpWriter(std::string dir, const reference::ModelConfig& co
   }
   // The steps and the manifest go to a temp directory beside DIR, renamed onto DIR by finish():
   // DIR is absent (or stays empty) until the dump is complete, whatever kills the run.
-  const fs::path parent = fs::path(dir_).parent_path();
-  if (!parent.empty() && !fs::exists(parent, ec) && (!fs::create_directories(parent, ec) || ec)) {
-    DSV41_FAIL("--dump '", dir_, "': cannot create the directory '", parent.string(), "': ", ec.message());
-  }
-  static int counter = 0;
-  work_dir_ = dir_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  if (::mkdir(work_dir_.c_str(), 0777) != 0) {
-    DSV41_FAIL("--dump '", dir_, "': cannot create the temp directory '", work_dir_, "': ", std::strerror(errno));
-  }
+  dir_out_ = std::make_unique<output::AtomicDirectory>(dir_, "port dump (--dump)");
 }
 
 // Not finished: an HDF5 dump's temp file is removed (H5Writer), a directory dump's temp directory
-// too; DIR itself was never touched.
-PortDumpWriter::~PortDumpWriter() {
-  if (!h5_ && !finished_ && !work_dir_.empty()) {
-    std::error_code ec;
-    fs::remove_all(work_dir_, ec);
-  }
-}
+// too (AtomicDirectory); DIR itself was never touched.
+PortDumpWriter::~PortDumpWriter() = default;
 
 void PortDumpWriter::add_model_step(StepCapture& cap, const reference::Model& model, const reference::ModelState& state,
                                     const reference::StepRecord& rec, const std::vector<int64_t>& tokens,
@@ -262,7 +244,7 @@ void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>
     port_dump_detail::write_h5_step(*h5_, s.file, entries, meta);
   } else {
     s.file = dump_step_file(s.index);
-    reference::safetensors::write((fs::path(work_dir_) / s.file).string(), entries, meta);
+    reference::safetensors::write((fs::path(dir_out_->temp_path()) / s.file).string(), entries, meta);
   }
   steps_.push_back(std::move(s));
 }
@@ -304,39 +286,8 @@ void PortDumpWriter::finish() {
     h5_->commit();
     return;
   }
-  write_text_atomic((fs::path(work_dir_) / kPortDumpManifest).string(), m.dump(1) + "\n");
-  publish_directory();
-}
-
-// Renames the complete temp directory onto DIR (absent, or an empty directory, which rename(2)
-// replaces atomically), fsyncs DIR's parent, then removes temp directories of this DIR left by
-// processes that no longer run (kill -9).
-void PortDumpWriter::publish_directory() {
-  if (::rename(work_dir_.c_str(), dir_.c_str()) != 0) {
-    const int e = errno;
-    finished_ = true;  // the complete dump stays where it is: nothing written is lost
-    DSV41_FAIL("--dump '", dir_, "': cannot move the complete dump into place (", std::strerror(e),
-               (e == ENOTEMPTY || e == EEXIST ? ": something was written into the directory meanwhile" : ""),
-               "); it is in '", work_dir_, "'");
-  }
-  finished_ = true;
-  const fs::path parent = fs::path(dir_).parent_path();
-  const std::string pdir = parent.empty() ? "." : parent.string();
-  if (const int fd = ::open(pdir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  std::error_code ec;
-  const std::string prefix = fs::path(dir_).filename().string() + ".tmp.";
-  for (const fs::directory_entry& e : fs::directory_iterator(pdir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      std::error_code rm;
-      fs::remove_all(e.path(), rm);  // best effort: another writer may have removed it
-    }
-  }
+  write_text_atomic((fs::path(dir_out_->temp_path()) / kPortDumpManifest).string(), m.dump(1) + "\n");
+  dir_out_->commit();
 }
 
 }  // namespace dsv41::scenarios

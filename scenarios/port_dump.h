@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/output_file.h"
 #include "reference/config.h"
 #include "reference/safetensors.h"
 #include "scenarios/capture.h"
@@ -94,8 +95,8 @@ struct PortDump {
 PortDump read_port_dump(const std::string& path);
 
 // Writes a dump. Directory (`dir` not ending in ".h5"): step files as added (each atomic) and
-// the manifest in finish(), all in a temp directory "<dir>.tmp.<pid>.<n>" beside `dir` that
-// finish() renames onto `dir`; `dir` must not exist or be empty (so no stale step file is
+// the manifest in finish(), all in a temp directory beside `dir` that finish() renames onto
+// `dir` (output::AtomicDirectory); `dir` must not exist or be empty (so no stale step file is
 // mistaken for part of the dump), and stays so until the dump is complete. HDF5 (`dir` ending in ".h5", which must not exist): everything
 // goes to a temp file that finish() renames into place (reports::H5Writer), so the file appears
 // whole or not at all.
@@ -124,11 +125,8 @@ class PortDumpWriter {
   PortDumpWriter(PortDumpWriter&&) = delete;
 
  private:
-  void publish_directory();
-
   std::string dir_;
-  std::string work_dir_;  // the directory form: "<dir>.tmp.<pid>.<n>", renamed onto dir_ by finish()
-  bool finished_ = false;
+  std::unique_ptr<output::AtomicDirectory> dir_out_;  // the directory form: its temp directory
   std::unique_ptr<reports::H5Writer> h5_;  // the HDF5 container; null: the directory form
   reference::ModelConfig config_;
   std::string weights_, token_map_, command_line_;

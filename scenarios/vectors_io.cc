@@ -165,13 +165,14 @@ VectorSetSummary write_vector_set(const std::string& dir, const std::vector<std:
   if (fs::exists(dir)) {
     DSV41_CHECK(fs::is_directory(dir) && fs::is_empty(dir), "vectors: '", dir, "' exists and is not an empty directory");
   }
-  fs::create_directories(dir);
+  // Written as one (output::AtomicDirectory): `dir` stays absent or empty until the set is complete.
+  output::AtomicDirectory out(dir, "vectors");
   VectorSetSummary sum;
   json cases = json::array();
   for (const std::string& size : sizes) {
     for (const VectorCase& c : make_vector_cases(size, seed)) {
       const std::string file = c.name + ".safetensors";
-      const fs::path path = fs::path(dir) / file;
+      const fs::path path = fs::path(out.temp_path()) / file;
       st::write(path.string(), c.tensors, vector_metadata(c));
       sum.bytes += static_cast<int64_t>(fs::file_size(path));
       ++sum.cases;
@@ -189,9 +190,10 @@ VectorSetSummary write_vector_set(const std::string& dir, const std::vector<std:
                          {"sizes", sizes},
                          {"n_cases", sum.cases},
                          {"cases", cases}};
-  const fs::path path = fs::path(dir) / kVectorsManifest;
+  const fs::path path = fs::path(out.temp_path()) / kVectorsManifest;
   const std::string text = manifest.dump(2) + "\n";
   output::write_file_atomically(path.string(), "vectors manifest", text.data(), text.size());
+  out.commit();
   return sum;
 }
 

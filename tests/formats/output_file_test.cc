@@ -24,6 +24,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using dsv41::output::AtomicDirectory;
 using dsv41::output::AtomicOutput;
 using dsv41::output::check_output_path;
 using dsv41::output::write_file_atomically;
@@ -202,6 +203,72 @@ TEST(OutputFile, StaleTempsOfDeadWritersAreRemovedByTheNextWrite) {
   std::vector<std::string> want = {live, other};
   std::sort(want.begin(), want.end());
   EXPECT_EQ(left, want);
+}
+
+// A directory written as one: absent until commit(), then every file at once; not committed, no
+// trace; a non-empty directory or a file at the path refused and kept; an empty directory
+// replaced; a dead writer's temp directory (kill -9) removed by the next commit.
+TEST(OutputDirectory, AbsentUntilCommitThenComplete) {
+  const std::string d = dir(), target = d + "/set";
+  {
+    AtomicDirectory out(target, "test set");
+    put(out.temp_path() + "/a", "1");
+    put(out.temp_path() + "/b", "2");
+    EXPECT_FALSE(fs::exists(target));
+    out.commit();
+  }
+  EXPECT_EQ(slurp(target + "/a"), "1");
+  EXPECT_EQ(slurp(target + "/b"), "2");
+  EXPECT_EQ(others(d, {"set"}), std::vector<std::string>{});
+}
+
+TEST(OutputDirectory, UncommittedLeavesNothing) {
+  const std::string d = dir(), target = d + "/set";
+  {
+    AtomicDirectory out(target, "test set");
+    put(out.temp_path() + "/a", "1");
+  }
+  EXPECT_FALSE(fs::exists(target));
+  EXPECT_EQ(others(d, {}), std::vector<std::string>{});
+}
+
+TEST(OutputDirectory, EmptyDirectoryIsReplacedOthersAreRefusedAndKept) {
+  const std::string d = dir();
+  fs::create_directories(d + "/empty");
+  {
+    AtomicDirectory out(d + "/empty/", "test set");  // a trailing slash names the same directory
+    put(out.temp_path() + "/a", "1");
+    out.commit();
+  }
+  EXPECT_EQ(slurp(d + "/empty/a"), "1");
+  fs::create_directories(d + "/full");
+  put(d + "/full/keep", "k");
+  put(d + "/file", "f");
+  for (const std::string& p : {d + "/full", d + "/file"}) {
+    try {
+      AtomicDirectory out(p, "test set");
+      ADD_FAILURE() << p << " was accepted";
+    } catch (const dsv41::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(slurp(d + "/full/keep"), "k");
+  EXPECT_EQ(slurp(d + "/file"), "f");
+}
+
+TEST(OutputDirectory, StaleTempDirectoryOfADeadWriterIsRemoved) {
+  const std::string d = dir();
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string dead = d + "/set.tmp." + std::to_string(child) + ".0.1";
+  fs::create_directories(dead);
+  put(dead + "/partial", "p");
+  AtomicDirectory out(d + "/set", "test set");
+  put(out.temp_path() + "/a", "1");
+  out.commit();
+  EXPECT_EQ(others(d, {"set"}), std::vector<std::string>{});
 }
 
 }  // namespace
