@@ -49,7 +49,9 @@ class SideRunner {
     if (it == backends_.end()) {
       const auto t0 = std::chrono::steady_clock::now();
       it = backends_.emplace(key, make_backend(side_.backend, resources_)).first;
-      setup_seconds += since(t0);
+      const double dt = since(t0);
+      setup_seconds += dt;
+      if (timed_depth_ > 0) setup_in_timed_ += dt;  // also inside seconds_: not a step's time
       it->second->reset_device_peak();  // the high-water mark of this comparison
     }
     return *it->second;
@@ -59,10 +61,14 @@ class SideRunner {
   template <typename F>
   auto timed(F&& f) {
     const auto t0 = std::chrono::steady_clock::now();
+    ++timed_depth_;
     struct Done {
       SideRunner* self;
       std::chrono::steady_clock::time_point t0;
-      ~Done() { self->account(t0); }
+      ~Done() {
+        --self->timed_depth_;
+        self->account(t0);
+      }
     } done{this, t0};
     return f();
   }
@@ -168,10 +174,11 @@ class SideRunner {
   static double since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  // Wall time of this side (RunOptions::time_sides): making its backends; the rest of its timed
-  // work (steps, rounds, saves and loads).
+  // Wall time of this side (RunOptions::time_sides): making its backends (inside a timed call or
+  // not: a backend is made on its session's first use, which may come before its first step);
+  // the rest of its timed work (steps, rounds, saves and loads).
   double setup_seconds = 0;
-  double step_seconds() const { return seconds_ - setup_seconds; }
+  double step_seconds() const { return seconds_ - setup_in_timed_; }
 
   // What any of this side's backends could not show ("" when nothing is missing).
   std::string missing_evidence() const {
@@ -190,6 +197,8 @@ class SideRunner {
   std::map<std::string, bool> pending_decoder_;
   bool skip_index_scores_ = false;
   double seconds_ = 0;
+  double setup_in_timed_ = 0;  // the part of setup_seconds inside seconds_
+  int timed_depth_ = 0;
   int64_t peak_device_ = -1, in_use_device_ = -1;
 
   void account(std::chrono::steady_clock::time_point t0) {

@@ -133,5 +133,37 @@ TEST(ProgressCli, ReplayStudyShowsEachCase) {
   EXPECT_FALSE(has("\n" + q.err, "\n[")) << q.err;
 }
 
+// `run --time-sides`: a side's backend is made on its session's first use, which comes before
+// its first timed step, so setup and steps are separate wall times and neither is negative. With
+// a model whose copy outlasts a one-token step (scenarios/configs/small.json), subtracting the
+// setup from the timed steps printed a negative step time (seen on the H200 at the released dims:
+// "steps -9.258 s").
+TEST(ProgressCli, TimeSidesNeverPrintsANegativeTime) {
+  const std::string dir = dsv41::test::scratch();
+  const std::string scen = dir + "/one_token.json";
+  std::FILE* f = std::fopen(scen.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(R"({"name": "one_token", "events": [{"prompt": [1]}]})", f);
+  std::fclose(f);
+  const CliResult r = run_dsv41("run '" + scen + "' --config '" + std::string(DSV41_SOURCE_DIR) +
+                                "/scenarios/configs/small.json' --sides ref,ref --time-sides -q -o '" + dir + "/t.h5'");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  int lines = 0;
+  for (size_t at = r.err.find("dsv41 run: time "); at != std::string::npos; at = r.err.find("dsv41 run: time ", at + 1)) {
+    const std::string line = r.err.substr(at, r.err.find('\n', at) - at);
+    ++lines;
+    for (const char* word : {" setup ", " steps "}) {
+      int seen = 0;
+      for (size_t w = line.find(word); w != std::string::npos; w = line.find(word, w + 1)) {
+        const double v = std::strtod(line.c_str() + w + std::string(word).size(), nullptr);
+        EXPECT_GE(v, 0.0) << line;
+        ++seen;
+      }
+      EXPECT_EQ(seen, 2) << line;  // sides A and B
+    }
+  }
+  EXPECT_EQ(lines, 2) << r.err;  // the free-running and the teacher-forced comparison
+}
+
 }  // namespace
 }  // namespace dsv41::scenarios
