@@ -14,6 +14,10 @@
 // ~96 KB in flight, measured slower: the packers are instruction-bound, bench/RESULTS.md.) A block of 16 or 32 values spans L = block
 // / values-per-chunk lanes; its amax is a max over those lanes (__shfl_xor_sync). The scale byte
 // is written by the first lane of the block, the row's finite flag by lane 0 (__all_sync).
+// bf16 storage works on the packed words (two values per instruction where the ISA has it): the
+// amax as max.u16x2 of |bits|, the FP8 scaling as one bf16x2 multiply per pair, the FP4 compares
+// as bf16x2 compares and the code bytes assembled with LOP3 bit-selects and byte permutes (issue
+// 17: these kernels are instruction-bound, so the instructions per value are what counts).
 //
 // Exactness, block by block (amax, finite flag and scale byte are formats/qdq.h's own: the same
 // integer max of |bits|, then formats::fp8_scale / compressed_kv_scale):
@@ -21,7 +25,8 @@
 //     encode(clamp(x / s)) with IEEE division.
 //   * FP8, finite block: s = 2^(scale - 127) with scale in [104, 247] (the amax floor 1e-4 and
 //     amax <= FLT_MAX bound it), so 1/s is a normal power of two and x * (1/s) rounds the same
-//     real number x / s does: equal to the division. The E4M3 code is the hardware
+//     real number x / s does: equal to the division. (bf16 storage multiplies in bf16x2, see
+//     Fp8Window::codes: exact too, or a signed zero code either way.) The E4M3 code is the hardware
 //     cvt.rn.satfinite.e4m3x2.f32; tests/cuda/kv_quant_vs_reference_test checks that conversion
 //     against formats::e4m3_encode_satfinite on all 2^32 inputs (equal everywhere, NaN included).
 //   * FP4, finite block: s (an E4M3 value in [2^-9, 448]) is not a power of two, and the official
@@ -106,11 +111,25 @@ __device__ inline __nv_bfloat162 bf16x2_from_bits(uint32_t w) {
   return h;
 }
 
-// Stores the N (2, 4 or 8) bytes of `w` (little endian) at p: one store when aligned.
+__device__ inline uint32_t bf16x2_bits(__nv_bfloat162 h) {
+  uint32_t w;
+  std::memcpy(&w, &h, sizeof w);
+  return w;
+}
+
+// Bitwise select: the bits of a where m is set, of b elsewhere, (a & m) | (b & ~m). One LOP3 (LUT
+// 0xE4 for the operands a, b, m), written as such: from the plain expression the compiler
+// re-associates chains of selects with constant masks into and/or trees of more instructions.
+__device__ inline uint32_t bitsel(uint32_t m, uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(d) : "r"(a), "r"(b), "r"(m));
+  return d;
+}
+
+// Stores the N (2, 4 or 8) bytes of `w` (little endian) at p: one store when `aligned` (p % N == 0).
 template <int N>
-__device__ inline void store_code_bytes(uint8_t* p, uint64_t w) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  if (a % N == 0) {
+__device__ inline void store_code_bytes(uint8_t* p, bool aligned, uint64_t w) {
+  if (aligned) {
     if constexpr (N == 8) {
       *reinterpret_cast<uint2*>(p) = make_uint2(static_cast<uint32_t>(w), static_cast<uint32_t>(w >> 32));
     }
@@ -156,28 +175,55 @@ struct Fp8Window {
   static constexpr int kBlock = formats::kFp8Block;
   static constexpr int kCodeBits = 8;
   static constexpr bool kBf16Tables = false;
+  template <bool kTables>
   __device__ static uint8_t scale(float amax, const Fp4Tables* /*tables*/) { return formats::fp8_scale(amax); }
-  // Codes of one chunk (raw words w, values x). The clamp to +-448 of the formats statement is left
-  // out of the finite path: satfinite already gives +-448 (0x7E / 0xFE) for every |v| > 448.
-  template <class S, int V>
-  __device__ static uint64_t codes(const uint32_t (&/*w*/)[4], const float (&x)[V], uint8_t scale, bool finite,
+  // Codes of one chunk (raw words w: V values of storage S). The clamp to +-448 of the formats
+  // statement is left out of the finite path: satfinite already gives +-448 (0x7E / 0xFE) for every
+  // |v| > 448.
+  // bf16 storage: the chunk's |bits| (the amax's input), in storage order.
+  __device__ static void abs_words(const uint32_t (&w)[4], uint32_t (&a)[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) a[k] = w[k] & 0x7FFF7FFFu;
+  }
+  template <class S, int V, bool kTables>
+  __device__ static uint64_t codes(const uint32_t (&w)[4], const uint32_t (&/*a*/)[4], uint8_t scale, bool finite,
                                    const Fp4Tables* /*tables*/) {
-    uint64_t w = 0;
+    float x[V];
+    uint64_t out = 0;
     if (finite) {
-      const float inv = f32_from_bits((254u - scale) << 23);  // 1/s, exact (see the file comment)
+      if constexpr (std::is_same_v<S, uint16_t>) {
+        // bf16 storage: q = x * 2^(127 - scale) on bf16 pairs (one HMUL2 per pair). Exact where the
+        // product is a normal bf16 (>= 2^-126: bf16 shares fp32's exponent range, and multiplying
+        // by a power of two changes only the exponent); below that both this and the fp32 product
+        // are +-0 or a subnormal of magnitude < 2^-10, whose E4M3 code is the signed zero either
+        // way (the sign survives rounding and flushing). No overflow: |x| <= amax <= 448 s.
+        const uint32_t inv_bits = (254u - scale) << 7;  // bf16 bits of 1/s (a normal power of two)
+        const __nv_bfloat162 inv = bf16x2_from_bits(inv_bits | (inv_bits << 16));
+        uint32_t c[4];
 #pragma unroll
-      for (int i = 0; i < V; i += 2) {
-        const float2 q = make_float2(__fmul_rn(x[i], inv), __fmul_rn(x[i + 1], inv));
-        w |= uint64_t{__nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3)} << (8 * i);
-      }
-    } else {  // formats::quantize_fp8_block's statements
-      const float s = formats::e8m0_decode(scale);
+        for (int p = 0; p < 4; ++p) {
+          const uint32_t q = bf16x2_bits(__hmul2(bf16x2_from_bits(w[p]), inv));
+          c[p] = __nv_cvt_float2_to_fp8x2(make_float2(bf16_lo(q), bf16_hi(q)), __NV_SATFINITE, __NV_E4M3);
+        }
+        return uint64_t{__byte_perm(c[0], c[1], 0x5410)} | uint64_t{__byte_perm(c[2], c[3], 0x5410)} << 32;
+      } else {
+        Chunk<S>::values(w, x);
+        const float inv = f32_from_bits((254u - scale) << 23);  // 1/s, exact (see the file comment)
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        w |= uint64_t{formats::e4m3_encode_satfinite(formats::clamp_f32(x[i] / s, -448.0f, 448.0f))} << (8 * i);
+        for (int i = 0; i < V; i += 2) {
+          const float2 q = make_float2(__fmul_rn(x[i], inv), __fmul_rn(x[i + 1], inv));
+          out |= uint64_t{__nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3)} << (8 * i);
+        }
+        return out;
       }
     }
-    return w;
+    Chunk<S>::values(w, x);  // formats::quantize_fp8_block's statements
+    const float s = formats::e8m0_decode(scale);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      out |= uint64_t{formats::e4m3_encode_satfinite(formats::clamp_f32(x[i] / s, -448.0f, 448.0f))} << (8 * i);
+    }
+    return out;
   }
 };
 
@@ -192,16 +238,32 @@ struct Fp4Main {
     const float floored = formats::max_f32(amax, f32_from_bits(formats::kCompressedKvAmaxFloorBits));
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(floored / 6.0f, __NV_SATFINITE, __NV_E4M3));
   }
+  template <bool kTables>
   __device__ static uint8_t scale(float amax, const Fp4Tables* tables) {
     const uint32_t a = f32_bits(amax);
-    if (tables != nullptr && a < 0x7F800000u) return tables->scale[a >> 16];
+    if constexpr (kTables) {
+      if (a < 0x7F800000u) return tables->scale[a >> 16];
+    }
     return scale_of(amax);
   }
-  template <class S, int V>
-  __device__ static uint64_t codes(const uint32_t (&w)[4], const float (&x)[V], uint8_t scale, bool finite,
+  // bf16 storage: the compare words P_j = (element j, element j + 4) of the chunk (see codes).
+  __device__ static void pair_words(const uint32_t (&w)[4], uint32_t (&pw)[4]) {
+    pw[0] = __byte_perm(w[0], w[2], 0x5410), pw[1] = __byte_perm(w[0], w[2], 0x7632);
+    pw[2] = __byte_perm(w[1], w[3], 0x5410), pw[3] = __byte_perm(w[1], w[3], 0x7632);
+  }
+  // bf16 storage: |bits| of the compare words (the amax's input: the same 8 values, permuted).
+  __device__ static void abs_words(const uint32_t (&w)[4], uint32_t (&a)[4]) {
+    pair_words(w, a);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) a[k] &= 0x7FFF7FFFu;
+  }
+  template <class S, int V, bool kTables>
+  __device__ static uint64_t codes(const uint32_t (&w)[4], const uint32_t (&a)[4], uint8_t scale, bool finite,
                                    const Fp4Tables* tables) {
+    float x[V];
     uint64_t out = 0;
     if (!finite) {  // formats::quantize_compressed_kv_block's statements
+      Chunk<S>::values(w, x);
       const float s = formats::e4m3_decode(scale);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
@@ -214,7 +276,7 @@ struct Fp4Main {
       // magnitude code m = #{k: a > Kk} by binary search on its bits (a > K3: bit 2; then K5 or
       // K1: bit 1; then K6, K4, K2 or K0: bit 0), per half with mask selects.
       uint32_t k[7];
-      if (tables != nullptr) {
+      if constexpr (kTables) {
         const uint4 b0 = tables->bounds[scale][0], b1 = tables->bounds[scale][1];
         k[0] = b0.x, k[1] = b0.y, k[2] = b0.z, k[3] = b0.w, k[4] = b1.x, k[5] = b1.y, k[6] = b1.z;
       } else {  // a few rows (decode): the table would cost more than it saves
@@ -223,19 +285,30 @@ struct Fp4Main {
 #pragma unroll
         for (int i = 0; i < 7; ++i) k[i] = fp4_bf16_bound(g, i);
       }
+      // The compare word P_j = pw[j] holds elements j (low half) and j + 4 (high half), a[j] its
+      // |bits|. Per P_j three bit-selects (LOP3, constant masks) put the codes into the high nibbles
+      // of its bytes 1 and 3 (bits 12..15 and 28..31: c1, c2, c4 below the sign bit, which is
+      // already there); two byte permutes then gather the even elements' and the odd elements'
+      // nibbles, and one shift and one select give byte k = code(2k) | code(2k + 1) << 4.
+      uint32_t pw[4], z[4];
+      pair_words(w, pw);  // a[j] = pw[j] & 0x7FFF7FFF (abs_words)
 #pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const __nv_bfloat162 a2 = bf16x2_from_bits(w[p] & 0x7FFF7FFFu);
+      for (int j = 0; j < 4; ++j) {
+        const __nv_bfloat162 a2 = bf16x2_from_bits(a[j]);
         const uint32_t c4 = __hgt2_mask(a2, bf16x2_from_bits(k[3]));
-        const uint32_t c2 = __hgt2_mask(a2, bf16x2_from_bits((k[5] & c4) | (k[1] & ~c4)));
-        const uint32_t hi = (k[6] & c2) | (k[4] & ~c2), lo = (k[2] & c2) | (k[0] & ~c2);
-        const uint32_t c1 = __hgt2_mask(a2, bf16x2_from_bits((hi & c4) | (lo & ~c4)));
-        const uint32_t nib2 = (c1 & 0x00010001u) | (c2 & 0x00020002u) | (c4 & 0x00040004u) |
-                              ((w[p] >> 12) & 0x00080008u);  // the sign bits
-        out |= uint64_t{(nib2 & 0xFu) | ((nib2 >> 12) & 0xF0u)} << (8 * p);
+        const uint32_t hi = bitsel(c4, k[6], k[2]), lo = bitsel(c4, k[4], k[0]);  // by c2 below
+        const uint32_t c2 = __hgt2_mask(a2, bf16x2_from_bits(bitsel(c4, k[5], k[1])));
+        const uint32_t c1 = __hgt2_mask(a2, bf16x2_from_bits(bitsel(c2, hi, lo)));
+        uint32_t t = bitsel(0x10001000u, c1, c2);  // bits 12, 28: c1; 13, 29: c2
+        t = bitsel(0x30003000u, t, c4);            // 14, 30: c4
+        z[j] = bitsel(0x70007000u, t, pw[j]);      // 15, 31: the sign
       }
+      const uint32_t even = __byte_perm(z[0], z[2], 0x7351);  // elements 0, 2, 4, 6 (high nibbles)
+      const uint32_t odd = __byte_perm(z[1], z[3], 0x7351);   // elements 1, 3, 5, 7
+      out = bitsel(0x0F0F0F0Fu, even >> 4, odd);
     } else {
       // fp32 storage: one float compare per bound (the value need not be bf16).
+      Chunk<S>::values(w, x);
       float g[7];
       fp4_bounds(__half2float(__half(__nv_cvt_fp8_to_halfraw(scale, __NV_E4M3))), g);  // s exact
 #pragma unroll
@@ -264,10 +337,10 @@ __device__ void build_fp4_tables(Fp4Tables& t) {
 
 // x: [rows, dim] (S storage, 16-byte aligned, dim % Q::kBlock == 0) -> out: [rows, entry] bytes
 // (formats/packed.h layout), finite: [rows].
-template <class S, class Q>
+template <class S, class Q, bool kTables>
 __global__ void __launch_bounds__(kThreads)
     fast_pack_kernel(const S* __restrict__ x, int64_t rows, int dim, uint8_t* __restrict__ out,
-                     uint8_t* __restrict__ finite, bool use_tables) {
+                     uint8_t* __restrict__ finite) {
   constexpr int V = Chunk<S>::kVec;
   constexpr int L = Q::kBlock / V;                  // lanes per block
   constexpr int kCodeBytes = V * Q::kCodeBits / 8;  // code bytes per chunk
@@ -275,19 +348,20 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kRows = 2;                          // rows per warp and pass: 4 loads in flight
   static_assert(L >= 1 && (L & (L - 1)) == 0 && L <= 32, "a block spans a power-of-two lane group");
   const Fp4Tables* tables = nullptr;
-  if constexpr (Q::kBf16Tables && std::is_same_v<S, uint16_t>) {
+  if constexpr (kTables) {
+    static_assert(Q::kBf16Tables && std::is_same_v<S, uint16_t>, "the tables are the bf16 FP4 packer's");
     __shared__ Fp4Tables shared_tables;
-    if (use_tables) {  // block-uniform
-      build_fp4_tables(shared_tables);
-      __syncthreads();
-      tables = &shared_tables;
-    }
+    build_fp4_tables(shared_tables);
+    __syncthreads();
+    tables = &shared_tables;
   }
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int chunks = dim / V;                      // per row; a multiple of L
   const int value_bytes = dim * Q::kCodeBits / 8;  // the codes part of an entry
   const int64_t entry = value_bytes + dim / Q::kBlock;
   const int64_t nwarps = (int64_t{gridDim.x} * blockDim.x) >> 5;
+  // Every chunk's code bytes are aligned for one store when the entries are (launch-uniform).
+  const bool codes_aligned = reinterpret_cast<uintptr_t>(out) % kCodeBytes == 0 && entry % kCodeBytes == 0;
   for (int64_t row0 = ((int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5) * kRows; row0 < rows;
        row0 += nwarps * kRows) {
     bool ok[kRows];
@@ -311,19 +385,28 @@ __global__ void __launch_bounds__(kThreads)
         for (int u = 0; u < kUnroll; ++u) {
           const int j = j0 + 32 * u + lane;
           if (j0 + 32 * u >= chunks) break;  // warp-uniform
-          float v[V];
-          Chunk<S>::values(raw[r][u], v);
-          uint32_t amax = 0;  // formats::block_amax: the max of |bits| over the block
+          // formats::block_amax: the max of |bits| over the block. bf16 storage: per 16-bit half
+          // (max.u16x2 on the |bits| words of Q::abs_words, exact: the same integer max, NaN
+          // payloads included), the halves combined at the end; fp32: per value.
+          uint32_t amax = 0, aw[4] = {};  // aw: bf16 storage, Q::abs_words
+          if constexpr (std::is_same_v<S, uint16_t>) {
+            Q::abs_words(raw[r][u], aw);
+            uint32_t m2 = __vmaxu2(__vmaxu2(aw[0], aw[1]), __vmaxu2(aw[2], aw[3]));
 #pragma unroll
-          for (int i = 0; i < V; ++i) amax = max(amax, f32_bits(v[i]) & 0x7FFFFFFFu);
+            for (int o = 1; o < L; o <<= 1) m2 = __vmaxu2(m2, __shfl_xor_sync(kFull, m2, o));
+            amax = max(m2 & 0xFFFFu, m2 >> 16) << 16;
+          } else {
 #pragma unroll
-          for (int o = 1; o < L; o <<= 1) amax = max(amax, __shfl_xor_sync(kFull, amax, o));
+            for (int k = 0; k < 4; ++k) amax = max(amax, raw[r][u][k] & 0x7FFFFFFFu);
+#pragma unroll
+            for (int o = 1; o < L; o <<= 1) amax = max(amax, __shfl_xor_sync(kFull, amax, o));
+          }
           if (j >= chunks) continue;  // whole blocks only: L divides the chunks of a row
           const bool block_finite = amax < 0x7F800000u;
           ok[r] &= block_finite;
-          const uint8_t scale = Q::scale(f32_from_bits(amax), tables);
-          store_code_bytes<kCodeBytes>(er + j * kCodeBytes,
-                                       Q::template codes<S, V>(raw[r][u], v, scale, block_finite, tables));
+          const uint8_t scale = Q::template scale<kTables>(f32_from_bits(amax), tables);
+          store_code_bytes<kCodeBytes>(er + j * kCodeBytes, codes_aligned,
+                                       Q::template codes<S, V, kTables>(raw[r][u], aw, scale, block_finite, tables));
           if (lane % L == 0) er[value_bytes + j / L] = scale;
         }
       }
@@ -344,25 +427,31 @@ void launch_fast_pack(const S* x, int64_t rows, int dim, uint8_t* out, uint8_t* 
   if (rows == 0) return;
   const int64_t rows_per_block = kThreads / 32 * 2;  // kRows
   const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block;
-  int64_t per_sm = 16;
-  bool use_tables = false;
+  constexpr int64_t per_sm = 16;
   if constexpr (Q::kBf16Tables && std::is_same_v<S, uint16_t>) {
     // The table variant: one resident wave of blocks (each builds its tables once), with the
     // shared-memory carveout at its maximum so that the register limit, not the 37 KB of tables,
     // decides how many blocks an SM holds. Only for enough rows to pay for the tables.
-    static const int resident = [] {
-      DSV41_CUDA_CHECK(cudaFuncSetAttribute(fast_pack_kernel<S, Q>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                            static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-      int n = 0;
-      DSV41_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fast_pack_kernel<S, Q>, kThreads, 0));
-      return n > 0 ? n : 1;
-    }();
-    use_tables = rows >= 16384;
-    if (use_tables) per_sm = resident;
+    if (rows >= 16384) {
+      static const int resident = [] {
+        DSV41_CUDA_CHECK(cudaFuncSetAttribute(fast_pack_kernel<S, Q, true>,
+                                              cudaFuncAttributePreferredSharedMemoryCarveout,
+                                              static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+        int n = 0;
+        DSV41_CUDA_CHECK(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fast_pack_kernel<S, Q, true>, kThreads, 0));
+        return n > 0 ? n : 1;
+      }();
+      const int64_t blocks = std::min<int64_t>(wanted, int64_t{sm_count()} * resident);
+      fast_pack_kernel<S, Q, true>
+          <<<static_cast<unsigned>(blocks), kThreads, 0, as_stream(stream)>>>(x, rows, dim, out, finite);
+      DSV41_CUDA_CHECK(cudaGetLastError());
+      return;
+    }
   }
   const int64_t blocks = std::min<int64_t>(wanted, int64_t{sm_count()} * per_sm);
-  fast_pack_kernel<S, Q><<<static_cast<unsigned>(blocks), kThreads, 0, as_stream(stream)>>>(x, rows, dim, out, finite,
-                                                                                           use_tables);
+  fast_pack_kernel<S, Q, false>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, as_stream(stream)>>>(x, rows, dim, out, finite);
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
