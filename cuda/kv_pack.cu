@@ -280,10 +280,11 @@ struct Fp4Main {
 #pragma unroll
         for (int i = 0; i < 7; ++i) k[i] = fp4_bf16_bound(g, i);
       }
-      // The compare word P_j = pw[j] holds elements j (low half) and j + 4 (high half). Per P_j three bit-selects (LOP3, constant masks) put the codes into the high nibbles
-      // of its bytes 1 and 3 (bits 12..15 and 28..31: c1, c2, c4 below the sign bit, which is
-      // already there); two byte permutes then gather the even elements' and the odd elements'
-      // nibbles, and one shift and one select give byte k = code(2k) | code(2k + 1) << 4.
+      // The compare word P_j = pw[j] holds elements j (low half) and j + 4 (high half). Per P_j
+      // three bit-selects (LOP3, constant masks) put the codes into the high nibbles of its bytes
+      // 1 and 3 (bits 12..15 and 28..31: c1, c2, c4 below the sign bit, which is already there);
+      // two byte permutes then gather the even elements' and the odd elements' nibbles, and one
+      // shift and one select give byte k = code(2k) | code(2k + 1) << 4.
       const uint32_t pw[4] = {__byte_perm(w[0], w[2], 0x5410), __byte_perm(w[0], w[2], 0x7632),
                               __byte_perm(w[1], w[3], 0x5410), __byte_perm(w[1], w[3], 0x7632)};
       uint32_t z[4];
@@ -325,7 +326,8 @@ __device__ void build_fp4_tables(Fp4Tables& t) {
   for (int sc = static_cast<int>(threadIdx.x); sc < 0x7F; sc += static_cast<int>(blockDim.x)) {
     float g[7];
     fp4_bounds(formats::e4m3_decode(static_cast<uint32_t>(sc)), g);
-    t.bounds[sc][0] = make_uint4(fp4_bf16_bound(g, 0), fp4_bf16_bound(g, 1), fp4_bf16_bound(g, 2), fp4_bf16_bound(g, 3));
+    t.bounds[sc][0] =
+        make_uint4(fp4_bf16_bound(g, 0), fp4_bf16_bound(g, 1), fp4_bf16_bound(g, 2), fp4_bf16_bound(g, 3));
     t.bounds[sc][1] = make_uint4(fp4_bf16_bound(g, 4), fp4_bf16_bound(g, 5), fp4_bf16_bound(g, 6), 0u);
   }
 }
