@@ -14,6 +14,10 @@
 // ~96 KB in flight, measured slower: the packers are instruction-bound, bench/RESULTS.md.) A block of 16 or 32 values spans L = block
 // / values-per-chunk lanes; its amax is a max over those lanes (__shfl_xor_sync). The scale byte
 // is written by the first lane of the block, the row's finite flag by lane 0 (__all_sync).
+// bf16 storage works on the packed words (two values per instruction where the ISA has it): the
+// amax as max.u16x2 of |bits|, the FP8 scaling as one bf16x2 multiply per pair, the FP4 compares
+// as bf16x2 compares and the code bytes assembled with LOP3 bit-selects and byte permutes (issue
+// 17: these kernels are instruction-bound, so the instructions per value are what counts).
 //
 // Exactness, block by block (amax, finite flag and scale byte are formats/qdq.h's own: the same
 // integer max of |bits|, then formats::fp8_scale / compressed_kv_scale):
@@ -21,7 +25,8 @@
 //     encode(clamp(x / s)) with IEEE division.
 //   * FP8, finite block: s = 2^(scale - 127) with scale in [104, 247] (the amax floor 1e-4 and
 //     amax <= FLT_MAX bound it), so 1/s is a normal power of two and x * (1/s) rounds the same
-//     real number x / s does: equal to the division. The E4M3 code is the hardware
+//     real number x / s does: equal to the division. (bf16 storage multiplies in bf16x2, see
+//     Fp8Window::codes: exact too, or a signed zero code either way.) The E4M3 code is the hardware
 //     cvt.rn.satfinite.e4m3x2.f32; tests/cuda/kv_quant_vs_reference_test checks that conversion
 //     against formats::e4m3_encode_satfinite on all 2^32 inputs (equal everywhere, NaN included).
 //   * FP4, finite block: s (an E4M3 value in [2^-9, 448]) is not a power of two, and the official
@@ -106,11 +111,37 @@ __device__ inline __nv_bfloat162 bf16x2_from_bits(uint32_t w) {
   return h;
 }
 
-// Stores the N (2, 4 or 8) bytes of `w` (little endian) at p: one store when aligned.
+__device__ inline uint32_t bf16x2_bits(__nv_bfloat162 h) {
+  uint32_t w;
+  std::memcpy(&w, &h, sizeof w);
+  return w;
+}
+
+// Bitwise select: the bits of a where m is set, of b elsewhere, (a & m) | (b & ~m). One LOP3 (LUT
+// 0xE4 for the operands a, b, m), written as such: from the plain expression the compiler
+// re-associates chains of selects with constant masks into and/or trees of more instructions.
+__device__ inline uint32_t bitsel(uint32_t m, uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(d) : "r"(a), "r"(b), "r"(m));
+  return d;
+}
+
+// The E4M3 codes of 4 values, byte k = code of a_k: cvt.rn.satfinite.e4m3x2.f32 (the conversion of
+// __nv_cvt_float2_to_fp8x2(.., __NV_SATFINITE, __NV_E4M3)) twice, the pairs joined in one 32-bit
+// register (from the intrinsic's 16-bit results the compiler masks each before joining them).
+__device__ inline uint32_t e4m3x4_satfinite(float a0, float a1, float a2, float a3) {
+  uint32_t d;
+  asm("{\n .reg .b16 l, h;\n cvt.rn.satfinite.e4m3x2.f32 l, %2, %1;\n cvt.rn.satfinite.e4m3x2.f32 h, %4, %3;\n"
+      " mov.b32 %0, {l, h};\n}"
+      : "=r"(d)
+      : "f"(a0), "f"(a1), "f"(a2), "f"(a3));
+  return d;
+}
+
+// Stores the N (2, 4 or 8) bytes of `w` (little endian) at p: one store when `aligned` (p % N == 0).
 template <int N>
-__device__ inline void store_code_bytes(uint8_t* p, uint64_t w) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  if (a % N == 0) {
+__device__ inline void store_code_bytes(uint8_t* p, bool aligned, uint64_t w) {
+  if (aligned) {
     if constexpr (N == 8) {
       *reinterpret_cast<uint2*>(p) = make_uint2(static_cast<uint32_t>(w), static_cast<uint32_t>(w >> 32));
     }
@@ -143,11 +174,12 @@ __device__ inline uint32_t fp4_bf16_bound(const float (&g)[7], int k) {
   return kb | (kb << 16);
 }
 
-// Shared-memory tables of the bf16-storage FP4 packer, built by every block at its start (36.7 KB):
-// the block scale of every finite bf16 amax (formats::compressed_kv_scale) and, per scale byte, the
+// Shared-memory tables of the bf16-storage FP4 packer, built by every block at its start (36.8 KB):
+// the block scale of every bf16 amax bit pattern (Fp4Main::scale_of: formats::compressed_kv_scale,
+// for the NaN patterns with their payload, as the integer amax has it) and, per scale byte, the
 // seven bf16x2 bounds. They replace a division, an E4M3 encode and the bound arithmetic per chunk.
 struct Fp4Tables {
-  uint8_t scale[0x7F80];  // by the amax's bf16 bits (0 .. 0x7F7F: the finite values)
+  uint8_t scale[0x8000];  // by the amax's bf16 bits (all 2^15: Inf and NaN too, no branch)
   uint4 bounds[0x7F][2];  // by scale byte (0 .. 0x7E: satfinite codes); words 0..6 used
 };
 
@@ -156,28 +188,48 @@ struct Fp8Window {
   static constexpr int kBlock = formats::kFp8Block;
   static constexpr int kCodeBits = 8;
   static constexpr bool kBf16Tables = false;
+  template <bool kTables>
   __device__ static uint8_t scale(float amax, const Fp4Tables* /*tables*/) { return formats::fp8_scale(amax); }
-  // Codes of one chunk (raw words w, values x). The clamp to +-448 of the formats statement is left
-  // out of the finite path: satfinite already gives +-448 (0x7E / 0xFE) for every |v| > 448.
-  template <class S, int V>
-  __device__ static uint64_t codes(const uint32_t (&/*w*/)[4], const float (&x)[V], uint8_t scale, bool finite,
-                                   const Fp4Tables* /*tables*/) {
-    uint64_t w = 0;
+  // Codes of one chunk (raw words w: V values of storage S). The clamp to +-448 of the formats
+  // statement is left out of the finite path: satfinite already gives +-448 (0x7E / 0xFE) for every
+  // |v| > 448.
+  template <class S, int V, bool kTables>
+  __device__ static uint64_t codes(const uint32_t (&w)[4], uint8_t scale, bool finite, const Fp4Tables* /*tables*/) {
+    float x[V];
+    uint64_t out = 0;
     if (finite) {
-      const float inv = f32_from_bits((254u - scale) << 23);  // 1/s, exact (see the file comment)
+      if constexpr (std::is_same_v<S, uint16_t>) {
+        // bf16 storage: q = x * 2^(127 - scale) on bf16 pairs (one HMUL2 per pair). Exact where the
+        // product is a normal bf16 (>= 2^-126: bf16 shares fp32's exponent range, and multiplying
+        // by a power of two changes only the exponent); below that both this and the fp32 product
+        // are +-0 or a subnormal of magnitude < 2^-10, whose E4M3 code is the signed zero either
+        // way (the sign survives rounding and flushing). No overflow: |x| <= amax <= 448 s.
+        // 1/s = 2^(127 - scale) as bf16 bits (254 - scale) << 7 in both halves: one IMAD (no
+        // borrow between the halves: scale * 0x80 <= 0x7B80 < 0x7F00).
+        const __nv_bfloat162 inv = bf16x2_from_bits(0x7F007F00u - uint32_t{scale} * 0x00800080u);
+        uint32_t q[4];
 #pragma unroll
-      for (int i = 0; i < V; i += 2) {
-        const float2 q = make_float2(__fmul_rn(x[i], inv), __fmul_rn(x[i + 1], inv));
-        w |= uint64_t{__nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3)} << (8 * i);
-      }
-    } else {  // formats::quantize_fp8_block's statements
-      const float s = formats::e8m0_decode(scale);
+        for (int p = 0; p < 4; ++p) q[p] = bf16x2_bits(__hmul2(bf16x2_from_bits(w[p]), inv));
+        return uint64_t{e4m3x4_satfinite(bf16_lo(q[0]), bf16_hi(q[0]), bf16_lo(q[1]), bf16_hi(q[1]))} |
+               uint64_t{e4m3x4_satfinite(bf16_lo(q[2]), bf16_hi(q[2]), bf16_lo(q[3]), bf16_hi(q[3]))} << 32;
+      } else {
+        Chunk<S>::values(w, x);
+        const float inv = f32_from_bits((254u - scale) << 23);  // 1/s, exact (see the file comment)
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        w |= uint64_t{formats::e4m3_encode_satfinite(formats::clamp_f32(x[i] / s, -448.0f, 448.0f))} << (8 * i);
+        for (int i = 0; i < V; i += 2) {
+          const float2 q = make_float2(__fmul_rn(x[i], inv), __fmul_rn(x[i + 1], inv));
+          out |= uint64_t{__nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3)} << (8 * i);
+        }
+        return out;
       }
     }
-    return w;
+    Chunk<S>::values(w, x);  // formats::quantize_fp8_block's statements
+    const float s = formats::e8m0_decode(scale);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      out |= uint64_t{formats::e4m3_encode_satfinite(formats::clamp_f32(x[i] / s, -448.0f, 448.0f))} << (8 * i);
+    }
+    return out;
   }
 };
 
@@ -187,21 +239,26 @@ struct Fp4Main {
   static constexpr int kCodeBits = 4;
   static constexpr bool kBf16Tables = true;
   // formats::compressed_kv_scale with its E4M3 encoder as the hardware cvt (equal on all 2^32
-  // inputs: see Fp8Window); from the table for a finite bf16 amax.
+  // inputs: see Fp8Window); from the table when the kernel has one.
   __device__ static uint8_t scale_of(float amax) {
     const float floored = formats::max_f32(amax, f32_from_bits(formats::kCompressedKvAmaxFloorBits));
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(floored / 6.0f, __NV_SATFINITE, __NV_E4M3));
   }
+  template <bool kTables>
   __device__ static uint8_t scale(float amax, const Fp4Tables* tables) {
-    const uint32_t a = f32_bits(amax);
-    if (tables != nullptr && a < 0x7F800000u) return tables->scale[a >> 16];
-    return scale_of(amax);
+    if constexpr (kTables) {
+      return tables->scale[f32_bits(amax) >> 16];  // amax: a bf16 value (bf16 storage)
+    } else {
+      (void)tables;
+      return scale_of(amax);
+    }
   }
-  template <class S, int V>
-  __device__ static uint64_t codes(const uint32_t (&w)[4], const float (&x)[V], uint8_t scale, bool finite,
-                                   const Fp4Tables* tables) {
+  template <class S, int V, bool kTables>
+  __device__ static uint64_t codes(const uint32_t (&w)[4], uint8_t scale, bool finite, const Fp4Tables* tables) {
+    float x[V];
     uint64_t out = 0;
     if (!finite) {  // formats::quantize_compressed_kv_block's statements
+      Chunk<S>::values(w, x);
       const float s = formats::e4m3_decode(scale);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
@@ -214,7 +271,7 @@ struct Fp4Main {
       // magnitude code m = #{k: a > Kk} by binary search on its bits (a > K3: bit 2; then K5 or
       // K1: bit 1; then K6, K4, K2 or K0: bit 0), per half with mask selects.
       uint32_t k[7];
-      if (tables != nullptr) {
+      if constexpr (kTables) {
         const uint4 b0 = tables->bounds[scale][0], b1 = tables->bounds[scale][1];
         k[0] = b0.x, k[1] = b0.y, k[2] = b0.z, k[3] = b0.w, k[4] = b1.x, k[5] = b1.y, k[6] = b1.z;
       } else {  // a few rows (decode): the table would cost more than it saves
@@ -223,19 +280,31 @@ struct Fp4Main {
 #pragma unroll
         for (int i = 0; i < 7; ++i) k[i] = fp4_bf16_bound(g, i);
       }
+      // The compare word P_j = pw[j] holds elements j (low half) and j + 4 (high half). Per P_j
+      // three bit-selects (LOP3, constant masks) put the codes into the high nibbles of its bytes
+      // 1 and 3 (bits 12..15 and 28..31: c1, c2, c4 below the sign bit, which is already there);
+      // two byte permutes then gather the even elements' and the odd elements' nibbles, and one
+      // shift and one select give byte k = code(2k) | code(2k + 1) << 4.
+      const uint32_t pw[4] = {__byte_perm(w[0], w[2], 0x5410), __byte_perm(w[0], w[2], 0x7632),
+                              __byte_perm(w[1], w[3], 0x5410), __byte_perm(w[1], w[3], 0x7632)};
+      uint32_t z[4];
 #pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const __nv_bfloat162 a2 = bf16x2_from_bits(w[p] & 0x7FFF7FFFu);
+      for (int j = 0; j < 4; ++j) {
+        const __nv_bfloat162 a2 = bf16x2_from_bits(pw[j] & 0x7FFF7FFFu);  // |P_j|
         const uint32_t c4 = __hgt2_mask(a2, bf16x2_from_bits(k[3]));
-        const uint32_t c2 = __hgt2_mask(a2, bf16x2_from_bits((k[5] & c4) | (k[1] & ~c4)));
-        const uint32_t hi = (k[6] & c2) | (k[4] & ~c2), lo = (k[2] & c2) | (k[0] & ~c2);
-        const uint32_t c1 = __hgt2_mask(a2, bf16x2_from_bits((hi & c4) | (lo & ~c4)));
-        const uint32_t nib2 = (c1 & 0x00010001u) | (c2 & 0x00020002u) | (c4 & 0x00040004u) |
-                              ((w[p] >> 12) & 0x00080008u);  // the sign bits
-        out |= uint64_t{(nib2 & 0xFu) | ((nib2 >> 12) & 0xF0u)} << (8 * p);
+        const uint32_t hi = bitsel(c4, k[6], k[2]), lo = bitsel(c4, k[4], k[0]);  // by c2 below
+        const uint32_t c2 = __hgt2_mask(a2, bf16x2_from_bits(bitsel(c4, k[5], k[1])));
+        const uint32_t c1 = __hgt2_mask(a2, bf16x2_from_bits(bitsel(c2, hi, lo)));
+        uint32_t t = bitsel(0x10001000u, c1, c2);  // bits 12, 28: c1; 13, 29: c2
+        t = bitsel(0x30003000u, t, c4);            // 14, 30: c4
+        z[j] = bitsel(0x70007000u, t, pw[j]);      // 15, 31: the sign
       }
+      const uint32_t even = __byte_perm(z[0], z[2], 0x7351);  // elements 0, 2, 4, 6 (high nibbles)
+      const uint32_t odd = __byte_perm(z[1], z[3], 0x7351);   // elements 1, 3, 5, 7
+      out = bitsel(0x0F0F0F0Fu, even >> 4, odd);
     } else {
       // fp32 storage: one float compare per bound (the value need not be bf16).
+      Chunk<S>::values(w, x);
       float g[7];
       fp4_bounds(__half2float(__half(__nv_cvt_fp8_to_halfraw(scale, __NV_E4M3))), g);  // s exact
 #pragma unroll
@@ -251,23 +320,24 @@ struct Fp4Main {
 };
 
 __device__ void build_fp4_tables(Fp4Tables& t) {
-  for (int i = static_cast<int>(threadIdx.x); i < 0x7F80; i += static_cast<int>(blockDim.x)) {
+  for (int i = static_cast<int>(threadIdx.x); i < 0x8000; i += static_cast<int>(blockDim.x)) {
     t.scale[i] = Fp4Main::scale_of(f32_from_bits(static_cast<uint32_t>(i) << 16));
   }
   for (int sc = static_cast<int>(threadIdx.x); sc < 0x7F; sc += static_cast<int>(blockDim.x)) {
     float g[7];
     fp4_bounds(formats::e4m3_decode(static_cast<uint32_t>(sc)), g);
-    t.bounds[sc][0] = make_uint4(fp4_bf16_bound(g, 0), fp4_bf16_bound(g, 1), fp4_bf16_bound(g, 2), fp4_bf16_bound(g, 3));
+    t.bounds[sc][0] =
+        make_uint4(fp4_bf16_bound(g, 0), fp4_bf16_bound(g, 1), fp4_bf16_bound(g, 2), fp4_bf16_bound(g, 3));
     t.bounds[sc][1] = make_uint4(fp4_bf16_bound(g, 4), fp4_bf16_bound(g, 5), fp4_bf16_bound(g, 6), 0u);
   }
 }
 
 // x: [rows, dim] (S storage, 16-byte aligned, dim % Q::kBlock == 0) -> out: [rows, entry] bytes
 // (formats/packed.h layout), finite: [rows].
-template <class S, class Q>
+template <class S, class Q, bool kTables, bool kAligned>
 __global__ void __launch_bounds__(kThreads)
     fast_pack_kernel(const S* __restrict__ x, int64_t rows, int dim, uint8_t* __restrict__ out,
-                     uint8_t* __restrict__ finite, bool use_tables) {
+                     uint8_t* __restrict__ finite) {
   constexpr int V = Chunk<S>::kVec;
   constexpr int L = Q::kBlock / V;                  // lanes per block
   constexpr int kCodeBytes = V * Q::kCodeBits / 8;  // code bytes per chunk
@@ -275,66 +345,99 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kRows = 2;                          // rows per warp and pass: 4 loads in flight
   static_assert(L >= 1 && (L & (L - 1)) == 0 && L <= 32, "a block spans a power-of-two lane group");
   const Fp4Tables* tables = nullptr;
-  if constexpr (Q::kBf16Tables && std::is_same_v<S, uint16_t>) {
+  if constexpr (kTables) {
+    static_assert(Q::kBf16Tables && std::is_same_v<S, uint16_t>, "the tables are the bf16 FP4 packer's");
     __shared__ Fp4Tables shared_tables;
-    if (use_tables) {  // block-uniform
-      build_fp4_tables(shared_tables);
-      __syncthreads();
-      tables = &shared_tables;
-    }
+    build_fp4_tables(shared_tables);
+    __syncthreads();
+    tables = &shared_tables;
   }
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int chunks = dim / V;                      // per row; a multiple of L
-  const int value_bytes = dim * Q::kCodeBits / 8;  // the codes part of an entry
-  const int64_t entry = value_bytes + dim / Q::kBlock;
+  // Index math: 64-bit row bases (advanced by a fixed stride per pass), 32-bit unsigned offsets
+  // within a row (a row has < 2^31 bytes: dim is an int).
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned chunks = static_cast<unsigned>(dim) / V;                      // per row; a multiple of L
+  const unsigned value_bytes = static_cast<unsigned>(dim) * Q::kCodeBits / 8;  // the codes part of an entry
+  const int64_t entry = value_bytes + static_cast<unsigned>(dim) / Q::kBlock;
   const int64_t nwarps = (int64_t{gridDim.x} * blockDim.x) >> 5;
-  for (int64_t row0 = ((int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5) * kRows; row0 < rows;
-       row0 += nwarps * kRows) {
-    bool ok[kRows];
+  int64_t row0 = ((int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5) * kRows;
+  const S* xr0 = x + row0 * dim;
+  uint8_t* er0 = out + row0 * entry;
+  for (; row0 < rows; row0 += nwarps * kRows, xr0 += nwarps * kRows * dim, er0 += nwarps * kRows * entry) {
+    uint32_t row_amax[kRows];  // max of the blocks' amax bits: the row is finite iff < 0x7F800000
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) ok[r] = true;
-    for (int j0 = 0; j0 < chunks; j0 += 32 * kUnroll) {
+    for (int r = 0; r < kRows; ++r) row_amax[r] = 0;
+    for (unsigned j0 = 0; j0 < chunks; j0 += 32 * kUnroll) {
       uint32_t raw[kRows][kUnroll][4] = {};
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-          const int j = j0 + 32 * u + lane;
-          if (row0 + r < rows && j < chunks) load_words(x + (row0 + r) * dim + j * V, raw[r][u]);
+          const unsigned j = j0 + 32 * u + lane;
+          if (row0 + r < rows && j < chunks) load_words(xr0 + static_cast<int64_t>(r) * dim + j * V, raw[r][u]);
         }
       }
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (row0 + r >= rows) break;  // warp-uniform
-        uint8_t* er = out + (row0 + r) * entry;
+        uint8_t* er = er0 + r * entry;
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-          const int j = j0 + 32 * u + lane;
+          const unsigned j = j0 + 32 * u + lane;
           if (j0 + 32 * u >= chunks) break;  // warp-uniform
-          float v[V];
-          Chunk<S>::values(raw[r][u], v);
-          uint32_t amax = 0;  // formats::block_amax: the max of |bits| over the block
+          // formats::block_amax: the max of |bits| over the block. bf16 storage: per 16-bit half
+          // (max.u16x2 on |bits| words, exact: the same integer max, NaN payloads included), the
+          // halves combined at the end; fp32: per value. A lane past the
+          // row's chunks (whole blocks: L divides the chunks of a row) holds zeros and stores
+          // nothing.
+          uint32_t amax = 0;
+          if constexpr (std::is_same_v<S, uint16_t>) {
+            uint32_t aw[4];
 #pragma unroll
-          for (int i = 0; i < V; ++i) amax = max(amax, f32_bits(v[i]) & 0x7FFFFFFFu);
+            for (int k = 0; k < 4; ++k) aw[k] = raw[r][u][k] & 0x7FFF7FFFu;
+            uint32_t m2 = __vmaxu2(__vmaxu2(aw[0], aw[1]), __vmaxu2(aw[2], aw[3]));
 #pragma unroll
-          for (int o = 1; o < L; o <<= 1) amax = max(amax, __shfl_xor_sync(kFull, amax, o));
-          if (j >= chunks) continue;  // whole blocks only: L divides the chunks of a row
+            for (int o = 1; o < L; o <<= 1) m2 = __vmaxu2(m2, __shfl_xor_sync(kFull, m2, o));
+            amax = max(m2 & 0xFFFFu, m2 >> 16) << 16;
+          } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) amax = max(amax, raw[r][u][k] & 0x7FFFFFFFu);
+#pragma unroll
+            for (int o = 1; o < L; o <<= 1) amax = max(amax, __shfl_xor_sync(kFull, amax, o));
+          }
+          row_amax[r] = max(row_amax[r], amax);
           const bool block_finite = amax < 0x7F800000u;
-          ok[r] &= block_finite;
-          const uint8_t scale = Q::scale(f32_from_bits(amax), tables);
-          store_code_bytes<kCodeBytes>(er + j * kCodeBytes,
-                                       Q::template codes<S, V>(raw[r][u], v, scale, block_finite, tables));
-          if (lane % L == 0) er[value_bytes + j / L] = scale;
+          const uint8_t scale = Q::template scale<kTables>(f32_from_bits(amax), tables);
+          // Every block of the warp finite (the common case): the finite code path, a warp-uniform
+          // branch; otherwise each block its own path (formats statements for a non-finite one).
+          const uint64_t codes = __all_sync(kFull, block_finite)
+                                     ? Q::template codes<S, V, kTables>(raw[r][u], scale, true, tables)
+                                     : Q::template codes<S, V, kTables>(raw[r][u], scale, block_finite, tables);
+          if (j < chunks) {
+            store_code_bytes<kCodeBytes>(er + j * kCodeBytes, kAligned, codes);
+            if (lane % L == 0) er[value_bytes + j / L] = scale;
+          }
         }
       }
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (row0 + r >= rows) break;
-      const bool row_ok = __all_sync(kFull, ok[r]);
+      const bool row_ok = __all_sync(kFull, row_amax[r] < 0x7F800000u);
       if (lane == 0) finite[row0 + r] = row_ok ? 1 : 0;
     }
   }
+}
+
+// One launch of fast_pack_kernel<S, Q, kTables, kAligned> on `blocks` blocks.
+template <class S, class Q, bool kTables>
+void launch_kernel(int64_t blocks, const S* x, int64_t rows, int dim, uint8_t* out, uint8_t* finite, void* stream) {
+  constexpr int kCodeBytes = Chunk<S>::kVec * Q::kCodeBits / 8;
+  const int64_t entry = int64_t{dim} * Q::kCodeBits / 8 + dim / Q::kBlock;
+  // kAligned: every chunk's code bytes are aligned for one store (entries and `out` aligned).
+  const bool aligned = reinterpret_cast<uintptr_t>(out) % kCodeBytes == 0 && entry % kCodeBytes == 0;
+  const auto kernel = aligned ? fast_pack_kernel<S, Q, kTables, true> : fast_pack_kernel<S, Q, kTables, false>;
+  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, as_stream(stream)>>>(x, rows, dim, out, finite);
+  DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
 template <class S, class Q>
@@ -344,26 +447,30 @@ void launch_fast_pack(const S* x, int64_t rows, int dim, uint8_t* out, uint8_t* 
   if (rows == 0) return;
   const int64_t rows_per_block = kThreads / 32 * 2;  // kRows
   const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block;
-  int64_t per_sm = 16;
-  bool use_tables = false;
+  constexpr int64_t per_sm = 16;
   if constexpr (Q::kBf16Tables && std::is_same_v<S, uint16_t>) {
     // The table variant: one resident wave of blocks (each builds its tables once), with the
     // shared-memory carveout at its maximum so that the register limit, not the 37 KB of tables,
     // decides how many blocks an SM holds. Only for enough rows to pay for the tables.
-    static const int resident = [] {
-      DSV41_CUDA_CHECK(cudaFuncSetAttribute(fast_pack_kernel<S, Q>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                            static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-      int n = 0;
-      DSV41_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fast_pack_kernel<S, Q>, kThreads, 0));
-      return n > 0 ? n : 1;
-    }();
-    use_tables = rows >= 16384;
-    if (use_tables) per_sm = resident;
+    if (rows >= 16384) {
+      static const int resident = [] {
+        int fewest = 0;
+        for (const auto kernel : {fast_pack_kernel<S, Q, true, true>, fast_pack_kernel<S, Q, true, false>}) {
+          DSV41_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+          int n = 0;
+          DSV41_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0));
+          fewest = fewest == 0 ? n : std::min(fewest, n);
+        }
+        return fewest > 0 ? fewest : 1;
+      }();
+      launch_kernel<S, Q, true>(std::min<int64_t>(wanted, int64_t{sm_count()} * resident), x, rows, dim, out, finite,
+                                stream);
+      return;
+    }
   }
-  const int64_t blocks = std::min<int64_t>(wanted, int64_t{sm_count()} * per_sm);
-  fast_pack_kernel<S, Q><<<static_cast<unsigned>(blocks), kThreads, 0, as_stream(stream)>>>(x, rows, dim, out, finite,
-                                                                                           use_tables);
-  DSV41_CUDA_CHECK(cudaGetLastError());
+  launch_kernel<S, Q, false>(std::min<int64_t>(wanted, int64_t{sm_count()} * per_sm), x, rows, dim, out, finite,
+                             stream);
 }
 
 template <class S>

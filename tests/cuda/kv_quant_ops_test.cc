@@ -6,7 +6,8 @@
 // gpu::pack_rows (fp32 storage) of the two KV formats vs formats/packed.h, bytes and finite flags:
 // random rows of every magnitude, blocks holding Inf / NaN, and for every positive bf16 amax the bf16
 // values next to the seven E2M1 rounding midpoints of its FP4 block scale (cuda/kv_pack.cu's bounds),
-// below and above 16384 rows (the bf16 FP4 packer's table path).
+// below and above 16384 rows (the bf16 FP4 packer's table path), and non-finite blocks (Inf, NaNs
+// of several payloads) on the table path.
 #include <limits>
 
 #include "cuda/ops.h"
@@ -177,6 +178,22 @@ TEST(KvQuantOps, PackRowsBf16AndFp32EqualHostPack) {
   const std::vector<float> once = x;
   while (x.size() < size_t{16384} * 512) x.insert(x.end(), once.begin(), once.end());
   expect_device_pack_equals_host(CacheFormat::kCompressedKvFp4, x, 512, "E2M1 midpoints, table path");
+  // Non-finite blocks on the table path (the scale table's Inf / NaN entries) and next to finite
+  // blocks of the same warp (the packers' per-warp finite vote): Inf, -Inf and NaNs of several
+  // payloads and signs, alone or together in a block, in rows spread over the input.
+  const uint32_t specials[] = {0x7F80u, 0xFF80u, 0x7FC0u, 0xFFC0u, 0x7F81u, 0x7FFFu, 0xFFA5u};
+  size_t n_special = 0;
+  for (size_t row = 3; row < size_t{16384}; row += 997) {
+    for (size_t k = 0; k < 7; ++k) {
+      const size_t at = row * 512 + (row + 61 * k) % 512;  // blocks of various positions in the row
+      x[at] = formats::bf16_decode(specials[(row + k) % 7]);
+      if (k % 3 == 0) x[at ^ 1] = formats::bf16_decode(specials[(row + k + 3) % 7]);  // two in a block
+      ++n_special;
+    }
+  }
+  ASSERT_GT(n_special, 100u);
+  expect_device_pack_equals_host(CacheFormat::kCompressedKvFp4, x, 512, "non-finite blocks, table path");
+  expect_device_pack_equals_host(CacheFormat::kWindowKvFp8, x, 512, "non-finite blocks, 16384 rows");
 }
 
 }  // namespace
