@@ -81,6 +81,15 @@ void remove_stale_temps(const std::string& target) {
   ::closedir(d);
 }
 
+// fsync of a directory (best effort: not every file system lets a directory sync).
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
 std::string unique_suffix() {
   static std::atomic<unsigned> counter{0};
   static const unsigned salt = std::random_device{}();
@@ -179,12 +188,7 @@ void AtomicOutput::commit() {
     fail("cannot rename '" + temp_ + "' over '" + target_ + "': " + std::strerror(errno));
   }
   committed_ = true;
-  // The rename itself durable (best effort: not every file system lets a directory sync).
-  const int dfd = ::open(parent_of(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  sync_directory(parent_of(target_));  // the rename itself durable
   remove_stale_temps(target_);
 }
 
@@ -233,10 +237,7 @@ AtomicDirectory::~AtomicDirectory() {
 void AtomicDirectory::commit() {
   DSV41_CHECK(!committed_ && !temp_.empty(), "'", path_, "': committed twice");
   // The files' bytes are durable (each written by AtomicOutput, fsynced); the directory's entries too.
-  if (const int fd = ::open(temp_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  sync_directory(temp_);
   // rename(2) replaces an empty directory atomically and refuses a non-empty one.
   if (::rename(temp_.c_str(), target_.c_str()) != 0) {
     const int err = errno;
@@ -247,11 +248,7 @@ void AtomicDirectory::commit() {
                                                  : std::string("; the files stay in '") + temp_ + "'");
   }
   committed_ = true;
-  const int dfd = ::open(parent_of(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  sync_directory(parent_of(target_));
   remove_stale_temps(target_);
 }
 
