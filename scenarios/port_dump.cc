@@ -134,7 +134,6 @@ PortDumpWriter::PortDumpWriter(std::string dir, const reference::ModelConfig& co
     h5_ = std::make_unique<reports::H5Writer>(dir_, "port dump (--dump)");  // <dir>.tmp.<pid>.<n> until finish()
     return;
   }
-  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   if (fs::exists(dir_, ec)) {
     if (!fs::is_directory(dir_, ec)) DSV41_FAIL("--dump '", dir_, "': exists and is not a directory");
     if (!fs::is_empty(dir_, ec)) {
