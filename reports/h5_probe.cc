@@ -354,16 +354,33 @@ ProbeResult probe_file(const std::string& path, const ProbeLimits& lim) {
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
   using Key = std::tuple<dev_t, ino_t, off_t, time_t, long, uint64_t>;
   const Key key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, fingerprint(path, st.st_size)};
-  // The last kRemembered files read cleanly, in a ring: no allocation per file (a fuzzer's leak
-  // check counts allocations an input leaves behind).
+  // The verdicts of the last kRemembered files, in a ring: a file read before, unchanged, gets
+  // its verdict again without a request (a refusal too: `report check` reads a file twice, and a
+  // file on which libhdf5 loops would cost the deadline each time). No allocation per file (a
+  // fuzzer's leak check counts allocations an input leaves behind): a reason is kept only if it
+  // fits the entry's buffer.
+  struct Remembered {
+    Key key{};
+    bool ok = true, opens = true, not_hdf5 = false;
+    uint16_t reason_len = 0;
+    char reason[1024];
+  };
   constexpr size_t kRemembered = 256;
   static std::mutex mu;
-  static std::array<Key, kRemembered> probed{};
+  static std::array<Remembered, kRemembered> probed{};
   static size_t next = 0, filled = 0;
   const std::lock_guard<std::mutex> lock(mu);
-  if (remember && std::find(probed.begin(), probed.begin() + static_cast<std::ptrdiff_t>(filled), key) !=
-                      probed.begin() + static_cast<std::ptrdiff_t>(filled)) {
-    return {};
+  if (remember) {
+    for (size_t i = 0; i < filled; ++i) {
+      const Remembered& e = probed[i];
+      if (e.key != key) continue;
+      ProbeResult again;
+      again.ok = e.ok;
+      again.opens = e.opens;
+      again.not_hdf5 = e.not_hdf5;
+      again.reason.assign(e.reason, e.reason_len);
+      return again;
+    }
   }
 
   Request req;
@@ -409,8 +426,15 @@ ProbeResult probe_file(const std::string& path, const ProbeLimits& lim) {
       default: out = {false, "the reading process ended with code " + std::to_string(code) + " at " + where};
     }
   }
-  if (out.ok && out.opens && remember) {
-    probed[next] = key;
+  // Not remembered: a worker that could not be started (the next call may start one).
+  if (remember && o.how != Outcome::kNoWorker && out.reason.size() <= sizeof(Remembered::reason)) {
+    Remembered& e = probed[next];
+    e.key = key;
+    e.ok = out.ok;
+    e.opens = out.opens;
+    e.not_hdf5 = out.not_hdf5;
+    e.reason_len = static_cast<uint16_t>(out.reason.size());
+    std::memcpy(e.reason, out.reason.data(), out.reason.size());
     next = (next + 1) % kRemembered;
     filled = std::min(filled + 1, kRemembered);
   }

@@ -34,9 +34,10 @@
 // Limits (the worker's, per file): a deadline of DSV41_H5_PROBE_TIMEOUT seconds when set, else
 // 30 s plus 1 s per 50 MB of file; an address-space limit of 2 GiB plus 8 times the file size
 // above the worker's size when it starts reading it (not under AddressSanitizer, which reserves
-// terabytes of address space). The last 256 files read cleanly are remembered and not probed again
-// while their (device, inode, size, modification time, FNV-1a over 8-byte words of their bytes
-// (of the first and last MiB above 16 MiB)) stay the same.
+// terabytes of address space). The verdicts of the last 256 files, clean or refused, are
+// remembered, and those files are not probed again while their (device, inode, size,
+// modification time, FNV-1a over 8-byte words of their bytes (of the first and last MiB above
+// 16 MiB)) stay the same.
 //
 // What it does not cover: a file changed between the probe and the read (the window is the
 // probe's duration); files opened by the golden-vector reader (dsv41's own committed files).

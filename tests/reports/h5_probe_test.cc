@@ -259,9 +259,17 @@ TEST(H5Probe, OneWorkerReadsFileAfterFile) {
   EXPECT_EQ(last.pid, first.pid);
   EXPECT_EQ(last.started, first.started);
   EXPECT_EQ(last.served, first.served + 4);
-  // A file read before is remembered: no request at all.
+  // A file read before is remembered: no request at all; a refused one too, with its reason.
   EXPECT_TRUE(probe_file(files[1]).ok);
   EXPECT_EQ(probe_worker().served, last.served);
+  const ProbeResult refused = probe_file(chunk);
+  EXPECT_FALSE(refused.ok);
+  EXPECT_NE(refused.reason.find("dataset '/chunked'"), std::string::npos) << refused.reason;
+  EXPECT_EQ(probe_worker().served, last.served);
+  // Changed, it is read again.
+  std::ofstream(chunk, std::ios::app) << "more";
+  (void)probe_file(chunk);
+  EXPECT_EQ(probe_worker().served, last.served + 1);
   for (const std::string& f : files) std::remove(f.c_str());
   std::remove(text.c_str());
   std::remove(chunk.c_str());
