@@ -7,6 +7,10 @@
 // cuda/cuda_fallback.cc.
 #include "cuda/cuda_ops.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <numeric>
@@ -26,12 +30,36 @@ struct CudaOps::State {
   std::map<const void*, std::unique_ptr<DeviceBuffer<float>>> mirrors;  // host values -> device copy
   std::map<const void*, std::unique_ptr<DeviceBuffer<uint8_t>>> byte_mirrors;  // the same for bytes
   std::map<std::string, OpCalls> calls;
+  // DSV41_CUDA_OP_TIMES=1: the device is synchronized at every op's count() and the wall time
+  // since the previous one is charged to that previous op (its kernels, its host work and the
+  // model's host code up to the next op): a rough profile, printed on stderr when the ops end.
+  bool timing = false;
+  std::string last_op;
+  std::chrono::steady_clock::time_point last;
+  std::map<std::string, double> seconds;
 };
 
 CudaOps::CudaOps() : s_(std::make_unique<State>()) {
   DSV41_CHECK(device_count() > 0, "backend cuda: no CUDA device (gpu::device_count() == 0)");
+  const char* t = std::getenv("DSV41_CUDA_OP_TIMES");
+  s_->timing = t != nullptr && std::string(t) == "1";
 }
-CudaOps::~CudaOps() = default;
+CudaOps::~CudaOps() {
+  if (!s_->timing || s_->seconds.empty()) return;
+  std::vector<std::pair<double, std::string>> rows;
+  double total = 0;
+  for (const auto& [op, sec] : s_->seconds) {
+    rows.emplace_back(sec, op);
+    total += sec;
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::fprintf(stderr, "cuda op times (DSV41_CUDA_OP_TIMES, synchronized; from an op's start to the next op's): %.3f s\n", total);
+  for (const auto& [sec, op] : rows) {
+    const OpCalls& c = s_->calls[op];
+    std::fprintf(stderr, "  %-22s %9.3f s %5.1f %%  %ld calls\n", op.c_str(), sec, total > 0 ? 100.0 * sec / total : 0.0,
+                 static_cast<long>(c.gpu + c.host));
+  }
+}
 
 std::vector<std::string> CudaOps::ported() {
   return {"upload", "download", "slice_rows", "embed", "linear", "linear_fp32", "grouped_linear", "rms_norm",
@@ -54,9 +82,19 @@ void CudaOps::reset_counts() const {
   s_->calls.clear();
 }
 void CudaOps::count(const char* op, bool on_gpu) const {
+  time_mark(op);
   std::lock_guard<std::mutex> l(s_->mu);
   OpCalls& c = s_->calls[op];
   (on_gpu ? c.gpu : c.host) += 1;
+}
+void CudaOps::time_mark(const char* op) const {
+  if (!s_->timing) return;
+  synchronize();
+  std::lock_guard<std::mutex> l(s_->mu);
+  const auto now = std::chrono::steady_clock::now();
+  if (!s_->last_op.empty()) s_->seconds[s_->last_op] += std::chrono::duration<double>(now - s_->last).count();
+  s_->last_op = op;
+  s_->last = now;
 }
 
 CudaOps::Mirror CudaOps::mirror(const float* host, size_t n) const {

@@ -19,6 +19,8 @@
 //                    reference's glibc exp/log steps on small downloaded tensors, docs/cuda.md)
 //   host_fallbacks() names of the ops that always fall back
 //   counts()         per op name: calls on the GPU and calls through the host fallback
+//   DSV41_CUDA_OP_TIMES=1  a rough time profile per op, printed on stderr when the ops end
+//                    (the device synchronized at every op: slower, for finding where time goes)
 // An input the reference rejects (a non-bf16 linear input, a non-finite cache row) is detected on
 // the device; the op then re-runs the reference on the host, which raises its exact error.
 // docs/cuda.md lists which ported ops are bit-exact (all of them, today) and why.
@@ -166,7 +168,10 @@ class CudaOps final : public reference::Ops {
   // prepare(): copies n host values to the device under their address (again if known).
   void register_mirror(const float* host, size_t n) const;
   void register_mirror(const uint8_t* host, size_t n) const;
-  void count(const char* op, bool on_gpu) const;
+  void count(const char* op, bool on_gpu) const;  // also time_mark(op)
+  // DSV41_CUDA_OP_TIMES=1: synchronizes, charges the time since the last mark to the op marked
+  // then, and marks `op` (an op whose count() comes after its launches marks its start with it).
+  void time_mark(const char* op) const;
   // The host copy of a tensor wherever it lives (no device clone).
   template <typename T>
   reference::Tensor<T> host_copy(const reference::Tensor<T>& t) const;

@@ -51,10 +51,10 @@ Tensor<float> CudaOps::index_scores(const Tensor<float>& q, const reference::Cac
             static_cast<int64_t>(reach.size()) == T;
   for (int64_t r : reach) ok = ok && r >= 0 && r <= n;
   if (!ok) return host();
+  count("index_scores", true);
   std::vector<int64_t> all(static_cast<size_t>(n));
   std::iota(all.begin(), all.end(), int64_t{0});
   const Tensor<float> rows = read_entries(keys, all);  // [n, d] on the device (read_all_entries)
-  count("index_scores", true);
   Tensor<float> scores = device_tensor<float>({T, n}, "index_score");
   if (T * n == 0) return scores;
   DevIn<float> dq(q), dk(rows), dw(weights);
@@ -116,6 +116,7 @@ Tensor<int32_t> CudaOps::index_topk(const Tensor<float>& scores, const std::vect
   const int64_t rows = scores.dim(0), n = scores.dim(1);
   if (!reach_ok(reach, rows, n) || (rows > 0 && reach.back() != n)) return host();
   const int64_t kk = std::min<int64_t>(k, n);
+  time_mark("index_topk");  // counted below, once it is known whether it ran as kernels
   Tensor<int32_t> out = device_tensor<int32_t>({rows, kk}, "indexer_topk");
   if (rows * kk > 0) {
     DevIn<float> s(scores);
