@@ -62,6 +62,10 @@ class CudaOps final : public reference::Ops {
   static std::vector<std::string> host_fallbacks();
   std::map<std::string, OpCalls> counts() const;
   void reset_counts() const;
+  // DSV41_CUDA_OP_TIMES=1: synchronizes, charges the time since the last mark to the op marked
+  // then, and marks `op` (an op whose count() comes after its launches marks its start with it;
+  // the scenario backend marks "(outside the forward)" after each forward). Otherwise nothing.
+  void time_mark(const char* op) const;
 
   // ---- memory ----
   void prepare(const reference::ModelWeights& weights, const std::vector<reference::RopeTable>& rope) const override;
@@ -169,9 +173,6 @@ class CudaOps final : public reference::Ops {
   void register_mirror(const float* host, size_t n) const;
   void register_mirror(const uint8_t* host, size_t n) const;
   void count(const char* op, bool on_gpu) const;  // also time_mark(op)
-  // DSV41_CUDA_OP_TIMES=1: synchronizes, charges the time since the last mark to the op marked
-  // then, and marks `op` (an op whose count() comes after its launches marks its start with it).
-  void time_mark(const char* op) const;
   // The host copy of a tensor wherever it lives (no device clone).
   template <typename T>
   reference::Tensor<T> host_copy(const reference::Tensor<T>& t) const;

@@ -61,6 +61,7 @@ bool all_set(const DeviceBuffer<uint8_t>& flags) {
 // ---- linear.h ----
 
 Tensor<float> CudaOps::linear_path(const char* op, const Tensor<float>& x, const LinearWeight& w, bool fp32) const {
+  time_mark(op);  // counted at the end, once it is known whether it ran as kernels
   const auto host = [&] {
     count(op, false);
     const Tensor<float> hx = host_copy(x);
@@ -119,6 +120,7 @@ Tensor<float> CudaOps::grouped_linear(const Tensor<float>& x, const LinearWeight
 // ---- kv_quant.h ----
 
 Tensor<float> CudaOps::qdq(formats::CacheFormat format, const Tensor<float>& x) const {
+  time_mark("qdq");  // counted at the end
   const int64_t d = x.rank() >= 1 ? x.dim(x.rank() - 1) : 0;
   const bool dim_ok = entry_bytes_or_0(format, d) > 0;
   const auto host = [&] {
@@ -145,6 +147,7 @@ Tensor<float> CudaOps::qdq(formats::CacheFormat format, const Tensor<float>& x) 
 
 void CudaOps::write_entries(Tensor<uint8_t>& storage, formats::CacheFormat format, const std::vector<int64_t>& entries,
                             const Tensor<float>& rows) const {
+  time_mark("write_entries");  // counted at the end
   const int64_t n = rows.rank() == 2 ? rows.dim(0) : -1, d = rows.rank() == 2 ? rows.dim(1) : 0;
   bool ok = n == static_cast<int64_t>(entries.size()) && d > 0 && !storage.on_host() && storage.rank() == 2;
   const int64_t eb = ok ? entry_bytes_or_0(format, d) : 0;

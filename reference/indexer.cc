@@ -1,11 +1,8 @@
 #include "reference/indexer.h"
 
 #include <algorithm>
-#include <bit>
-#include <climits>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 
 #include "formats/cache_format.h"
@@ -31,50 +28,6 @@ void check_reach(const std::vector<int64_t>& reach, int64_t rows, int64_t n, con
 
 // Python's floor division for a possibly negative numerator (the official `(reach - 1) // bs`).
 int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
-// The bits a row of fp32 values spans: every nonzero value is a multiple of 2^low and below
-// 2^high in magnitude (read off the bits: no frexp). span = high - low; 0 for an all-zero row;
-// kNoSpan when a value is not finite.
-constexpr int kNoSpan = 1 << 20;
-int row_span(const float* x, int64_t n) {
-  int low = INT32_MAX, high = INT32_MIN;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits = 0;
-    std::memcpy(&bits, &x[i], sizeof bits);
-    const uint32_t e = (bits >> 23) & 0xFFu, m = bits & 0x7FFFFFu;
-    if (e == 0xFFu) return kNoSpan;  // inf or NaN
-    if (e == 0 && m == 0) continue;  // +-0
-    // v = sig * 2^(e_min), sig an integer: (2^23 | m) * 2^(e - 150) when normal, m * 2^-149 when not.
-    const uint32_t sig = e == 0 ? m : (m | 0x800000u);
-    const int base = e == 0 ? -149 : static_cast<int>(e) - 150;
-    low = std::min(low, base + std::countr_zero(sig));
-    high = std::max(high, base + 32 - std::countl_zero(sig));  // |v| < 2^high
-  }
-  return low > high ? 0 : high - low;
-}
-
-// The exact sum_i a[i]*b[i] rounded once to fp32, for rows whose spans make every partial sum
-// exact in double (order-free, so taken in vectors; see index_scores): the same bits as
-// dot_f64_f32.
-DSV41_SIMD_CLONES float dot_exact_wide(const float* a, const float* b, int64_t n) {
-  typedef float v4f __attribute__((vector_size(16)));
-  typedef double v4d __attribute__((vector_size(32)));
-  v4d acc0 = {0.0, 0.0, 0.0, 0.0}, acc1 = acc0;
-  const int64_t whole = n / 8 * 8;
-  for (int64_t i = 0; i < whole; i += 8) {
-    v4f x0, y0, x1, y1;
-    std::memcpy(&x0, a + i, sizeof x0);
-    std::memcpy(&y0, b + i, sizeof y0);
-    std::memcpy(&x1, a + i + 4, sizeof x1);
-    std::memcpy(&y1, b + i + 4, sizeof y1);
-    acc0 += __builtin_convertvector(x0, v4d) * __builtin_convertvector(y0, v4d);
-    acc1 += __builtin_convertvector(x1, v4d) * __builtin_convertvector(y1, v4d);
-  }
-  const v4d acc = acc0 + acc1;
-  double sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  for (int64_t k = whole; k < n; ++k) sum += static_cast<double>(a[k]) * static_cast<double>(b[k]);
-  return static_cast<float>(sum);
-}
 
 }  // namespace
 
@@ -115,45 +68,19 @@ Tensor<float> index_scores(const Tensor<float>& q, const Tensor<float>& keys,
               keys.dim(1), "], weights [", weights.dim(0), ", ", weights.dim(1), "]");
   check_reach(reach, t_count, n, "index_scores");
   Tensor<float> scores({t_count, n}, "index_score", -kInf);
-  // The order-free path: the dot of a q row (span sq) and a key row (span sk) has every product
-  // exact in double (two fp32 values: at most 48 significant bits) and a multiple of
-  // 2^(low_q + low_k), and every partial sum below d * 2^(high_q + high_k); when
-  // sq + sk + ceil(log2 d) <= 53 every partial sum is an exact double, so any order gives the exact
-  // sum, which dot_f64_f32 rounds once: the same bits. FP4-QDQ rows (E2M1 codes times one E8M0
-  // scale per 32 channels) span a few bits plus their scales' spread; other pairs take the
-  // index-order sum.
-  const int64_t keys_reached = reach.empty() ? 0 : *std::max_element(reach.begin(), reach.end());
-  std::vector<int> key_span(static_cast<size_t>(keys_reached));
-  parallel_for((keys_reached + 4095) / 4096, [&](int64_t b) {
-    for (int64_t j = b * 4096; j < std::min(keys_reached, (b + 1) * 4096); ++j) {
-      key_span[static_cast<size_t>(j)] = row_span(keys.row(j), d);
-    }
-  });
-  const int log2_d = d <= 1 ? 0 : 64 - std::countl_zero(static_cast<uint64_t>(d - 1));
   parallel_for(t_count, [&](int64_t t) {
     const int64_t reach_t = reach[static_cast<size_t>(t)];
     const float* w = weights.row(t);  // [Hi]
     float* out = scores.row(t);
-    std::vector<int> budget(static_cast<size_t>(heads));  // the key span each head's q row allows
-    for (int64_t h = 0; h < heads; ++h) {
-      const int sq = row_span(q.row(t, h), d);
-      budget[static_cast<size_t>(h)] = sq >= kNoSpan ? -1 : 53 - log2_d - sq;
-    }
     // score of key j: bf16(sum over heads in head order of bf16(relu(bf16(q.k)) * w)); four keys side
     // by side, each with its own sums (the same bits as one at a time).
     int64_t j = 0;
     for (; j + 4 <= reach_t; j += 4) {
       const float* rows[4] = {keys.row(j), keys.row(j + 1), keys.row(j + 2), keys.row(j + 3)};
       float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // fp32 accumulation over heads, in head order
-      const int span4 = std::max(std::max(key_span[static_cast<size_t>(j)], key_span[static_cast<size_t>(j + 1)]),
-                                 std::max(key_span[static_cast<size_t>(j + 2)], key_span[static_cast<size_t>(j + 3)]));
       for (int64_t h = 0; h < heads; ++h) {
         float dots[4];
-        if (span4 <= budget[static_cast<size_t>(h)]) {
-          for (int k = 0; k < 4; ++k) dots[k] = dot_exact_wide(q.row(t, h), rows[k], d);
-        } else {
-          dot_f64_f32_x4(q.row(t, h), rows, d, dots);
-        }
+        dot_f64_f32_x4(q.row(t, h), rows, d, dots);
         for (int k = 0; k < 4; ++k) {
           const float dot = formats::round_to_bf16(dots[k]);
           sum[k] += formats::round_to_bf16((dot > 0.0f ? dot : 0.0f) * w[h]);
