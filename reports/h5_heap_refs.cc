@@ -112,17 +112,30 @@ const HeapRefCheck::Collection& HeapRefCheck::collection(uint64_t addr) {
     c.bad = "its heap collection lies outside the file";
     return c;
   }
+  // The walk libhdf5 makes when it loads the collection (H5HG's deserialize, 1.10): object after
+  // object up to the collection's end, the free space (index 0) included and not necessarily
+  // last; a tail shorter than an object header is free space. libhdf5 only asserts that each
+  // object ends inside the collection; an object that does not (a corrupt size, or a size grown
+  // past the free space) makes it read past its buffer, and one of size 0 makes it loop. Such a
+  // collection is refused whole, whichever of its objects a string names.
   const uint64_t object_header = 8 + sizeof_size_;
-  for (uint64_t p = header; p + object_header <= size;) {
+  for (uint64_t p = header; p < size;) {
+    if (size - p < object_header) break;  // libhdf5: free space
     const auto idx = static_cast<uint32_t>(number(image.data() + p, 2));
     const uint64_t bytes = number(image.data() + p + 8, sizeof_size_);
-    if (idx == 0) break;  // the free space, last
-    if (bytes > size || align8(bytes) > size - p - object_header) {
+    // What libhdf5 steps over: an object's header and its bytes padded to 8; the free space's
+    // size counts its header.
+    const uint64_t need = idx > 0 ? (bytes > size ? size + 1 : object_header + align8(bytes)) : bytes;
+    if (need > size - p) {
       c.bad = "an object of its heap collection overruns it";
       return c;
     }
-    c.objects[idx] = bytes;
-    p += object_header + align8(bytes);
+    if (need == 0) {
+      c.bad = "its heap collection's free space has size 0";
+      return c;
+    }
+    if (idx > 0) c.objects[idx] = bytes;
+    p += need;
   }
   return c;
 }

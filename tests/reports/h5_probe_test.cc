@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -159,10 +160,13 @@ TEST(H5Probe, MissingOrNonHdf5FilesAreLeftToTheCaller) {
 }
 
 // The crafted reports of fuzz/findings/: before the probe, reading them segfaulted, looped or
-// allocated 4 GB inside libhdf5 (docs/errors.md, "Fuzzing").
+// allocated 4 GB inside libhdf5; the last one crashed the caller's read after a clean probe (its
+// heap collection's size grown by 16 bytes, found by the strict collection walk now; docs/errors.md,
+// "Fuzzing").
 TEST(H5Probe, CraftedReportsAreRefusedNotFatal) {
   for (const char* name : {"report_check_h5hg_4gb_malloc.h5", "report_check_h5hg_hang.h5",
-                           "report_check_h5hg_read_segv.h5", "report_check_heap_index_segv.h5"}) {
+                           "report_check_h5hg_read_segv.h5", "report_check_heap_index_segv.h5",
+                           "report_read_gcol_size_segv.h5"}) {
     SCOPED_TRACE(name);
     const std::string path = std::string(DSV41_SOURCE_DIR) + "/fuzz/findings/" + name;
     ASSERT_TRUE(std::ifstream(path).good()) << path;
@@ -343,6 +347,48 @@ TEST(H5Probe, CorruptStringReferencesAreRefused) {
     const ProbeResult r = probe_file(path);
     EXPECT_FALSE(r.ok);
     EXPECT_NE(r.reason.find(c.reason), std::string::npos) << r.reason;
+    std::remove(path.c_str());
+  }
+}
+
+// A global heap collection ("GCOL", version, 3 reserved bytes, its size in 8 bytes, then objects:
+// index 2, references 2, reserved 4, size 8, the bytes padded to 8; index 0 the free space)
+// is walked to its end as libhdf5 1.10.8 walks it when it loads it. A size grown by 16 bytes past
+// the free space (a fuzzed report: libhdf5 read the next 16 bytes as an object of any size, past
+// its buffer, and crashed the caller after a clean probe) and a free space of size 0 (libhdf5
+// loops) are refused before libhdf5 loads the collection.
+TEST(H5Probe, CorruptHeapCollectionsAreRefused) {
+  const auto read_file = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<unsigned char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const auto u64 = [](const std::vector<unsigned char>& b, size_t at) {
+    uint64_t v = 0;
+    for (size_t i = 8; i-- > 0;) v = (v << 8) | b[at + i];
+    return v;
+  };
+  for (int c = 0; c < 2; ++c) {
+    const std::string path = write_valid("gcol" + std::to_string(c));
+    ASSERT_TRUE(probe_file(path, ProbeLimits{0, 64, 1 << 20, 10}).ok);  // sound before
+    const std::vector<unsigned char> bytes = read_file(path);
+    const std::string text(bytes.begin(), bytes.end());
+    const size_t gcol = text.find("GCOL");
+    ASSERT_NE(gcol, std::string::npos);
+    const uint64_t size = u64(bytes, gcol + 8);
+    if (c == 0) {
+      patch_u32(path, gcol + 8, static_cast<uint32_t>(size + 16));
+    } else {  // the free space's size (index 0) set to 0
+      uint64_t p = 16;
+      while (p + 16 <= size && (bytes[gcol + p] | bytes[gcol + p + 1]) != 0) p += 16 + (u64(bytes, gcol + p + 8) + 7) / 8 * 8;
+      ASSERT_LE(p + 16, size) << "no free space object";
+      patch_u32(path, gcol + p + 8, 0);
+    }
+    const ProbeResult r = probe_file(path);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.reason.find(c == 0 ? "an object of its heap collection overruns it"
+                                   : "its heap collection's free space has size 0"),
+              std::string::npos)
+        << r.reason;
     std::remove(path.c_str());
   }
 }

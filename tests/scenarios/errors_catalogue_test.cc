@@ -271,6 +271,10 @@ TEST(ErrorsCatalogue, ReportsAndHdf5Dumps) {
             "report check '" + findings + "report_check_heap_index_segv.h5'", 2,
             "': refused: dataset '/summary': a corrupt variable-length string, element 75: its heap object index is "
             "not in its collection"},
+           {"report: a heap collection grown past its free space (SIGSEGV in the caller after a clean probe)",
+            "report check '" + findings + "report_read_gcol_size_segv.h5'", 2,
+            "': refused: dataset '/summary': a corrupt variable-length string, element 0: an object of its heap "
+            "collection overruns it"},
            {"port dump: a directory without dump.json", "conform '" + scratch() + conform, 2,
             "dump.json: missing manifest"},
            {"port dump: a crafted HDF5 dump", "conform '" + findings + "report_check_h5hg_hang.h5" + conform, 2,
