@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "formats/cache_format.h"
@@ -28,6 +29,36 @@ void check_reach(const std::vector<int64_t>& reach, int64_t rows, int64_t n, con
 
 // Python's floor division for a possibly negative numerator (the official `(reach - 1) // bs`).
 int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// The scores of 16 keys for one query (index_scores' formula, below): q [heads, d] and w [heads]
+// of the query, kt the 16 keys transposed (kt[i * 16 + lane] = key lane's value i). Every lane is
+// its own computation: its dot is a double chain in index order (acc += double(q[i]) * double(k[i]),
+// then one rounding to fp32, as dot_f64_f32) and its fp32 sum runs over the heads in order, so
+// each lane has the bits of that key computed alone; the lanes only run side by side in vector
+// registers (four chains of four for the dots, which also hides the adds' latency).
+DSV41_SIMD_CLONES void scores16(const float* q, const float* w, const float* kt, int64_t heads, int64_t d,
+                                float* out) {
+  typedef float v4f __attribute__((vector_size(16)));
+  typedef double v4d __attribute__((vector_size(32)));
+  float sum[16] = {};  // fp32 accumulation over heads, in head order
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* a = q + h * d;
+    v4d acc[4] = {{0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}};
+    for (int64_t i = 0; i < d; ++i) {
+      const double x = static_cast<double>(a[i]);
+      for (int g = 0; g < 4; ++g) {
+        v4f k;
+        std::memcpy(&k, kt + i * 16 + g * 4, sizeof k);
+        acc[g] += x * __builtin_convertvector(k, v4d);
+      }
+    }
+    for (int l = 0; l < 16; ++l) {
+      const float dot = formats::round_to_bf16(static_cast<float>(acc[l / 4][l % 4]));
+      sum[l] += formats::round_to_bf16((dot > 0.0f ? dot : 0.0f) * w[h]);
+    }
+  }
+  for (int l = 0; l < 16; ++l) out[l] = formats::round_to_bf16(sum[l]);
+}
 
 }  // namespace
 
@@ -68,33 +99,25 @@ Tensor<float> index_scores(const Tensor<float>& q, const Tensor<float>& keys,
               keys.dim(1), "], weights [", weights.dim(0), ", ", weights.dim(1), "]");
   check_reach(reach, t_count, n, "index_scores");
   Tensor<float> scores({t_count, n}, "index_score", -kInf);
+  // The keys any query reaches, in groups of 16 transposed for scores16 (zeros past the last).
+  const int64_t reached = reach.empty() ? 0 : *std::max_element(reach.begin(), reach.end());
+  const int64_t groups = (reached + 15) / 16;
+  std::vector<float> kt(static_cast<size_t>(groups * d * 16), 0.0f);  // [groups, d, 16]
+  parallel_for(groups, [&](int64_t g) {
+    for (int64_t l = 0; l < 16 && g * 16 + l < reached; ++l) {
+      const float* k = keys.row(g * 16 + l);
+      for (int64_t i = 0; i < d; ++i) kt[static_cast<size_t>((g * d + i) * 16 + l)] = k[i];
+    }
+  });
   parallel_for(t_count, [&](int64_t t) {
     const int64_t reach_t = reach[static_cast<size_t>(t)];
     const float* w = weights.row(t);  // [Hi]
     float* out = scores.row(t);
-    // score of key j: bf16(sum over heads in head order of bf16(relu(bf16(q.k)) * w)); four keys side
-    // by side, each with its own sums (the same bits as one at a time).
-    int64_t j = 0;
-    for (; j + 4 <= reach_t; j += 4) {
-      const float* rows[4] = {keys.row(j), keys.row(j + 1), keys.row(j + 2), keys.row(j + 3)};
-      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // fp32 accumulation over heads, in head order
-      for (int64_t h = 0; h < heads; ++h) {
-        float dots[4];
-        dot_f64_f32_x4(q.row(t, h), rows, d, dots);
-        for (int k = 0; k < 4; ++k) {
-          const float dot = formats::round_to_bf16(dots[k]);
-          sum[k] += formats::round_to_bf16((dot > 0.0f ? dot : 0.0f) * w[h]);
-        }
-      }
-      for (int k = 0; k < 4; ++k) out[j + k] = formats::round_to_bf16(sum[k]);
-    }
-    for (; j < reach_t; ++j) {
-      float sum = 0.0f;
-      for (int64_t h = 0; h < heads; ++h) {
-        const float dot = formats::round_to_bf16(dot_f64_f32(q.row(t, h), keys.row(j), d));
-        sum += formats::round_to_bf16((dot > 0.0f ? dot : 0.0f) * w[h]);
-      }
-      out[j] = formats::round_to_bf16(sum);
+    // score of key j: bf16(sum over heads in head order of bf16(relu(bf16(q.k)) * w)), 16 keys at once.
+    for (int64_t g = 0; g * 16 < reach_t; ++g) {
+      float s16[16];
+      scores16(heads > 0 ? q.row(t, 0) : nullptr, w, kt.data() + g * d * 16, heads, d, s16);
+      for (int64_t l = 0; l < 16 && g * 16 + l < reach_t; ++l) out[g * 16 + l] = s16[l];
     }
   });
   return scores;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -406,6 +407,88 @@ TEST(IndexerTopk, EdgeRowsOfTheSelection) {
   // Candidate blocks: reach 0 pins no block and the -inf block is dropped; reach 4 pins block 1.
   EXPECT_EQ(select_candidate_blocks(s, {0, 4}, 1, 2, 6).mask.data(),
             (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 1, 1}));
+}
+
+// index_scores computes 16 keys side by side in vector lanes (scores16); each lane must be the
+// formula for its key alone, bit for bit: dot_f64_f32 (a double sum in index order), bf16, relu,
+// the head sum in fp32 in head order. Inputs: FP4-QDQ rows (E2M1 codes times a power of two per 32
+// channels, a row's scales within 2^8 of each other, anywhere in 2^-126 .. 2^48), rows of fp32
+// values with exponents spread over 2^-40 .. 2^48, a key whose sum depends on the order
+// (2^60 + 1 - 2^60: 0 in index order, 1 if the terms were paired), zero rows, subnormals and
+// negative zeros; d of 32, 64 and 40; reaches that end inside a group of 16.
+TEST(IndexerScores, VectorLanesAreTheFormulaPerKey) {
+  std::mt19937_64 rng(test::seed_for("index_scores/order_free"));
+  const float e2m1[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const auto fill_row = [&](float* x, int64_t d, int kind) {
+    for (int64_t i = 0; i < d; ++i) {
+      const bool neg = (rng() & 1) != 0;
+      float v = 0.0f;
+      if (kind == 0) {  // FP4-QDQ: one scale per 32 channels
+        v = e2m1[rng() % 8];
+      } else if (kind == 1) {  // wide exponents
+        v = std::ldexp(static_cast<float>(1 + rng() % 255), static_cast<int>(rng() % 81) - 40);
+      } else if (kind == 2) {  // subnormals and zeros
+        v = (rng() % 3 == 0) ? 0.0f : std::ldexp(static_cast<float>(1 + rng() % 7), -149 + static_cast<int>(rng() % 4));
+      }
+      x[i] = neg ? -v : v;
+    }
+    if (kind == 0) {  // a row's scales within 2^8 of each other, anywhere in 2^-126 .. 2^48
+      const int base = static_cast<int>(rng() % 167) - 126;
+      for (int64_t b = 0; b < d; b += 32) {
+        const int e = base + static_cast<int>(rng() % 9);
+        for (int64_t i = b; i < std::min<int64_t>(d, b + 32); ++i) x[i] = std::ldexp(x[i], e);
+      }
+    }
+  };
+  int fp4_rows = 0, wide_rows = 0;
+  for (int64_t d : {32, 64, 40}) {
+    const int64_t T = 6, H = 3, N = 37;
+    Tensor<float> q({T, H, d}, "q"), keys({N, d}, "keys"), w({T, H}, "w");
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int kind = static_cast<int>((t + h) % 3 == 0 ? 1 : (t + h) % 5 == 0 ? 2 : 0);
+        fill_row(q.row(t, h), d, kind);
+        (kind == 0 ? fp4_rows : wide_rows) += 1;
+        w.at(t, h) = formats::round_to_bf16(std::ldexp(static_cast<float>(1 + rng() % 200), -7) * ((rng() & 1) ? -1.0f : 1.0f));
+      }
+    }
+    for (int64_t j = 0; j < N; ++j) fill_row(keys.row(j), d, j % 7 == 3 ? 1 : j % 11 == 5 ? 2 : j % 13 == 0 ? 3 : 0);
+    // A sum the order changes: in index order 2^60 + 1 rounds to 2^60, then - 2^60 gives 0; in
+    // vectors (lanes of 4, then pairs) 2^60 - 2^60 meets first and the 1 survives. Query 0, head
+    // 0 (all ones, weight 1) against key 0.
+    std::fill(keys.row(0), keys.row(0) + d, 0.0f);
+    keys.at(0, 0) = std::ldexp(1.0f, 60);
+    keys.at(0, 1) = 1.0f;
+    keys.at(0, 4) = -std::ldexp(1.0f, 60);
+    std::fill(q.row(0, 0), q.row(0, 0) + d, 1.0f);
+    w.at(0, 0) = 1.0f;
+    const std::vector<int64_t> reach = {1, 5, 17, 30, 37, 37};
+    const Tensor<float> s = index_scores(q, keys, w, reach);
+    int64_t nonzero = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < N; ++j) {
+        float want = -kInf;
+        if (j < reach[static_cast<size_t>(t)]) {
+          float sum = 0.0f;
+          for (int64_t h = 0; h < H; ++h) {
+            const float dot = formats::round_to_bf16(dot_f64_f32(q.row(t, h), keys.row(j), d));
+            sum += formats::round_to_bf16((dot > 0.0f ? dot : 0.0f) * w.at(t, h));
+          }
+          want = formats::round_to_bf16(sum);
+        }
+        const float got = s.at(t, j);
+        ASSERT_FALSE(std::isnan(got)) << "t " << t << " j " << j;
+        nonzero += got != 0.0f && std::isfinite(got);
+        uint32_t a = 0, b = 0;
+        std::memcpy(&a, &got, 4);
+        std::memcpy(&b, &want, 4);
+        ASSERT_EQ(a, b) << "d " << d << " t " << t << " key " << j << ": " << got << " vs " << want;
+      }
+    }
+    EXPECT_GT(nonzero, 20) << "d " << d;
+  }
+  EXPECT_GT(fp4_rows, 0);
+  EXPECT_GT(wide_rows, 0);
 }
 
 TEST(TopkLowestIndex, MatchesAStableDescendingSort) {
