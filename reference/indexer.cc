@@ -147,9 +147,15 @@ void apply_candidate_mask(Tensor<float>& scores, const CandidateMask& candidates
   const Tensor<uint8_t>& mask = candidates.mask_for(expected_owner);
   DSV41_CHECK(mask.shape() == scores.shape(), "apply_candidate_mask: mask of layer ",
               candidates.owner_layer, " has ", mask.numel(), " entries, scores ", scores.numel());
-  for (int64_t i = 0; i < scores.numel(); ++i) {
-    if (mask.data()[static_cast<size_t>(i)] == 0) scores.data()[static_cast<size_t>(i)] = -kInf;
-  }
+  const int64_t rows = scores.rank() >= 1 && scores.numel() > 0 ? scores.dim(0) : 0;
+  const int64_t per_row = rows > 0 ? scores.numel() / rows : 0;
+  const uint8_t* m = mask.data().data();
+  float* v = scores.data().data();
+  parallel_for(rows, [&](int64_t t) {  // rows are independent
+    for (int64_t i = t * per_row; i < (t + 1) * per_row; ++i) {
+      if (m[i] == 0) v[i] = -kInf;
+    }
+  });
 }
 
 Tensor<float> candidate_block_scores(const Tensor<float>& scores, const std::vector<int64_t>& reach,
@@ -160,14 +166,16 @@ Tensor<float> candidate_block_scores(const Tensor<float>& scores, const std::vec
   check_reach(reach, rows, n, "candidate_block_scores");
   const int64_t blocks = (n + block_size - 1) / block_size;
   Tensor<float> out({rows, blocks}, "cand_block_scores", -kInf);  // -inf: the padding
-  for (int64_t t = 0; t < rows; ++t) {
+  parallel_for(rows, [&](int64_t t) {  // rows are independent
+    const float* s = scores.row(t);
+    float* o = out.row(t);
     for (int64_t j = 0; j < n; ++j) {
-      float& b = out.at(t, j / block_size);
-      b = std::max(b, scores.at(t, j));
+      float& b = o[j / block_size];
+      b = std::max(b, s[j]);
     }
     const int64_t last = floor_div(reach[static_cast<size_t>(t)] - 1, block_size);
-    if (last >= 0) out.at(t, last) = kInf;  // the newest, partly filled block is always kept
-  }
+    if (last >= 0) o[last] = kInf;  // the newest, partly filled block is always kept
+  });
   return out;
 }
 
@@ -180,14 +188,14 @@ CandidateMask select_candidate_blocks(const Tensor<float>& scores, const std::ve
   CandidateMask result;
   result.owner_layer = owner_layer;
   result.mask = Tensor<uint8_t>({rows, n}, "candidates", 0);
-  for (int64_t t = 0; t < rows; ++t) {
-    for (int64_t b : topk_lowest_index(block.row(t), blocks, k)) {
-      if (!(block.at(t, b) > -kInf)) continue;  // an unreachable block picked as filler
-      for (int64_t j = b * block_size; j < std::min<int64_t>(n, (b + 1) * block_size); ++j) {
-        result.mask.at(t, j) = 1;
-      }
+  parallel_for(rows, [&](int64_t t) {  // rows are independent
+    const float* bt = block.row(t);
+    uint8_t* mt = result.mask.row(t);
+    for (int64_t b : topk_lowest_index(bt, blocks, k)) {
+      if (!(bt[b] > -kInf)) continue;  // an unreachable block picked as filler
+      for (int64_t j = b * block_size; j < std::min<int64_t>(n, (b + 1) * block_size); ++j) mt[j] = 1;
     }
-  }
+  });
   return result;
 }
 
