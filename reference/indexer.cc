@@ -144,9 +144,12 @@ const Tensor<uint8_t>& CandidateMask::mask_for(int expected_owner) const {
 
 void apply_candidate_mask(Tensor<float>& scores, const CandidateMask& candidates,
                           int expected_owner) {
-  const Tensor<uint8_t>& mask = candidates.mask_for(expected_owner);
-  DSV41_CHECK(mask.shape() == scores.shape(), "apply_candidate_mask: mask of layer ",
-              candidates.owner_layer, " has ", mask.numel(), " entries, scores ", scores.numel());
+  apply_score_mask(scores, candidates.mask_for(expected_owner), candidates.owner_layer);
+}
+
+void apply_score_mask(Tensor<float>& scores, const Tensor<uint8_t>& mask, int owner_layer) {
+  DSV41_CHECK(mask.shape() == scores.shape(), "apply_candidate_mask: mask of layer ", owner_layer,
+              " has ", mask.numel(), " entries, scores ", scores.numel());
   const int64_t rows = scores.rank() >= 1 && scores.numel() > 0 ? scores.dim(0) : 0;
   const int64_t per_row = rows > 0 ? scores.numel() / rows : 0;
   const uint8_t* m = mask.data().data();

@@ -92,6 +92,10 @@ struct CandidateMask {
 void apply_candidate_mask(Tensor<float>& scores, const CandidateMask& candidates,
                           int expected_owner);
 
+// The same with the mask as it is (Ops::mask_scores: no owner to check, no copy of a [T, N] mask);
+// owner_layer only names it in the error of a shape mismatch.
+void apply_score_mask(Tensor<float>& scores, const Tensor<uint8_t>& mask, int owner_layer = -1);
+
 // Block scores that enter the candidate top-k: [T, ceil(N / block_size)] (max of each block's
 // scores, -inf padding, newest reachable block pinned to +inf). scores: [T, N] bf16.
 Tensor<float> candidate_block_scores(const Tensor<float>& scores, const std::vector<int64_t>& reach,

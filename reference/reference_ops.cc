@@ -104,7 +104,7 @@ class ReferenceOps final : public Ops {
     return select_candidate_blocks(scores, reach, topk_blocks, block_size, /*owner_layer=*/-1).mask;
   }
   void mask_scores(Tensor<float>& scores, const Tensor<uint8_t>& mask) const override {
-    apply_candidate_mask(scores, CandidateMask{-1, mask}, -1);
+    apply_score_mask(scores, mask);
   }
   Tensor<int32_t> index_topk(const Tensor<float>& scores, const std::vector<int64_t>& reach, int k) const override {
     return select_index_topk(scores, reach, k, /*offset=*/0, /*owner_layer=*/-1, /*ratio=*/1).idxs;
