@@ -153,8 +153,14 @@ Tensor<float> concat_kv_rows(const Tensor<float>& window, const Tensor<float>& c
               compressed.rank() == 2 ? compressed.dim(1) : -1);
   Tensor<float> out({window.dim(0) + compressed.dim(0), window.dim(1)}, "sparse_kv");
   std::copy(window.data().begin(), window.data().end(), out.data().begin());
-  std::copy(compressed.data().begin(), compressed.data().end(),
-            out.data().begin() + window.numel());
+  // The compressed rows in blocks side by side (a copy; 512 MB per layer at 2^20 entries of 128).
+  constexpr int64_t kBlock = 1 << 16;
+  const int64_t count = compressed.numel();
+  parallel_for((count + kBlock - 1) / kBlock, [&](int64_t b) {
+    const int64_t first = b * kBlock, last = std::min(count, first + kBlock);
+    std::copy(compressed.data().begin() + first, compressed.data().begin() + last,
+              out.data().begin() + window.numel() + first);
+  });
   return out;
 }
 
@@ -167,7 +173,8 @@ Tensor<int32_t> window_index_rows(int window, int64_t start_pos, int64_t seqlen,
     const int64_t p = start_pos + t, first = std::max<int64_t>(floor, p - window + 1);
     DSV41_CHECK(first >= kv_first_pos, "window row of position ", p, " needs position ", first,
                 " before the first KV row ", kv_first_pos);
-    for (int64_t q = first; q <= p; ++q) out.at(t, q - first) = static_cast<int32_t>(q - kv_first_pos);
+    int32_t* row = out.row(t);  // [window]; unchecked: q - first < window
+    for (int64_t q = first; q <= p; ++q) row[q - first] = static_cast<int32_t>(q - kv_first_pos);
   }
   return out;
 }
@@ -181,11 +188,10 @@ Tensor<int32_t> attention_index_rows(const Tensor<int32_t>& window, const Tensor
   const int64_t rows = window.dim(0), kw = window.dim(1), k = topk.dim(1);
   Tensor<int32_t> out({rows, kw + width}, "topk_idxs", -1);
   for (int64_t t = 0; t < rows; ++t) {
-    std::copy(window.row(t), window.row(t) + kw, out.row(t));
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t v = topk.at(t, j);
-      out.at(t, kw + j) = v < 0 ? -1 : static_cast<int32_t>(v + offset);
-    }
+    int32_t* o = out.row(t);
+    const int32_t* sel = k > 0 ? topk.row(t) : nullptr;
+    std::copy(window.row(t), window.row(t) + kw, o);
+    for (int64_t j = 0; j < k; ++j) o[kw + j] = sel[j] < 0 ? -1 : static_cast<int32_t>(sel[j] + offset);
   }
   return out;
 }

@@ -45,14 +45,14 @@ class Observer {
 
   template <typename T>
   void operator()(Component what, int layer, Tensor<T>& v) const {
-    if (!hooked(v)) return;
+    if (!hooked(v) || hooks_.skips(what)) return;
     if (v.on_host()) {
       hooks_.on(what, layer, v);
       return;
     }
-    Tensor<T> host = ops_.download(v);
+    Tensor<T> host = ops_.download(v);  // a copy: v stays where it is
     hooks_.on(what, layer, host);
-    v = ops_.upload(std::move(host));
+    if (!hooks_.read_only) v = ops_.upload(std::move(host));
   }
 
  private:

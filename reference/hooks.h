@@ -23,6 +23,7 @@
 //   model.set_hooks(h);
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -124,8 +125,14 @@ struct ForwardHooks {
   std::function<void(Component what, int layer, Tensor<float>& value)> tensor;
   std::function<void(Component what, int layer, Tensor<int32_t>& value)> index;
   std::function<void(Component what, int layer, Tensor<uint8_t>& value)> mask;
+  // Components no hook is called for: a backend whose tensors live on a device does not move them
+  // to the host for it (a sampled replay leaves index_scores out: [T, N] fp32, 17 GB at 2^20 keys).
+  std::vector<Component> skipped;
+  // The hooks only read (no teacher forcing): a device backend does not copy the values back.
+  bool read_only = false;
 
   bool any() const { return tensor || index || mask; }
+  bool skips(Component what) const { return std::find(skipped.begin(), skipped.end(), what) != skipped.end(); }
 
   template <typename T, typename F>
   static void call(const F& fn, Component what, int layer, Tensor<T>& v) {

@@ -89,6 +89,10 @@ void record_and_force(StepCapture& into, const StepCapture* forced, const std::s
 
 reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced, bool skip_index_scores) {
   reference::ForwardHooks h;
+  // Logits are compared from the StepRecord (finish_capture); a sampled replay leaves index_scores out.
+  h.skipped = {reference::Component::kLogits};
+  if (skip_index_scores) h.skipped.push_back(reference::Component::kIndexScores);
+  h.read_only = forced == nullptr;
   h.tensor = [&into, forced, skip_index_scores](reference::Component what, int layer, Tensor<float>& v) {
     if (what == reference::Component::kLogits) return;  // compared from the StepRecord (finish_capture)
     if (skip_index_scores && what == reference::Component::kIndexScores) return;

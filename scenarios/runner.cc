@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <future>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -18,6 +20,7 @@
 #include "scenarios/mutants.h"
 #include "scenarios/rounds.h"
 #include "scenarios/runner_internal.h"
+#include "scenarios/runner_side.h"
 #include "scenarios/verdict.h"
 
 namespace dsv41::scenarios {
@@ -37,180 +40,6 @@ int64_t argmax(const std::vector<float>& v) {
   }
   return static_cast<int64_t>(best);
 }
-
-// One side of a comparison: its backend(s) and sessions.
-class SideRunner {
- public:
-  SideRunner(Side side, const BackendResources& r) : side_(std::move(side)), resources_(r) {}
-
-  Backend& backend(const std::string& session) {
-    const std::string key = side_.path == CachePath::kAlone ? session : std::string();
-    auto it = backends_.find(key);
-    if (it == backends_.end()) {
-      const auto t0 = std::chrono::steady_clock::now();
-      it = backends_.emplace(key, make_backend(side_.backend, resources_)).first;
-      const double dt = since(t0);
-      setup_seconds += dt;
-      if (timed_depth_ > 0) setup_in_timed_ += dt;  // also inside seconds_: not a step's time
-      it->second->reset_device_peak();  // the high-water mark of this comparison
-    }
-    return *it->second;
-  }
-
-  // Runs f, adding its wall time to this side's and sampling its device memory after it.
-  template <typename F>
-  auto timed(F&& f) {
-    const auto t0 = std::chrono::steady_clock::now();
-    ++timed_depth_;
-    struct Done {
-      SideRunner* self;
-      std::chrono::steady_clock::time_point t0;
-      ~Done() {
-        --self->timed_depth_;
-        self->account(t0);
-      }
-    } done{this, t0};
-    return f();
-  }
-
-  // This side's measurements (reports::SideMeasure) so far.
-  reports::SideMeasure measure(const std::string& which) const {
-    reports::SideMeasure m;
-    m.side = which;
-    m.spec = side_.text();
-    m.seconds = seconds_;
-    m.peak_device_bytes = peak_device_;
-    m.device_in_use_bytes = in_use_device_;
-    return m;
-  }
-
-  // side B of a sampled replay: the session continues from `saved` (side A's state, with its rings)
-  // and its pending decoder replay (when the step after a resume is replayed).
-  void load(const std::string& name, const SavedState& saved, bool pending_decoder) {
-    timed([&] {
-      sessions_[name] = backend(name).restore(saved, reference::ResumeMode::kFull);
-      return 0;
-    });
-    pending_decoder_[name] = pending_decoder;
-  }
-  bool pending_decoder(const std::string& name) const {
-    const auto it = pending_decoder_.find(name);
-    return it != pending_decoder_.end() && it->second;
-  }
-  SavedState save_full(const std::string& name) {
-    return timed([&] { return backend(name).save(session(name), /*include_swa=*/true); });
-  }
-
-  // One step nobody compares (sampled replay, side A between the sampled steps): no hooks, no
-  // cache download; returns the last position's logits.
-  std::vector<float> step_unrecorded(const std::string& name, const std::vector<int64_t>& tokens, int64_t step_index,
-                                     bool prompt) {
-    BackendSession& s = session(name);
-    reference::StepOptions o;
-    if (prompt && pending_decoder_[name] && side_.path == CachePath::kDecoder) o.decoder_replay_rows = side_.decoder_rows;
-    if (prompt) pending_decoder_[name] = false;
-    return timed([&] { return backend(name).step(s, tokens, o, {}, step_index).logits; });
-  }
-
-  BackendSession& session(const std::string& name) {
-    auto it = sessions_.find(name);
-    if (it == sessions_.end()) it = sessions_.emplace(name, backend(name).new_session()).first;
-    return *it->second;
-  }
-
-  // One step; records the capture (forced by `forced` when given).
-  StepCapture step(const std::string& name, const std::vector<int64_t>& tokens, int64_t step_index,
-                   const StepCapture* forced, bool prompt) {
-    BackendSession& s = session(name);
-    reference::StepOptions o;
-    // Decoder replay applies to the first prompt step after a resume (a decode step in between
-    // leaves it pending).
-    if (prompt && pending_decoder_[name] && side_.path == CachePath::kDecoder) o.decoder_replay_rows = side_.decoder_rows;
-    if (prompt) pending_decoder_[name] = false;
-    StepCapture cap;
-    const reference::ForwardHooks h = capture_hooks(cap, forced, skip_index_scores_);
-    timed([&] {
-      const reference::StepRecord rec = backend(name).step(s, tokens, o, h, step_index);
-      finish_capture(cap, rec, backend(name).caches(s));
-      return 0;
-    });
-    return cap;
-  }
-
-  // Sampled replay: captures leave index_scores out ([T, reachable keys] fp32: 17 GB for a chunk of
-  // 4096 queries at 2^20 keys); the selections made from them are compared.
-  void skip_index_scores() { skip_index_scores_ = true; }
-
-  // The session pauses and resumes by this side's cache path; returns the caches after it.
-  StepCapture resume(const std::string& name, bool views = true) {
-    return timed([&] { return resume_untimed(name, views); });
-  }
-  StepCapture resume_untimed(const std::string& name, bool views) {
-    Backend& b = backend(name);
-    BackendSession& s = session(name);
-    StepCapture cap;
-    cap.start_pos = s.pos();
-    switch (side_.path) {
-      case CachePath::kCold:
-      case CachePath::kAlone:
-        break;
-      case CachePath::kFull: {
-        const SavedState saved = b.save(s, /*include_swa=*/true);
-        sessions_[name] = b.restore(saved, reference::ResumeMode::kFull);
-        break;
-      }
-      case CachePath::kGlobal:
-      case CachePath::kDecoder: {
-        const SavedState saved = b.save(s, /*include_swa=*/false);
-        sessions_[name] = b.restore(saved, reference::ResumeMode::kGlobalOnly);
-        pending_decoder_[name] = true;
-        break;
-      }
-    }
-    if (views) cap.caches = b.caches(*sessions_[name]);
-    return cap;
-  }
-
-  static double since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  // Wall time of this side (RunOptions::time_sides): making its backends (inside a timed call or
-  // not: a backend is made on its session's first use, which may come before its first step);
-  // the rest of its timed work (steps, rounds, saves and loads).
-  double setup_seconds = 0;
-  double step_seconds() const { return seconds_ - setup_in_timed_; }
-
-  // What any of this side's backends could not show ("" when nothing is missing).
-  std::string missing_evidence() const {
-    for (const auto& [key, b] : backends_) {
-      const std::string m = b->missing_evidence();
-      if (!m.empty()) return m;
-    }
-    return "";
-  }
-
- private:
-  Side side_;
-  const BackendResources& resources_;
-  std::map<std::string, std::unique_ptr<Backend>> backends_;
-  std::map<std::string, std::unique_ptr<BackendSession>> sessions_;
-  std::map<std::string, bool> pending_decoder_;
-  bool skip_index_scores_ = false;
-  double seconds_ = 0;
-  double setup_in_timed_ = 0;  // the part of setup_seconds inside seconds_
-  int timed_depth_ = 0;
-  int64_t peak_device_ = -1, in_use_device_ = -1;
-
-  void account(std::chrono::steady_clock::time_point t0) {
-    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (const auto& [key, b] : backends_) {
-      if (const std::optional<DeviceMemory> m = b->device_memory()) {
-        peak_device_ = std::max(peak_device_, m->peak_alloc_bytes);
-        in_use_device_ = std::max(in_use_device_, m->in_use_bytes);
-      }
-    }
-  }
-};
 
 std::string scenario_ref(const Scenario& s) {
   return s.source.rfind("builtin:", 0) == 0 ? s.source.substr(8) : s.source;
@@ -245,6 +74,7 @@ class ComparisonRun {
     const auto t0 = std::chrono::steady_clock::now();
     try {
       for (size_t e = 0; e < sc_.events.size() && !stop_; ++e) run_event(e);
+      join_b();
       evidence_.backend_gap = A_.missing_evidence();
       if (evidence_.backend_gap.empty()) evidence_.backend_gap = B_.missing_evidence();
       cmp_.verdict = comparison_verdict(cmp_, pair_.expect, evidence_);
@@ -259,6 +89,7 @@ class ComparisonRun {
       cmp_.verdict = Verdict::kError;
       cmp_.notes.push_back(std::string("error: unexpected failure: ") + err.what());
     }
+    settle_b();  // after an error of side A: side B's step in flight ends before B is read
     if (sampled_) {
       std::ostringstream n;
       n << "sampled replay (seed " << cmp_.replay->seed << "): side B replayed " << cmp_.replay->steps_checked.size()
@@ -327,12 +158,25 @@ class ComparisonRun {
         advance();
         return;
       }
-      if (sampled_) start_b_from_a(ev.session);
+      if (sampled_) {  // side B loads A's state before the resume and resumes by its own path
+        const std::string& session = ev.session;
+        auto from_a = a_state(session);
+        auto a = std::make_shared<StepCapture>(A_.resume(session));
+        auto b = std::make_shared<StepCapture>();
+        launch_b([this, from_a, b, session] {
+          B_.load(session, from_a->saved, from_a->pending_decoder);
+          *b = B_.resume(session);
+        }, [this, a, b, session, step = step_] { compare(session, *a, *b, false, step); });
+        boundary_[session] = pos;
+        record_step(session, "resume", pos, 0, {"resume"});
+        advance();
+        return;
+      }
       const StepCapture a = A_.resume(ev.session);
       const StepCapture b = B_.resume(ev.session);
       boundary_[ev.session] = pos;
       record_step(ev.session, "resume", pos, 0, {"resume"});
-      compare(ev.session, a, b, false);
+      compare(ev.session, a, b, false, step_);
       advance();
     }
   }
@@ -358,101 +202,152 @@ class ComparisonRun {
   // decision, the kept positions and both accept decisions are compared.
   void run_round(const Event& ev, int64_t round) {
     position("round");
-    const std::string& session = ev.session;
-    const int64_t start = A_.session(session).pos();
-    const uint64_t seed = stream_seed(sc_.seed, "round:" + std::to_string(step_));
+    const std::string session = ev.session;
+    const int64_t start = A_.session(session).pos(), step = step_;
+    const uint64_t seed = stream_seed(sc_.seed, "round:" + std::to_string(step));
     reference::SamplingParams sampling;
     sampling.temperature = ev.speculate.temperature;
     sampling.top_p = ev.speculate.top_p;
     const int64_t current = next_token(session, &sampling, seed ^ 0x5eedull);
-    const bool b_runs = !sampled_ || checked_.count(step_) > 0;
-    if (sampled_ && b_runs) start_b_from_a(session);
+    const bool b_runs = !sampled_ || checked_.count(step) > 0;
+    std::shared_ptr<const AState> from_a;
+    if (sampled_ && b_runs) from_a = a_state(session);
     // DSpark drafts: both sides draft (teacher-forced from A's when the mode is), A's is the proposal.
-    std::optional<DraftSide> da, db;
-    if (ev.speculate.drafter == SpeculateSpec::kDSpark) {
-      const uint64_t draft_seed = stream_seed(sc_.seed, "draft:" + std::to_string(step_));
-      da = A_.timed([&] {
-        return run_draft(A_.backend(session), A_.session(session), current, ev.speculate, draft_seed, nullptr, step_);
-      });
-      if (b_runs) {
-        db = B_.timed([&] {
-          return run_draft(B_.backend(session), B_.session(session), current, ev.speculate, draft_seed,
-                           forced_ ? &da->capture : nullptr, step_);
-        });
-      }
+    std::shared_ptr<DraftSide> da;
+    const bool dspark = ev.speculate.drafter == SpeculateSpec::kDSpark;
+    const uint64_t draft_seed = dspark ? stream_seed(sc_.seed, "draft:" + std::to_string(step)) : 0;
+    if (dspark) {
+      da = std::make_shared<DraftSide>(A_.timed([&] {
+        return run_draft(A_.backend(session), A_.session(session), current, ev.speculate, draft_seed, nullptr, step);
+      }));
     }
-    const RoundPlan plan = A_.timed([&] {
+    auto plan = std::make_shared<const RoundPlan>(A_.timed([&] {
       return plan_round(A_.backend(session), A_.session(session), current, ev.speculate, round, seed,
                         da ? &da->result : nullptr);
-    });
-    RoundSide a = run_round_side(A_, session, plan, pair_.a.plain, std::nullopt, nullptr);
+    }));
+    auto a = std::make_shared<RoundSide>(run_round_side(A_, session, *plan, pair_.a.plain, std::nullopt, nullptr, step));
+    if (a->decision.next_token >= 0) pending_[session] = a->decision.next_token;
+    record_step(session, "speculate", start, a->kept + 1,
+                a->kept < plan->k ? std::vector<std::string>{"partial_accept"} : std::vector<std::string>{});
     if (!b_runs) {  // sampled replay: side A alone
-      if (a.decision.next_token >= 0) pending_[session] = a.decision.next_token;
-      record_step(session, "speculate", start, a.kept + 1, a.kept < plan.k ? std::vector<std::string>{"partial_accept"}
-                                                                            : std::vector<std::string>{});
       advance();
       return;
     }
-    RoundSide b = run_round_side(B_, session, plan, pair_.b.plain, a.kept, forced_ ? &a.verify : nullptr);
-    if (da) {  // the draft's outputs lead the round's capture: they came first
-      a.capture.items.insert(a.capture.items.begin(), da->capture.items.begin(), da->capture.items.end());
-      b.capture.items.insert(b.capture.items.begin(), db->capture.items.begin(), db->capture.items.end());
-    }
-    align_columns(a.capture, b.capture);
-    if (a.decision.next_token >= 0) pending_[session] = a.decision.next_token;
-    std::vector<std::string> marks;
-    if (a.kept < plan.k) marks.push_back("partial_accept");
-    record_step(session, "speculate", start, a.kept + 1, marks);
-    for (const auto& [side, which] : {std::pair{&a, "a"}, std::pair{&b, "b"}}) {
-      const std::vector<reports::AcceptanceRow> rows =
-          acceptance_rows(plan, *side, which, step_, session_ids_.at(session), start);
-      cmp_.acceptance.insert(cmp_.acceptance.end(), rows.begin(), rows.end());
-    }
-    compare(session, a.capture, b.capture, false);
+    auto b = std::make_shared<RoundSide>();
+    auto db = std::make_shared<std::optional<DraftSide>>();
+    launch_b(
+        [this, from_a, session, spec = ev.speculate, current, draft_seed, plan, a, da, b, db, step] {
+          if (from_a) B_.load(session, from_a->saved, from_a->pending_decoder);
+          if (da) {
+            *db = B_.timed([&] {
+              return run_draft(B_.backend(session), B_.session(session), current, spec, draft_seed,
+                               forced_ ? &da->capture : nullptr, step);
+            });
+          }
+          *b = run_round_side(B_, session, *plan, pair_.b.plain, a->kept, forced_ ? &a->verify : nullptr, step);
+        },
+        [this, session, start, plan, a, da, b, db, step] {
+          if (da) {  // the draft's outputs lead the round's capture: they came first
+            a->capture.items.insert(a->capture.items.begin(), da->capture.items.begin(), da->capture.items.end());
+            b->capture.items.insert(b->capture.items.begin(), (*db)->capture.items.begin(),
+                                    (*db)->capture.items.end());
+          }
+          align_columns(a->capture, b->capture);
+          for (const auto& [side, which] : {std::pair{a.get(), "a"}, std::pair{b.get(), "b"}}) {
+            const std::vector<reports::AcceptanceRow> rows =
+                acceptance_rows(*plan, *side, which, step, session_ids_.at(session), start);
+            cmp_.acceptance.insert(cmp_.acceptance.end(), rows.begin(), rows.end());
+          }
+          compare(session, a->capture, b->capture, false, step);
+        });
     advance();
   }
 
   RoundSide run_round_side(SideRunner& side, const std::string& session, const RoundPlan& plan, bool plain,
-                           std::optional<int64_t> keep, const StepCapture* forced) {
+                           std::optional<int64_t> keep, const StepCapture* forced, int64_t step) {
     return side.timed(
-        [&] { return scenarios::run_round(side.backend(session), side.session(session), plan, plain, keep, forced, step_); });
+        [&] { return scenarios::run_round(side.backend(session), side.session(session), plan, plain, keep, forced, step); });
   }
 
   void run_step(const std::string& session, const std::vector<int64_t>& tokens, const char* phase, bool probe,
                 bool last_chunk = false) {
     position(phase);
-    const int64_t start = A_.session(session).pos();
+    const int64_t start = A_.session(session).pos(), step = step_;
     const bool prompt = std::string(phase) == "prefill";
     if (prompt) pending_.erase(session);  // a new prompt drops a round's pending token
-    if (sampled_ && !checked_.count(step_)) {  // sampled replay: side A alone, nothing recorded
-      last_logits_[session] = A_.step_unrecorded(session, tokens, step_, prompt);
+    if (sampled_ && !checked_.count(step)) {  // sampled replay: side A alone, nothing recorded
+      last_logits_[session] = A_.step_unrecorded(session, tokens, step, prompt);
       record_step(session, phase, start, static_cast<int64_t>(tokens.size()), {});
       advance();  // (the last chunk of a prompt is always sampled: its bytes are checked below)
       return;
     }
-    if (sampled_) start_b_from_a(session);
-    const StepCapture a = A_.step(session, tokens, step_, nullptr, prompt);
-    const StepCapture b = B_.step(session, tokens, step_, forced_ ? &a : nullptr, prompt);
-    last_logits_[session] = a.logits;
+    std::shared_ptr<const AState> from_a;
+    if (sampled_) from_a = a_state(session);
+    auto a = std::make_shared<const StepCapture>(A_.step(session, tokens, step, nullptr, prompt));
+    last_logits_[session] = a->logits;
     record_step(session, phase, start, static_cast<int64_t>(tokens.size()), {});
-    compare(session, a, b, probe);
-    if (prompt && last_chunk && sc_.check_bytes) {
-      bytes_rows("a", a.caches, a.start_pos + a.tokens, session);
-      bytes_rows("b", b.caches, b.start_pos + b.tokens, session);
-    }
+    auto b = std::make_shared<StepCapture>();
+    const bool bytes = prompt && last_chunk && sc_.check_bytes;
+    launch_b(
+        [this, from_a, session, tokens, prompt, a, b, step] {
+          if (from_a) B_.load(session, from_a->saved, from_a->pending_decoder);
+          *b = B_.step(session, tokens, step, forced_ ? a.get() : nullptr, prompt);
+        },
+        [this, session, probe, bytes, a, b, step, boundary = boundary_of(session)] {
+          compare(session, *a, *b, probe, step, boundary);
+          if (bytes) {
+            bytes_rows("a", a->caches, a->start_pos + a->tokens, session, step);
+            bytes_rows("b", b->caches, b->start_pos + b->tokens, session, step);
+          }
+        });
     advance();
   }
 
-  // Sampled replay: side B's session becomes side A's state before this step (saved with the
-  // rings in the official bytes, loaded in full mode), with A's pending decoder replay.
-  void start_b_from_a(const std::string& session) {
-    const SavedState saved = A_.save_full(session);
-    B_.load(session, saved, A_.pending_decoder(session));
+  // Side A's state before a sampled step (saved with the rings in the official bytes, to be loaded
+  // by side B in full mode) and A's pending decoder replay.
+  struct AState {
+    SavedState saved;
+    bool pending_decoder = false;
+  };
+  std::shared_ptr<const AState> a_state(const std::string& session) {
+    return std::make_shared<const AState>(AState{A_.save_full(session), A_.pending_decoder(session)});
+  }
+
+  // Side B's part of a step: `work` (B's step; in a sampled replay B first loads A's state) and
+  // `finish` (the step's comparison). In a sampled replay the work runs on a worker thread while
+  // side A goes on with the next steps (side B alone is slow: the CPU reference) and finish runs
+  // here when it is joined: before B's next step and at the end, so every row keeps step order;
+  // otherwise (lockstep) both run here at once.
+  void launch_b(std::function<void()> work, std::function<void()> finish) {
+    join_b();
+    if (!sampled_ || !opt_.replay_beside_a) {
+      work();
+      finish();
+      return;
+    }
+    b_work_ = std::async(std::launch::async, std::move(work));
+    b_finish_ = std::move(finish);
+  }
+  void join_b() {
+    if (!b_work_.valid()) return;
+    b_work_.get();  // side B's error is re-thrown here
+    const std::function<void()> finish = std::move(b_finish_);
+    b_finish_ = nullptr;
+    finish();
+  }
+  // After an error: side B's work in flight ends (its result is dropped) before B is read.
+  void settle_b() {
+    if (b_work_.valid()) b_work_.wait();
+  }
+
+  std::optional<int64_t> boundary_of(const std::string& session) const {
+    const auto it = boundary_.find(session);
+    return it == boundary_.end() ? std::nullopt : std::optional<int64_t>(it->second);
   }
 
   // The global bytes a side holds after a prompt event against `dsv41 bytes` (runner_internal.h).
   void bytes_rows(const std::string& which, const std::vector<reference::CacheView>& views, int64_t tokens,
-                  const std::string& session) {
+                  const std::string& session, int64_t step) {
     const Side& side = which == "a" ? pair_.a : pair_.b;
     if (backend_claim(side.backend) != Claim::kBitExact) {
       notes_.insert("global bytes per token not checked for side " + which + " (" + side.text() +
@@ -461,7 +356,7 @@ class ComparisonRun {
     }
     std::string detail;
     const std::vector<MetricRow> rows =
-        global_bytes_rows(views, tokens, c_, which, step_, session_ids_.at(session), &detail);
+        global_bytes_rows(views, tokens, c_, which, step, session_ids_.at(session), &detail);
     cmp_.rows.insert(cmp_.rows.end(), rows.begin(), rows.end());
     if (!detail.empty() && !cmp_.first_divergence) {
       reports::Divergence d = divergence_at(rows.back());
@@ -491,9 +386,10 @@ class ComparisonRun {
     steps_->push_back(std::move(si));
   }
 
-  void compare(const std::string& session, const StepCapture& a, const StepCapture& b, bool probe) {
+  void compare(const std::string& session, const StepCapture& a, const StepCapture& b, bool probe, int64_t step,
+               std::optional<int64_t> boundary = std::nullopt) {
     CompareContext ctx;
-    ctx.step = step_;
+    ctx.step = step;
     ctx.session = session_ids_.at(session);
     ctx.expect = pair_.expect;
     ctx.why = pair_.why;
@@ -508,10 +404,10 @@ class ComparisonRun {
     if (r.first_failure_row >= 0 && !cmp_.first_divergence) {
       divergence(r.rows[static_cast<size_t>(r.first_failure_row)], r.first_failure_detail, a, b);
     }
-    if (opt_.save_tensors) keep_focus(cmp_, *opt_.save_tensors, step_, a, b);
+    if (opt_.save_tensors) keep_focus(cmp_, *opt_.save_tensors, step, a, b);
     cmp_.rows.insert(cmp_.rows.end(), r.rows.begin(), r.rows.end());
-    if (probe && boundary_.count(session)) {
-      probe_rows(a, b, step_, ctx.session, boundary_.at(session), c_, cmp_.rows);
+    if (probe && boundary) {
+      probe_rows(a, b, step, ctx.session, *boundary, c_, cmp_.rows);
     } else if (probe) {
       ++evidence_.probes_unmeasured;
     }
@@ -537,7 +433,7 @@ class ComparisonRun {
       f.step = r.step;
       f.layer = r.layer;
       f.component = r.component;
-      keep_focus(cmp_, f, step_, a, b);
+      keep_focus(cmp_, f, r.step, a, b);
     }
   }
 
@@ -562,6 +458,10 @@ class ComparisonRun {
   bool sampled_ = false;          // sampled replay: side B runs the steps in checked_ only
   std::set<int64_t> checked_;
   size_t event_ = 0;  // the event running now
+  // Side B's work in flight (sampled replay) and the comparison to run once it is joined; last, so
+  // that the work ends before any member it uses goes.
+  std::future<void> b_work_;
+  std::function<void()> b_finish_;
 };
 
 }  // namespace

@@ -60,6 +60,9 @@ struct RunOptions {
   // draw's seed (each overrides a pair's "replay"; a seed alone needs a pair that replays).
   std::optional<int64_t> replay_extra;
   std::optional<uint64_t> replay_seed;
+  // Sampled replay: side B's steps run on a worker thread beside side A's (false: after each of
+  // A's, on this thread). The report is the same either way; only the wall time differs.
+  bool replay_beside_a = true;
 };
 
 // What a scenario will run, checked before any work: its pairs (--sides replaces them), modes,

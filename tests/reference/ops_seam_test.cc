@@ -227,6 +227,57 @@ TEST(OpsSeamTransfers, HooksSeeAndReplaceDeviceValues) {
   expect_same_state(ref, sr, dev, sd);
 }
 
+// ForwardHooks::skipped and ::read_only (a sampled replay's side A): a skipped component is neither
+// shown to the hooks nor moved to the host, a read-only hook's values are downloaded once and never
+// uploaded back (its writes reach nothing), and the step's results are those of a step without hooks.
+TEST(OpsSeamTransfers, SkippedComponentsAndReadOnlyHooksMoveNothingBack) {
+  FakeDeviceOps plain_ops, all_ops_seen, read_only_ops;
+  const Model plain = oracle_model_on(plain_ops);
+  Model all = oracle_model_on(all_ops_seen), read_only = oracle_model_on(read_only_ops);
+  std::map<Component, int64_t> seen_all, seen_read_only;
+  const auto hooks = [](std::map<Component, int64_t>& seen, bool write) {
+    ForwardHooks h;
+    h.tensor = [&seen, write](Component what, int, Tensor<float>& v) {
+      ++seen[what];
+      if (write && v.numel() > 0) v.data()[0] = 1e30f;  // it must not reach a read-only step
+    };
+    h.index = [&seen, write](Component what, int, Tensor<int32_t>& v) {
+      ++seen[what];
+      if (write && v.numel() > 0) v.data()[0] = -7;
+    };
+    h.mask = [&seen](Component what, int, Tensor<uint8_t>&) { ++seen[what]; };
+    return h;
+  };
+  ForwardHooks ro = hooks(seen_read_only, /*write=*/true);
+  ro.skipped = {Component::kIndexScores, Component::kLogits};
+  ro.read_only = true;
+  all.set_hooks(hooks(seen_all, /*write=*/false));
+  read_only.set_hooks(ro);
+  const std::vector<int64_t> tokens = test::oracle_tokens(0, 40);
+  ModelState sp = plain.new_state(), sa = all.new_state(), sr = read_only.new_state();
+  const StepRecord rp = plain.prefill(sp, tokens);
+  all.prefill(sa, tokens);
+  const StepRecord rr = read_only.prefill(sr, tokens);
+  ASSERT_GT(seen_all[Component::kIndexScores], 0) << "the oracle step has no index scores: the skip is untested";
+  ASSERT_GT(seen_all[Component::kLogits], 0);
+  EXPECT_EQ(seen_read_only.count(Component::kIndexScores), 0u);
+  EXPECT_EQ(seen_read_only.count(Component::kLogits), 0u);
+  int64_t shown = 0;
+  for (const auto& [what, n] : seen_all) {
+    if (what == Component::kIndexScores || what == Component::kLogits) continue;
+    EXPECT_EQ(seen_read_only[what], n) << name(what);
+    shown += n;
+  }
+  EXPECT_GT(shown, 100);
+  expect_same_record(rp, rr, "read-only hooked prefill");
+  expect_same_state(plain, sp, read_only, sr);
+  // Transfers: each shown value is downloaded once more than without hooks, none uploaded back.
+  EXPECT_EQ(read_only_ops.calls["download"] - plain_ops.calls["download"], shown);
+  EXPECT_EQ(read_only_ops.calls["upload"], plain_ops.calls["upload"]);
+  EXPECT_EQ(all_ops_seen.calls["upload"] - plain_ops.calls["upload"],
+            shown + seen_all[Component::kIndexScores] + seen_all[Component::kLogits]);
+}
+
 // Decoder replay (rows after the candidate source dropped) and encoder replay (the rings rebuilt)
 // through the seam.
 TEST(OpsSeamReplay, BoundedReplayRunsThroughTheSeam) {

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "formats/error.h"
 #include "reference/byte_accounting.h"
@@ -87,6 +89,39 @@ TEST(SampledReplay, RefVsRefPassesOnTheSampledStepsOnly) {
     EXPECT_EQ(m.peak_device_bytes, -1);  // host sides
   }
   EXPECT_EQ(r.steps.size(), 14u);  // every step is listed, checked or not
+}
+
+// Side B's replays run on a worker thread beside side A (RunOptions::replay_beside_a, the default);
+// run after each of A's steps instead, the comparison is the same: rows (in the same order, with
+// the same values), acceptance rows, verdict and notes.
+TEST(SampledReplay, ReplayBesideSideAGivesTheSameReportAsReplayAfterIt) {
+  RunOptions serial;
+  serial.replay_beside_a = false;
+  const ScenarioResult s = run_scenario(scenario(), test::oracle_resources(), serial);
+  const ScenarioResult& p = twin_run();
+  ASSERT_EQ(s.comparisons.size(), 1u);
+  ASSERT_EQ(p.comparisons.size(), 1u);
+  const Comparison &a = s.comparisons[0], &b = p.comparisons[0];
+  test::expect_real_evidence(a);
+  EXPECT_EQ(a.verdict, b.verdict);
+  EXPECT_EQ(a.notes, b.notes);
+  EXPECT_EQ(a.steps_compared, b.steps_compared);
+  EXPECT_EQ(a.items_compared, b.items_compared);
+  ASSERT_EQ(a.rows.size(), b.rows.size());
+  ASSERT_GT(a.rows.size(), 100u);
+  for (size_t i = 0; i < a.rows.size(); ++i) {
+    const MetricRow &x = a.rows[i], &y = b.rows[i];
+    ASSERT_EQ(std::tie(x.step, x.layer, x.component, x.metric), std::tie(y.step, y.layer, y.component, y.metric))
+        << "row " << i;
+    EXPECT_TRUE(x.value == y.value || (std::isnan(x.value) && std::isnan(y.value)))
+        << "row " << i << " " << x.component << " " << x.metric << ": " << x.value << " vs " << y.value;
+  }
+  ASSERT_EQ(a.acceptance.size(), b.acceptance.size());
+  EXPECT_GT(a.acceptance.size(), 0u);
+  for (size_t i = 0; i < a.acceptance.size(); ++i) {
+    EXPECT_EQ(a.acceptance[i].step, b.acceptance[i].step);
+    EXPECT_EQ(a.acceptance[i].side, b.acceptance[i].side);
+  }
 }
 
 TEST(SampledReplay, GlobalBytesPerTokenEqualDsv41Bytes) {
