@@ -164,10 +164,13 @@ namespace {
 void finish_record(const Ops& ops, StepSelections& sel, StepRecord& rec) {
   for (auto& [l, t] : sel.topk) rec.topk.emplace(l, ops.download(std::move(t)));
   for (auto& [l, t] : sel.candidates) {
-    Tensor<uint8_t> mask = ops.download(std::move(t));
+    Tensor<uint8_t> mask = ops.download(std::move(t));  // [T, N]
     const std::vector<int64_t>& reach = sel.reach.at(l);
+    DSV41_CHECK(mask.rank() == 2 && static_cast<int64_t>(reach.size()) == mask.dim(0), "candidate mask of layer ",
+                l, ": ", shape_string(mask.shape()), " for ", reach.size(), " rows of reach");
     for (int64_t r = 0; r < mask.dim(0); ++r) {
-      for (int64_t n = reach[static_cast<size_t>(r)]; n < mask.dim(1); ++n) mask.at(r, n) = 0;
+      const int64_t from = std::clamp<int64_t>(reach[static_cast<size_t>(r)], 0, mask.dim(1));
+      std::fill(mask.row(r) + from, mask.row(r) + mask.dim(1), uint8_t{0});
     }
     rec.candidates.emplace(l, std::move(mask));
   }
@@ -302,7 +305,7 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   if (c.n_mtp_layers > 0) dspark_write(state, std::move(dspark_parts), cur_start, cur_T, observe);
 
   // The step's record, on the host.
-  finish_record(ops, sel, rec);
+  if (!options.logits_only) finish_record(ops, sel, rec);
   logits = ops.download(std::move(logits));
   rec.logits.assign(logits.row(cur_T - first - 1), logits.row(cur_T - first - 1) + c.vocab_size);
   if (every_row) rec.all_logits = std::move(logits);

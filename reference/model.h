@@ -126,6 +126,10 @@ struct StepOptions {
   // A step no hook sees (set_hooks is ignored): what a backend runs internally, e.g. the replay
   // that rolls a speculative verify step back (reference/speculative.h).
   bool hooks_off = false;
+  // A step whose selections nobody reads (a sampled replay's side A between its checked steps):
+  // its record keeps the logits only; topk, candidates, Engram ids and experts are left where they
+  // are (a device backend does not move the [T, N] candidate mask, 4 GB at 2^20 keys, to the host).
+  bool logits_only = false;
 };
 
 class Model {

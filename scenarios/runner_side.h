@@ -87,6 +87,7 @@ class SideRunner {
                                      bool prompt) {
     BackendSession& s = session(name);
     reference::StepOptions o;
+    o.logits_only = true;
     if (prompt && pending_decoder_[name] && side_.path == CachePath::kDecoder) o.decoder_replay_rows = side_.decoder_rows;
     if (prompt) pending_decoder_[name] = false;
     return timed([&] { return backend(name).step(s, tokens, o, {}, step_index).logits; });

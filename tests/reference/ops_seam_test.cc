@@ -192,6 +192,30 @@ TEST(OpsSeamTransfers, AStepWithoutHooksDownloadsOnlyItsRecordAtTheEnd) {
             static_cast<int64_t>(d.tokens.size()) + 2);
 }
 
+// StepOptions::logits_only (a sampled replay's unchecked steps): the step downloads its logits and
+// nothing else, with the logits and the state of a full step.
+TEST(OpsSeamTransfers, ALogitsOnlyStepDownloadsOnlyItsLogits) {
+  FakeDeviceOps full_ops, lean_ops;
+  const Model full = oracle_model_on(full_ops), lean = oracle_model_on(lean_ops);
+  ModelState sf = full.new_state(), sl = lean.new_state();
+  StepOptions o;
+  o.logits_only = true;
+  for (const auto& [first, n] : {std::pair<int64_t, int64_t>{0, 100}, {100, 60}}) {
+    full_ops.clear();
+    lean_ops.clear();
+    const StepRecord rf = full.forward_chunk(sf, test::oracle_tokens(first, n), StepOptions{});
+    const StepRecord rl = lean.forward_chunk(sl, test::oracle_tokens(first, n), o);
+    ASSERT_FALSE(rf.candidates.empty()) << "the full step records no candidate mask: nothing is left out";
+    EXPECT_TRUE(rl.topk.empty() && rl.candidates.empty() && rl.engram_ids.empty() && rl.experts.empty());
+    EXPECT_EQ(std::count(lean_ops.events.begin(), lean_ops.events.end(), "download"), 1);
+    EXPECT_GT(std::count(full_ops.events.begin(), full_ops.events.end(), "download"), 1);
+    ASSERT_EQ(rl.logits.size(), rf.logits.size());
+    EXPECT_FALSE(std::all_of(rl.logits.begin(), rl.logits.end(), [](float v) { return v == 0.0f; }));
+    EXPECT_EQ(rl.logits, rf.logits);
+  }
+  expect_same_state(full, sf, lean, sl);
+}
+
 // Hooks see host values and their replacements reach the device: teacher forcing on the fake
 // device gives the bits it gives on the host, and a replaced expert choice gets its weights.
 TEST(OpsSeamTransfers, HooksSeeAndReplaceDeviceValues) {
