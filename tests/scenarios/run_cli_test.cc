@@ -3,6 +3,7 @@
 // report, and `dsv41 report check` accepts what `run` wrote.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -142,6 +143,23 @@ TEST(RunCli, MissingEvidenceIsInconclusiveNotAPass) {
   const CliResult r = run_dsv41("run '" + s + "' -q -o '" + scratch() + "/p.h5'");
   EXPECT_EQ(r.code, 3) << r.out << r.err;
   EXPECT_TRUE(has(r.out, "inconclusive")) << r.out;
+}
+
+// DSV41_REF_OP_TIMES=1 (docs/scale.md): the reference prints its ops by total wall time at exit;
+// without it, nothing.
+TEST(RunCli, RefOpTimesListTheReferenceOpsOnlyWhenAsked) {
+  const std::string s = write_file("small.json", kSmall), out = scratch() + "/times.h5";
+  const CliResult plain = run_dsv41("run '" + s + "' -q -o '" + out + "'");
+  ::setenv("DSV41_REF_OP_TIMES", "1", 1);
+  const CliResult timed = run_dsv41("run '" + s + "' -q -o '" + out + "'");
+  ::unsetenv("DSV41_REF_OP_TIMES");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(timed.code, 0) << timed.err;
+  EXPECT_FALSE(has(plain.err, "reference op times")) << plain.err;
+  EXPECT_TRUE(has(timed.err, "reference op times (DSV41_REF_OP_TIMES, every thread)")) << timed.err;
+  for (const char* op : {"linear", "sparse_attn", "index_scores", "index_topk", "moe_experts", "hc_post"}) {
+    EXPECT_TRUE(has(timed.err, std::string("\n  ") + op + " ")) << op << " missing from:\n" << timed.err;
+  }
 }
 
 TEST(RunCli, ListNamesTheSuiteAndBackends) {
