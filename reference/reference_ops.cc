@@ -236,14 +236,20 @@ class ReferenceOps final : public Ops {
     const OpTime time("moe_gate");
     return reference::moe_gate(x, w, c, layer);
   }
-  void moe_routing_weights(MoeRouting& r, const ModelConfig& c) const override { reference::moe_routing_weights(r, c); }
+  void moe_routing_weights(MoeRouting& r, const ModelConfig& c) const override {
+    const OpTime time("moe_routing_weights");
+    reference::moe_routing_weights(r, c);
+  }
   Tensor<float> moe_experts(const Tensor<float>& x, const MoeWeights& w, const MoeRouting& routing,
                             const ModelConfig& c) const override {
     const OpTime time("moe_experts");
     return reference::moe_experts(x, w, routing, c);
   }
 
-  Tensor<float> hc_mean(const Tensor<float>& stream) const override { return reference::hc_mean(stream); }
+  Tensor<float> hc_mean(const Tensor<float>& stream) const override {
+    const OpTime time("hc_mean");
+    return reference::hc_mean(stream);
+  }
   Tensor<float> concat_cols(const std::vector<Tensor<float>>& parts) const override {
     const OpTime time("concat_cols");
     return reference::concat_cols(parts);

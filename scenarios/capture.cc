@@ -93,8 +93,10 @@ reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forc
   h.skipped = {reference::Component::kLogits};
   if (skip_index_scores) h.skipped.push_back(reference::Component::kIndexScores);
   h.read_only = forced == nullptr;
+  // The same two checks again: a hook that wraps these (mutated_hooks) calls them directly, with
+  // skipped empty so that its own defect still fires on index_scores.
   h.tensor = [&into, forced, skip_index_scores](reference::Component what, int layer, Tensor<float>& v) {
-    if (what == reference::Component::kLogits) return;  // compared from the StepRecord (finish_capture)
+    if (what == reference::Component::kLogits) return;
     if (skip_index_scores && what == reference::Component::kIndexScores) return;
     record_and_force(into, forced, reference::name(what), layer, v, CapturedItem::kFloat, &CapturedItem::f);
   };

@@ -158,25 +158,20 @@ class ComparisonRun {
         advance();
         return;
       }
-      if (sampled_) {  // side B loads A's state before the resume and resumes by its own path
-        const std::string& session = ev.session;
-        auto from_a = a_state(session);
-        auto a = std::make_shared<StepCapture>(A_.resume(session));
-        auto b = std::make_shared<StepCapture>();
-        launch_b([this, from_a, b, session] {
-          B_.load(session, from_a->saved, from_a->pending_decoder);
-          *b = B_.resume(session);
-        }, [this, a, b, session, step = step_] { compare(session, *a, *b, false, step); });
-        boundary_[session] = pos;
-        record_step(session, "resume", pos, 0, {"resume"});
-        advance();
-        return;
-      }
-      const StepCapture a = A_.resume(ev.session);
-      const StepCapture b = B_.resume(ev.session);
-      boundary_[ev.session] = pos;
-      record_step(ev.session, "resume", pos, 0, {"resume"});
-      compare(ev.session, a, b, false, step_);
+      // Sampled replay: side B loads A's state before the resume, then resumes by its own path.
+      const std::string& session = ev.session;
+      std::shared_ptr<const AState> from_a;
+      if (sampled_) from_a = a_state(session);
+      auto a = std::make_shared<const StepCapture>(A_.resume(session));
+      auto b = std::make_shared<StepCapture>();
+      launch_b(
+          [this, from_a, b, session] {
+            if (from_a) B_.load(session, from_a->saved, from_a->pending_decoder);
+            *b = B_.resume(session);
+          },
+          [this, a, b, session, step = step_] { compare(session, *a, *b, false, step); });
+      boundary_[session] = pos;
+      record_step(session, "resume", pos, 0, {"resume"});
       advance();
     }
   }
