@@ -20,15 +20,15 @@
 #include <string>
 #include <vector>
 
-#include "formats/error.h"
-#include "reference/config.h"
-#include "reference/model.h"
-#include "reference/numerics.h"
-#include "reference/safetensors.h"
-#include "reference/weights.h"
+#include "base/error.h"
+#include "reference/ops/config.h"
+#include "reference/model/model.h"
+#include "reference/ops/numerics.h"
+#include "reference/checkpoint/safetensors.h"
+#include "reference/checkpoint/weights.h"
 #if defined(DSV41_HAVE_CUDA)
 #include "cuda/cuda_ops.h"
-#include "cuda/ops.h"
+#include "cuda/device.h"
 #endif
 
 namespace {

@@ -20,12 +20,12 @@
 #include <vector>
 
 #include "bench/dspark_acceptance.h"
-#include "formats/error.h"
-#include "formats/output_file.h"
-#include "reference/config.h"
-#include "reference/numerics.h"
-#include "reference/safetensors.h"
-#include "reference/weights.h"
+#include "base/error.h"
+#include "base/output_file.h"
+#include "reference/ops/config.h"
+#include "reference/ops/numerics.h"
+#include "reference/checkpoint/safetensors.h"
+#include "reference/checkpoint/weights.h"
 
 namespace dsv41::bench {
 namespace {
@@ -191,7 +191,7 @@ int run(const Args& a, const std::string& command_line) {
         setup.tokens = a.tokens;
         setup.seed = a.seed;
         setup.weights_seed = w.seed;
-        if (a.plant_accept_one_more) setup.defect = reference::RoundDefect::kAcceptOneMore;
+        if (a.plant_accept_one_more) setup.defect = scenarios::RoundDefect::kAcceptOneMore;
         setup.sampling = {t, a.top_p};
         setup.policy = policies[pi];
         AcceptanceStats stats(c.dspark_block_size);

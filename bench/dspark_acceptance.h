@@ -1,7 +1,7 @@
 // bench/dspark_acceptance.h
 //
 // dsv41_dspark_acceptance: how often the target accepts DSpark drafts, and what the verify-length
-// policies (reference/speculative.h: fixed:K, threshold:TAU, survival:S) do with them, measured by
+// policies (reference/model/speculative.h: fixed:K, threshold:TAU, survival:S) do with them, measured by
 // running speculative decoding on the CPU reference (docs/dspark.md, Part 3).
 //
 // One run = one (weights, temperature, policy): every prompt decoded speculatively, each round
@@ -21,8 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reference/model.h"
-#include "reference/speculative.h"
+#include "reference/model/model.h"
+#include "reference/model/speculative.h"
+#include "scenarios/defects/round_defects.h"
 
 namespace dsv41::bench {
 
@@ -99,7 +100,7 @@ struct DecodeSetup {
   uint64_t weights_seed = 0;       // w of derive_seed (0 for a weights file)
   reference::SamplingParams sampling;
   reference::VerifyPolicy policy;
-  reference::RoundDefect defect = reference::RoundDefect::kNone;  // the greedy check's self-test
+  scenarios::RoundDefect defect = scenarios::RoundDefect::kNone;  // the greedy check's self-test
 };
 
 // `count` prompts of `length` tokens, prompt p from SampleRng(derive_seed(S, kPrompt, 0, p, 0)):

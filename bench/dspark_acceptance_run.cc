@@ -4,9 +4,9 @@
 #include <sstream>
 
 #include "bench/dspark_acceptance.h"
-#include "formats/error.h"
-#include "reference/numerics.h"
-#include "reference/sampling.h"
+#include "base/error.h"
+#include "reference/ops/numerics.h"
+#include "reference/ops/sampling.h"
 
 namespace dsv41::bench {
 
@@ -114,7 +114,8 @@ std::vector<int64_t> speculative_generate(const DecodeSetup& setup, const std::v
   SpeculativeOptions options;
   options.policy = setup.policy;
   options.sampling = setup.sampling;
-  options.defect = setup.defect;
+  bool defect_fired = false;  // the planted defect's own record (the check below judges the tokens)
+  options.hooks = scenarios::round_defect_hooks(setup.defect, c, &defect_fired);
   for (int64_t round = 0; static_cast<int64_t>(generated.size()) < setup.tokens; ++round) {
     // The draft at T: block tokens, their distributions [B, vocab] and confidence logits [B].
     DraftSampling ds;

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "bench/dspark_acceptance.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace dsv41::bench {
 

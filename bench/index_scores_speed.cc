@@ -1,4 +1,4 @@
-// bench/index_scores_speed.cc: the CPU reference's index_scores (reference/indexer.h) on seeded
+// bench/index_scores_speed.cc: the CPU reference's index_scores (reference/ops/indexer.h) on seeded
 // FP4-QDQ inputs (E2M1 codes times one power-of-two scale per 32 channels, as the indexer's q and
 // keys are), at one shape: the seconds of the best of --repeat calls, the (query, key) pairs per
 // second, and an FNV-1a hash of the scores' bits, so that two builds of the reference can be timed
@@ -18,10 +18,10 @@
 #include <random>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "formats/minifloat.h"
-#include "reference/indexer.h"
-#include "reference/numerics.h"
+#include "reference/ops/indexer.h"
+#include "reference/ops/numerics.h"
 
 int main(int argc, char** argv) {
   using dsv41::reference::Tensor;

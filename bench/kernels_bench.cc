@@ -1,6 +1,6 @@
 // bench/kernels_bench.cc: dsv41_kernels_bench, the kernel table of issue 17 (bench/run.sh runs it).
 //
-// Times the EXISTING cuda/ kernels (cuda/kernels.h, cuda/ops.h launchers) at the issue's shapes and
+// Times the EXISTING cuda/ kernels (cuda/kernels.h, cuda/device.h launchers) at the issue's shapes and
 // one decode shape each. Per case: inputs made on the device (bf16 values in fp32 storage, as the
 // kernels take them), rotated over enough copies to exceed 256 MiB when an input is small, plus a
 // 256 MiB L2 flush before every timed launch (bench/bench_device.h); CUDA events; repetitions chosen
@@ -33,14 +33,14 @@
 #include "cuda/kernels.h"
 #include "cuda/kernels_bf16.h"
 #include "cuda/libm_expf.h"
-#include "cuda/ops.h"
+#include "cuda/device.h"
 #include "formats/cache_format.h"
-#include "reference/attention.h"
-#include "reference/engram.h"
-#include "reference/indexer.h"
-#include "reference/mhc.h"
-#include "reference/ops.h"
-#include "reference/tensor.h"
+#include "reference/ops/attention.h"
+#include "reference/ops/engram.h"
+#include "reference/ops/indexer.h"
+#include "reference/ops/mhc.h"
+#include "reference/seam/ops.h"
+#include "reference/ops/tensor.h"
 
 namespace dsv41::bench {
 namespace {

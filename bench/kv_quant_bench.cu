@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
-#include "cuda/ops.h"
+#include "cuda/device.h"
 #include "formats/cache_format.h"
 #include "formats/minifloat.h"
 

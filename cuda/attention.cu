@@ -1,4 +1,4 @@
-// cuda/attention.cu ↔ reference/attention.cc (sparse_attn's dot products, attention_index_rows)
+// cuda/attention.cu ↔ reference/ops/attention.cc (sparse_attn's dot products, attention_index_rows)
 //
 // sparse_attn runs in three device stages (CudaOps::sparse_attn, cuda/cuda_ops_mhc_attn.cc), all
 // BIT-EXACT: every output is the reference's own chain of correctly rounded fp32 operations, only

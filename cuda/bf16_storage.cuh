@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "formats/base.h"
+#include "base/base.h"
 
 namespace dsv41::gpu {
 

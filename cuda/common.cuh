@@ -1,7 +1,7 @@
 // cuda/common.cuh
 //
 // Shared by the .cu files of dsv41_cuda (and GPU benches): the DSV41_CUDA_CHECK macro and small
-// device-only helpers. Include only from .cu files; host code uses cuda/ops.h.
+// device-only helpers. Include only from .cu files; host code uses cuda/device.h.
 //
 // Example:
 //   DSV41_CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost));
@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 // Throws dsv41::Error("file:line: CUDA call `expr` failed: cudaErrorX: text") unless expr
 // returns cudaSuccess.

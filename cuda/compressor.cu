@@ -1,4 +1,4 @@
-// cuda/compressor.cu ↔ reference/compressor.cc
+// cuda/compressor.cu ↔ reference/ops/compressor.cc
 //
 // compress's softmax pooling, one thread per (group, channel), in the reference's order and
 // roundings (--fmad=false; every fp32 operation an explicit __f*_rn):

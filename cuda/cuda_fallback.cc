@@ -20,7 +20,7 @@ const reference::Ops& ref() { return reference::reference_ops(); }
 Tensor<int64_t> CudaOps::engram_hash_ids(const reference::EngramLayout& layout, int layer_index,
                                          const reference::EngramHistory& history, int64_t start_pos,
                                          int64_t count_) const {
-  count("engram_hash_ids", false);  // computed from the host history by design (reference/ops.h)
+  count("engram_hash_ids", false);  // computed from the host history by design (reference/seam/ops.h)
   return upload(ref().engram_hash_ids(layout, layer_index, history, start_pos, count_));
 }
 

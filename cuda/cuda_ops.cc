@@ -18,7 +18,7 @@
 
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
-#include "cuda/ops.h"
+#include "cuda/device.h"
 #include "formats/packed.h"
 
 namespace dsv41::gpu {

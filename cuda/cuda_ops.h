@@ -1,6 +1,6 @@
 // cuda/cuda_ops.h
 //
-// CudaOps: the CUDA path behind the ops seam (reference/ops.h), backend name "cuda". Host header:
+// CudaOps: the CUDA path behind the ops seam (reference/seam/ops.h), backend name "cuda". Host header:
 // no CUDA types (library dsv41_cuda_ops, built only when nvcc is found: DSV41_HAVE_CUDA).
 //
 // Tensors produced by these ops live in device memory (a CudaStorage, cuda/device_tensor.h:
@@ -12,7 +12,7 @@
 // taken for a prepared weight. A weight an op meets that prepare() did not register (a test's
 // own weight, a copied Model's) is uploaded for that call only: never cached by address.
 //
-// Ported ops run as kernels (cuda/<component>.cu ↔ reference/<component>.cc); the others run
+// Ported ops run as kernels (cuda/<component>.cu ↔ reference/ops/<component>.cc); the others run
 // through an EXPLICIT host fallback (download inputs, call reference_ops(), upload outputs),
 // counted per call, so a report states exactly which ops ran on the GPU:
 //   ported()         names of the ops with a kernel (some are hybrids: kernels plus the
@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/ops.h"
-#include "reference/ops.h"
+#include "cuda/device.h"
+#include "reference/seam/ops.h"
 
 namespace dsv41::gpu {
 

@@ -1,8 +1,8 @@
 // cuda/cuda_ops_compressor.cc
 //
-// CudaOps::compress (reference/compressor.h) on the device: the pooling kernel and the state
+// CudaOps::compress (reference/ops/compressor.h) on the device: the pooling kernel and the state
 // update of cuda/compressor.cu, the state tensors resident on the device (the Model uploads them,
-// reference/model.cc). BIT-EXACT: the kernel's exp is libm_expf, glibc's expf rebuilt from
+// reference/model/model.cc). BIT-EXACT: the kernel's exp is libm_expf, glibc's expf rebuilt from
 // correctly rounded binary64 steps (cuda/libm_expf.h). Host fallback (the reference op on host
 // copies, counted as a host call) when the reference would reject the call (it raises its own
 // error), when the state lives on the host, or when this process's std::exp is not the libm

@@ -11,8 +11,8 @@
 #include "cuda/cuda_ops.h"
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
-#include "reference/engram.h"
-#include "reference/rmsnorm.h"
+#include "reference/ops/engram.h"
+#include "reference/ops/rmsnorm.h"
 
 namespace dsv41::gpu {
 

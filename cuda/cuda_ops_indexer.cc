@@ -13,7 +13,7 @@
 #include "cuda/cuda_ops.h"
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
-#include "reference/indexer.h"
+#include "reference/ops/indexer.h"
 
 namespace dsv41::gpu {
 

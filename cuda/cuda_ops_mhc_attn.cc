@@ -24,10 +24,10 @@
 #include "cuda/kernels.h"
 #include "cuda/libm_expf.h"
 #include "formats/minifloat.h"
-#include "reference/attention.h"
-#include "reference/mhc.h"
-#include "reference/numerics.h"
-#include "reference/rmsnorm.h"
+#include "reference/ops/attention.h"
+#include "reference/ops/mhc.h"
+#include "reference/ops/numerics.h"
+#include "reference/ops/rmsnorm.h"
 
 namespace dsv41::gpu {
 

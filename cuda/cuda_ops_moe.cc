@@ -21,8 +21,8 @@
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
 #include "cuda/libm_expf.h"
-#include "reference/moe.h"
-#include "reference/numerics.h"
+#include "reference/ops/moe.h"
+#include "reference/ops/numerics.h"
 
 namespace dsv41::gpu {
 

@@ -12,7 +12,7 @@
 #include "cuda/cuda_ops.h"
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
-#include "cuda/ops.h"
+#include "cuda/device.h"
 #include "formats/packed.h"
 
 namespace dsv41::gpu {
@@ -25,7 +25,7 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The reference's shape contract of a linear (reference/linear.cc check_input_shape).
+// The reference's shape contract of a linear (reference/ops/linear.cc check_input_shape).
 bool linear_shape_ok(const Tensor<float>& x, const LinearWeight& w) {
   const bool values_ok = w.is_packed() ? w.dtype == DType::kF4 && w.w.empty() &&
                                              static_cast<int64_t>(w.packed.size()) * 2 == w.out * w.in
@@ -72,7 +72,7 @@ Tensor<float> CudaOps::linear_path(const char* op, const Tensor<float>& x, const
   const bool tile = w.dtype == DType::kF8E4M3;
   DevIn<float> in(x);
   Tensor<float> y = device_tensor<float>({x.dim(0), w.out}, w.name + ".y");
-  // A packed F4 weight (reference/linear.h): its prepared byte mirror decoded to this call's values.
+  // A packed F4 weight (reference/ops/linear.h): its prepared byte mirror decoded to this call's values.
   const Mirror wm = w.is_packed() ? Mirror{} : mirror(w.w);
   std::unique_ptr<DeviceBuffer<float>> unpacked;
   if (w.is_packed()) {

@@ -1,6 +1,6 @@
 // cuda/device_tensor.h
 //
-// CudaStorage: the DeviceStorage (reference/tensor.h) of the CUDA path, one cudaMalloc'd buffer
+// CudaStorage: the DeviceStorage (reference/ops/tensor.h) of the CUDA path, one cudaMalloc'd buffer
 // per tensor (clone = a device-to-device copy), and helpers that make device tensors and reach
 // their pointers. Host header (no CUDA types); used by cuda/cuda_ops.cc and cuda_fallback.cc.
 #pragma once
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "cuda/kernels.h"
-#include "cuda/ops.h"
-#include "formats/error.h"
-#include "reference/tensor.h"
+#include "cuda/device.h"
+#include "base/error.h"
+#include "reference/ops/tensor.h"
 
 namespace dsv41::gpu {
 

@@ -1,4 +1,4 @@
-// cuda/embedding.cu ↔ reference/embedding.cc
+// cuda/embedding.cu ↔ reference/ops/embedding.cc
 //
 // embed: every token's table row copied hc times. Data movement only: bit-exact.
 #include "cuda/common.cuh"

@@ -1,4 +1,4 @@
-// cuda/engram.cu ↔ reference/engram.cc (engram_lookup, engram_gates + engram_gate_residual)
+// cuda/engram.cu ↔ reference/ops/engram.cc (engram_lookup, engram_gates + engram_gate_residual)
 //
 // engram_lookup: the warp-per-row kernel below (8-byte code loads, 16-byte stores, float or bf16
 //   output storage) when head_dim % 32 == 0 and the pointers are aligned, else one thread per

@@ -1,4 +1,4 @@
-// cuda/fp4_unpack.cu ↔ reference/linear.cc unpack_f4_values
+// cuda/fp4_unpack.cu ↔ reference/ops/linear.cc unpack_f4_values
 //
 // A packed F4 weight (LinearWeight::packed: [out, in/2] bytes, two E2M1 codes per byte, element
 // 2j in the low nibble) decoded to its E2M1 values [out, in] fp32, exactly (formats::e2m1_decode,

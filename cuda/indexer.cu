@@ -1,4 +1,4 @@
-// cuda/indexer.cu ↔ reference/indexer.cc (index_weights, index_scores)
+// cuda/indexer.cu ↔ reference/ops/indexer.cc (index_weights, index_scores)
 //
 // index_weights: one thread per value: bf16(proj * scale), one fp32 multiply (the scale is the
 //   reference's index_weight_scale, computed on the host): BIT-EXACT.

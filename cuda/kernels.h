@@ -1,7 +1,7 @@
 // cuda/kernels.h
 //
 // Host-callable launchers of the ported ops (library dsv41_cuda), one group per cuda/<component>.cu,
-// mirroring reference/<component>.cc. Plain C++17, no CUDA types: device memory is a raw pointer,
+// mirroring reference/ops/<component>.cc. Plain C++17, no CUDA types: device memory is a raw pointer,
 // every launcher runs on the default stream and throws dsv41::Error when a CUDA call or launch
 // fails (DSV41_CUDA_CHECK). Shapes and dtypes are those of the reference function of the same
 // name; the CudaOps table (cuda/cuda_ops.h) checks shapes on the host before calling these.
@@ -32,11 +32,11 @@ void unpack_f4(const uint8_t* packed, int64_t n, float* values);
 void embed(const int64_t* tokens, int64_t T, const float* table, int64_t dim, int64_t hc, float* stream);
 
 // ---- rmsnorm.cu ----
-// x [rows, n] -> y [rows, n] bf16: rms_norm_row of reference/rmsnorm.cc (torch's sum order).
+// x [rows, n] -> y [rows, n] bf16: rms_norm_row of reference/ops/rmsnorm.cc (torch's sum order).
 void rms_norm(const float* x, const float* weight, int64_t rows, int64_t n, double eps, float* y);
 
 // ---- rope.cu ----
-// rope_rows of reference/rope.h in place; cos/sin: [max_seq_len, rd/2] fp32 tables.
+// rope_rows of reference/ops/rope.h in place; cos/sin: [max_seq_len, rd/2] fp32 tables.
 void rope_rows(float* x, int64_t T, int64_t heads, int64_t width, int64_t rd, const float* cos, const float* sin,
                int64_t first_pos, int64_t pos_stride, bool inverse);
 
@@ -61,20 +61,20 @@ void hc_pre(const float* stream, const float* pre, int64_t T, int64_t hc, int64_
 // f [T, dim], residual [T, hc, dim], post [T, hc], comb [T, hc, hc] -> y [T, hc, dim] bf16.
 void hc_post(const float* f, const float* residual, const float* post, const float* comb, int64_t T, int64_t hc,
              int64_t dim, float* y);
-// hc_raw_mixes of reference/mhc.h: stream [T, hc, dim] bf16, fn [(2+hc)*hc, hc*dim] fp32 ->
+// hc_raw_mixes of reference/ops/mhc.h: stream [T, hc, dim] bf16, fn [(2+hc)*hc, hc*dim] fp32 ->
 // mixes [T, (2+hc)*hc] fp32; r [T] is scratch (the per-token rsqrt). hc*dim < 32768 (checked by
 // the caller: the reference's torch sum order is not modelled beyond).
 void hc_raw_mixes(const float* stream, const float* fn, int64_t T, int64_t hc, int64_t dim, double norm_eps,
                   float* r, float* mixes);
 // stream [T, hc, dim] -> y [T, dim] bf16: the fp32 sum of the copies in order, / hc (dspark hc_mean).
-// hc_split_sinkhorn of reference/mhc.h, one thread per token (libm_expf for the comb's exp):
+// hc_split_sinkhorn of reference/ops/mhc.h, one thread per token (libm_expf for the comb's exp):
 // mixes [T, (2+hc)*hc] fp32, scale [3], base [(2+hc)*hc] -> pre [T, hc], post [T, hc], comb [T, hc, hc].
 void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int64_t T, int64_t hc, int iters,
                        double hc_eps, float* pre, float* post, float* comb);
 void hc_mean(const float* stream, int64_t T, int64_t hc, int64_t dim, float* y);
 
 // ---- compressor.cu ----
-// compress's pooling (reference/compressor.cc): groups first_group .. first_group + n_groups - 1
+// compress's pooling (reference/ops/compressor.cc): groups first_group .. first_group + n_groups - 1
 // -> latent [n_groups, dim] bf16. kv, score: [T, dim] fp32 rows of tokens start_pos ..; a group's
 // tokens before start_pos are read from kv_state / score_state [ratio, dim] (slot = t).
 void compress_pool(const float* kv, const float* score, int64_t dim, int64_t start_pos, int ratio,
@@ -87,7 +87,7 @@ void compress_state_write(const float* kv, const float* score, int64_t dim, int6
 void libm_expf_range(uint32_t first, int64_t n, float* y);
 
 // ---- attention.cu ----
-// sparse_attn's device stages (reference/attention.h): q [T, H, D], kv [N, D], idxs [T, K] (every
+// sparse_attn's device stages (reference/ops/attention.h): q [T, H, D], kv [N, D], idxs [T, K] (every
 // index in [-1, N): checked by the caller). Scores s [T, H, K] = fl(fma-chain(q, kv_j) * scale),
 // -inf for -1. Then, with the host's bf16 probabilities p [T, H, K], per-block rescale factors
 // [T, H, ceil(K/64)] and denominators l [T, H]: out [T, H, D] bf16.

@@ -8,7 +8,7 @@
 // twin, bit for bit (tests/cuda/mhc_test, engram_test; bench/kernels_bench.cc checks the timed
 // variant against the reference op). Plain C++, no CUDA types; default stream; throws
 // dsv41::Error on a failed launch or a shape the variant does not take. The KV packer's variant
-// is gpu::pack_rows_bf16 in cuda/ops.h.
+// is gpu::pack_rows_bf16 in cuda/device.h.
 #pragma once
 
 #include <cstdint>

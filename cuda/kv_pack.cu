@@ -3,7 +3,7 @@
 // The bandwidth-bound quantize+pack of the two KV cache formats that dominate the cache bytes:
 // kWindowKvFp8 (SWA KV: E4M3 codes, E8M0 scale per 32) and kCompressedKvFp4 (main KV: E2M1
 // codes, E4M3 scale per 16). gpu::pack_rows (cuda/kv_quant.cu) sends these two formats here for
-// fp32 storage; gpu::pack_rows_bf16 (cuda/ops.h) is the same kernel on bf16 storage (the
+// fp32 storage; gpu::pack_rows_bf16 (cuda/device.h) is the same kernel on bf16 storage (the
 // production format: 2 bytes per input value). BIT-EXACT against formats/qdq.h
 // quantize_fp8_block / quantize_compressed_kv_block (and so pack_window_kv / pack_compressed_kv).
 //
@@ -57,7 +57,7 @@
 #include "cuda/bf16_storage.cuh"
 #include "cuda/common.cuh"
 #include "cuda/kv_pack.h"
-#include "cuda/ops.h"
+#include "cuda/device.h"
 #include "formats/minifloat.h"
 #include "formats/packed.h"
 #include "formats/qdq.h"

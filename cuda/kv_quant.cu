@@ -1,6 +1,6 @@
 // cuda/kv_quant.cu
 //
-// Kernels and launchers of cuda/ops.h: the scalar encoder sweeps, the CUDA-intrinsic oracle
+// Kernels and launchers of cuda/device.h: the scalar encoder sweeps, the CUDA-intrinsic oracle
 // sweeps, the block-recipe pack/unpack kernels of the cache formats, and the device/memory
 // helpers. Every kernel calls the formats/ functions the host calls; nothing here re-implements
 // a rounding rule (the oracle sweeps, which call CUDA's conversions, are the one exception, and
@@ -24,7 +24,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/kv_pack.h"
-#include "cuda/ops.h"
+#include "cuda/device.h"
 #include "formats/minifloat.h"
 #include "formats/packed.h"
 #include "formats/qdq.h"

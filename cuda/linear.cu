@@ -1,4 +1,4 @@
-// cuda/linear.cu ↔ reference/linear.cc
+// cuda/linear.cu ↔ reference/ops/linear.cc
 //
 // The weight-dtype paths of linear(), one thread per output element in the reference's order:
 //   F8/F4   act_quant per 32-block (formats::quantize_fp8_block, as the host), then per output:

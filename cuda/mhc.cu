@@ -1,4 +1,4 @@
-// cuda/mhc.cu ↔ reference/mhc.cc (hc_identity_pre, hc_pre, hc_post) and reference/dspark.cc (hc_mean)
+// cuda/mhc.cu ↔ reference/ops/mhc.cc (hc_identity_pre, hc_pre, hc_post) and reference/ops/dspark.cc (hc_mean)
 //
 // hc_post: the vectorised kernel below (8 values per thread, 16-byte accesses, hc 1 or 4, float or
 // bf16 storage), else the one-thread-per-output kernel; the same statements either way.
@@ -8,7 +8,7 @@
 // (cuda/torch_sum.cuh: the reference's torch sum order, bit-exact), then one thread per (token,
 // mix) for the double dot product in index order (__dadd_rn/__dmul_rn, one rounding to fp32, then
 // one fp32 multiply by r): BIT-EXACT. hc_split_sinkhorn: one thread per token, the statements of
-// reference/mhc.cc hc_split_sinkhorn_row (torch_sigmoid_f32 of cuda/torch_math.cuh for pre and
+// reference/ops/mhc.cc hc_split_sinkhorn_row (torch_sigmoid_f32 of cuda/torch_math.cuh for pre and
 // post, libm_expf = glibc's expf bit for bit for the comb, the Sinkhorn sums sequential from 0 with
 // true divisions): BIT-EXACT. (CudaOps::hc_mixes runs the reference's own split on the host when
 // this process's libm is not the one libm_expf reproduces.)
@@ -58,7 +58,7 @@ __global__ void hc_post_kernel(const float* __restrict__ f, const float* __restr
 // hc_post, vectorised (the bandwidth-bound shape: T x hc x dim bf16 in and out): one thread per
 // (token, 8 consecutive d), HC copies at compile time, S = the tensors' storage (float: bf16
 // values in fp32, the backend; uint16_t: bf16 bits, the production format: cuda/bf16_storage.cuh).
-// Per output the statements of hc_post_kernel / reference/mhc.cc hc_post: mixed = 0, then
+// Per output the statements of hc_post_kernel / reference/ops/mhc.cc hc_post: mixed = 0, then
 // mixed = fl(mixed + fl(comb[i][j] * residual[i][d])) for i ascending, then
 // y = bf16(fl(fl(post[j] * f[d]) + mixed)), no FMA: BIT-EXACT. Grid: x covers the dim / 8 chunks of
 // a token, y strides over tokens (post and comb of the token are block-uniform loads).
@@ -152,7 +152,7 @@ __global__ void hc_dot_kernel(const float* __restrict__ stream, const float* __r
   mixes[k] = __fmul_rn(__double2float_rn(acc), r[t]);
 }
 
-// reference/mhc.cc normalise_rows / normalise_cols: c /= (sequential sum + e).
+// reference/ops/mhc.cc normalise_rows / normalise_cols: c /= (sequential sum + e).
 __device__ void normalise_rows(float* c, int hc, float e) {
   for (int i = 0; i < hc; ++i) {
     float sum = 0.0f;

@@ -1,7 +1,7 @@
-// cuda/moe.cu ↔ reference/moe.cc (moe_experts' accumulation)
+// cuda/moe.cu ↔ reference/ops/moe.cc (moe_experts' accumulation)
 //
 // The expert linears are cuda/linear.cu's (bit-exact). Here:
-//   swiglu           reference/moe.cc swiglu, one thread per value: clamp (std::max / std::min as
+//   swiglu           reference/ops/moe.cc swiglu, one thread per value: clamp (std::max / std::min as
 //                    the reference writes them), silu(g) = g / (1 + libm_expf(-g)) (glibc's expf
 //                    bit for bit, cuda/libm_expf.h), * u, * the routing weight, bf16: BIT-EXACT.
 //   moe_scatter_add  acc[tokens[i], d] += y[i, d] for i = 0, 1, ... in order: one thread per

@@ -1,4 +1,4 @@
-// cuda/rmsnorm.cu ↔ reference/rmsnorm.cc
+// cuda/rmsnorm.cu ↔ reference/ops/rmsnorm.cc
 //
 // rms_norm: one thread per row runs the reference's emulation of torch's CPU sum (4 chains,
 // 4-level cascade, 8 lanes for rows of >= 8 values) in the same order, then the same fp32

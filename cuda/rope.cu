@@ -1,4 +1,4 @@
-// cuda/rope.cu ↔ reference/rope.cc (RopeTable::apply, rope_rows)
+// cuda/rope.cu ↔ reference/ops/rope.cc (RopeTable::apply, rope_rows)
 //
 // One thread per rotated pair: the reference's four fp32 products, one subtraction / addition,
 // each rounded to bf16, from the same cos/sin tables (mirrored from the host RopeTable):

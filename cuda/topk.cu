@@ -1,4 +1,4 @@
-// cuda/topk.cu ↔ reference/topk.cc + reference/indexer.cc (select_index_topk, candidate blocks,
+// cuda/topk.cu ↔ reference/ops/topk.cc + reference/ops/indexer.cc (select_index_topk, candidate blocks,
 // apply_candidate_mask)
 //
 // The reference's order is a strict total order on (value descending, index ascending) for rows
@@ -42,7 +42,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
-#include "cuda/ops.h"
+#include "cuda/device.h"
 #include "cuda/topk_select.cuh"
 
 namespace dsv41::gpu {

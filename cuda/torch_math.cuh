@@ -3,7 +3,7 @@
 // Device twins of the reference's own fp32 transcendentals that are built from correctly rounded
 // basic operations only, so the device gives the same bits as the host (include only from .cu
 // files; --fmad=false; every operation an explicit __f*_rn intrinsic):
-//   torch_vec_exp_f32   reference/mhc.cc: SLEEF's expf_u10 in fp32 with explicit fmas
+//   torch_vec_exp_f32   reference/ops/mhc.cc: SLEEF's expf_u10 in fp32 with explicit fmas
 //                       (std::fma = __fmaf_rn, std::nearbyint in the default mode = rintf, ties
 //                       to even), the same constants, the same 2^q in two exponent-field steps.
 //   torch_sigmoid_f32   1 / (1 + torch_vec_exp_f32(-z)).
@@ -16,7 +16,7 @@
 
 namespace dsv41::gpu::torch_math {
 
-// 2^q as a float for -126 <= q <= 127 (exponent field only), as reference/mhc.cc pow2i.
+// 2^q as a float for -126 <= q <= 127 (exponent field only), as reference/ops/mhc.cc pow2i.
 __device__ inline float pow2i(int q) { return __uint_as_float(static_cast<uint32_t>(q + 127) << 23); }
 
 __device__ inline float torch_vec_exp_f32(float x) {

@@ -1,6 +1,6 @@
 // cuda/torch_sum.cuh
 //
-// The reference's emulation of torch's CPU fp32 row sum (reference/rmsnorm.h torch_sum_f32: 4
+// The reference's emulation of torch's CPU fp32 row sum (reference/ops/rmsnorm.h torch_sum_f32: 4
 // chains, a 4-level cascade, 8 lanes for rows of >= 8 values) as device code, over the values
 // at(i) of a functor (torch_sum), or over the SQUARES of a row (torch_sum_sq: the statistic of
 // RMSNorm, mHC's raw mixes and Engram's gate). Every add and multiply is a
@@ -22,7 +22,7 @@ struct Squares {
   __device__ float operator()(int64_t i) const { return __fmul_rn(x[i], x[i]); }
 };
 
-// row_sum<W> of reference/rmsnorm.cc over the values at(i): `count` groups of W lanes.
+// row_sum<W> of reference/ops/rmsnorm.cc over the values at(i): `count` groups of W lanes.
 template <int W, typename At>
 __device__ inline void row_sum(const At& at, int64_t count, float (&out)[W]) {
   const int64_t rows = count / kChains;

@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <ios>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "formats/minifloat.h"
 #include "formats/packed.h"
 

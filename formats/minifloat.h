@@ -29,7 +29,7 @@
 
 #include <cstdint>
 
-#include "formats/base.h"
+#include "base/base.h"
 
 namespace dsv41::formats {
 

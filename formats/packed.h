@@ -21,7 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "formats/base.h"
+#include "base/base.h"
 #include "formats/qdq.h"
 
 namespace dsv41::formats {

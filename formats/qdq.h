@@ -32,7 +32,7 @@
 
 #include <cstdint>
 
-#include "formats/base.h"
+#include "base/base.h"
 #include "formats/minifloat.h"
 
 namespace dsv41::formats {

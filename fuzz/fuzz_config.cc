@@ -1,6 +1,6 @@
 // fuzz/fuzz_config.cc: reference::parse_config on arbitrary bytes (a config.json's text).
 #include "fuzz/fuzz_util.h"
-#include "reference/config.h"
+#include "reference/ops/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(dsv41::fuzz::view(data, size));

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "fuzz/fuzz_util.h"
-#include "scenarios/port_dump.h"
+#include "scenarios/conform/port_dump.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 
 #include <cstdlib>
 
-// The reader probes each file in the probe's worker process first (reports/h5_probe.h); its
+// The reader probes each file in the probe's worker process first (h5/h5_probe.h); its
 // deadline must stay below libFuzzer's -timeout (scripts/fuzz.sh: 10 s), so that a hang inside
 // libhdf5 is the probe's refusal, not a timeout of the fuzzer. It is 0.5 s here: a valid seed
 // is probed in milliseconds, while each input on which libhdf5 loops costs the whole deadline

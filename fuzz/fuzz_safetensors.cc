@@ -2,7 +2,7 @@
 // written to a scratch file (header length, JSON header, tensor data), then every entry's decoded
 // values, as a reader of the file would use them.
 #include "fuzz/fuzz_util.h"
-#include "reference/safetensors.h"
+#include "reference/checkpoint/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = (dsv41::fuzz::scratch_dir() / "fuzz.safetensors").string();

@@ -1,7 +1,7 @@
 // fuzz/fuzz_scenario.cc: scenarios::parse_scenario on arbitrary bytes (a scenario file's text),
 // then the token plan a runner derives from it (vocabulary 1024) when the plan is small.
 #include "fuzz/fuzz_util.h"
-#include "scenarios/scenario.h"
+#include "scenarios/runner/scenario.h"
 
 namespace {
 

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "reference/config.h"
-#include "reference/crc32c.h"
-#include "reference/model.h"
-#include "reference/session_store.h"
-#include "reference/weights.h"
+#include "reference/ops/config.h"
+#include "base/crc32c.h"
+#include "reference/model/model.h"
+#include "reference/session/session_store.h"
+#include "reference/checkpoint/weights.h"
 
 namespace {
 

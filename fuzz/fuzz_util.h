@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace dsv41::fuzz {
 

@@ -5,7 +5,7 @@
 // so the seed is a report dsv41 itself writes, small enough (tens of KB, against 150-250 KB for
 // the untrimmed run) that fuzz_report runs several times faster on it.
 // Usage: trim_report_seed IN.h5 OUT.h5 ROWS
-#include "formats/error.h"
+#include "base/error.h"
 #include "reports/report.h"
 
 #include <cstdlib>

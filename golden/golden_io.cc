@@ -2,11 +2,10 @@
 
 #include <hdf5.h>
 
-#include "formats/error.h"
-#include "reports/h5_io.h"
+#include "base/error.h"
+#include "h5/h5_io.h"
 
 namespace dsv41::golden {
-namespace h5 = reports::h5;
 
 H5File::H5File(const std::string& path) : path_(path) {
   h5::OpenFailure why = h5::OpenFailure::kNone;

@@ -1,6 +1,6 @@
 // golden/golden_io.h
 //
-// Reads golden vectors: HDF5 datasets into host arrays, on the shared HDF5 layer reports/h5_io.h
+// Reads golden vectors: HDF5 datasets into host arrays, on the shared HDF5 layer h5/h5_io.h
 // (library dsv41_h5; golden/ depends on nothing else of reports/). Host-only.
 //
 //   H5File      an open, read-only HDF5 file (RAII)

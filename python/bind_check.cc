@@ -18,7 +18,7 @@
 // key = "<component>.<output>", "<output>", "<component>" or "*" (the first that exists); a key
 // named replaces the bit-exact rows of that output with its own bounds (the always-exact rows stay).
 //
-// Components: every op of the conformance vectors (scenarios/vectors_port.cc: index_scores,
+// Components: every op of the conformance vectors (scenarios/vectors/vectors_port.cc: index_scores,
 // index_topk, candidate_blocks, compress, sparse_attn, ...), and "indexer" (index_scores ->
 // candidate_blocks (with topk_blocks, block_size) or a given mask -> index_topk; outputs
 // index_scores (masked), candidates, topk: the hook names), "compressor" (= compress),
@@ -35,11 +35,12 @@
 #include "formats/minifloat.h"
 #include "python/bindings.h"
 #include "python/op_inputs.h"
-#include "reference/ops.h"
+#include "reference/seam/ops.h"
 #include "reports/report.h"
-#include "scenarios/conform.h"
-#include "scenarios/metrics.h"
-#include "scenarios/vectors.h"
+#include "scenarios/conform/conform.h"
+#include "scenarios/judge/judge.h"
+#include "scenarios/judge/metrics.h"
+#include "scenarios/vectors/vectors.h"
 
 namespace dsv41::python {
 
@@ -54,7 +55,7 @@ using Bounds = std::map<std::string, Tolerance>;
 // ---- tolerances ----
 
 // The tolerance format and the bit-exact claim's bounds are conform's own
-// (scenarios/conform.h): keys here are check's names ("op.output", "output", "op", "*").
+// (scenarios/conform/conform.h): keys here are check's names ("op.output", "output", "op", "*").
 std::map<std::string, Bounds> parse_tolerances(const std::string& text) {
   if (text.empty()) return {};
   return scenarios::parse_conform_tolerances(text, "tolerances", [](const std::string&, const std::string&) {});
@@ -204,8 +205,7 @@ Judged judge(const std::string& component, const std::string& name, const st::En
     m.metric = name + ":" + metric;
     m.value = value;
     m.tolerance = bound_of(bounds, metric);
-    m.verdict = !m.tolerance ? reports::Verdict::kMeasured
-                : reports::excess(value, *m.tolerance) > 0 ? reports::Verdict::kFail : reports::Verdict::kPass;
+    scenarios::judge_row(m);
     j.rows.push_back(m);
   };
   const std::string what = component + " " + name;

@@ -3,17 +3,17 @@
 // dsv41.conform (docs/python.md, "Conformance"): `dsv41 conform DUMP` as a function: the same
 // checks in the same order (the dump read and validated, the config's hash against the dump's,
 // the token map's length, the tolerance file refused before the weights are read), the same
-// judgement (scenarios/conform.h) and the same root cause; the verdicts come back as a dict, and
+// judgement (scenarios/conform/conform.h) and the same root cause; the verdicts come back as a dict, and
 // the HDF5 report / JUnit are written where asked.
 #include <optional>
 #include <string>
 
 #include "python/bindings.h"
-#include "reference/config.h"
-#include "reference/weights.h"
+#include "reference/ops/config.h"
+#include "reference/checkpoint/weights.h"
 #include "reports/report.h"
-#include "scenarios/conform.h"
-#include "scenarios/port_dump.h"
+#include "scenarios/conform/conform.h"
+#include "scenarios/conform/port_dump.h"
 
 namespace dsv41::python {
 

@@ -1,10 +1,10 @@
 // python/bind_model.cc
 //
 // dsv41.Config, dsv41.Weights, dsv41.Model, dsv41.State, dsv41.DumpWriter (docs/python.md,
-// "Model and sessions"): the model of reference/model.h with its sessions (reference/session_store.h)
-// and the port dump writer of `dsv41 forward --dump` (scenarios/port_dump.h). A step returns a dict
+// "Model and sessions"): the model of reference/model/model.h with its sessions (reference/session/session_store.h)
+// and the port dump writer of `dsv41 forward --dump` (scenarios/conform/port_dump.h). A step returns a dict
 // of numpy arrays (logits, selections) and, with capture=True, every hooked component under its
-// dump key ("layer03.attn_out", "model.logits": reference/hooks.h names).
+// dump key ("layer03.attn_out", "model.logits": reference/model/hooks.h names).
 #include <map>
 #include <memory>
 #include <optional>
@@ -12,13 +12,13 @@
 
 #include "python/bindings.h"
 #include "python/port_ops.h"
-#include "reference/config.h"
-#include "reference/model.h"
-#include "reference/safetensors.h"
-#include "reference/session_store.h"
-#include "reference/weights.h"
-#include "scenarios/capture.h"
-#include "scenarios/port_dump.h"
+#include "reference/ops/config.h"
+#include "reference/model/model.h"
+#include "reference/checkpoint/safetensors.h"
+#include "reference/session/session_store.h"
+#include "reference/checkpoint/weights.h"
+#include "scenarios/runner/capture.h"
+#include "scenarios/conform/port_dump.h"
 
 namespace dsv41::python {
 
@@ -235,7 +235,7 @@ void register_model(py::module_& m) {
       .def("__repr__", [](const ModelConfig& c) { return "dsv41.Config(hash=" + reference::config_hash(c) + ")"; });
   m.def("presets", &reference::preset_names, "the built-in config presets");
 
-  py::class_<Weights>(m, "Weights", "a checkpoint in the official safetensors format (reference/weights.h)")
+  py::class_<Weights>(m, "Weights", "a checkpoint in the official safetensors format (reference/checkpoint/weights.h)")
       .def_static("load", &load_weights, py::arg("path"), py::arg("config"),
                   "read and check a weights file against the config (every tensor, dtype and shape)")
       .def_static("generate", &generate, py::arg("config"), py::arg("seed") = 0,
@@ -257,7 +257,7 @@ void register_model(py::module_& m) {
              return to_numpy(e.to_f32(), e.shape);
            }, py::arg("name"), "an F32 or BF16 checkpoint tensor as float32 (exact)");
 
-  py::class_<ModelState>(m, "State", "a session's state (reference/kv_cache.h): caches, compressor groups, Engram history")
+  py::class_<ModelState>(m, "State", "a session's state (reference/model/kv_cache.h): caches, compressor groups, Engram history")
       .def_property_readonly("pos", [](const ModelState& s) { return s.pos; }, "tokens consumed so far")
       .def("copy", [](const ModelState& s) { return ModelState(s); }, "an independent snapshot");
 
@@ -274,7 +274,7 @@ void register_model(py::module_& m) {
            "path: a new or empty directory, or a new FILE.h5; claim: 'bit-exact' or 'order-variant' (docs/conform.md)")
       .def("finish", &scenarios::PortDumpWriter::finish, "write the manifest (the dump exists only after this)");
 
-  py::class_<PyModel>(m, "Model", "the reference forward (reference/model.h), optionally over a port's ops")
+  py::class_<PyModel>(m, "Model", "the reference forward (reference/model/model.h), optionally over a port's ops")
       .def(py::init(&make_model), py::arg("config"), py::arg("weights"), py::arg("token_map") = py::none(),
            py::arg("port") = py::none(),
            "token_map: [vocab] Engram compressed ids (default: id * C / V); port: {op name: callable} replacing "

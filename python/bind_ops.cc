@@ -1,7 +1,7 @@
 // python/bind_ops.cc
 //
-// dsv41.ops (docs/python.md, "Ops"): each reference op of the seam (reference/ops.h) by name, the
-// way the conformance vectors run them (scenarios/vectors.h run_vector_case: one contract per op,
+// dsv41.ops (docs/python.md, "Ops"): each reference op of the seam (reference/seam/ops.h) by name, the
+// way the conformance vectors run them (scenarios/vectors/vectors.h run_vector_case: one contract per op,
 // docs/port-dump.md "Conformance vectors" table): inputs by name, scalar parameters, the config
 // where the op needs it, outputs by name. python/dsv41/ops.py gives each op its own function with
 // its shapes and dtypes.
@@ -12,9 +12,9 @@
 #include "python/bindings.h"
 #include "python/op_inputs.h"
 #include "python/port_ops.h"
-#include "reference/config.h"
-#include "reference/ops.h"
-#include "scenarios/vectors.h"
+#include "reference/ops/config.h"
+#include "reference/seam/ops.h"
+#include "scenarios/vectors/vectors.h"
 
 namespace dsv41::python {
 

@@ -10,7 +10,7 @@
 //   ints in     int32 / int64 / uint8 as the op states (an integer array of another width is
 //               refused likewise)
 //   out         numpy arrays that own the reference's buffer (moved, not copied)
-// The reference's Tensor owns its values (reference/tensor.h: no views), so inputs are copied once.
+// The reference's Tensor owns its values (reference/ops/tensor.h: no views), so inputs are copied once.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -23,9 +23,9 @@
 #include <utility>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "formats/minifloat.h"
-#include "reference/tensor.h"
+#include "reference/ops/tensor.h"
 
 namespace dsv41::python {
 

@@ -5,7 +5,7 @@
 // the same message the CLI prints after "dsv41: error: ".
 #include "python/bindings.h"
 
-#include "reference/config.h"
+#include "reference/ops/config.h"
 
 PYBIND11_MODULE(_core, m) {
   namespace py = pybind11;

@@ -1,6 +1,6 @@
 // python/op_inputs.h
 //
-// An op's inputs and parameters as an in-memory conformance-vector case (scenarios/vectors.h):
+// An op's inputs and parameters as an in-memory conformance-vector case (scenarios/vectors/vectors.h):
 // what dsv41.ops.run and dsv41.check hand run_vector_case (python/bind_ops.cc).
 #pragma once
 
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "python/bindings.h"
-#include "reference/config.h"
-#include "reference/safetensors.h"
+#include "reference/ops/config.h"
+#include "reference/checkpoint/safetensors.h"
 
 namespace dsv41::python {
 

@@ -1,13 +1,13 @@
 // python/port_ops.h
 //
 // PortOps: a port's own ops, written in Python (torch, numpy), behind the ops seam
-// (reference/ops.h), as docs/architecture.md "Adding a backend" describes: every method runs the
+// (reference/seam/ops.h), as docs/architecture.md "Adding a backend" describes: every method runs the
 // CPU reference except the ones the port gives, so dsv41.Model(config, weights, port={...}) runs
 // the reference model's orchestration (chunks, caches, ownership, sessions) on the port's
 // components, and its dump is judged by `dsv41 conform` like any port's.
 //
 // The callables (docs/python.md, "A port's ops in the reference model"), each called with the
-// running layer (scenarios/bug_zoo_forwarding.h: the layer of the latest RoPE call) and keyword
+// running layer (scenarios/defects/bug_zoo_forwarding.h: the layer of the latest RoPE call) and keyword
 // arguments, numpy arrays in the reference's shapes and dtypes:
 //   index_scores(layer, q f32 [T, Hi, Di], keys u8 [count, entry_bytes], keys_format, keys_dim,
 //                weights f32 [T, Hi], reach i64 [T])                          -> f32 [T, count]
@@ -30,11 +30,11 @@
 #include <string>
 
 #include "python/bindings.h"
-#include "scenarios/bug_zoo_forwarding.h"
+#include "reference/seam/forwarding_ops.h"
 
 namespace dsv41::python {
 
-class __attribute__((visibility("hidden"))) PortOps : public scenarios::ForwardingOps {
+class __attribute__((visibility("hidden"))) PortOps : public reference::ForwardingOps {
  public:
   // The op names a port may give (the others are the reference's).
   static const std::set<std::string>& supported();

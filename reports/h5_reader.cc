@@ -5,8 +5,8 @@
 #include <cstring>
 #include <optional>
 
-#include "formats/error.h"
-#include "reports/h5_probe.h"
+#include "base/error.h"
+#include "h5/h5_probe.h"
 
 namespace dsv41::reports {
 namespace {
@@ -51,7 +51,7 @@ std::vector<std::string> read_string_values(hid_t ftype, int64_t count, Read rea
 
 H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
   // Read once in the probe's worker process first: libhdf5 itself may crash or hang on a crafted file
-  // (reports/h5_probe.h).
+  // (h5/h5_probe.h).
   const h5::ProbeResult probe = h5::probe_file(path_);
   if (!probe.ok) DSV41_FAIL("'", path_, "': refused: ", probe.reason);
   // What the worker could not open is not opened here either (the messages are open_read_only's).

@@ -1,7 +1,7 @@
 // reports/h5_reader.h
 //
 // H5Reader: a read-only HDF5 file for the report reader and the schema check, built on the
-// shared HDF5 layer (reports/h5_io.h). It answers what an object is, lists groups, reads
+// shared HDF5 layer (h5/h5_io.h). It answers what an object is, lists groups, reads
 // attributes (strings, integers, floats, int64 arrays), 1-D datasets (strings, integers, floats)
 // and the members of compound datasets, converting integer and float storage types to the
 // requested C++ type the way HDF5 converts them.
@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "reports/h5_io.h"
+#include "h5/h5_io.h"
 
 namespace dsv41::reports {
 

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <type_traits>
 
-#include "formats/error.h"
-#include "formats/output_file.h"
+#include "base/error.h"
+#include "base/output_file.h"
 
 namespace dsv41::reports {
 namespace {

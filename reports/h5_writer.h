@@ -4,12 +4,12 @@
 // '/'-separated paths, typed datasets with their shape (chunked + gzip above 64 KiB), and string
 // or numeric attributes, tables (reports/table.h) as compound datasets or as groups of column
 // datasets. Object timestamps are off, so the same writes give the same file contents (what
-// h5diff compares). Writes are atomic (formats/output_file.h): the constructor checks <path> (a
+// h5diff compares). Writes are atomic (base/output_file.h): the constructor checks <path> (a
 // regular file or a new path, never a device, FIFO or directory) and everything goes to a unique
 // temp file beside it; commit() flushes, closes, fsyncs and renames it over <path>; a writer
 // destroyed without commit() removes its temp file, so a failed run never leaves a half-written
 // or truncated report behind. Built on the
-// shared HDF5 layer (reports/h5_io.h); HDF5's error printing is off while the writer exists (its
+// shared HDF5 layer (h5/h5_io.h); HDF5's error printing is off while the writer exists (its
 // checks report every failure as a dsv41::Error).
 //
 // Example:
@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/output_file.h"
-#include "reports/h5_io.h"
+#include "base/output_file.h"
+#include "h5/h5_io.h"
 #include "reports/table.h"
 
 namespace dsv41::reports {

@@ -4,7 +4,7 @@
 #include <map>
 #include <utility>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "reports/report.h"
 
 namespace dsv41::reports {

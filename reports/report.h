@@ -1,7 +1,7 @@
 // reports/report.h
 //
 // The divergence report of a scenario run (docs/report-schema.md): what the runner
-// (scenarios/runner.h) measured, in memory, and its HDF5 form. The runner fills a RunReport;
+// (scenarios/runner/runner.h) measured, in memory, and its HDF5 form. The runner fills a RunReport;
 // write_report stores it atomically; read_report loads one back (for `dsv41 report show` and
 // the schema check); check_report_schema validates a file written by any version.
 //
@@ -12,7 +12,7 @@
 // inconclusive; missing evidence never passes.
 //
 // Example:
-//   RunReport r = runner_output;                 // scenarios/runner.h fills it
+//   RunReport r = runner_output;                 // scenarios/runner/runner.h fills it
 //   r.verdict = roll_up(r.scenarios);
 //   write_report("report.h5", r);                // atomic; /meta/volatile holds what varies
 //   std::cout << format_summary(read_report("report.h5"));
@@ -313,7 +313,7 @@ std::vector<std::string> profile_lines(const Comparison& comparison, const std::
 // fail -> <failure type="fail"> (first divergence, rerun command), error -> <error>,
 // inconclusive -> <failure type="inconclusive"> (missing evidence never looks like a pass),
 // measured -> passed with a <system-out> note; a scenario that errored adds a testcase "(scenario)"
-// with <error>. For CI dashboards. Written atomically (formats/output_file.h).
+// with <error>. For CI dashboards. Written atomically (base/output_file.h).
 void write_junit(const std::string& path, const RunReport& report);
 
 }  // namespace dsv41::reports

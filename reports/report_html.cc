@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/error.h"
-#include "formats/output_file.h"
+#include "base/error.h"
+#include "base/output_file.h"
 #include "reports/html_assets.h"
 
 namespace dsv41::reports {

@@ -15,7 +15,7 @@
 //
 // Example:
 //   RunReport r = read_report("report.h5", /*load_tensors=*/true);
-//   write_html("report.html", r, {"report.h5"});   // atomic (formats/output_file.h)
+//   write_html("report.html", r, {"report.h5"});   // atomic (base/output_file.h)
 #pragma once
 
 #include <string>

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "reports/h5_reader.h"
 #include "reports/internal/report_items.h"
 

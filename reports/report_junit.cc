@@ -7,8 +7,8 @@
 #include <sstream>
 #include <string>
 
-#include "formats/error.h"
-#include "formats/output_file.h"
+#include "base/error.h"
+#include "base/output_file.h"
 #include "reports/report.h"
 
 namespace dsv41::reports {
@@ -149,7 +149,7 @@ void write_junit(const std::string& path, const RunReport& report) {
       << total.errors << "\" skipped=\"0\" time=\"" << seconds(total.time) << "\">\n"
       << suites.str() << "</testsuites>\n";
 
-  // Atomic, never over anything but a regular file (formats/output_file.h).
+  // Atomic, never over anything but a regular file (base/output_file.h).
   const std::string text = doc.str();
   output::write_file_atomically(path, "JUnit file", text.data(), text.size());
 }

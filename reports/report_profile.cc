@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "reports/internal/text.h"
 #include "reports/report.h"
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "formats/minifloat.h"
 #include "reports/h5_reader.h"
 #include "reports/internal/report_layout.h"

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "reports/internal/report_replay.h"
 
 namespace dsv41::reports {

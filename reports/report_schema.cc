@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "reports/h5_reader.h"
 #include "reports/internal/report_items.h"
 #include "reports/internal/report_replay.h"

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "reports/internal/report_replay.h"
 #include "reports/internal/text.h"
 #include "reports/report.h"

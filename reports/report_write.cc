@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "formats/minifloat.h"
 #include "reports/h5_writer.h"
 #include "reports/internal/report_items.h"

@@ -51,7 +51,7 @@ echo "fuzz: seed $seed (DSV41_FUZZ_SEED overrides), ${limit[*]} per target"
 for t in "${targets[@]}"; do
   scratch=$(mktemp -d)
   echo "fuzz: $t"
-  # fuzz_report: the reader's probe worker (reports/h5_probe.h) inherits libFuzzer's malloc
+  # fuzz_report: the reader's probe worker (h5/h5_probe.h) inherits libFuzzer's malloc
   # hook; a crafted file may make libhdf5 allocate gigabytes there, which is the probe's to
   # judge (the parent's RSS stays limited by -rss_limit_mb).
   extra=()

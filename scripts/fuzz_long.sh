@@ -27,7 +27,7 @@ mkdir -p "$OUT"
 # a 16 MB quarantine (default 256 MB: use-after-free is still caught for the last 16 MB freed), no
 # return of freed memory to the system, and no 0xbe fill of new blocks (a debugging aid, not a
 # check). The same kinds of error are checked (use-after-free in a narrower window); the fuzzed
-# process stays small, so each fork of the report probe's worker (reports/h5_probe.h) copies
+# process stays small, so each fork of the report probe's worker (h5/h5_probe.h) copies
 # and write-faults far fewer pages:
 # fuzz_report 83 -> 198 exec/s per process over its first 150 s (docs/errors.md, seventh round).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1:quarantine_size_mb=16:allocator_release_to_os_interval_ms=-1:max_malloc_fill_size=0}

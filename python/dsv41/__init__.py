@@ -4,7 +4,7 @@
 
 Parts (docs/python.md):
     dsv41.formats   codecs (E2M1, E4M3, E8M0, BF16), block recipes, packed cache entries
-    dsv41.ops       each reference op of the seam (reference/ops.h), numpy in and out
+    dsv41.ops       each reference op of the seam (reference/seam/ops.h), numpy in and out
     dsv41.Config, dsv41.Weights, dsv41.Model, dsv41.State, dsv41.DumpWriter
                     the model, its sessions (step, save, resume full / global-only) and port dumps
     dsv41.conform   `dsv41 conform DUMP` as a function: verdicts, root cause, report

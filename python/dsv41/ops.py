@@ -1,4 +1,4 @@
-"""dsv41.ops: each reference op of the seam (reference/ops.h), numpy (or torch) in, numpy out.
+"""dsv41.ops: each reference op of the seam (reference/seam/ops.h), numpy (or torch) in, numpy out.
 
 Every op runs the CPU reference function of the same name, exactly as the model calls it, with
 the contract of the conformance vectors (docs/port-dump.md, "Conformance vectors": the same input
@@ -12,7 +12,7 @@ uint16 bf16 bits); fp32 values are float32. Weights are given as stored, a tuple
 from . import _core
 from ._arrays import to_numpy as _np
 
-# op -> (inputs, parameters, outputs, doc): shapes and dtypes of reference/<component>.h.
+# op -> (inputs, parameters, outputs, doc): shapes and dtypes of reference/ops/<component>.h.
 _OPS = {
     "embed": (["tokens", "table"], ["hc"], ["x"], "tokens int64 [T], table bf16 [V, dim] -> x bf16 [T, hc, dim]"),
     "linear": (["x", "w"], [], ["y"], "x bf16 [T, in], w (F8_E4M3 + scale / F4 + scale / BF16) [out, in] -> y bf16 [T, out]"),
@@ -87,7 +87,7 @@ def _make(op, inputs, params, outputs, doc):
         return run(op, ins, ps, config)
     fn.__name__ = op
     fn.__doc__ = (f"{doc}.\n\nInputs: {', '.join(inputs)}; parameters: {', '.join(params) or 'none'}; returns "
-                  f"{{{', '.join(outputs)}}} (reference/ops.h Ops::{op}).")
+                  f"{{{', '.join(outputs)}}} (reference/seam/ops.h Ops::{op}).")
     return fn
 
 

@@ -9,8 +9,8 @@
 #include <limits>
 
 #include "formats/cache_format.h"
-#include "reference/attention.h"
-#include "reference/kv_quant.h"
+#include "reference/ops/attention.h"
+#include "reference/ops/kv_quant.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dsv41::test {

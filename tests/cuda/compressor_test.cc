@@ -1,4 +1,4 @@
-// tests/cuda/compressor_test.cc: cuda/compressor.cu (CudaOps::compress) vs reference/compressor.cc,
+// tests/cuda/compressor_test.cc: cuda/compressor.cu (CudaOps::compress) vs reference/ops/compressor.cc,
 // bit for bit: latents, first_group and both state tensors after every call of a chunked sequence
 // (groups split across chunks, one-token decode steps, an empty call, a chunk ending mid-group),
 // ratios 2 (released), 3 and 4, widths 1, 7 and 64; adversarial scores (exact ties, spreads that
@@ -6,7 +6,7 @@
 // on the device (the ops counted as GPU calls) and the host-state fallback; the reference's errors.
 #include <limits>
 
-#include "reference/compressor.h"
+#include "reference/ops/compressor.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dsv41::test {

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "cuda/cuda_ops.h"
-#include "cuda/ops.h"
+#include "cuda/device.h"
 #include "formats/minifloat.h"
-#include "reference/linear.h"
-#include "reference/ops.h"
-#include "reference/tensor.h"
+#include "reference/ops/linear.h"
+#include "reference/seam/ops.h"
+#include "reference/ops/tensor.h"
 
 namespace dsv41::test {
 

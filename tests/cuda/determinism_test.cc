@@ -1,5 +1,5 @@
 // tests/cuda/determinism_test.cc: issue 17 deliverable 4. The `cuda` backend (reference::Model over
-// gpu::CudaOps, what scenarios/backend.cc's "cuda" runs) gives the same bits
+// gpu::CudaOps, what scenarios/runner/backend.cc's "cuda" runs) gives the same bits
 //   - run to run: the same session twice, each on a fresh Model (fresh device mirrors), and across
 //     processes (the test prints an FNV-1a hash of session A's bits; bench/run.sh runs the binary
 //     twice and compares the lines);
@@ -10,11 +10,11 @@
 // recorded selections (top-k, candidates, Engram ids, experts) and every cache of A at the end.
 // Also B's caches and last logits after its two chunkings (forward_chunk documents that any
 // chunking of a sequence gives the same bits). Today decode_batch runs its rows one after the other
-// (reference/model.cc), so "composition" means interleaving and order; a batched kernel must keep
+// (reference/model/model.cc), so "composition" means interleaving and order; a batched kernel must keep
 // this test passing.
 #include <cstdio>
 
-#include "reference/model.h"
+#include "reference/model/model.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/support/oracle_model.h"
 

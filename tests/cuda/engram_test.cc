@@ -7,7 +7,7 @@
 // AndScale: all 256 codes (NaN codes too) under E8M0 scales from 0x00 to 0xFF (bf16 subnormal and
 // overflowing products, NaN), fp32 output (CudaOps) and bf16 output (gpu::engram_lookup_bf16).
 #include "cuda/kernels_bf16.h"
-#include "reference/engram.h"
+#include "reference/ops/engram.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dsv41::test {

@@ -10,8 +10,8 @@
 
 #include "cuda/kernels.h"
 #include "formats/cache_format.h"
-#include "reference/indexer.h"
-#include "reference/kv_quant.h"
+#include "reference/ops/indexer.h"
+#include "reference/ops/kv_quant.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dsv41::test {

@@ -1,5 +1,5 @@
 // tests/cuda/kv_quant_ops_test.cc: CudaOps::qdq, write_entries and read_entries (cuda/kv_quant.cu's
-// packers behind the seam) vs reference/kv_quant.cc, bit for bit, for every cache format: one row,
+// packers behind the seam) vs reference/ops/kv_quant.cc, bit for bit, for every cache format: one row,
 // odd row counts, entries written out of order and rewritten, reads of repeated entries, exact
 // ties at the quantizer's rounding midpoints (powers of two), zeros; the reference's errors on a
 // non-finite row and an entry outside the cache. PackRowsBf16: gpu::pack_rows_bf16 (bf16 storage) and
@@ -10,10 +10,10 @@
 // of several payloads) on the table path.
 #include <limits>
 
-#include "cuda/ops.h"
+#include "cuda/device.h"
 #include "formats/cache_format.h"
 #include "formats/packed.h"
-#include "reference/kv_quant.h"
+#include "reference/ops/kv_quant.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dsv41::test {

@@ -1,6 +1,6 @@
 // tests/cuda/kv_quant_vs_reference_test.cc
 //
-// The CUDA path of the cache formats (cuda/ops.h) against the host formats/ functions, bit for
+// The CUDA path of the cache formats (cuda/device.h) against the host formats/ functions, bit for
 // bit, with a zero tolerance everywhere:
 //   ScalarEncoderSweep.DeviceEqualsHostOnAllInputs/<encoder>
 //       the device encoder on all 2^32 fp32 bit patterns == the host encoder.
@@ -32,8 +32,8 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/ops.h"
-#include "formats/base.h"
+#include "cuda/device.h"
+#include "base/base.h"
 #include "formats/cache_format.h"
 #include "formats/minifloat.h"
 #include "formats/packed.h"

@@ -18,7 +18,7 @@
 
 #include "cuda/kernels.h"
 #include "cuda/libm_expf.h"
-#include "cuda/ops.h"
+#include "cuda/device.h"
 
 namespace dsv41::test {
 namespace {

@@ -1,12 +1,12 @@
 // tests/cuda/linear_test.cc: cuda/linear.cu (CudaOps::linear, linear_fp32, grouped_linear) vs
-// reference/linear.cc, bit for bit, for every weight dtype on random and odd shapes (T = 1,
+// reference/ops/linear.cc, bit for bit, for every weight dtype on random and odd shapes (T = 1,
 // outputs not a multiple of 32, K = 32), adversarial inputs (zeros, large values that saturate
 // the act_quant block scale), the reference's errors (a non-bf16 input), and packed F4 weights.
 #include <cstring>
 
 #include "formats/minifloat.h"
-#include "reference/dtype.h"
-#include "reference/linear.h"
+#include "reference/ops/dtype.h"
+#include "reference/ops/linear.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dsv41::test {

@@ -2,7 +2,7 @@
 // reference's split + Sinkhorn on the host) vs the reference op, bit for bit: hc = 1 and 4, zero,
 // one and odd token counts, widths below 8 (torch's scalar sum path), odd widths, the longest
 // modelled width (32764 < 32768), an all-zero stream (r = 1/sqrt(eps)) and equal tokens.
-#include "reference/mhc.h"
+#include "reference/ops/mhc.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dsv41::test {

@@ -4,9 +4,9 @@
 // (equal copies whose sum rounds at a bf16 midpoint). HcPostBf16: gpu::hc_post_bf16 (bf16 storage,
 // cuda/kernels_bf16.h) vs the reference, and dims that take the vectorised or the scalar kernel.
 #include "cuda/kernels_bf16.h"
-#include "reference/attention.h"
-#include "reference/dspark.h"
-#include "reference/mhc.h"
+#include "reference/ops/attention.h"
+#include "reference/ops/dspark.h"
+#include "reference/ops/mhc.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dsv41::test {

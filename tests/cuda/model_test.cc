@@ -6,8 +6,8 @@
 // which ops ran on the GPU and how many calls fell back to the host.
 #include <cstdio>
 
-#include "reference/model.h"
-#include "scenarios/backend.h"
+#include "reference/model/model.h"
+#include "scenarios/runner/backend.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/support/oracle_model.h"
 

@@ -4,8 +4,8 @@
 // off, exact ties of the biased scores (a zero gate: every expert equal, the lower index wins;
 // equal biases), a routing that lists one expert twice for a token and one with an expert index
 // outside [0, E) (a hook's replacement: the reference adds in list order and skips the unknown).
-#include "reference/config.h"
-#include "reference/moe.h"
+#include "reference/ops/config.h"
+#include "reference/ops/moe.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dsv41::test {

@@ -1,7 +1,7 @@
-// tests/cuda/rmsnorm_test.cc: cuda/rmsnorm.cu (CudaOps::rms_norm) vs reference/rmsnorm.cc, bit for
+// tests/cuda/rmsnorm_test.cc: cuda/rmsnorm.cu (CudaOps::rms_norm) vs reference/ops/rmsnorm.cc, bit for
 // bit: row lengths 1 .. 7 (the scalar sum), 8 .. 40 (lanes + tail), the model's widths, long rows
 // (the cascade's levels), zero rows, tiny and huge magnitudes; the reference's error on a bad weight.
-#include "reference/rmsnorm.h"
+#include "reference/ops/rmsnorm.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dsv41::test {

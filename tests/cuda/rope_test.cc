@@ -2,9 +2,9 @@
 // vs the reference, bit for bit: both RoPE kinds of the tiny config (window, and YaRN compressed),
 // forward and inverse, one head and several, strided positions, the last position of the table;
 // the reference's error on a position outside the table.
-#include "reference/config.h"
-#include "reference/embedding.h"
-#include "reference/rope.h"
+#include "reference/ops/config.h"
+#include "reference/ops/embedding.h"
+#include "reference/ops/rope.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dsv41::test {

@@ -23,7 +23,7 @@
 // Usage: probe [ORACLE_DIR [PROMPT_LEN]]
 //   ORACLE_DIR  default: the source tree's golden/oracle
 //   PROMPT_LEN  use the first PROMPT_LEN prompt tokens (default: all 333)
-// The thread count comes from DSV41_THREADS (reference/numerics.h). Errors: message on stderr,
+// The thread count comes from DSV41_THREADS (reference/ops/numerics.h). Errors: message on stderr,
 // exit status 1.
 #include <chrono>
 #include <cstdint>
@@ -36,9 +36,9 @@
 #include <vector>
 
 #include "golden/golden_io.h"
-#include "reference/model.h"
-#include "reference/numerics.h"
-#include "reference/weights.h"
+#include "reference/model/model.h"
+#include "reference/ops/numerics.h"
+#include "reference/checkpoint/weights.h"
 
 #ifndef DSV41_PROBE_VARIANT
 #define DSV41_PROBE_VARIANT "unknown"

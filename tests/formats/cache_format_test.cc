@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "formats/cache_format.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "formats/packed.h"
 #include "tests/support/error_of.h"
 #include "tests/support/recipe_under_test.h"

@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""The dependency direction of dsv41 (docs/architecture.md), checked on every #include.
+"""The dependency direction of dsv41 (docs/architecture.md, "Folders"), checked on every #include.
 
-    formats -> ops -> model -> scenarios -> reports (+ golden, cuda)  ->  python
+Every library folder is one subsystem; a file may include headers of its own folder and of the
+folders below it (ALLOWED), never of a folder above. The floors, bottom first:
 
-python/ (the Python module's bindings) sits on top of every layer, like scenarios/: it may include
-any layer, and no file outside python/ may include a python/ header.
+    base -> formats, h5 -> reference/{ops -> checkpoint -> seam -> model -> session}, reports, golden
+         -> cuda (kernels see formats; the CUDA ops table implements the seam, never the model)
+         -> scenarios/{judge, defects -> runner -> conform, vectors, agree, exact -> selftest, sweep -> cli}
+         -> python
 
-Each source file belongs to one layer; a file may include headers of its own layer and of the
-layers it depends on, never of a layer above. In reference/, the component files (the ops: one
-equation each, tensors in and tensors out) may include only formats/ and other ops-layer
-headers: no model state, no hooks, no safetensors. The seam (reference/ops.h and its reference
-implementation) sees the ops and the weights; the model sees everything below it.
+python/ sits on top of every layer: it may include any, and nothing outside it includes python/.
+tests/, bench/, fuzz/ and examples/ may include any library folder (not python/).
+A library file in a folder the table does not know is reported (a new folder needs a row).
 
 Usage: check_layering.py SOURCE_DIR   (exit 0: clean; 1: prints every violation)
        check_layering.py --selftest      (the check catches a planted violation of each kind)
@@ -19,75 +20,75 @@ import pathlib
 import re
 import sys
 
-# reference/: which layer each file stem belongs to.
-OPS_BASE = {"tensor", "dtype", "config", "config_rules", "numerics", "pcg64", "crc32c", "topk",
-            "cache_precision"}
-OPS_COMPONENTS = {"linear", "rmsnorm", "rope", "attention", "compressor", "indexer", "mhc", "mhc_budget", "engram",
-                  "moe", "embedding", "kv_quant", "dspark", "sampling"}
-WEIGHTS_IO = {"safetensors", "weights"}           # the checkpoint: what ops.h's prepare() sees
-SEAM = {"ops", "reference_ops"}
-MODEL = {"hooks", "kv_cache", "forward", "forward_attention", "model", "model_dspark", "byte_accounting",
-         "speculative", "state_diff",
-         "session_store", "session_internal", "session_codec", "session_restore", "session_file"}
+_REF = ["reference/ops/", "reference/checkpoint/", "reference/seam/", "reference/model/", "reference/session/"]
+_BELOW_SCENARIOS = ["base/", "formats/", "h5/", "reports/", "golden/", "cuda/"] + _REF
 
-# What each group may include (folder prefixes, or "reference:<set name>").
+# What each folder may include (folder prefixes, or exact header paths).
 ALLOWED = {
-    "formats": ["formats/"],
-    "ops": ["formats/", "reference:base", "reference:components"],
-    "weights": ["formats/", "reference:base", "reference:components", "reference:weights"],
-    "seam": ["formats/", "reference:base", "reference:components", "reference:weights", "reference:seam"],
-    "model": ["formats/", "reference:base", "reference:components", "reference:weights", "reference:seam",
-              "reference:model"],
+    "base/": ["base/"],
+    "formats/": ["base/", "formats/"],
+    "h5/": ["base/", "h5/"],
+    "reference/ops/": ["base/", "formats/", "reference/ops/"],
+    "reference/checkpoint/": ["base/", "formats/"] + _REF[:2],
+    "reference/seam/": ["base/", "formats/"] + _REF[:3],
+    "reference/model/": ["base/", "formats/"] + _REF[:4],
+    "reference/session/": ["base/", "formats/"] + _REF,
     # cuda/: kernels see formats/; the ops table (cuda/cuda_ops.*) implements the seam, so cuda/
     # sees what the seam sees (never the model: kv_cache, hooks, sessions).
-    "cuda": ["formats/", "cuda/", "reference:base", "reference:components", "reference:weights", "reference:seam"],
-    "reports": ["formats/", "reports/"],
-    "golden": ["formats/", "golden/", "reports/h5_io.h"],
+    "cuda/": ["base/", "formats/", "cuda/"] + _REF[:3],
+    "reports/": ["base/", "formats/", "h5/", "reports/"],
+    "golden/": ["base/", "golden/", "h5/"],
+    "scenarios/judge/": _BELOW_SCENARIOS + ["scenarios/judge/"],
+    "scenarios/defects/": _BELOW_SCENARIOS + ["scenarios/defects/"],
+    "scenarios/runner/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/runner/"],
+    "scenarios/conform/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/runner/",
+                                              "scenarios/conform/"],
+    "scenarios/vectors/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/vectors/"],
+    "scenarios/agree/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/agree/"],
+    "scenarios/exact/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/exact/"],
+    "scenarios/selftest/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/runner/",
+                                               "scenarios/conform/", "scenarios/selftest/"],
+    "scenarios/sweep/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/runner/",
+                                            "scenarios/sweep/"],
+    "scenarios/cli/": _BELOW_SCENARIOS + ["scenarios/"],
 }
-REF_SETS = {"base": OPS_BASE, "components": OPS_COMPONENTS, "weights": WEIGHTS_IO, "seam": SEAM,
-            "model": MODEL}
+FREE = ("tests", "bench", "fuzz", "examples")  # may include any library folder, not python/
 
 
 def group_of(rel: pathlib.PurePosixPath):
+    """The ALLOWED key of a file, None for a free folder or python/, "unclassified" otherwise."""
     top = rel.parts[0]
-    if top == "python":
-        return None  # the top: may include any layer
-
-    if top in ("formats", "cuda", "reports", "golden"):
-        return top
-    if top != "reference":
-        return None  # scenarios/, tests/, bench/: may include any layer
-    stem = rel.stem
-    for name, members in (("ops", OPS_BASE | OPS_COMPONENTS), ("weights", WEIGHTS_IO), ("seam", SEAM),
-                          ("model", MODEL)):
-        if stem in members:
-            return name
+    if top == "python" or top in FREE:
+        return None
+    path = rel.as_posix()
+    for key in sorted(ALLOWED, key=len, reverse=True):
+        if path.startswith(key):
+            return key
     return "unclassified"
 
 
 def allowed(group: str, include: str) -> bool:
-    for rule in ALLOWED[group]:
-        if rule.startswith("reference:"):
-            inc = pathlib.PurePosixPath(include)
-            if inc.parts[0] == "reference" and inc.stem in REF_SETS[rule.split(":", 1)[1]]:
-                return True
-        elif include == rule or (rule.endswith("/") and include.startswith(rule)):
-            return True
-    return False
+    return any(include == rule or (rule.endswith("/") and include.startswith(rule)) for rule in ALLOWED[group])
 
 
 def selftest() -> int:
     """Plants one violation of each kind in a scratch tree: each must be reported."""
     import tempfile
     cases = {
-        "reference/linear.h": "reference/model.h",          # a component reaching up into the model
-        "reference/indexer.cc": "reference/safetensors.h",  # a component reading checkpoint types
-        "reference/ops.h": "reference/hooks.h",             # the seam seeing hooks
-        "formats/packed.h": "reference/tensor.h",           # formats depending on the reference
-        "golden/golden_io.cc": "reports/report.h",          # golden above its one reports header
-        "reference/new_thing.cc": "formats/base.h",         # a file of no layer
-        "cuda/cuda_ops.cc": "reference/kv_cache.h",         # the CUDA ops table reaching into the model
-        "scenarios/conform.cc": "python/bindings.h",        # a layer below reaching up into the Python module
+        "reference/ops/linear.h": "reference/model/model.h",            # a component reaching up into the model
+        "reference/ops/indexer.cc": "reference/checkpoint/safetensors.h",  # a component reading checkpoint types
+        "reference/seam/ops.h": "reference/model/hooks.h",              # the seam seeing hooks
+        "formats/packed.h": "reference/ops/tensor.h",                   # formats depending on the reference
+        "base/error.h": "formats/packed.h",                             # the base depending on a codec
+        "golden/golden_io.cc": "reports/report.h",                      # golden above the HDF5 layer
+        "h5/h5_io.cc": "reports/table.h",                               # the HDF5 layer reaching into reports
+        "reference/new_layer/thing.cc": "base/base.h",                  # a folder of no layer
+        "cuda/cuda_ops.cc": "reference/model/kv_cache.h",               # the CUDA ops table reaching into the model
+        "scenarios/conform/conform.cc": "python/bindings.h",            # a layer below reaching into python/
+        "scenarios/runner/runner.cc": "scenarios/conform/conform.h",    # the runner above conform
+        "scenarios/defects/mutants.cc": "scenarios/runner/capture.h",   # planted defects above the runner
+        "scenarios/sweep/sweep.cc": "scenarios/cli/cli.h",              # a library reaching into the verbs
+        "tests/x_test.cc": "python/bindings.h",                         # a test including python/
     }
     failures = 0
     for file, include in cases.items():
@@ -99,13 +100,15 @@ def selftest() -> int:
             if len(found) != 1:
                 print(f"selftest: {file} including {include}: {len(found)} problems reported, want 1")
                 failures += 1
-    with tempfile.TemporaryDirectory() as d:  # and a clean file passes
-        pathlib.Path(d, "reference").mkdir()
-        pathlib.Path(d, "reference/linear.h").write_text('#include "reference/tensor.h"\n#include "formats/qdq.h"\n')
-        pathlib.Path(d, "cuda").mkdir()  # the CUDA ops table implementing the seam
-        pathlib.Path(d, "cuda/cuda_ops.h").write_text('#include "reference/ops.h"\n#include "cuda/kernels.h"\n')
+    with tempfile.TemporaryDirectory() as d:  # and clean files pass
+        for file, include in {"reference/ops/linear.h": "reference/ops/tensor.h",
+                              "cuda/cuda_ops.h": "reference/seam/ops.h",
+                              "scenarios/conform/conform.cc": "scenarios/runner/capture.h",
+                              "scenarios/cli/cli_run.cc": "scenarios/sweep/sweep.h"}.items():
+            pathlib.Path(d, file).parent.mkdir(parents=True, exist_ok=True)
+            pathlib.Path(d, file).write_text(f'#include "{include}"\n#include "base/error.h"\n')
         if check(pathlib.Path(d)):
-            print("selftest: a clean component or the CUDA ops table was reported")
+            print("selftest: a clean include was reported: " + "; ".join(check(pathlib.Path(d))))
             failures += 1
     print(f"layering selftest: {len(cases) + 1 - failures} of {len(cases) + 1} cases right")
     return 1 if failures else 0
@@ -118,19 +121,21 @@ def check(root: pathlib.Path):
             continue
         rel = pathlib.PurePosixPath(path.relative_to(root).as_posix())
         group = group_of(rel)
-        if group is None:
-            if rel.parts[0] == "python":
-                continue
-            group = "any"  # scenarios/, tests/, bench/: any layer, but not python/
+        if group is None and rel.parts[0] == "python":
+            continue
         if group == "unclassified":
-            problems.append(f"{rel}: not assigned to a layer in tests/layering/check_layering.py")
+            problems.append(f"{rel}: not in a folder of tests/layering/check_layering.py's table")
             continue
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
-            if m and group == "any" and m.group(1).startswith("python/"):
-                problems.append(f"{rel}:{n}: includes \"{m.group(1)}\" (python/ is the top: nothing includes it)")
-            elif m and group != "any" and not allowed(group, m.group(1)):
-                problems.append(f"{rel}:{n}: the {group} layer includes \"{m.group(1)}\" (a layer above it)")
+            if not m:
+                continue
+            inc = m.group(1)
+            if group is None:
+                if inc.startswith("python/"):
+                    problems.append(f"{rel}:{n}: includes \"{inc}\" (python/ is the top: nothing includes it)")
+            elif not allowed(group, inc):
+                problems.append(f"{rel}:{n}: {group} includes \"{inc}\" (a folder above it or beside it)")
     return problems
 
 
@@ -140,7 +145,8 @@ def main() -> int:
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
     problems = check(root)
     checked = sum(1 for p in root.glob("*/**/*") if p.suffix in (".h", ".cc", ".cu", ".cuh")
-                  and group_of(pathlib.PurePosixPath(p.relative_to(root).as_posix())) is not None)
+                  and "build" not in p.parts[len(root.parts)]
+                  and pathlib.PurePosixPath(p.relative_to(root).as_posix()).parts[0] != "python")
     for p in problems:
         print(p)
     print(f"layering: {checked} files checked, {len(problems)} problem(s)")

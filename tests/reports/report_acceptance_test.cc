@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "reports/report.h"
 #include "tests/reports/report_fixture.h"
 #include "tests/support/error_of.h"

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "reports/report.h"
 #include "tests/reports/report_fixture.h"
 #include "tests/support/error_of.h"

@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace dsv41::test {
 

@@ -1,12 +1,12 @@
 // tests/support/fake_device_ops.h
 //
-// FakeDeviceOps: a second implementation of the ops seam (reference/ops.h) whose tensors live in
+// FakeDeviceOps: a second implementation of the ops seam (reference/seam/ops.h) whose tensors live in
 // a pretend device memory (FakeStorage: host memory the model cannot read). Each op takes its
 // inputs out of that memory, runs the reference op of the same name, and puts its outputs back.
 // It proves three things about the model when a forward runs through it:
 //   - the model reaches every component through the seam: a tensor the model read or wrote itself
 //     would be a device tensor read on the host, which throws;
-//   - the model moves data between host and device only where reference/ops.h allows: `events`
+//   - the model moves data between host and device only where reference/seam/ops.h allows: `events`
 //     lists every op call, upload and download in order;
 //   - the results are the reference's bit for bit (the same functions do the arithmetic).
 // Activations passed to an op must be device tensors (a host tensor where the model should pass
@@ -26,8 +26,8 @@
 #include <utility>
 #include <vector>
 
-#include "formats/error.h"
-#include "reference/ops.h"
+#include "base/error.h"
+#include "reference/seam/ops.h"
 
 namespace dsv41::test {
 

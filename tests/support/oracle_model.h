@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "golden/golden_io.h"
-#include "reference/model.h"
-#include "reference/weights.h"
+#include "reference/model/model.h"
+#include "reference/checkpoint/weights.h"
 
 namespace dsv41::test {
 

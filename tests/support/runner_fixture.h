@@ -14,7 +14,7 @@
 #include <cmath>
 
 #include "reports/report.h"
-#include "scenarios/backend.h"
+#include "scenarios/runner/backend.h"
 #include "tests/support/oracle_model.h"
 
 namespace dsv41::test {

@@ -1,6 +1,6 @@
 // tests/support/session_store_util.h
 //
-// Shared by the session-store tests (tests/reference/session_store_test.cc and
+// Shared by the session-store tests (tests/reference/session/session_store_test.cc and
 // session_store_corruption_test.cc): the oracle model fixture, runs recorded per position, scratch
 // files, and the documented file layout (docs/session-store.md) for patching saved files. Test-only
 // helpers in an unnamed namespace: each test executable includes it once.
@@ -26,18 +26,18 @@
 
 #include <gtest/gtest.h>
 
-#include "formats/base.h"
+#include "base/base.h"
 #include "formats/cache_format.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "golden/golden_io.h"
-#include "reference/byte_accounting.h"
-#include "reference/crc32c.h"
-#include "reference/model.h"
-#include "reference/weights.h"
+#include "reference/session/byte_accounting.h"
+#include "base/crc32c.h"
+#include "reference/model/model.h"
+#include "reference/checkpoint/weights.h"
 #include "tests/support/oracle_model.h"
 #include "tests/support/seed.h"
 
-#include "reference/session_store.h"
+#include "reference/session/session_store.h"
 
 namespace dsv41::reference {
 namespace {

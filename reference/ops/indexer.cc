@@ -1,0 +1,232 @@
+#include "reference/ops/indexer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "formats/cache_format.h"
+#include "base/error.h"
+#include "formats/minifloat.h"
+#include "formats/qdq.h"
+#include "reference/ops/numerics.h"
+#include "reference/ops/topk.h"
+
+namespace dsv41::reference {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+void check_reach(const std::vector<int64_t>& reach, int64_t rows, int64_t n, const char* what) {
+  DSV41_CHECK(static_cast<int64_t>(reach.size()) == rows, what, ": ", reach.size(),
+              " reach values for ", rows, " query rows");
+  for (size_t t = 0; t < reach.size(); ++t) {
+    DSV41_CHECK(reach[t] >= 0 && reach[t] <= n, what, ": reach ", reach[t], " of query row ", t,
+                " outside [0, ", n, "]");
+  }
+}
+
+// Python's floor division for a possibly negative numerator (the official `(reach - 1) // bs`).
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// The scores of 16 keys for one query (index_scores' formula, below): q [heads, d] and w [heads]
+// of the query, kt the 16 keys transposed (kt[i * 16 + lane] = key lane's value i). Every lane is
+// its own computation: its dot is a double chain in index order (acc += double(q[i]) * double(k[i]),
+// then one rounding to fp32, as dot_f64_f32) and its fp32 sum runs over the heads in order, so
+// each lane has the bits of that key computed alone; the lanes only run side by side in vector
+// registers (four chains of four for the dots, which also hides the adds' latency).
+DSV41_SIMD_CLONES void scores16(const float* q, const float* w, const float* kt, int64_t heads, int64_t d,
+                                float* out) {
+  typedef float v4f __attribute__((vector_size(16)));
+  typedef double v4d __attribute__((vector_size(32)));
+  float sum[16] = {};  // fp32 accumulation over heads, in head order
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* a = q + h * d;
+    v4d acc[4] = {{0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}};
+    for (int64_t i = 0; i < d; ++i) {
+      const double x = static_cast<double>(a[i]);
+      for (int g = 0; g < 4; ++g) {
+        v4f k;
+        std::memcpy(&k, kt + i * 16 + g * 4, sizeof k);
+        acc[g] += x * __builtin_convertvector(k, v4d);
+      }
+    }
+    for (int l = 0; l < 16; ++l) {
+      const float dot = formats::round_to_bf16(static_cast<float>(acc[l / 4][l % 4]));
+      sum[l] += formats::round_to_bf16((dot > 0.0f ? dot : 0.0f) * w[h]);
+    }
+  }
+  for (int l = 0; l < 16; ++l) out[l] = formats::round_to_bf16(sum[l]);
+}
+
+}  // namespace
+
+float index_weight_scale(int index_head_dim, int index_n_heads) {
+  DSV41_CHECK(index_head_dim > 0 && index_n_heads > 0, "index_weight_scale: Di ", index_head_dim,
+              ", Hi ", index_n_heads);
+  const double s = std::pow(static_cast<double>(index_head_dim), -0.5) *
+                   std::pow(static_cast<double>(index_n_heads), -0.5);
+  return static_cast<float>(s);
+}
+
+Tensor<float> index_weights(const Tensor<float>& proj, int index_head_dim) {
+  DSV41_CHECK(proj.rank() == 2, "index_weights: proj must be [T, Hi], rank ", proj.rank());
+  const float scale = index_weight_scale(index_head_dim, static_cast<int>(proj.dim(1)));
+  Tensor<float> w(proj.shape(), "index_weights");
+  for (int64_t i = 0; i < proj.numel(); ++i) {
+    w.data()[static_cast<size_t>(i)] = formats::round_to_bf16(proj.data()[static_cast<size_t>(i)] * scale);
+  }
+  return w;
+}
+
+std::vector<int64_t> compressed_reach(int64_t start_pos, int64_t seqlen, int ratio) {
+  DSV41_CHECK(start_pos >= 0 && seqlen >= 0 && ratio >= 1, "compressed_reach: start_pos ",
+              start_pos, ", seqlen ", seqlen, ", ratio ", ratio);
+  std::vector<int64_t> reach(static_cast<size_t>(seqlen));
+  for (int64_t t = 0; t < seqlen; ++t) reach[static_cast<size_t>(t)] = (start_pos + t + 1) / ratio;
+  return reach;
+}
+
+Tensor<float> index_scores(const Tensor<float>& q, const Tensor<float>& keys,
+                           const Tensor<float>& weights, const std::vector<int64_t>& reach) {
+  DSV41_CHECK(q.rank() == 3 && keys.rank() == 2 && weights.rank() == 2,
+              "index_scores: q [T, Hi, Di], keys [N, Di], weights [T, Hi]; got ranks ", q.rank(),
+              ", ", keys.rank(), ", ", weights.rank());
+  const int64_t t_count = q.dim(0), heads = q.dim(1), d = q.dim(2), n = keys.dim(0);
+  DSV41_CHECK(keys.dim(1) == d && weights.dim(0) == t_count && weights.dim(1) == heads,
+              "index_scores: q [", t_count, ", ", heads, ", ", d, "], keys [", n, ", ",
+              keys.dim(1), "], weights [", weights.dim(0), ", ", weights.dim(1), "]");
+  check_reach(reach, t_count, n, "index_scores");
+  Tensor<float> scores({t_count, n}, "index_score", -kInf);
+  // The keys any query reaches, in groups of 16 transposed for scores16 (zeros past the last).
+  const int64_t reached = reach.empty() ? 0 : *std::max_element(reach.begin(), reach.end());
+  const int64_t groups = (reached + 15) / 16;
+  std::vector<float> kt(static_cast<size_t>(groups * d * 16), 0.0f);  // [groups, d, 16]
+  parallel_for(groups, [&](int64_t g) {
+    for (int64_t l = 0; l < 16 && g * 16 + l < reached; ++l) {
+      const float* k = keys.row(g * 16 + l);
+      for (int64_t i = 0; i < d; ++i) kt[static_cast<size_t>((g * d + i) * 16 + l)] = k[i];
+    }
+  });
+  parallel_for(t_count, [&](int64_t t) {
+    const int64_t reach_t = reach[static_cast<size_t>(t)];
+    const float* w = weights.row(t);  // [Hi]
+    float* out = scores.row(t);
+    // score of key j: bf16(sum over heads in head order of bf16(relu(bf16(q.k)) * w)), 16 keys at once.
+    for (int64_t g = 0; g * 16 < reach_t; ++g) {
+      float s16[16];
+      scores16(heads > 0 ? q.row(t, 0) : nullptr, w, kt.data() + g * d * 16, heads, d, s16);
+      for (int64_t l = 0; l < 16 && g * 16 + l < reach_t; ++l) out[g * 16 + l] = s16[l];
+    }
+  });
+  return scores;
+}
+
+const Tensor<int32_t>& PublishedTopk::idxs_for(int expected_owner, int expected_ratio,
+                                               int64_t expected_offset) const {
+  if (expected_owner != owner_layer || expected_ratio != ratio || expected_offset != offset) {
+    DSV41_FAIL("published top-k: a consumer expects the top-k of layer ", expected_owner,
+               " (ratio ", expected_ratio, ", offset ", expected_offset,
+               ") but this one belongs to layer ", owner_layer, " (ratio ", ratio, ", offset ",
+               offset, ")");
+  }
+  return idxs;
+}
+
+const Tensor<uint8_t>& CandidateMask::mask_for(int expected_owner) const {
+  if (expected_owner != owner_layer) {
+    DSV41_FAIL("candidate mask: a consumer expects the mask of layer ", expected_owner,
+               " but this one belongs to layer ", owner_layer);
+  }
+  return mask;
+}
+
+void apply_candidate_mask(Tensor<float>& scores, const CandidateMask& candidates,
+                          int expected_owner) {
+  apply_score_mask(scores, candidates.mask_for(expected_owner), candidates.owner_layer);
+}
+
+void apply_score_mask(Tensor<float>& scores, const Tensor<uint8_t>& mask, int owner_layer) {
+  DSV41_CHECK(mask.shape() == scores.shape(), "apply_candidate_mask: mask of layer ", owner_layer,
+              " has ", mask.numel(), " entries, scores ", scores.numel());
+  const int64_t rows = scores.rank() >= 1 && scores.numel() > 0 ? scores.dim(0) : 0;
+  const int64_t per_row = rows > 0 ? scores.numel() / rows : 0;
+  const uint8_t* m = mask.data().data();
+  float* v = scores.data().data();
+  parallel_for(rows, [&](int64_t t) {  // rows are independent
+    for (int64_t i = t * per_row; i < (t + 1) * per_row; ++i) {
+      if (m[i] == 0) v[i] = -kInf;
+    }
+  });
+}
+
+Tensor<float> candidate_block_scores(const Tensor<float>& scores, const std::vector<int64_t>& reach,
+                                     int block_size) {
+  DSV41_CHECK(scores.rank() == 2 && block_size > 0, "candidate_block_scores: scores rank ",
+              scores.rank(), ", block_size ", block_size);
+  const int64_t rows = scores.dim(0), n = scores.dim(1);
+  check_reach(reach, rows, n, "candidate_block_scores");
+  const int64_t blocks = (n + block_size - 1) / block_size;
+  Tensor<float> out({rows, blocks}, "cand_block_scores", -kInf);  // -inf: the padding
+  parallel_for(rows, [&](int64_t t) {  // rows are independent
+    const float* s = scores.row(t);
+    float* o = out.row(t);
+    for (int64_t j = 0; j < n; ++j) {
+      float& b = o[j / block_size];
+      b = std::max(b, s[j]);
+    }
+    const int64_t last = floor_div(reach[static_cast<size_t>(t)] - 1, block_size);
+    if (last >= 0) o[last] = kInf;  // the newest, partly filled block is always kept
+  });
+  return out;
+}
+
+CandidateMask select_candidate_blocks(const Tensor<float>& scores, const std::vector<int64_t>& reach,
+                                      int topk_blocks, int block_size, int owner_layer) {
+  DSV41_CHECK(topk_blocks > 0, "select_candidate_blocks: topk_blocks ", topk_blocks);
+  const Tensor<float> block = candidate_block_scores(scores, reach, block_size);
+  const int64_t rows = scores.dim(0), n = scores.dim(1), blocks = block.dim(1);
+  const int64_t k = std::min<int64_t>(topk_blocks, blocks);
+  CandidateMask result;
+  result.owner_layer = owner_layer;
+  result.mask = Tensor<uint8_t>({rows, n}, "candidates", 0);
+  parallel_for(rows, [&](int64_t t) {  // rows are independent
+    const float* bt = block.row(t);
+    uint8_t* mt = result.mask.row(t);
+    for (int64_t b : topk_lowest_index(bt, blocks, k)) {
+      if (!(bt[b] > -kInf)) continue;  // an unreachable block picked as filler
+      for (int64_t j = b * block_size; j < std::min<int64_t>(n, (b + 1) * block_size); ++j) mt[j] = 1;
+    }
+  });
+  return result;
+}
+
+PublishedTopk select_index_topk(const Tensor<float>& scores, const std::vector<int64_t>& reach,
+                                int index_topk, int64_t offset, int owner_layer, int ratio) {
+  DSV41_CHECK(scores.rank() == 2 && index_topk > 0 && offset >= 0, "select_index_topk: scores rank ",
+              scores.rank(), ", index_topk ", index_topk, ", offset ", offset);
+  const int64_t rows = scores.dim(0), n = scores.dim(1);
+  check_reach(reach, rows, n, "select_index_topk");
+  DSV41_CHECK(rows == 0 || reach.back() == n, "select_index_topk: ", n,
+              " score columns but the last query reaches ", reach.back(),
+              " (the columns must be end_pos / ratio)");
+  const int64_t k = std::min<int64_t>(index_topk, n);
+  PublishedTopk result;
+  result.owner_layer = owner_layer;
+  result.ratio = ratio;
+  result.offset = offset;
+  result.idxs = Tensor<int32_t>({rows, k}, "indexer_topk");
+  parallel_for(rows, [&](int64_t t) {
+    std::vector<int64_t> pick = topk_lowest_index(scores.row(t), n, k);
+    std::sort(pick.begin(), pick.end());
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t pos = pick[static_cast<size_t>(i)];
+      result.idxs.at(t, i) =
+          pos < reach[static_cast<size_t>(t)] ? static_cast<int32_t>(pos + offset) : -1;
+    }
+  });
+  return result;
+}
+
+}  // namespace dsv41::reference

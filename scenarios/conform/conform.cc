@@ -1,0 +1,320 @@
+// scenarios/conform/conform.cc
+//
+// `dsv41 conform` (scenarios/conform/conform.h): the port's dump as StepCaptures, the teacher-forced and
+// end-to-end replays in the reference, and the rows they give. The report assembly (tolerances,
+// order, root cause, support matrix) is scenarios/conform/conform_report.cc.
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <set>
+
+#include "formats/cache_format.h"
+#include "base/error.h"
+#include "reference/model/model.h"
+#include "reference/model/speculative.h"
+#include "scenarios/runner/capture.h"
+#include "scenarios/runner/compare.h"
+#include "scenarios/conform/conform.h"
+#include "scenarios/conform/conform_internal.h"
+#include "scenarios/judge/derived_bounds.h"
+
+namespace dsv41::scenarios {
+namespace conform_detail {
+namespace {
+
+using reference::Component;
+using reference::DType;
+using reference::Tensor;
+using reference::safetensors::Entry;
+
+template <typename T>
+std::vector<T> le_values(const Entry& e) {
+  std::vector<T> v(static_cast<size_t>(e.numel()));
+  DSV41_CHECK(e.bytes.size() == v.size() * sizeof(T), "key '", e.name, "': ", e.bytes.size(), " bytes for ", v.size(),
+              " values");
+  if (!v.empty()) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());  // empty: data() may be null (UB)
+  return v;
+}
+
+// A stored float tensor as fp32 values (BF16: the high half of the fp32 pattern).
+std::vector<float> float_values(const Entry& e) {
+  if (e.dtype == DType::kF32) return le_values<float>(e);
+  const std::vector<uint16_t> h = le_values<uint16_t>(e);
+  std::vector<float> out(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    const uint32_t u = static_cast<uint32_t>(h[i]) << 16;
+    std::memcpy(&out[i], &u, sizeof u);
+  }
+  return out;
+}
+
+const std::string& meta_of(const PortDumpStep& s, const std::string& key) {
+  const auto it = s.metadata.find(key);
+  if (it == s.metadata.end()) DSV41_FAIL(s.file, ": __metadata__ has no '", key, "' (a cache key's format and dim)");
+  return it->second;
+}
+
+// A cache of the dump as a CacheView, its format and dim from the file's metadata (checked).
+reference::CacheView cache_of(const PortDumpStep& s, int layer, const std::string& component) {
+  const Entry& e = *s.find(layer, component);
+  reference::CacheView v;
+  v.kind = component.substr(std::strlen("cache."));
+  v.layer = layer;
+  try {
+    v.format = formats::cache_format_from_name(meta_of(s, e.name + ".format"));
+    v.dim = std::stoll(meta_of(s, e.name + ".dim"));
+  } catch (const std::logic_error& x) {
+    DSV41_FAIL(s.file, ": key '", e.name, "': metadata '", e.name, ".dim' is not a number: ", x.what());
+  } catch (const Error& x) {
+    DSV41_FAIL(s.file, ": key '", e.name, "': ", x.what());
+  }
+  v.entries = e.shape.at(0);
+  v.entry_bytes = e.shape.at(1);
+  const int64_t want = v.kind == "compressor" ? 8 * v.dim : formats::entry_bytes(v.format, static_cast<int>(v.dim));
+  DSV41_CHECK(v.dim > 0 && v.entry_bytes == want, s.file, ": key '", e.name, "': ", v.entry_bytes,
+              " bytes per entry, but format ", formats::info(v.format).name, " with dim ", v.dim, " has ", want);
+  v.bytes = e.bytes;
+  const auto pos = s.tensors.find(e.name + ".positions");
+  if (pos != s.tensors.end()) v.positions = le_values<int64_t>(pos->second);
+  return v;
+}
+
+}  // namespace
+
+bool is_cache(const std::string& component) { return component.rfind("cache.", 0) == 0; }
+
+StepCapture port_capture(const PortDump& d, const PortDumpStep& s) {
+  StepCapture cap;
+  cap.start_pos = s.start_pos;
+  cap.tokens = static_cast<int64_t>(s.tokens.size());
+  const std::string logits = reference::name(Component::kLogits);
+  for (const reference::ComponentInfo& row : reference::component_table()) {
+    const auto it = d.components.find(row.name);
+    if (it == d.components.end()) continue;
+    for (int layer : it->second) {
+      const Entry& e = *s.find(layer, row.name);
+      if (is_cache(row.name)) {
+        cap.caches.push_back(cache_of(s, layer, row.name));
+        continue;
+      }
+      if (row.name == logits) {  // [1 or T, vocab]: the last row is the step's last position
+        const std::vector<float> all = float_values(e);
+        const int64_t vocab = e.shape.at(1);
+        cap.logits.assign(all.end() - vocab, all.end());
+        cap.logit_rows = 1;
+        continue;
+      }
+      CapturedItem it2;
+      it2.layer = layer;
+      it2.component = row.name;
+      it2.type = hook_value_type(row.name);
+      switch (e.dtype) {
+        case DType::kBF16:
+        case DType::kF32:
+          it2.kind = CapturedItem::kFloat;
+          it2.f = Tensor<float>(e.shape, float_values(e), e.name);
+          break;
+        case DType::kI32:
+          it2.kind = CapturedItem::kIndex;
+          it2.i = Tensor<int32_t>(e.shape, le_values<int32_t>(e), e.name);
+          break;
+        case DType::kU8:
+          it2.kind = CapturedItem::kMask;
+          it2.m = Tensor<uint8_t>(e.shape, e.bytes, e.name);
+          break;
+        case DType::kI64:
+          it2.kind = CapturedItem::kIds;
+          it2.ids = le_values<int64_t>(e);
+          it2.ids_shape = e.shape;
+          break;
+        default: DSV41_FAIL(s.file, ": key '", e.name, "': dtype ", reference::dtype_name(e.dtype), " is not a component's");
+      }
+      cap.items.push_back(std::move(it2));
+    }
+  }
+  return cap;
+}
+
+namespace {
+
+// The port's selections, checked after they replaced the reference's (a value out of range would
+// make the reference read outside its caches): top-k in [-1, N) with N the layer's index_scores
+// width, experts in [0, n_routed_experts), candidate masks 0/1.
+reference::ForwardHooks checked_forcing(StepCapture& own, const StepCapture* port, const PortDumpStep& s,
+                                        const reference::ModelConfig& c, std::map<int, int64_t>& reach) {
+  reference::ForwardHooks h = capture_hooks(own, port);
+  h.tensor = [inner = h.tensor, &reach](Component what, int layer, Tensor<float>& v) {
+    if (what == Component::kIndexScores && v.rank() == 2) reach[layer] = v.dim(1);
+    inner(what, layer, v);
+  };
+  h.index = [inner = h.index, &reach, &s, &c](Component what, int layer, Tensor<int32_t>& v) {
+    inner(what, layer, v);
+    const std::string key = s.file + ": key '" + dump_key(layer, reference::name(what)) + "'";
+    const int64_t hi = what == Component::kTopk ? (reach.count(layer) ? reach[layer] : 0) : c.n_routed_experts;
+    const int32_t lo = what == Component::kTopk ? -1 : 0;
+    for (int64_t i = 0; i < v.numel(); ++i) {
+      const int32_t x = v.data()[static_cast<size_t>(i)];
+      if (x < lo || x >= hi) {
+        DSV41_FAIL(key, ": element ", i, " is ", x, ", outside [", lo, ", ", hi, ") (",
+                   what == Component::kTopk ? "the compressed positions of this layer's index scores" : "the routed experts",
+                   ")");
+      }
+    }
+  };
+  h.mask = [inner = h.mask, &s](Component what, int layer, Tensor<uint8_t>& v) {
+    inner(what, layer, v);
+    for (int64_t i = 0; i < v.numel(); ++i) {
+      if (v.data()[static_cast<size_t>(i)] > 1) {
+        DSV41_FAIL(s.file, ": key '", dump_key(layer, reference::name(what)), "': element ", i, " is ",
+                   int{v.data()[static_cast<size_t>(i)]}, ", a mask holds 0 or 1");
+      }
+    }
+  };
+  return h;
+}
+
+std::vector<reference::CacheView> all_caches(const reference::Model& m, const reference::ModelState& s) {
+  std::vector<reference::CacheView> caches = m.cache_views(s);
+  for (std::vector<reference::CacheView> more : {reference::compressor_views(s, m.ops()), reference::dspark_views(s, m.ops())}) {
+    for (reference::CacheView& v : more) caches.push_back(std::move(v));
+  }
+  return caches;
+}
+
+// Keeps of `own` what `port` covers: items whose (layer, component) the port holds (and index
+// scores, which the tie analysis of top-k reads), the logits when the port has them, and the port's
+// caches in the reference's order; returns the port's caches the reference does not have.
+std::vector<reference::CacheView> keep_covered(StepCapture& own, StepCapture& port, const std::set<std::string>& components) {
+  std::vector<CapturedItem> items;
+  for (CapturedItem& it : own.items) {
+    if (!components.count(it.component)) continue;
+    if (port.find(it.layer, it.component) != nullptr || it.component == reference::name(Component::kIndexScores)) {
+      items.push_back(std::move(it));
+    }
+  }
+  own.items = std::move(items);
+  std::vector<CapturedItem> port_items;
+  for (CapturedItem& it : port.items) {
+    if (components.count(it.component)) port_items.push_back(std::move(it));
+  }
+  port.items = std::move(port_items);
+  if (port.logits.empty() || !components.count(reference::name(Component::kLogits))) {
+    own.logits.clear();
+    port.logits.clear();
+  }
+  std::vector<reference::CacheView> a, b;
+  std::vector<bool> used(port.caches.size(), false);
+  for (reference::CacheView& v : own.caches) {
+    for (size_t j = 0; j < port.caches.size(); ++j) {
+      if (!used[j] && port.caches[j].kind == v.kind && port.caches[j].layer == v.layer) {
+        used[j] = true;
+        a.push_back(std::move(v));
+        b.push_back(port.caches[j]);
+        break;
+      }
+    }
+  }
+  own.caches = std::move(a);
+  std::vector<reference::CacheView> unmatched;
+  for (size_t j = 0; j < port.caches.size(); ++j) {
+    if (!used[j]) unmatched.push_back(std::move(port.caches[j]));
+  }
+  port.caches = std::move(b);
+  return unmatched;
+}
+
+}  // namespace
+
+std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeights& weights,
+                                  const std::vector<int64_t>& token_map, const ConformOptions& o) {
+  const reference::ModelConfig& c = d.config;
+  reference::Model model(c, weights, token_map);
+  reference::ModelState forced = model.new_state(), free = model.new_state();
+  std::set<std::string> every, end_to_end;
+  for (const reference::ComponentInfo& row : reference::component_table()) every.insert(row.name);
+  for (Component k : {Component::kEngramIds, Component::kCandidates, Component::kTopk, Component::kIndexScores,
+                      Component::kExperts, Component::kLogits}) {
+    end_to_end.insert(reference::name(k));
+  }
+  std::vector<StepJudgement> out;
+  for (const PortDumpStep& s : d.steps) {
+    if (o.stop_after_step >= 0 && s.index > o.stop_after_step) break;
+    if (o.progress) {
+      std::fprintf(stderr, "conform %s: step %lld (%s, %zu tokens at %lld)\n", d.dir.c_str(),
+                   static_cast<long long>(s.index), s.event.c_str(), s.tokens.size(), static_cast<long long>(s.start_pos));
+    }
+    StepJudgement j;
+    j.step = s.index;
+    for (int64_t t : s.tokens) {
+      DSV41_CHECK(t >= 0 && t < c.vocab_size, s.file, ": key 'step.tokens': id ", t, " is not a token of the vocab (",
+                  c.vocab_size, ")");
+    }
+    CompareContext ctx;
+    ctx.step = s.index;
+    ctx.expect = Expectation::kMeasured;  // conform_report.cc gives each row its bound
+    ctx.candidate_block_size = std::max(1, c.candidate_block_size);
+    ctx.candidate_source_layer = c.candidate_source_layer;
+    ctx.topk_tie_rel = conform_detail::order_variant(d, o) ? topk_tie_band(c) : 0.0;
+    // A verify step keeps its first s.kept tokens: after it, the state is rolled back to the one
+    // before it advanced by those (reference::roll_back, hook-free), as the port's caches are.
+    const bool rolls_back = s.kept < static_cast<int64_t>(s.tokens.size());
+    reference::StepOptions step_options;  // a verify step computes every row's head (final_norm_out [T, dim])
+    step_options.all_logits = s.event == kPortDumpVerify;
+    const auto keep_kept = [&](reference::ModelState& state, const reference::ModelState& before) {
+      if (rolls_back) reference::roll_back(model, state, before, s.tokens, s.kept - 1);
+    };
+    {  // Teacher-forced: every component the port holds replaced by the port's value.
+      const std::optional<reference::ModelState> before = rolls_back ? std::optional(forced) : std::nullopt;
+      StepCapture port = port_capture(d, s), own;
+      std::map<int, int64_t> reach;
+      model.set_hooks(checked_forcing(own, &port, s, c, reach));
+      const reference::StepRecord rec = [&] {
+        try {
+          return model.forward_chunk(forced, s.tokens, step_options);
+        } catch (const Error& e) {
+          model.set_hooks({});
+          DSV41_FAIL("port dump '", d.dir, "', ", s.file, ": the teacher-forced step failed: ", e.what());
+        }
+      }();
+      model.set_hooks({});
+      if (before) keep_kept(forced, *before);
+      finish_capture(own, rec, all_caches(model, forced));
+      const std::vector<reference::CacheView> extra = keep_covered(own, port, every);
+      ctx.teacher_forced = true;
+      j.forced = compare_step(own, port, ctx);
+      for (const reference::CacheView& v : extra) {  // a cache the reference does not keep: a failure
+        reports::MetricRow r;
+        r.step = s.index;
+        r.position = s.start_pos;
+        r.layer = v.layer;
+        r.component = "cache." + v.kind;
+        r.metric = "present";
+        j.forced.rows.push_back(r);
+        port.caches.push_back(v);
+      }
+      j.forced_own = std::move(own);
+      j.forced_port = std::move(port);
+    }
+    if (o.end_to_end) {  // End to end: nothing forced.
+      const std::optional<reference::ModelState> before = rolls_back ? std::optional(free) : std::nullopt;
+      StepCapture port = port_capture(d, s), own;
+      model.set_hooks(capture_hooks(own, nullptr));
+      const reference::StepRecord rec = model.forward_chunk(free, s.tokens, step_options);
+      model.set_hooks({});
+      if (before) keep_kept(free, *before);
+      finish_capture(own, rec, {});
+      port.caches.clear();
+      keep_covered(own, port, end_to_end);
+      ctx.teacher_forced = false;
+      j.free = compare_step(own, port, ctx);
+      j.free_own = std::move(own);
+      j.free_port = std::move(port);
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace conform_detail
+}  // namespace dsv41::scenarios

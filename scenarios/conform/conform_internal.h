@@ -1,0 +1,45 @@
+// scenarios/conform/conform_internal.h
+//
+// Internal to `dsv41 conform` (scenarios/conform/conform.h): what the replay (conform.cc) hands the report
+// assembly (conform_report.cc).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reference/checkpoint/weights.h"
+#include "scenarios/runner/capture.h"
+#include "scenarios/runner/compare.h"
+#include "scenarios/conform/conform.h"
+#include "scenarios/conform/port_dump.h"
+
+namespace dsv41::scenarios::conform_detail {
+
+// One dump step judged: the rows of compare_step (unchecked: conform_report.cc gives the bounds)
+// and the two captures of each mode (side A the reference, B the port), restricted to what the
+// port covers, for the failure details.
+struct StepJudgement {
+  int64_t step = 0;
+  StepComparison forced, free;
+  StepCapture forced_own, forced_port, free_own, free_port;
+};
+
+// Whether the port is judged under the order-variant claim (--order-variant, or the manifest's).
+inline bool order_variant(const PortDump& d, const ConformOptions& o) {
+  return o.order_variant || d.claim == kClaimOrderVariant;
+}
+
+// "cache.window_kv", ...
+bool is_cache(const std::string& component);
+
+// A dump step as a StepCapture: every component the dump holds (items in table order, the last
+// row of model.logits, the caches with their format and dim from the file's metadata, checked).
+StepCapture port_capture(const PortDump& d, const PortDumpStep& s);
+
+// Replays the dump's steps in the reference: teacher-forced, and end to end (options.end_to_end).
+// A dsv41::Error naming the dump, the file and the key for a port value the reference cannot take.
+std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeights& weights,
+                                  const std::vector<int64_t>& token_map, const ConformOptions& o);
+
+}  // namespace dsv41::scenarios::conform_detail

@@ -1,0 +1,243 @@
+// scenarios/conform/conform_judge.cc
+//
+// The judging pieces of `dsv41 conform` (scenarios/conform/conform.h): the tolerance file, the cache layout
+// diagnosis (the metrics port engineers use are the judge's: scenarios/judge/judge.h).
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "base/json_limits.h"
+#include "formats/cache_format.h"
+#include "base/error.h"
+#include "reference/model/hooks.h"
+#include "scenarios/conform/conform.h"
+
+namespace dsv41::scenarios {
+
+using json = nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------
+// The tolerance file.
+
+namespace {
+
+// The metrics a tolerance file may bound (docs/conform.md), and whether higher is better.
+// "max_ulps" is the file's name of the report's "max_ulp"; "atol"/"rtol" bound the allclose row.
+const std::map<std::string, bool>& file_metrics() {
+  static const std::map<std::string, bool> m = {
+      {"nmse", false},          {"max_ulps", false},        {"max_abs", false},       {"calc_diff", false},
+      {"cosine", true},         {"kl", false},              {"atol", false},          {"rtol", false},
+      {"bit_equal_frac", true}, {"rows_equal_frac", true},  {"jaccard_min", true},    {"recall_min", true},
+      {"tie_equivalent", true}, {"block_recall_min", true}, {"token_recall_min", true}, {"top1_agree", true},
+      {"equal_frac", true},     {"bytes_equal_frac", true}};
+  return m;
+}
+
+}  // namespace
+
+ConformTolerances load_conform_tolerances(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) DSV41_FAIL("--tolerances '", path, "': cannot open the file");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_conform_tolerances(text, "--tolerances '" + path + "'", [](const std::string& key, const std::string& at) {
+    if (key != "*" && !reference::component_from_name(key)) {
+      DSV41_FAIL(at, ": not a component of reference/model/hooks.h (nor \"*\")");
+    }
+  });
+}
+
+ConformTolerances parse_conform_tolerances(
+    const std::string& text, const std::string& where_file,
+    const std::function<void(const std::string& key, const std::string& at)>& check_key) {
+  dsv41::check_json_nesting(text, where_file);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    DSV41_FAIL(where_file, ": not valid JSON: ", e.what());
+  }
+  if (!j.is_object()) DSV41_FAIL(where_file, ": expected an object {component: {metric: bound}}");
+  ConformTolerances out;
+  for (const auto& [component, bounds] : j.items()) {
+    const std::string where = where_file + ", key '" + component + "'";
+    check_key(component, where);
+    if (!bounds.is_object()) DSV41_FAIL(where, ": expected an object {metric: bound, \"origin\": ..., \"note\": ...}");
+    if (!bounds.contains("origin") || !bounds["origin"].is_string()) {
+      DSV41_FAIL(where, ": no \"origin\" (stated, analytic or measured): every bound says where it comes from");
+    }
+    const std::string origin = bounds["origin"].get<std::string>();
+    if (origin != "stated" && origin != "analytic" && origin != "measured") {
+      DSV41_FAIL(where, ": origin '", origin, "': expected stated, analytic or measured");
+    }
+    const std::string note = bounds.value("note", "given in " + where_file);
+    std::map<std::string, reports::Tolerance>& m = out[component];
+    for (const auto& [metric, value] : bounds.items()) {
+      if (metric == "origin" || metric == "note") continue;
+      const auto it = file_metrics().find(metric);
+      if (it == file_metrics().end()) {
+        std::string known;
+        for (const auto& [k, hib] : file_metrics()) known += (known.empty() ? "" : ", ") + k;
+        DSV41_FAIL(where, ": unknown metric '", metric, "' (known: ", known, ")");
+      }
+      if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0) {
+        DSV41_FAIL(where, ": metric '", metric, "': the bound must be a finite number >= 0, got ", value.dump());
+      }
+      reports::Tolerance t;
+      t.bound = value.get<double>();
+      t.higher_is_better = it->second;
+      t.origin = origin;
+      t.note = note;
+      m[metric == "max_ulps" ? "max_ulp" : metric] = t;
+    }
+    if (m.count("rtol") && !m.count("atol")) DSV41_FAIL(where, ": rtol without atol (allclose needs both)");
+    if (m.empty()) DSV41_FAIL(where, ": no bound");
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cache layouts.
+
+namespace {
+
+// Value bytes per entry of a packed format (the scales follow them in the interleaved entry);
+// 0 for a layout without scales (bf16, the compressor's fp32 rows).
+int64_t value_bytes(const reference::CacheView& v) {
+  if (v.kind == "compressor") return 0;
+  switch (v.format) {
+    case formats::CacheFormat::kCompressedKvFp4:
+    case formats::CacheFormat::kIndexKeysFp4: return v.dim / 2;
+    case formats::CacheFormat::kWindowKvFp8: return v.dim;
+    case formats::CacheFormat::kBf16: return 0;
+  }
+  return 0;
+}
+
+// Interleaved entries [values | scales] regrouped from block-planar pages, or the inverse.
+std::vector<uint8_t> regroup(const reference::CacheView& v, const std::vector<uint8_t>& bytes, int64_t page,
+                             bool to_planar) {
+  const int64_t vb = value_bytes(v), eb = v.entry_bytes, sb = eb - vb;
+  std::vector<uint8_t> out(bytes.size());
+  for (int64_t p0 = 0; p0 < v.entries; p0 += page) {
+    const int64_t n = std::min(page, v.entries - p0);
+    const uint8_t* in_page = bytes.data() + p0 * eb;
+    uint8_t* out_page = out.data() + p0 * eb;
+    for (int64_t e = 0; e < n; ++e) {
+      const int64_t inter_v = e * eb, inter_s = e * eb + vb;  // offsets in the interleaved page
+      const int64_t planar_v = e * vb, planar_s = n * vb + e * sb;
+      if (to_planar) {
+        std::memcpy(out_page + planar_v, in_page + inter_v, static_cast<size_t>(vb));
+        std::memcpy(out_page + planar_s, in_page + inter_s, static_cast<size_t>(sb));
+      } else {
+        std::memcpy(out_page + inter_v, in_page + planar_v, static_cast<size_t>(vb));
+        std::memcpy(out_page + inter_s, in_page + planar_s, static_cast<size_t>(sb));
+      }
+    }
+  }
+  return out;
+}
+
+struct Decoded {
+  bool ok = false;
+  std::string why;           // when !ok: why the bytes do not decode
+  double nmse = 0;           // against the reference's values
+  int64_t equal = 0, count = 0;
+};
+
+Decoded decode_against(const reference::CacheView& ref, const std::vector<uint8_t>& bytes,
+                       const std::vector<float>& want) {
+  Decoded d;
+  std::vector<float> got;
+  try {
+    got = formats::unpack_rows(ref.format, bytes, static_cast<int>(ref.entries), static_cast<int>(ref.dim));
+  } catch (const Error& e) {
+    d.why = e.what();
+    return d;
+  }
+  d.ok = true;
+  double num = 0, den = 0;
+  d.count = static_cast<int64_t>(want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    d.equal += std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
+    if (std::isfinite(got[i]) && std::isfinite(want[i])) {
+      num += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+      den += double{want[i]} * want[i];
+    } else if (!(std::isinf(got[i]) && got[i] == want[i])) {
+      num = std::numeric_limits<double>::infinity();
+    }
+  }
+  d.nmse = den > 0 ? num / den : num;
+  return d;
+}
+
+std::string describe(const Decoded& d) {
+  if (!d.ok) return "does not decode (" + d.why + ")";
+  std::ostringstream s;
+  s.precision(3);
+  s << "NMSE " << d.nmse << ", " << d.equal << " of " << d.count << " values equal";
+  return s.str();
+}
+
+}  // namespace
+
+std::vector<uint8_t> to_block_planar(const reference::CacheView& v, int64_t page) {
+  DSV41_CHECK(page >= 1 && value_bytes(v) > 0 && static_cast<int64_t>(v.bytes.size()) == v.entries * v.entry_bytes,
+              "to_block_planar: cache ", v.kind, " of layer ", v.layer, " (", formats::info(v.format).name,
+              ") has no value/scale split, or ", v.bytes.size(), " bytes for ", v.entries, " entries");
+  return regroup(v, v.bytes, page, true);
+}
+
+std::string diagnose_cache_layout(const reference::CacheView& ref, const reference::CacheView& port) {
+  if (ref.bytes == port.bytes) return "";
+  if (ref.bytes.size() != port.bytes.size() || ref.entry_bytes != port.entry_bytes) {
+    return std::to_string(port.entries) + " entries of " + std::to_string(port.entry_bytes) + " bytes, the reference " +
+           std::to_string(ref.entries) + " of " + std::to_string(ref.entry_bytes);
+  }
+  const int64_t vb = value_bytes(ref);
+  if (vb == 0 || ref.entries < 2) return "values differ (" + std::string(formats::info(ref.format).name) + ")";
+  // Regrouping the port's bytes as block-planar pages of P entries gives the reference's bytes.
+  std::vector<int64_t> pages;
+  for (int64_t p = 2; p < ref.entries; p *= 2) pages.push_back(p);
+  pages.push_back(ref.entries);
+  for (int64_t p : pages) {
+    if (regroup(ref, port.bytes, p, false) == ref.bytes) {
+      return "written block-planar (pages of " + std::to_string(p) + " entries: their " + std::to_string(vb) +
+             "-byte values, then their " + std::to_string(ref.entry_bytes - vb) +
+             "-byte scales), read token-interleaved: regrouped, the bytes equal the reference's";
+    }
+  }
+  // FP4: the two nibbles of every value byte swapped.
+  if (ref.format == formats::CacheFormat::kCompressedKvFp4 || ref.format == formats::CacheFormat::kIndexKeysFp4) {
+    std::vector<uint8_t> swapped = port.bytes;
+    for (int64_t e = 0; e < ref.entries; ++e) {
+      for (int64_t i = 0; i < vb; ++i) {
+        uint8_t& x = swapped[static_cast<size_t>(e * ref.entry_bytes + i)];
+        x = static_cast<uint8_t>((x >> 4) | (x << 4));
+      }
+    }
+    if (swapped == ref.bytes) return "FP4 nibbles swapped (element 2i in the high nibble): swapped back, the bytes equal the reference's";
+  }
+  // Neither explains it: how close each decode comes.
+  const std::vector<float> want =
+      formats::unpack_rows(ref.format, ref.bytes, static_cast<int>(ref.entries), static_cast<int>(ref.dim));
+  const Decoded inter = decode_against(ref, port.bytes, want);
+  Decoded best_planar;
+  int64_t best_page = 0;
+  for (int64_t p : pages) {
+    const Decoded d = decode_against(ref, regroup(ref, port.bytes, p, false), want);
+    if (best_page == 0 || (d.ok && (!best_planar.ok || d.nmse < best_planar.nmse))) {
+      best_planar = d;
+      best_page = p;
+    }
+  }
+  return "no layout explains it: decoded token-interleaved " + describe(inter) + "; decoded block-planar (pages of " +
+         std::to_string(best_page) + ") " + describe(best_planar);
+}
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,496 @@
+// scenarios/conform/conform_report.cc
+//
+// `dsv41 conform` (scenarios/conform/conform.h): the rows of the replay (conform.cc) with their bounds (the
+// tolerance file or bit-exact), in root-cause order, the failures' details and repro lines, the
+// support matrix, the verdicts and the RunReport.
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "base/error.h"
+#include "reference/model/hooks.h"
+#include "scenarios/conform/conform.h"
+#include "scenarios/conform/conform_internal.h"
+#include "scenarios/judge/derived_bounds.h"
+#include "scenarios/judge/metrics.h"
+#include "scenarios/runner/runner.h"
+#include "scenarios/runner/verdict.h"
+
+namespace dsv41::scenarios {
+
+using conform_detail::StepJudgement;
+using json = nlohmann::json;
+using reports::MetricRow;
+using reports::Tolerance;
+using reports::Verdict;
+
+namespace {
+
+const char* kExactNote =
+    "docs/conform.md: bit-exact by default: the reference is deterministic and the component's semantics are exact "
+    "given equal inputs; a tolerance file may replace this with a bound and its origin";
+
+// Rows that are exact whatever the tolerance file says (structure, NaN/Inf masks), and the
+// exactness rows of the bit-exact default.
+const std::set<std::string> kAlwaysExact = {"present", "nonfinite_mismatch", "nan_mismatch", "format_equal",
+                                            "entries_equal_frac"};
+const std::set<std::string> kExactRows = {"bit_equal_frac", "rows_equal_frac", "equal_frac", "bytes_equal_frac"};
+
+Tolerance exact_tol(const std::string& metric) {
+  Tolerance t;
+  t.higher_is_better = metric != "nonfinite_mismatch" && metric != "nan_mismatch";
+  t.bound = t.higher_is_better ? 1.0 : 0.0;
+  t.origin = "stated";
+  t.note = kExactNote;
+  return t;
+}
+
+// The file's bounds of a component ("*" when it does not name it); nullptr: bit-exact.
+const std::map<std::string, Tolerance>* file_bounds(const ConformTolerances& tol, const std::string& component) {
+  auto it = tol.find(component);
+  if (it == tol.end()) it = tol.find("*");
+  return it == tol.end() ? nullptr : &it->second;
+}
+
+// The claim in effect: bit-exact, or order-variant (docs/conform.md "Claims").
+struct Claim {
+  bool order_variant = false;
+  const reference::ModelConfig* config = nullptr;
+};
+
+const char* kOrderVariantE2eNote =
+    "docs/conform.md: order-variant claim: end to end, errors compound through the forward (no derived bound): "
+    "measured only, except the rows exact on every pair";
+
+std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::string& component, const std::string& metric,
+                                  const Claim& claim, bool forced) {
+  if (kAlwaysExact.count(metric)) return exact_tol(metric);
+  const std::map<std::string, Tolerance>* f = file_bounds(tol, component);
+  if (f == nullptr && claim.order_variant) {  // the derived defaults (scenarios/judge/derived_bounds.h)
+    if (component == reference::name(reference::Component::kEngramIds)) {
+      return metric == "equal_frac" ? std::optional<Tolerance>(exact_tol(metric)) : std::nullopt;
+    }
+    if (!forced) return std::nullopt;
+    const bool cache = conform_detail::is_cache(component);
+    if (cache) return std::nullopt;  // no pre-quantisation values in a version 1 dump: measured
+    if (component == reference::name(reference::Component::kTopk)) {
+      if (metric != "tie_equivalent") return std::nullopt;
+      Tolerance t = exact_tol("rows_equal_frac");
+      t.origin = "analytic";
+      t.note = "order-variant: identical outside the tie band of index_scores' derived bound (" +
+               std::to_string(topk_tie_band(*claim.config)) + " x the row's max |score|)";
+      return t;
+    }
+    if (std::optional<DerivedBound> b = derived_bound(*claim.config, component)) {
+      return metric == kRowRelMetric ? std::optional<Tolerance>(derived_tolerance(*b)) : std::nullopt;
+    }
+    // Components exact given equal inputs (embed, in_stream, in_pre, candidates, experts): as bit-exact.
+  }
+  return bit_exact_bound(f, metric);
+}
+
+// Root-cause order within a step: the layer (model.embed first, the other model.* last), then the
+// component's place in reference/model/hooks.h's table, except that a layer's caches come right after
+// its attn_in: they are written from attn_in (the window KV, the compressor, the indexer keys)
+// BEFORE the step's indexer and attention read them, so a cache written wrong given right inputs
+// is upstream of the same layer's index_scores, topk and attn_out (found by `dsv41 selftest`:
+// swapped nibbles and wrong key RoPE were otherwise named as attn_out or index_scores).
+std::pair<int, int> order_key(const MetricRow& r) {
+  static const std::map<std::string, int> rank = [] {
+    std::map<std::string, int> m;
+    int i = 0;
+    const int attn_in = 100 * static_cast<int>(reference::Component::kAttnIn);
+    int cache = 0;  // the caches keep their table order among themselves
+    for (const reference::ComponentInfo& row : reference::component_table()) {
+      m[row.name] = row.kind == reference::ComponentKind::kCache ? attn_in + 1 + cache++ : 100 * i;
+      ++i;
+    }
+    return m;
+  }();
+  const auto it = rank.find(r.component);
+  const int c = it == rank.end() ? INT_MAX : it->second;
+  const int l = r.layer >= 0 ? r.layer : r.component == reference::name(reference::Component::kEmbed) ? -1 : INT_MAX;
+  return {l, c};
+}
+
+struct Only {
+  std::string component;
+  int layer = INT_MIN;  // INT_MIN: every layer
+  bool admits(const std::string& c, int l) const {
+    return component.empty() || (c == component && (layer == INT_MIN || l == layer));
+  }
+};
+
+Only parse_only(const std::string& s) {
+  Only o;
+  if (s.empty()) return o;
+  const size_t at = s.find('@');
+  o.component = s.substr(0, at);
+  DSV41_CHECK(reference::component_from_name(o.component), "--only '", s, "': '", o.component,
+              "' is not a component of reference/model/hooks.h");
+  if (at != std::string::npos) {
+    try {
+      size_t used = 0;
+      o.layer = std::stoi(s.substr(at + 1), &used);
+      DSV41_CHECK(used == s.size() - at - 1, "trailing characters");
+    } catch (const std::exception&) {
+      DSV41_FAIL("--only '", s, "': expected component or component@layer (layer an integer, -1 for model.)");
+    }
+  }
+  return o;
+}
+
+std::string layer_word(int layer) { return layer < 0 ? "model" : "layer " + std::to_string(layer); }
+
+// What a failing item shows: where the values first differ, or the cache layout diagnosis.
+std::string item_detail(const StepCapture& a, const StepCapture& b, int layer, const std::string& c,
+                        const reference::ModelConfig& cfg) {
+  std::ostringstream d;
+  d.precision(6);
+  const std::string what = c + " (" + layer_word(layer) + ")";
+  try {
+    if (conform_detail::is_cache(c)) {
+      for (size_t i = 0; i < a.caches.size() && i < b.caches.size(); ++i) {
+        if (a.caches[i].layer != layer || "cache." + a.caches[i].kind != c) continue;
+        if (a.caches[i].entry_bytes == b.caches[i].entry_bytes && a.caches[i].bytes.size() == b.caches[i].bytes.size()) {
+          const BytesMetrics m = compare_bytes(a.caches[i].bytes, b.caches[i].bytes, a.caches[i].entry_bytes, what);
+          if (m.first_mismatch_entry >= 0) {
+            d << "first mismatch in entry " << m.first_mismatch_entry << " byte " << m.first_mismatch_byte << " ("
+              << (m.entries - m.entries_equal) << " of " << m.entries << " entries differ); ";
+          }
+        }
+        d << diagnose_cache_layout(a.caches[i], b.caches[i]);
+      }
+      return d.str();
+    }
+    if (c == reference::name(reference::Component::kLogits)) {
+      const LogitMetrics m = compare_logits(a.logits, b.logits, 0.0);
+      d << "top-1 ref=" << m.top1_a << " port=" << m.top1_b << ", max |d| " << m.max_abs << ", NMSE " << m.nmse
+        << ", KL " << m.kl;
+      return d.str();
+    }
+    const CapturedItem* ia = a.find(layer, c);
+    const CapturedItem* ib = b.find(layer, c);
+    if (ia == nullptr || ib == nullptr) return ia ? "the port has no " + what : "the reference has no " + what;
+    switch (ia->kind) {
+      case CapturedItem::kFloat: {
+        const TensorMetrics m = compare_tensors(ia->f, ib->f, ia->type, what);
+        const PortMetrics p = port_metrics(ia->f.data(), ib->f.data(), 0, 0, what);
+        if (m.first_mismatch >= 0) {
+          d << "first mismatch at [";
+          for (size_t k = 0; k < m.first_mismatch_coord.size(); ++k) d << (k ? ", " : "") << m.first_mismatch_coord[k];
+          d << "] byte " << m.first_mismatch_byte << ": ref=" << m.a_at_first << " port=" << m.b_at_first << "; ";
+        }
+        d << (m.count - m.bit_equal) << " of " << m.count << " differ, max ulp " << m.max_ulp << ", NMSE " << m.nmse
+          << ", calc_diff " << p.calc_diff;
+        if (m.nan_mismatch + m.inf_mismatch > 0) d << "; " << m.nan_mismatch << " NaN / " << m.inf_mismatch << " Inf masks differ";
+        return d.str();
+      }
+      case CapturedItem::kIndex: {
+        const CapturedItem* s = c == "topk" ? a.find(layer, "index_scores") : nullptr;
+        const IndexMetrics m = compare_index_sets(ia->i, ib->i, s && s->f.dim(0) == ia->i.dim(0) ? &s->f : nullptr, 0.0, what);
+        if (m.first_row_differs >= 0) {
+          const IndexRowMetrics& r = m.per_row[static_cast<size_t>(m.first_row_differs)];
+          d << "first differing row " << m.first_row_differs << " (position "
+            << a.start_pos + m.first_row_differs << "): Jaccard " << r.jaccard << ", recall " << r.recall;
+          if (s != nullptr) {
+            d << (m.tie_equivalent ? "; every difference inside the tie band (another tie rule: the reference's "
+                                     "lower position wins)"
+                                   : "; differences outside the tie band");
+          }
+        }
+        d << "; " << (m.rows - m.rows_equal) << " of " << m.rows << " rows differ";
+        return d.str();
+      }
+      case CapturedItem::kMask: {
+        const CandidateMetrics m = compare_candidates(ia->m, ib->m, std::max(1, cfg.candidate_block_size), what);
+        d << "first differing row " << m.first_row_differs << ", block recall min " << m.min_block_recall;
+        return d.str();
+      }
+      case CapturedItem::kIds: {
+        const IntMetrics m = compare_ints(ia->ids, ib->ids, what);
+        d << "first mismatch at flat index " << m.first_mismatch << " (" << (m.count - m.equal) << " of " << m.count
+          << " differ)";
+        return d.str();
+      }
+    }
+  } catch (const Error& e) {
+    return std::string("not comparable: ") + e.what();
+  }
+  return "";
+}
+
+// The metrics port engineers use, for every float output both sides hold (and the logits).
+void add_port_rows(const StepCapture& a, const StepCapture& b, int64_t step, const ConformTolerances& tol,
+                   const Claim& claim, std::vector<MetricRow>& rows) {
+  auto add = [&](int layer, const std::string& c, const std::vector<float>& x, const std::vector<float>& y, int64_t row) {
+    const std::map<std::string, Tolerance>* f = file_bounds(tol, c);
+    const double atol = f && f->count("atol") ? f->at("atol").bound : 0.0;
+    const double rtol = f && f->count("rtol") ? f->at("rtol").bound : 0.0;
+    const std::string what = c + " (" + layer_word(layer) + ", step " + std::to_string(step) + ")";
+    const PortMetrics p = port_metrics(x, y, atol, rtol, what);
+    std::vector<std::pair<const char*, double>> values = {
+        {"calc_diff", p.calc_diff}, {"cosine", p.cosine}, {"allclose", p.allclose ? 1.0 : 0.0}};
+    if (claim.order_variant) values.push_back({kRowRelMetric, max_row_relative(x, y, row, what)});
+    for (const auto& [metric, value] : values) {
+      MetricRow r;
+      r.step = step;
+      r.position = a.start_pos;
+      r.layer = layer;
+      r.component = c;
+      r.metric = metric;
+      r.value = value;
+      rows.push_back(r);
+    }
+  };
+  for (const CapturedItem& ia : a.items) {
+    const CapturedItem* ib = b.find(ia.layer, ia.component);
+    if (ia.kind == CapturedItem::kFloat && ib != nullptr && ib->kind == ia.kind && ib->f.shape() == ia.f.shape()) {
+      add(ia.layer, ia.component, ia.f.data(), ib->f.data(), ia.f.rank() > 0 ? std::max<int64_t>(1, ia.f.dim(ia.f.rank() - 1)) : 1);
+    }
+  }
+  if (!a.logits.empty() && a.logits.size() == b.logits.size()) {
+    add(-1, "logits", a.logits, b.logits, static_cast<int64_t>(a.logits.size()) / std::max<int64_t>(1, a.logit_rows));
+  }
+}
+
+// Whether the port holds (layer, component) in this step's capture.
+bool port_holds(const StepCapture& b, int layer, const std::string& c) {
+  if (c == "logits") return !b.logits.empty();
+  if (conform_detail::is_cache(c) || c == "cache") {
+    for (const reference::CacheView& v : b.caches) {
+      if (v.layer == layer && "cache." + v.kind == c) return true;
+    }
+    return c == "cache";
+  }
+  return b.find(layer, c) != nullptr;
+}
+
+// One mode's comparison: its rows bounded, ordered, with the failures' details and repro lines.
+reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, const PortDump& d,
+                          const ConformTolerances& tol, const ConformOptions& o, const std::string& thin) {
+  const Claim claim{conform_detail::order_variant(d, o), &d.config};
+  reports::Comparison cmp;
+  cmp.side_a = "ref";
+  cmp.side_b = "port";
+  cmp.mode = forced ? kConformTeacherForced : kConformEndToEnd;
+  cmp.expectation = claim.order_variant ? "tolerance" : "bitexact";
+  cmp.expectation_origin =
+      claim.order_variant
+          ? std::string(forced ? "order-variant claim: every float component within its derived bound "
+                                 "(scenarios/judge/derived_bounds.h, docs/conform.md), the rest exact"
+                               : kOrderVariantE2eNote) +
+                (tol.empty() ? "" : "; the tolerance file '" + o.tolerances_file + "' wins for the components it names")
+      : tol.empty() ? kExactNote
+                    : std::string("bit-exact, except the components the tolerance file '") + o.tolerances_file +
+                          "' bounds (docs/conform.md)";
+  const Only only = parse_only(o.only);
+  Evidence ev;
+  ev.backend_gap = thin;
+  std::set<std::tuple<int64_t, int, std::string>> failed;
+  for (const StepJudgement& j : steps) {
+    const StepComparison& sc = forced ? j.forced : j.free;
+    const StepCapture& a = forced ? j.forced_own : j.free_own;
+    const StepCapture& b = forced ? j.forced_port : j.free_port;
+    std::vector<MetricRow> rows;
+    for (const MetricRow& r : sc.rows) {
+      // End to end, index scores serve the top-k's tie analysis only (docs/conform.md).
+      if (!forced && r.component == reference::name(reference::Component::kIndexScores)) continue;
+      if (port_holds(b, r.layer, r.component) && only.admits(r.component, r.layer)) rows.push_back(r);
+    }
+    std::vector<MetricRow> extra;
+    add_port_rows(a, b, j.step, tol, claim, extra);
+    for (const MetricRow& r : extra) {
+      if (!forced && r.component == reference::name(reference::Component::kIndexScores)) continue;
+      if (only.admits(r.component, r.layer)) rows.push_back(r);
+    }
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const MetricRow& x, const MetricRow& y) { return order_key(x) < order_key(y); });
+    std::set<std::pair<int, std::string>> items;
+    for (MetricRow& r : rows) {
+      r.tolerance = bound_of(tol, r.component, r.metric, claim, forced);
+      judge_row(r);
+      items.insert({r.layer, r.component});
+      if (r.verdict != Verdict::kFail || !failed.insert({j.step, r.layer, r.component}).second) continue;
+      const std::string repro = o.rerun_prefix + " --stop-after-step " + std::to_string(j.step) + " --only " +
+                                r.component + (r.layer >= 0 ? "@" + std::to_string(r.layer) : "");
+      const std::string detail = item_detail(a, b, r.layer, r.component, d.config);
+      std::ostringstream line;
+      line << "FAIL step " << j.step << " " << layer_word(r.layer) << " " << r.component << ": " << r.metric << " "
+           << r.value << " (bound " << r.tolerance->bound << ", " << r.tolerance->origin << "): " << detail
+           << "; repro: " << repro;
+      cmp.notes.push_back(line.str());
+      if (!cmp.first_divergence) {
+        reports::Divergence dv = divergence_at(r);
+        dv.tolerance = *r.tolerance;
+        dv.detail = detail;
+        dv.rerun = repro;
+        cmp.first_divergence = dv;
+      }
+    }
+    for (const std::string& v : sc.vacuous_items) {
+      const size_t sp = v.find(' ');
+      if (only.admits(v.substr(0, sp), INT_MIN) || only.component.empty()) ev.vacuous_items.insert(v);
+    }
+    cmp.items_compared += static_cast<int64_t>(items.size());
+    ++cmp.steps_compared;
+    for (MetricRow& r : rows) cmp.rows.push_back(std::move(r));
+  }
+  cmp.verdict = comparison_verdict(cmp, Expectation::kBitExact, ev);
+  return cmp;
+}
+
+// Layers as ranges: "0-3, 5, 7-9".
+std::string ranges(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size();) {
+    size_t k = i;
+    while (k + 1 < v.size() && v[k + 1] == v[k] + 1) ++k;
+    if (!s.empty()) s += ", ";
+    s += std::to_string(v[i]);
+    if (k > i) s += "-" + std::to_string(v[k]);
+    i = k + 1;
+  }
+  return s;
+}
+
+// Why the dump is too thin to judge ("" when it is not): docs/conform.md, "Coverage".
+std::string thin_reason(const PortDump& d) {
+  if (d.steps.empty()) return "coverage too thin: the dump holds no step";
+  if (d.steps.front().start_pos != 0) {
+    return "coverage too thin: the dump starts at position " + std::to_string(d.steps.front().start_pos) +
+           " (a resumed session); conform replays from position 0, so dump the whole session";
+  }
+  if (!d.components.count(reference::name(reference::Component::kLogits))) {
+    return "coverage too thin: the dump holds no logits (model.logits)";
+  }
+  for (const auto& [c, layers] : d.components) {
+    const reference::ComponentInfo& row = reference::component_info(*reference::component_from_name(c));
+    if (row.kind == reference::ComponentKind::kTensor &&
+        std::any_of(layers.begin(), layers.end(), [](int l) { return l >= 0; })) {
+      return "";
+    }
+  }
+  return "coverage too thin: the dump holds no per-layer tensor component (layerNN.<component>)";
+}
+
+}  // namespace
+
+std::optional<Tolerance> bit_exact_bound(const std::map<std::string, Tolerance>* f, const std::string& metric) {
+  if (kAlwaysExact.count(metric)) return exact_tol(metric);
+  if (f == nullptr) return kExactRows.count(metric) ? std::optional<Tolerance>(exact_tol(metric)) : std::nullopt;
+  if (metric == "allclose" && f->count("atol")) {
+    Tolerance t = f->at("atol");
+    t.bound = 1.0;
+    t.higher_is_better = true;
+    return t;
+  }
+  const auto it = f->find(metric);
+  return it == f->end() || metric == "atol" || metric == "rtol" ? std::nullopt : std::optional<Tolerance>(it->second);
+}
+
+std::vector<std::string> support_matrix_lines(const PortDump& d) {
+  std::vector<std::string> out;
+  const std::string steps = d.steps.empty() ? "none" : "0-" + std::to_string(d.steps.back().index);
+  for (const reference::ComponentInfo& row : reference::component_table()) {
+    const auto it = d.components.find(row.name);
+    if (it == d.components.end()) {
+      out.push_back(std::string(row.name) + ": not covered");
+    } else {
+      const bool model = it->second.size() == 1 && it->second.front() < 0;
+      out.push_back(std::string(row.name) + ": " + (model ? "model" : "layers " + ranges(it->second)) + ", steps " + steps);
+    }
+  }
+  return out;
+}
+
+reports::RunReport conform(const PortDump& d, const reference::ModelWeights& weights,
+                           const std::vector<int64_t>& token_map, const ConformOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ConformTolerances tol = o.tolerances_file.empty() ? ConformTolerances{} : load_conform_tolerances(o.tolerances_file);
+  parse_only(o.only);  // a bad --only is refused before any work
+  reports::ScenarioResult s;
+  s.name = o.name.empty() ? std::filesystem::path(d.dir).lexically_normal().filename().string() : o.name;
+  if (s.name.empty() || s.name == "." || s.name == "..") s.name = "dump";
+  s.kind = "conform";
+  s.description = "a port's dump (docs/port-dump.md) judged against the reference, teacher-forced and end to end";
+  s.source = d.dir;
+  for (const PortDumpStep& st : d.steps) {
+    if (o.stop_after_step >= 0 && st.index > o.stop_after_step) break;
+    s.steps.push_back({st.index, 0, st.event, st.start_pos, static_cast<int64_t>(st.tokens.size()), {}});
+  }
+  const std::string thin = thin_reason(d);
+  std::vector<StepJudgement> judged;
+  if (thin.empty() || d.steps.front().start_pos == 0) judged = conform_detail::replay(d, weights, token_map, o);
+  s.comparisons.push_back(judge(judged, true, d, tol, o, thin));
+  if (o.end_to_end) s.comparisons.push_back(judge(judged, false, d, tol, o, thin));
+  json sj;
+  sj["dump"] = d.dir;
+  sj["tool"] = d.tool;
+  sj["tolerances_file"] = o.tolerances_file;
+  json tj = json::object();
+  for (const auto& [c, m] : tol) {
+    for (const auto& [metric, t] : m) {
+      tj[c][metric] = {{"bound", t.bound}, {"higher_is_better", t.higher_is_better}, {"origin", t.origin}, {"note", t.note}};
+    }
+  }
+  sj["tolerances"] = tj;
+  const bool ov = conform_detail::order_variant(d, o);
+  sj["claim"] = ov ? kClaimOrderVariant : kClaimBitExact;
+  sj["claim_source"] = o.order_variant ? "--order-variant" : "the dump's manifest";
+  sj["default_tolerance"] = ov ? "derived bounds (scenarios/judge/derived_bounds.h), exact where the semantics are exact"
+                               : kExactNote;
+  if (ov) {
+    json db = json::array();
+    for (const DerivedBound& b : derived_bound_table(d.config)) {
+      db.push_back({{"component", b.component}, {"metric", kRowRelMetric}, {"bound", b.bound}, {"n", b.n},
+                    {"op", b.op}, {"precisions", b.precisions}, {"origin", b.origin},
+                    {"overridden", tol.count(b.component) > 0 || tol.count("*") > 0}});
+    }
+    sj["derived_bounds"] = db;
+  }
+  json cov = json::object();
+  for (const auto& [c, layers] : d.components) cov[c] = layers;
+  sj["covered"] = cov;
+  sj["not_covered"] = d.not_covered;
+  sj["support_matrix"] = support_matrix_lines(d);
+  sj["stop_after_step"] = o.stop_after_step;
+  sj["only"] = o.only;
+  s.scenario_json = sj.dump();
+  s.verdict = scenario_verdict(s.comparisons, &s.error);
+  for (reports::Comparison& c : s.comparisons) {
+    c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  reports::RunReport r;
+  r.meta.config_name = d.dir + "/" + kPortDumpManifest;
+  r.meta.config_hash = d.config_hash;
+  r.meta.config_json = reference::to_json_string(d.config);
+  r.meta.weights = d.weights;
+  r.meta.sides = {"ref", "port"};
+  r.scenarios.push_back(std::move(s));
+  r.verdict = reports::roll_up(r.scenarios);
+  return r;
+}
+
+std::optional<RootCause> root_cause(const reports::RunReport& report) {
+  for (const char* mode : {kConformTeacherForced, kConformEndToEnd}) {
+    for (const reports::ScenarioResult& s : report.scenarios) {
+      for (const reports::Comparison& c : s.comparisons) {
+        if (c.mode != mode || !c.first_divergence) continue;
+        const reports::Divergence& dv = *c.first_divergence;
+        return RootCause{c.mode, dv.step, dv.layer, dv.component, dv.metric, dv.value, dv.detail, dv.rerun};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+int conform_exit_code(const reports::RunReport& report) { return reports::exit_code(report.verdict); }
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,23 @@
+// scenarios/defects/bug_zoo_forwarding.h
+//
+// BugOps: the base of the zoo's ops-level bugs (scenarios/defects/bug_zoo_ops.cc). A bug derives
+// from it and overrides the one op it gets wrong; every other op forwards to the CPU reference
+// (reference/seam/forwarding_ops.h, which also tracks the running layer: current_layer()).
+// name() is "reference+<bug>".
+#pragma once
+
+#include <string>
+
+#include "reference/seam/forwarding_ops.h"
+
+namespace dsv41::scenarios {
+
+class BugOps : public reference::ForwardingOps {
+ public:
+  explicit BugOps(const std::string& bug) : ForwardingOps(reference::reference_ops(), "reference+" + bug) {}
+
+ protected:
+  static const reference::Ops& ref() { return reference::reference_ops(); }
+};
+
+}  // namespace dsv41::scenarios

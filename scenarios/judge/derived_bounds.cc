@@ -1,0 +1,164 @@
+// scenarios/judge/derived_bounds.cc
+//
+// The derived default tolerances of order-variant sides (scenarios/judge/derived_bounds.h): one row per
+// float component, its producing op chain read from reference/model/model.cc and
+// reference/model/forward_attention.cc, its reduction lengths from the config.
+#include "scenarios/judge/derived_bounds.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "base/error.h"
+#include "reference/model/hooks.h"
+
+namespace dsv41::scenarios {
+
+namespace {
+
+constexpr double kU32 = 5.9604644775390625e-08;  // 2^-24
+constexpr double kBf16Ulp = 0.0078125;           // 2^-7: one bf16 ulp relative to the value (at most)
+constexpr double kE4M3Ulp = 0.125;               // 2^-3
+constexpr double kE2M1Ulp = 0.5;                 // 2^-1 of the block's scale
+
+double gamma_u32(int64_t n) { return static_cast<double>(n) * kU32 / (1.0 - static_cast<double>(n) * kU32); }
+
+struct Quantizer {
+  const char* format;  // "E4M3", "E2M1"
+  int64_t n;           // the reduction it feeds
+  const char* where;
+};
+
+// One chain: the op, the bf16 roundings, the quantizers, the longest fp32 reduction.
+DerivedBound make(const std::string& component, const std::string& op, int r16, std::vector<Quantizer> q, int64_t n,
+                  const std::string& n_word, const std::string& precisions, bool fp32_out) {
+  DSV41_CHECK(n >= 1 && static_cast<double>(n) * kU32 < 0.5, "derived bound of ", component, ": reduction length ", n);
+  DerivedBound b;
+  b.component = component;
+  b.op = op;
+  b.n = n;
+  b.bf16_roundings = r16;
+  b.precisions = precisions;
+  b.fp32_out = fp32_out;
+  std::ostringstream origin, qs;
+  origin.precision(4);
+  double bound = r16 * kBf16Ulp;
+  origin << "derived (A1-A3): ";
+  if (r16 > 0) origin << r16 << " bf16 roundings x 2^-7 + ";
+  for (const Quantizer& x : q) {
+    DSV41_CHECK(x.n >= 1, "derived bound of ", component, ": quantizer reduction ", x.n);
+    bound += (x.format[1] == '4' ? kE4M3Ulp : kE2M1Ulp) / std::sqrt(static_cast<double>(x.n));
+    qs << (qs.tellp() > 0 ? ", " : "") << x.format << " " << x.where << " (n " << x.n << ")";
+    origin << "ulp(" << x.format << ")/sqrt(" << x.n << ") [" << x.where << "] + ";
+  }
+  bound += gamma_u32(n) * std::sqrt(static_cast<double>(n));
+  origin << "gamma_n(u32) sqrt(n), n = " << n_word << " = " << n;
+  if (fp32_out) {
+    bound += 2 * kU32;
+    origin << " + 2 u32 (fp32 output)";
+  }
+  b.quantizers = qs.str();
+  b.bound = bound;
+  origin << "; op: " << op << "; max |a - b| per row <= bound x the row's max |ref|";
+  b.origin = origin.str();
+  return b;
+}
+
+}  // namespace
+
+std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const std::string& component) {
+  using reference::Component;
+  const std::optional<Component> id = reference::component_from_name(component);
+  DSV41_CHECK(id.has_value(), "derived bound: '", component, "' is not a component of reference/model/hooks.h");
+  const int64_t D = c.dim, hc = std::max(1, c.hc_mult), ql = std::max(1, c.q_lora_rank);
+  const int64_t K = std::max(1, c.window_size + c.index_topk);
+  const int64_t og = std::max<int64_t>(1, static_cast<int64_t>(c.o_groups) * c.o_lora_rank);
+  const int64_t Di = std::max(1, c.index_head_dim), Hi = std::max(1, c.index_n_heads);
+  const int64_t inter = std::max(1, c.moe_inter_dim);
+  const std::string bf = "bf16 in, fp32 accumulation, bf16 out";
+  switch (*id) {
+    case Component::kEngramOut:
+      return make(component, "engram_lookup (exact) -> linear wkv -> engram_gate_residual (RMSNorms over dim, dot, sigmoid)",
+                  3, {}, D, "dim", bf, false);
+    case Component::kHcAttnPre:
+    case Component::kHcAttnPost:
+    case Component::kHcFfnPre:
+    case Component::kHcFfnPost:
+      return make(component, "hc_mixes: rsqrt over hc*dim, dot over hc*dim, sigmoid", 0, {}, hc * D, "hc*dim",
+                  "bf16 stream, fp32 fn; fp32 (or wider) accumulation; fp32 out", true);
+    case Component::kHcAttnComb:
+    case Component::kHcFfnComb:
+      return make(component,
+                  "hc_mixes: dot over hc*dim, then Sinkhorn (2 x hc_sinkhorn_iters normalisations, gain 1 assumed: "
+                  "no rigorous bound, docs/cuda.md)",
+                  0, {}, hc * D, "hc*dim", "bf16 stream, fp32 fn; fp32 Sinkhorn; fp32 out", true);
+    case Component::kAttnIn:
+    case Component::kFfnIn:
+    case Component::kFinalNormOut:
+      return make(component, "hc_pre (sum over hc) -> rms_norm over dim", 2, {}, D, "dim", bf, false);
+    case Component::kIndexScores:
+      return make(component,
+                  "wq_a -> q_norm -> idx_wq_b -> rope -> FP4 QDQ; keys: compressor -> idx_wk -> norm -> rope -> FP4; "
+                  "idx_weights_proj; index_scores (dot over index_head_dim -> bf16, relu x w -> bf16, sum over heads)",
+                  10, {{"E4M3", ql, "act_quant before idx_wq_b"}, {"E2M1", Di, "FP4 q"}, {"E2M1", Di, "FP4 keys"}},
+                  std::max(D, Hi * Di), "max(dim, index heads x index_head_dim)", bf, false);
+    case Component::kAttnOut:
+      return make(component,
+                  "q: wq_a -> q_norm -> wq_b -> rope; kv: wkv -> kv_norm -> rope -> FP8; sparse_attn over K = window + "
+                  "top-k entries of head_dim (bf16 probabilities) -> inverse rope -> wo_a (grouped) -> wo_b",
+                  12,
+                  {{"E4M3", ql, "act_quant before wq_b"}, {"E4M3", K, "FP8 window KV"},
+                   {"E2M1", K, "FP4 compressed KV"}, {"E4M3", og, "act_quant before wo_b"}},
+                  std::max({D, ql, og, static_cast<int64_t>(std::max(1, c.head_dim))}),
+                  "max(dim, q_lora_rank, o_groups x o_lora_rank, head_dim)", bf, false);
+    case Component::kAttnStream:
+    case Component::kOutStream:
+      return make(component, "hc_post: post x f + comb x stream (hc + 1 terms)", 1, {}, hc + 1, "hc + 1", bf, false);
+    case Component::kFfnOut:
+      return make(component,
+                  "moe_experts: w1, w3 over dim -> bf16; silu x mul -> bf16; act_quant; w2 over moe_inter_dim -> bf16; "
+                  "weighted sum of top-k + shared experts",
+                  4, {{"E4M3", inter, "act_quant before w2"}}, std::max(D, inter), "max(dim, moe_inter_dim)", bf, false);
+    case Component::kLogits:
+      return make(component, "head: linear_fp32 over dim", 0, {}, D, "dim", "bf16 in, fp32 weights and accumulation, fp32 out",
+                  true);
+    default: return std::nullopt;
+  }
+}
+
+std::vector<DerivedBound> derived_bound_table(const reference::ModelConfig& c) {
+  std::vector<DerivedBound> out;
+  for (const reference::ComponentInfo& row : reference::component_table()) {
+    if (std::optional<DerivedBound> b = derived_bound(c, row.name)) out.push_back(std::move(*b));
+  }
+  return out;
+}
+
+reports::Tolerance derived_tolerance(const DerivedBound& b) {
+  reports::Tolerance t;
+  t.bound = b.bound;
+  t.higher_is_better = false;
+  t.origin = "analytic";
+  t.note = b.origin;
+  return t;
+}
+
+double max_row_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t row, const std::string& what) {
+  DSV41_CHECK(a.size() == b.size(), what, ": ", a.size(), " values against ", b.size());
+  DSV41_CHECK(row >= 1 && a.size() % static_cast<size_t>(row) == 0, what, ": ", a.size(), " values in rows of ", row);
+  double worst = 0;
+  for (size_t r0 = 0; r0 < a.size(); r0 += static_cast<size_t>(row)) {
+    double scale = 0, diff = 0;
+    for (size_t i = r0; i < r0 + static_cast<size_t>(row); ++i) {
+      if (!std::isfinite(a[i]) || !std::isfinite(b[i])) continue;
+      scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+      diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
+    }
+    worst = std::max(worst, scale > 0 ? diff / scale : diff);
+  }
+  return worst;
+}
+
+double topk_tie_band(const reference::ModelConfig& c) { return derived_bound(c, "index_scores")->bound; }
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,149 @@
+// scenarios/runner/backend.h
+//
+// Backend: what the scenario runner drives. A backend runs sessions of one model: a step of any
+// number of tokens at the session's position (a prefill chunk, a one-token decode step, a verify
+// step of several tokens), saves a session and restores it (full, or global state only), and shows
+// every component's output of a step through ForwardHooks (reference/model/hooks.h: per layer stream,
+// attention output, mHC coefficients, top-k, candidate mask, MoE experts, index scores, ...), which
+// may also replace them (teacher forcing). After a step it shows its caches as raw bytes.
+//
+// Backends (make_backend; docs/scenarios.md lists them):
+//   ref            the CPU reference (reference/model/model.h), official cache formats
+//   ref-bf16kv     the reference with every cache kept in bf16 (no FP4/FP8 QDQ): a deliberately
+//                  perturbed reference for precision ablations; approximate by design
+//   mutant:<kind>:L<layer>:S<step>
+//                  the reference with one planted defect (scenarios/defects/mutants.h): what the
+//                  verifier's self-test and tests use to prove a divergence is caught and located
+// The CUDA path plugs in later as another implementation of this interface.
+//
+// Example:
+//   std::unique_ptr<Backend> b = make_backend("ref", resources);
+//   std::unique_ptr<BackendSession> s = b->new_session();
+//   reference::StepRecord r = b->step(*s, prompt, {}, {});
+//   SavedState saved = b->save(*s, /*include_swa=*/false);
+//   std::unique_ptr<BackendSession> resumed = b->restore(saved, reference::ResumeMode::kGlobalOnly);
+#pragma once
+
+#include <any>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reference/ops/cache_precision.h"
+#include "reference/ops/config.h"
+#include "reference/model/hooks.h"
+#include "reference/model/model.h"
+#include "reference/session/session_store.h"
+#include "reference/model/speculative.h"
+#include "reference/checkpoint/weights.h"
+
+namespace dsv41::scenarios {
+
+// What a backend claims about itself relative to the reference: "bitexact" (it must give the
+// reference's bits) or "approximate" (it differs by design; measured only).
+enum class Claim { kBitExact, kApproximate };
+
+// One session of a backend (opaque to the runner).
+class BackendSession {
+ public:
+  virtual ~BackendSession() = default;
+  virtual int64_t pos() const = 0;  // tokens consumed
+};
+
+// A saved session. `bytes` is the backend's serialized form when it has one (the reference: a
+// session file, docs/session-store.md); `snapshot` holds a state that has no file format (the
+// bf16 ablation keeps its state in memory).
+struct SavedState {
+  int64_t pos = 0;
+  bool has_swa = false;
+  std::vector<uint8_t> bytes;
+  std::any snapshot;
+};
+
+// What every backend of a run is built from.
+struct BackendResources {
+  reference::ModelConfig config;
+  reference::ModelWeights weights;
+  std::vector<int64_t> token_map;  // [vocab] Engram compressed ids
+};
+
+// The verify step of a speculative round, as the runner asks a side for it (docs/dspark.md): one
+// step over [current, drafts] with every row's logits, the side's own accept decision
+// (reference::accept_drafts with a SampleRng seeded by `seed`), then the rollback to the kept drafts.
+struct VerifyRequest {
+  int64_t current = -1;
+  std::vector<int64_t> drafts;               // [k] the drafts verified
+  std::vector<std::vector<double>> p_draft;  // [k][vocab] the draft distributions (sampling only)
+  reference::SamplingParams sampling;        // temperature 0: greedy
+  uint64_t seed = 0;                         // the accept rule's random stream
+  std::optional<int64_t> keep;               // lockstep: keep this many drafts whatever the own decision
+};
+struct VerifyResult {
+  reference::StepRecord step;      // the verify step: all_logits [k + 1, vocab]
+  reference::Acceptance decision;  // the side's own decision
+  int64_t kept = 0;                // drafts the session kept (decision.accepted unless `keep` was given)
+};
+
+// A device backend's memory (cuda/device.h device_memory_stats): process-wide, bytes.
+struct DeviceMemory {
+  int64_t peak_alloc_bytes = 0;  // high-water mark of device_alloc'd bytes since the last reset
+  int64_t in_use_bytes = 0;      // device memory in use now, the driver's view (cudaMemGetInfo)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Claim claim() const = 0;
+  virtual const reference::ModelConfig& config() const = 0;
+
+  virtual std::unique_ptr<BackendSession> new_session() = 0;
+  // Runs tokens at s.pos(). hooks (may be empty) see, and may replace, every component's output;
+  // a backend calls them in the reference's order (reference/model/hooks.h) with the same shapes.
+  // `step` counts the backend's steps of this session's run (a planted defect keys on it).
+  virtual reference::StepRecord step(BackendSession& s, const std::vector<int64_t>& tokens,
+                                     const reference::StepOptions& options,
+                                     const reference::ForwardHooks& hooks, int64_t step) = 0;
+  // A speculative round's verify step and rollback (VerifyRequest); s ends at its position + kept + 1.
+  virtual VerifyResult verify(BackendSession& s, const VerifyRequest& request, const reference::ForwardHooks& hooks,
+                              int64_t step) = 0;
+  // A DSpark draft after s.pos() (reference::Model::draft: last_token at s.pos(), the drafts at the
+  // positions after it); the session is not changed. hooks see, and may replace, the dspark_*
+  // components. A backend without DSpark (config n_mtp_layers = 0) throws a dsv41::Error.
+  virtual reference::DraftResult draft(BackendSession& s, int64_t last_token, const reference::DraftSampling& sampling,
+                                       const reference::ForwardHooks& hooks, int64_t step) = 0;
+  // An independent copy of a session (the runner's greedy lookahead drafts run on one).
+  virtual std::unique_ptr<BackendSession> fork(const BackendSession& s) = 0;
+  virtual SavedState save(const BackendSession& s, bool include_swa) = 0;
+  // A session continuing from `saved`: kFull needs has_swa; kGlobalOnly rebuilds the SWA rings by
+  // encoder replay (approximate by design, docs/sessions.md).
+  virtual std::unique_ptr<BackendSession> restore(const SavedState& saved, reference::ResumeMode mode) = 0;
+  // Every cache of the session as raw bytes, in a fixed order: reference::cache_views, then the
+  // compressors' pending groups (compressor_views) and the DSpark rings (dspark_views).
+  virtual std::vector<reference::CacheView> caches(const BackendSession& s) const = 0;
+  // Why this backend's run proves less than it claims ("" when nothing is missing): a planted
+  // defect that never applied (its step, layer or selection never came) makes a comparison
+  // inconclusive, never a pass.
+  virtual std::string missing_evidence() const { return ""; }
+  // A device backend's memory (std::nullopt: a host backend); reset_device_peak restarts the
+  // high-water mark (it is process-wide: every device backend of the process shares it).
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
+  virtual void reset_device_peak() {}
+};
+
+// The backends make_backend knows, with one line each (for --help and docs).
+std::vector<std::pair<std::string, std::string>> backend_catalog();
+
+// A backend by name (see above); a dsv41::Error naming the spec and the known names otherwise.
+std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendResources& resources);
+
+// Checks a backend name without building it (the runner validates --sides before any work).
+void validate_backend_name(const std::string& spec);
+
+// The claim of the backend `spec` names (what make_backend(spec)->claim() returns), without
+// building it: a pair's default expectation follows from it.
+Claim backend_claim(const std::string& spec);
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,58 @@
+// scenarios/runner/compare.h
+//
+// Compares two captures of the same step (side A = the reference of the pair) and turns the
+// metrics (scenarios/judge/metrics.h) into report rows with verdicts, by the pair's expectation:
+//   bitexact   every output bit-equal, every index set and cache byte equal (tolerance 0,
+//              origin stated: the pair's reason)
+//   tolerance  the pair's tolerance rules (ToleranceRule, first match wins; an output that no
+//              rule covers is an error, never a silent pass) plus the analytic rules that hold
+//              for every pair: Engram ids equal (integer hash), no NaN/Inf where A is finite
+//   measured   every metric recorded, none asserted
+// Rows come out in the item order of A's capture, so the first failing row is the first
+// divergence of the step.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "reports/report.h"
+#include "scenarios/runner/capture.h"
+#include "scenarios/runner/scenario.h"
+
+namespace dsv41::scenarios {
+
+struct CompareContext {
+  int64_t step = 0;
+  int session = 0;
+  Expectation expect = Expectation::kMeasured;
+  std::string why;                          // origin note of bitexact rows
+  const std::vector<ToleranceRule>* rules = nullptr;  // kTolerance
+  int candidate_block_size = 8;
+  int candidate_source_layer = -1;
+  bool teacher_forced = false;
+  // The top-k's tie band relative to the row's max |index score| (0: exact ties only); an
+  // order-variant side's index scores move by up to their derived bound (scenarios/judge/derived_bounds.h).
+  double topk_tie_rel = 0;
+};
+
+struct StepComparison {
+  std::vector<reports::MetricRow> rows;
+  int64_t items = 0;          // outputs compared
+  std::vector<std::string> vacuous_items;  // float outputs all zero on both sides ("attn_out (layer 3, step 2)")
+  std::vector<std::string> nonfinite_items;  // float outputs holding NaN or Inf on a side (index_scores: NaN;
+                                             // its -inf marks unreachable positions)
+  std::vector<std::string> notes;
+  // The first failing row's detail (coordinate, byte, values), for the Divergence.
+  std::string first_failure_detail;
+  int first_failure_row = -1;
+};
+
+StepComparison compare_step(const StepCapture& a, const StepCapture& b, const CompareContext& ctx);
+
+// Every metric name compare_step and the probe rows write (docs/scenarios.md).
+const std::vector<std::string>& known_metrics();
+
+// The default rules of a "tolerance" pair (docs/scenarios.md gives their origins).
+std::vector<ToleranceRule> default_tolerance_rules();
+
+}  // namespace dsv41::scenarios

@@ -1,0 +1,240 @@
+// scenarios/vectors/vectors_io.cc
+//
+// The conformance vector set on disk (scenarios/vectors/vectors.h, docs/port-dump.md): the sizes and their
+// configs, a case's metadata, the set writer (case files, then vectors.json) and reader, and the
+// tensor / parameter helpers of vectors_internal.h.
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "base/json_limits.h"
+#include "base/error.h"
+#include "base/output_file.h"
+#include "reference/checkpoint/weights.h"
+#include "scenarios/vectors/vectors.h"
+#include "scenarios/vectors/vectors_internal.h"
+
+namespace dsv41::scenarios {
+
+namespace fs = std::filesystem;
+namespace st = reference::safetensors;
+using json = nlohmann::json;
+using reference::DType;
+using reference::Tensor;
+
+namespace vectors_detail {
+
+namespace {
+
+template <typename T>
+st::Entry raw_entry(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const std::vector<T>& v) {
+  st::Entry e;
+  e.name = name;
+  e.dtype = dtype;
+  e.shape = shape;
+  e.bytes.resize(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(e.bytes.data(), v.data(), e.bytes.size());  // little-endian host
+  return e;
+}
+
+template <typename T>
+std::vector<T> raw_values(const st::SafetensorsFile& f, const std::string& key, DType dtype) {
+  DSV41_CHECK(f.contains(key), f.path(), ": no tensor '", key, "'");
+  const st::Entry& e = f.get(key);
+  DSV41_CHECK(e.dtype == dtype, f.path(), ": tensor '", key, "' is ", reference::dtype_name(e.dtype), ", expected ",
+              reference::dtype_name(dtype));
+  std::vector<T> v(e.bytes.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
+  return v;
+}
+
+}  // namespace
+
+st::Entry f32_entry(const std::string& name, const Tensor<float>& t) {
+  return raw_entry(name, DType::kF32, t.shape(), t.data());
+}
+st::Entry i32_entry(const std::string& name, const Tensor<int32_t>& t) {
+  return raw_entry(name, DType::kI32, t.shape(), t.data());
+}
+st::Entry i64_entry(const std::string& name, const std::vector<int64_t>& shape, const std::vector<int64_t>& v) {
+  return raw_entry(name, DType::kI64, shape, v);
+}
+st::Entry u8_entry(const std::string& name, const Tensor<uint8_t>& t) {
+  return raw_entry(name, DType::kU8, t.shape(), t.data());
+}
+
+Tensor<float> get_f32(const st::SafetensorsFile& f, const std::string& key) {
+  return Tensor<float>(f.contains(key) ? f.get(key).shape : std::vector<int64_t>{}, raw_values<float>(f, key, DType::kF32),
+                       key);
+}
+Tensor<int32_t> get_i32(const st::SafetensorsFile& f, const std::string& key) {
+  return Tensor<int32_t>(f.contains(key) ? f.get(key).shape : std::vector<int64_t>{},
+                         raw_values<int32_t>(f, key, DType::kI32), key);
+}
+std::vector<int64_t> get_i64(const st::SafetensorsFile& f, const std::string& key) {
+  return raw_values<int64_t>(f, key, DType::kI64);
+}
+Tensor<uint8_t> get_u8(const st::SafetensorsFile& f, const std::string& key) {
+  return Tensor<uint8_t>(f.contains(key) ? f.get(key).shape : std::vector<int64_t>{},
+                         raw_values<uint8_t>(f, key, DType::kU8), key);
+}
+
+reference::LinearWeight get_linear(const st::SafetensorsFile& f, const std::string& prefix) {
+  const std::string key = prefix + ".weight";
+  DSV41_CHECK(f.contains(key), f.path(), ": no tensor '", key, "'");
+  const st::Entry& w = f.get(key);
+  DSV41_CHECK(w.shape.size() == 2, f.path(), ": tensor '", key, "' has rank ", w.shape.size(), ", expected [out, in]");
+  reference::LinearWeight lw = reference::load_linear(f, prefix, w.dtype, w.shape[0], w.shape[1]);
+  lw.name = prefix;
+  return lw;
+}
+
+std::string param(const st::SafetensorsFile& f, const std::string& key) {
+  const auto it = f.metadata().find("param." + key);
+  DSV41_CHECK(it != f.metadata().end(), f.path(), ": __metadata__ has no 'param.", key, "'");
+  return it->second;
+}
+
+int64_t param_int(const st::SafetensorsFile& f, const std::string& key) {
+  const std::string s = param(f, key);
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  DSV41_CHECK(!s.empty() && *end == '\0', f.path(), ": __metadata__ 'param.", key, "' = '", s, "' is not an integer");
+  return v;
+}
+
+double param_real(const st::SafetensorsFile& f, const std::string& key) {
+  const std::string s = param(f, key);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  DSV41_CHECK(!s.empty() && *end == '\0', f.path(), ": __metadata__ 'param.", key, "' = '", s, "' is not a number");
+  return v;
+}
+
+reference::ModelConfig case_config(const st::SafetensorsFile& f) {
+  const auto it = f.metadata().find("config");
+  DSV41_CHECK(it != f.metadata().end(), f.path(), ": __metadata__ has no 'config'");
+  return reference::parse_config(it->second, f.path() + " __metadata__ 'config'");
+}
+
+std::string real_string(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return s.str();
+}
+
+}  // namespace vectors_detail
+
+const std::vector<std::string>& vector_sizes() {
+  static const std::vector<std::string> s = {"tiny", "small", "released"};
+  return s;
+}
+
+reference::ModelConfig vector_size_config(const std::string& size) {
+  if (size == "tiny") return reference::load_config_preset("tiny");
+  if (size == "small") return reference::load_config_file(DSV41_SOURCE_DIR_STRING "/scenarios/configs/small.json");
+  if (size == "released") return reference::load_config_preset("full");
+  DSV41_FAIL("vectors: unknown size '", size, "' (tiny, small, released)");
+}
+
+std::map<std::string, std::string> vector_metadata(const VectorCase& c) {
+  std::map<std::string, std::string> m = {{"format", kVectorsFormat},
+                                          {"version", std::to_string(kVectorsVersion)},
+                                          {"case", c.name},
+                                          {"op", c.op},
+                                          {"size", c.size},
+                                          {"seed", std::to_string(c.seed)},
+                                          {"description", c.description},
+                                          {"adversarial", c.adversarial},
+                                          {"tolerance", vectors_detail::real_string(c.tolerance)},
+                                          {"tolerance_origin", c.tolerance_origin},
+                                          {"config", reference::to_json_string(vector_size_config(c.size), -1)}};
+  for (const auto& [k, v] : c.params) m["param." + k] = v;
+  return m;
+}
+
+VectorSetSummary write_vector_set(const std::string& dir, const std::vector<std::string>& sizes, uint64_t seed,
+                                  const std::string& command_line) {
+  for (const std::string& s : sizes) vector_size_config(s);  // refuse an unknown size before writing
+  if (fs::exists(dir)) {
+    DSV41_CHECK(fs::is_directory(dir) && fs::is_empty(dir), "vectors: '", dir, "' exists and is not an empty directory");
+  }
+  // Written as one (output::AtomicDirectory): `dir` stays absent or empty until the set is complete.
+  output::AtomicDirectory out(dir, "vectors");
+  VectorSetSummary sum;
+  json cases = json::array();
+  for (const std::string& size : sizes) {
+    for (const VectorCase& c : make_vector_cases(size, seed)) {
+      const std::string file = c.name + ".safetensors";
+      const fs::path path = fs::path(out.temp_path()) / file;
+      st::write(path.string(), c.tensors, vector_metadata(c));
+      sum.bytes += static_cast<int64_t>(fs::file_size(path));
+      ++sum.cases;
+      cases.push_back({{"name", c.name}, {"op", c.op}, {"size", c.size}, {"file", file}, {"seed", c.seed},
+                       {"adversarial", c.adversarial}, {"tolerance", c.tolerance},
+                       {"tolerance_origin", c.tolerance_origin}});
+    }
+  }
+  const json manifest = {{"format", kVectorsFormat},
+                         {"version", kVectorsVersion},
+                         {"tool", std::string("dsv41 ") + DSV41_VERSION_STRING},
+                         {"git_commit", DSV41_GIT_COMMIT_STRING},
+                         {"command_line", command_line},
+                         {"seed", seed},
+                         {"sizes", sizes},
+                         {"n_cases", sum.cases},
+                         {"cases", cases}};
+  const fs::path path = fs::path(out.temp_path()) / kVectorsManifest;
+  const std::string text = manifest.dump(2) + "\n";
+  output::write_file_atomically(path.string(), "vectors manifest", text.data(), text.size());
+  out.commit();
+  return sum;
+}
+
+VectorSet read_vector_set(const std::string& dir) {
+  const fs::path path = fs::path(dir) / kVectorsManifest;
+  const std::string where = path.string();
+  DSV41_CHECK(fs::exists(path), where, ": no such file (not a conformance vector set: dsv41 vectors -o DIR)");
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  dsv41::check_json_nesting(text, where);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    DSV41_FAIL(where, ": not JSON: ", e.what());
+  }
+  const auto str = [&](const json& o, const std::string& key, const std::string& ctx) -> std::string {
+    DSV41_CHECK(o.is_object() && o.contains(key) && o[key].is_string(), where, ": ", ctx, "'", key,
+                "' is missing or not a string");
+    return o[key].get<std::string>();
+  };
+  DSV41_CHECK(str(j, "format", "") == kVectorsFormat, where, ": 'format' is '", j["format"].get<std::string>(),
+              "', expected '", kVectorsFormat, "'");
+  DSV41_CHECK(j.contains("version") && j["version"].is_number_integer() && j["version"].get<int>() == kVectorsVersion,
+              where, ": 'version' must be ", kVectorsVersion);
+  DSV41_CHECK(j.contains("cases") && j["cases"].is_array(), where, ": 'cases' is missing or not a list");
+  VectorSet s;
+  s.dir = dir;
+  s.tool = j.value("tool", "");
+  s.git_commit = j.value("git_commit", "");
+  s.seed = j.value("seed", uint64_t{0});
+  for (size_t i = 0; i < j["cases"].size(); ++i) {
+    const json& c = j["cases"][i];
+    const std::string ctx = "cases[" + std::to_string(i) + "].";
+    VectorSetEntry e{str(c, "name", ctx), str(c, "op", ctx), str(c, "size", ctx), str(c, "file", ctx),
+                     c.value("adversarial", "")};
+    DSV41_CHECK(e.file.find('/') == std::string::npos && fs::exists(fs::path(dir) / e.file), where, ": ", ctx,
+                "file '", e.file, "' is missing from the set");
+    s.cases.push_back(std::move(e));
+  }
+  return s;
+}
+
+}  // namespace dsv41::scenarios

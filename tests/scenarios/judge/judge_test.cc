@@ -1,0 +1,119 @@
+// tests/scenarios/judge/judge_test.cc: the judge's one rule (scenarios/judge/judge.h), which every
+// verb uses to turn a metric into a verdict: measured without a tolerance, fail beyond the bound
+// (and always for NaN), pass within; tolerance rules matched in order; the first divergence found
+// where the rows say.
+#include "scenarios/judge/judge.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace dsv41::scenarios {
+namespace {
+
+using reports::MetricRow;
+using reports::Verdict;
+
+TEST(Judge, NoToleranceIsMeasuredNeverAPass) {
+  EXPECT_EQ(judge_value(0.0, std::nullopt), Verdict::kMeasured);
+  EXPECT_EQ(judge_value(std::nan(""), std::nullopt), Verdict::kMeasured);
+}
+
+TEST(Judge, LowerIsBetterBoundsPassUpToTheBoundAndFailBeyond) {
+  const reports::Tolerance t = make_tolerance(1e-6, false, "derived", "a note");
+  EXPECT_EQ(t.origin, "derived");
+  EXPECT_EQ(t.note, "a note");
+  EXPECT_EQ(judge_value(0.0, t), Verdict::kPass);
+  EXPECT_EQ(judge_value(1e-6, t), Verdict::kPass);
+  EXPECT_EQ(judge_value(std::nextafter(1e-6, 1.0), t), Verdict::kFail);
+  EXPECT_EQ(judge_value(std::numeric_limits<double>::infinity(), t), Verdict::kFail);
+}
+
+TEST(Judge, HigherIsBetterBoundsAndAZeroBound) {
+  const reports::Tolerance frac = make_tolerance(1.0, true, "stated");
+  EXPECT_EQ(judge_value(1.0, frac), Verdict::kPass);
+  EXPECT_EQ(judge_value(0.999999, frac), Verdict::kFail);
+  const reports::Tolerance zero = make_tolerance(0.0, false, "stated");
+  EXPECT_EQ(judge_value(0.0, zero), Verdict::kPass);
+  EXPECT_EQ(judge_value(1e-300, zero), Verdict::kFail);
+}
+
+TEST(Judge, NanIsBeyondEveryBoundEitherWay) {
+  EXPECT_EQ(judge_value(std::nan(""), make_tolerance(1e300, false, "stated")), Verdict::kFail);
+  EXPECT_EQ(judge_value(std::nan(""), make_tolerance(-1e300, true, "stated")), Verdict::kFail);
+}
+
+TEST(Judge, JudgeRowSetsTheVerdictFromValueAndTolerance) {
+  MetricRow r;
+  r.value = 0.5;
+  judge_row(r);
+  EXPECT_EQ(r.verdict, Verdict::kMeasured);
+  r.tolerance = make_tolerance(0.25, false, "stated");
+  judge_row(r);
+  EXPECT_EQ(r.verdict, Verdict::kFail);
+  r.value = 0.25;
+  judge_row(r);
+  EXPECT_EQ(r.verdict, Verdict::kPass);
+}
+
+TEST(Judge, TheFirstMatchingRuleBoundsAMetric) {
+  const std::vector<ToleranceRule> rules = {
+      {"attn_out", "nmse", make_tolerance(1e-5, false, "stated")},
+      {"hc_*", "nmse", make_tolerance(1e-4, false, "stated")},
+      {"*", "nmse", make_tolerance(1e-3, false, "stated")},
+      {"attn_out", "nmse", make_tolerance(1.0, false, "stated")}};  // never reached: the first wins
+  ASSERT_NE(rule_for(rules, "attn_out", "nmse"), nullptr);
+  EXPECT_EQ(rule_for(rules, "attn_out", "nmse")->tolerance.bound, 1e-5);
+  EXPECT_EQ(rule_for(rules, "hc_ffn_pre", "nmse")->tolerance.bound, 1e-4);
+  EXPECT_EQ(rule_for(rules, "ffn_out", "nmse")->tolerance.bound, 1e-3);
+  EXPECT_EQ(rule_for(rules, "ffn_out", "max_ulp"), nullptr);
+  EXPECT_TRUE(component_matches("cache.*", "cache.window_kv"));
+  EXPECT_FALSE(component_matches("cache.*", "cachex"));
+  EXPECT_FALSE(component_matches("attn_out", "attn_out_x"));
+}
+
+TEST(Judge, DivergenceAtNamesTheRowsPlace) {
+  MetricRow r;
+  r.step = 3;
+  r.session = 1;
+  r.position = 77;
+  r.layer = 5;
+  r.component = "topk";
+  r.metric = "rows_equal_frac";
+  r.value = 0.75;
+  const reports::Divergence d = divergence_at(r);
+  EXPECT_EQ(d.step, 3);
+  EXPECT_EQ(d.session, 1);
+  EXPECT_EQ(d.position, 77);
+  EXPECT_EQ(d.layer, 5);
+  EXPECT_EQ(d.component, "topk");
+  EXPECT_EQ(d.metric, "rows_equal_frac");
+  EXPECT_EQ(d.value, 0.75);
+}
+
+TEST(Judge, AComparisonWithAFailingRowFailsAndWithoutEvidenceIsInconclusive) {
+  reports::Comparison cmp;
+  MetricRow ok;
+  ok.metric = "nmse";
+  ok.value = 0;
+  ok.tolerance = make_tolerance(0, false, "stated");
+  judge_row(ok);
+  cmp.rows.push_back(ok);
+  cmp.items_compared = 0;  // nothing compared: never a pass
+  EXPECT_EQ(comparison_verdict(cmp, Expectation::kBitExact, Evidence{}), Verdict::kInconclusive);
+  ASSERT_FALSE(cmp.notes.empty());
+  EXPECT_EQ(cmp.notes.back(), "nothing was compared");
+  cmp.items_compared = 1;
+  EXPECT_EQ(comparison_verdict(cmp, Expectation::kBitExact, Evidence{}), Verdict::kPass);
+  EXPECT_EQ(comparison_verdict(cmp, Expectation::kMeasured, Evidence{}), Verdict::kMeasured);
+  MetricRow bad = ok;
+  bad.value = std::nan("");
+  judge_row(bad);
+  cmp.rows.push_back(bad);
+  EXPECT_EQ(comparison_verdict(cmp, Expectation::kBitExact, Evidence{}), Verdict::kFail);
+}
+
+}  // namespace
+}  // namespace dsv41::scenarios
