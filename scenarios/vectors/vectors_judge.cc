@@ -177,10 +177,7 @@ reports::ScenarioResult judge_case(const VectorSet& set, const VectorSetEntry& c
       ++cmp.items_compared;
       for (MetricRow& r : rows) {
         if (r.verdict == Verdict::kFail && !cmp.first_divergence) {
-          reports::Divergence dv;
-          dv.component = r.component;
-          dv.metric = r.metric;
-          dv.value = r.value;
+          reports::Divergence dv = divergence_at(r);
           dv.tolerance = *r.tolerance;
           dv.detail = detail;
           dv.rerun = "dsv41 conform --vectors " + set.dir + " --port-out " + port_dir + " --only " + c.op;
