@@ -1,9 +1,9 @@
 // cuda/cuda_fallback.cc
 //
-// The ops of CudaOps not yet ported: each is an EXPLICIT host fallback, counted per call
+// The ops of CudaOps that run on the host by design: each is an EXPLICIT host fallback, counted per call
 // (CudaOps::counts), that downloads its inputs, calls the reference op (reference_ops()) and
 // uploads its outputs. Bit-exact by construction (it IS the reference), and slow: every call is
-// a device round trip. Issue 12 ports them one by one (docs/cuda.md lists what is left).
+// a device round trip (docs/cuda.md says why these two stay on the host).
 #include <utility>
 
 #include "cuda/cuda_ops.h"

@@ -7,7 +7,7 @@
 //
 //   reference_ops()   the CPU reference: each method calls the component function of the same
 //                     name in reference/ops/<component>.h (the spec, bit-exact, readable)
-//   cuda (issue 12)   dsv41::gpu, cuda/<component>.cu, whose tensors live in device memory
+//   cuda              dsv41::gpu, cuda/<component>.cu, whose tensors live in device memory
 //
 // Contract of every method:
 //   - tensors in, tensors out; no model state, no hooks, no files. State an op updates (a cache's

@@ -1,7 +1,7 @@
 // scenarios/runner/layer_kinds.h
 //
-// One layer of each kind of the released schedule as a small model of its own (issue 17,
-// "Released dimensions"; docs/released-dims.md): a config derived from a base (the `full` preset
+// One layer of each kind of the released schedule as a small model of its own
+// (docs/released-dims.md): a config derived from a base (the `full` preset
 // for the released dims, a small config for tests) that keeps every dimension of the base and
 // rewrites only the layer lists, so that its last layer (the "target") has the kind:
 //

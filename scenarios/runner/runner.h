@@ -78,7 +78,7 @@ struct ScenarioPlan {
   std::vector<std::optional<ReplaySample>> replay;  // [pair] the steps side B replays (none: every step)
   // The largest indexer score matrix one step materializes ([T, reachable keys] fp32 of the index
   // layer with the smallest ratio; docs/scale.md), in bytes, and the step: what a run checks
-  // against the machine's memory before any work (issue 14: sizes are validated before allocating).
+  // against the machine's memory before any work (sizes are validated before allocating: docs/errors.md).
   int64_t largest_scores_bytes = 0;
   int64_t largest_scores_step = -1;
 };

@@ -1,6 +1,6 @@
 // scenarios/vectors/vectors.h
 //
-// Conformance vectors (docs/port-dump.md, "Conformance vectors"; issue 13 part 4): per-component
+// Conformance vectors (docs/port-dump.md, "Conformance vectors"): per-component
 // test cases a port runs one kernel at a time, without a model, weights file or dump.
 //
 //   write_vector_set    `dsv41 vectors -o DIR`: DIR/vectors.json (the manifest, written last) and
