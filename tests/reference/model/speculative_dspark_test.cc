@@ -29,7 +29,6 @@ namespace {
 using ::testing::HasSubstr;
 
 const Model& model() { return *test::oracle_model().model; }
-int64_t vocab() { return test::oracle_model().config.vocab_size; }
 
 int64_t argmax(const std::vector<float>& row) {
   return argmax_token(row.data(), static_cast<int64_t>(row.size()));
