@@ -49,7 +49,7 @@ uint32_t get_u32(const std::vector<uint8_t>& b, size_t at) {
   return v;
 }
 void put_crc(std::vector<uint8_t>& b, size_t at, size_t from, size_t n) {
-  const uint32_t c = ref::crc32c(b.data() + from, n);
+  const uint32_t c = dsv41::crc32c(b.data() + from, n);
   std::memcpy(b.data() + at, &c, 4);
 }
 
