@@ -17,7 +17,7 @@ build_dir=${DSV41_FUZZ_DIR:-build-fuzz}
 default_tests="formats_minifloat_test formats_qdq_adversarial_test formats_cache_format_test
   config_test config_rules_test safetensors_test weights_test session_store_test
   session_store_corruption_test attention_test compressor_test indexer_test model_chunking_test
-  speculative_test h5_io_test h5_probe_test report_test port_dump_test cli_test errors_catalogue_test"
+  speculative_test round_defects_test judge_test h5_io_test h5_probe_test report_test port_dump_test cli_test errors_catalogue_test"
 read -r -a tests <<<"$(echo ${DSV41_SANITIZE_TESTS:-$default_tests})"
 ./scripts/fuzz.sh --build-only dsv41 "${tests[@]}"
 
