@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job (README, first command): set up and build, check the formats, then run the
+# The main job (README, first command): set up and build only what it runs (setup.sh main), check the formats, then run the
 # built-in scenario suite on the tiny config (CPU reference, official oracle weights) and print
 # its summary. The HDF5 report goes to build/report.h5 (JUnit: build/report.xml); its schema is
 # checked; the HTML report with plots goes to build/report.html (its path is printed). Exit code:

@@ -143,7 +143,7 @@ void stream_rows(RowSink& sink, int layer, const std::string& prefix, const Stre
                  const AgreeOptions& o) {
   const auto tol = [&](double bound, bool hib) -> std::optional<reports::Tolerance> {
     if (!checked) return std::nullopt;
-    return tolerance(bound, hib, "measured", kStreamNote);
+    return make_tolerance(bound, hib, "measured", kStreamNote);
   };
   sink.add(layer, "out_stream", prefix + "nmse", d.nmse, tol(o.stream_max_nmse, false));
   sink.add(layer, "out_stream", prefix + "max_row_ulps", d.max_row_ulps, tol(o.stream_max_ulps, false));
@@ -210,7 +210,7 @@ bool attribute_layer(const OracleRun& run, const OracleStep& st, reference::Mode
     const double ratio = reference::mixes_budget_ratio(ours, official, budget);
     ok = ok && ratio <= 1.0;
     sink.add(layer, attn ? "hc_attn_mixes" : "hc_ffn_mixes", "budget_ratio", ratio,
-             tolerance(1.0, false, "analytic",
+             make_tolerance(1.0, false, "analytic",
                        "docs/mhc.md: the fp32 GEMM's probabilistic bound (lambda 7) through the sigmoid and Sinkhorn, "
                        "on the official input"));
   };
@@ -222,8 +222,8 @@ bool attribute_layer(const OracleRun& run, const OracleStep& st, reference::Mode
       "official exp / fp32 sum order); wo_b's FP8 requantization spreads it over the row; measured worst 2.09 ulp, "
       "NMSE 6.0e-5";
   ok = ok && a.finite && a.max_row_ulps <= kAttnOutMaxUlps && a.nmse <= kAttnOutMaxNmse;
-  sink.add(layer, "attn_out", "max_row_ulps", a.max_row_ulps, tolerance(kAttnOutMaxUlps, false, "measured", attn_note));
-  sink.add(layer, "attn_out", "nmse", a.nmse, tolerance(kAttnOutMaxNmse, false, "measured", attn_note));
+  sink.add(layer, "attn_out", "max_row_ulps", a.max_row_ulps, make_tolerance(kAttnOutMaxUlps, false, "measured", attn_note));
+  sink.add(layer, "attn_out", "nmse", a.nmse, make_tolerance(kAttnOutMaxNmse, false, "measured", attn_note));
   sink.add(layer, "attn_out", "bit_equal_frac", a.equal_frac, std::nullopt);
   const Captured r2 = rerun(run, st, model, defect, before, Extra{layer, true, true, true});
   const StreamDiff r = compare_rows(r2.out_stream.at(layer), official_values(*st.streams, base + "out_stream", true), c.dim);
@@ -310,7 +310,7 @@ void selection_rows(const OracleStep& st, const reference::ModelConfig& c, const
                                           official_values(*st.items, base + "index_score", true));
       if (tc.rows > 0) {
         sink.add(l, "topk", "tie_equivalent_frac", static_cast<double>(tc.equivalent) / static_cast<double>(tc.rows),
-                 tolerance(1.0, true, "stated",
+                 make_tolerance(1.0, true, "stated",
                            "docs/agreement.md: the reference's own selection may differ from the official one only "
                            "where the official scores tie within the two sides' score difference"));
       }
@@ -336,7 +336,7 @@ void selection_rows(const OracleStep& st, const reference::ModelConfig& c, const
     for (size_t i = 0; i < got.size() && i < want.size(); ++i) equal += got[i] == want[i];
     sink.add(l, "engram_ids", "bit_equal_frac",
              got.size() == want.size() && !got.empty() ? double(equal) / double(got.size()) : 0.0,
-             tolerance(1.0, true, "stated", "integer n-gram hashes: exact (docs/engram.md)"));
+             make_tolerance(1.0, true, "stated", "integer n-gram hashes: exact (docs/engram.md)"));
   }
 }
 
@@ -400,7 +400,7 @@ reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model
     const StreamDiff ld = compare_rows(rec.logits, ref_logits, static_cast<int64_t>(ref_logits.size()));
     sink.detail = "step " + std::to_string(st.index) + " logits";
     sink.add(-1, "logits", "nmse", ld.nmse,
-             tolerance(kAgreeLogitsMaxNmse, false, "measured",
+             make_tolerance(kAgreeLogitsMaxNmse, false, "measured",
                        "docs/agreement.md: the fp32 head (K = dim), an FMA chain here and MKL's order there; "
                        "measured <= 1.1e-13"));
     if (dspark) {
@@ -414,13 +414,13 @@ reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model
   sink.step = run.steps().back().index;
   sink.add(-1, "out_stream", "attributed_frac",
            static_cast<double>(attributed_steps) / static_cast<double>(run.steps().size() * c.n_layers),
-           tolerance(kAgreeMaxAttributedFrac, false, "analytic",
+           make_tolerance(kAgreeMaxAttributedFrac, false, "analytic",
                      "agree.h: rounding flips reach ~3.7% of layer-steps at most; a systematic error needs attribution "
                      "everywhere"));
   if (drafts > 0) {
     sink.detail = "attributed DSpark drafts";
     sink.add(-1, "dspark_draft", "attributed_frac", static_cast<double>(attributed_drafts) / static_cast<double>(drafts),
-             tolerance(kAgreeDraftMaxAttributedFrac, false, "analytic",
+             make_tolerance(kAgreeDraftMaxAttributedFrac, false, "analytic",
                        "agree.h: a draft runs block-size rows through each DSpark block, ~5x a decode layer-step's "
                        "rounding flips; a systematic error needs attribution everywhere"));
   }

@@ -176,7 +176,7 @@ void dspark_ring_rows(const OracleRun& run, const reference::Model& model, const
     const std::vector<float> want = official_values(f, item, true);
     const StreamDiff d = got.size() == want.size() ? compare_rows(got, want, run.config().head_dim) : StreamDiff{0, 0, 0};
     sink.add(run.config().n_layers + static_cast<int>(i), "dspark_main_kv", "ring_bit_equal_frac", d.equal_frac,
-             tolerance(1.0, true, "stated", kRingNote));
+             make_tolerance(1.0, true, "stated", kRingNote));
   }
 }
 
@@ -190,8 +190,8 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
     const StreamDiff d = compare_rows(main_x->data(), official_values(f, g + "dspark_main_x", true), c.dim);
     const char* note = "main_norm(main_proj(the official main_hidden)): the fp8 linear is exact per 32-block, "
                        "<= 1 bf16 ulp where torch's block product was inexact (reference/ops/linear.h); measured bit-exact";
-    sink.add(-1, "dspark_main_x", "nmse", d.nmse, tolerance(kAgreeStreamMaxNmse, false, "measured", note));
-    sink.add(-1, "dspark_main_x", "bit_equal_frac", d.equal_frac, tolerance(kAgreeStreamMinEqual, true, "measured", note));
+    sink.add(-1, "dspark_main_x", "nmse", d.nmse, make_tolerance(kAgreeStreamMaxNmse, false, "measured", note));
+    sink.add(-1, "dspark_main_x", "bit_equal_frac", d.equal_frac, make_tolerance(kAgreeStreamMinEqual, true, "measured", note));
   }
   if (st.index == 0) dspark_ring_rows(run, model, state, f, st.prefix + "state/", sink);
   if (st.index == 0 || !f.has(g + "draft_ids")) return {};
@@ -224,11 +224,11 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
     if (conf_ratio > 1.0) ratio = std::min(ratio, conf_nmse > 0 ? sens.confidence / conf_nmse : 0.0);
     const char* note = "docs/agreement.md (DSpark): the draft rerun with its mixes nudged by one fp32 ulp (20 seeds) "
                        "moves by at least half the observed difference: a rounding boundary inside the block";
-    sink.add(-1, "dspark_draft", "mixes_ulp_sensitivity", ratio, tolerance(kAgreeDraftMinSensitivity, true, "measured", note));
+    sink.add(-1, "dspark_draft", "mixes_ulp_sensitivity", ratio, make_tolerance(kAgreeDraftMinSensitivity, true, "measured", note));
     const char* scale = "a rounding flip inside the block moves its output like a backbone layer-step's (the stream "
                         "bounds, agree.h), which the head carries; measured <= 1.3e-7";
-    sink.add(-1, "dspark_logits", "attributed_nmse", ld.nmse, tolerance(kAgreeStreamMaxNmse, false, "measured", scale));
-    sink.add(-1, "dspark_confidence", "attributed_nmse", conf_nmse, tolerance(kAgreeStreamMaxNmse, false, "measured", scale));
+    sink.add(-1, "dspark_logits", "attributed_nmse", ld.nmse, make_tolerance(kAgreeStreamMaxNmse, false, "measured", scale));
+    sink.add(-1, "dspark_confidence", "attributed_nmse", conf_nmse, make_tolerance(kAgreeStreamMaxNmse, false, "measured", scale));
     attributed = ratio >= kAgreeDraftMinSensitivity && ld.nmse <= kAgreeStreamMaxNmse && conf_nmse <= kAgreeStreamMaxNmse;
     if (attributed) {
       sink.cmp->notes.push_back("step " + std::to_string(st.index) + " DSpark draft: beyond the head's bounds and "
@@ -239,7 +239,7 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
   const auto strict = [attributed](double bound, bool hib, const char* origin,
                                     const char* note) -> std::optional<reports::Tolerance> {
     if (attributed) return std::nullopt;
-    return tolerance(bound, hib, origin, note);
+    return make_tolerance(bound, hib, origin, note);
   };
   sink.add(-1, "dspark_logits", "nmse", ld.nmse,
            strict(kAgreeDraftLogitsMaxNmse, false, "measured",
@@ -251,7 +251,7 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
   sink.add(-1, "dspark_confidence", "nmse", conf_nmse, std::nullopt);
   sink.add(-1, "dspark_token", "tie_equivalent_frac",
            tie_equivalent_frac(own, forced, r.logits.data(), official_logits, c.vocab_size),
-           tolerance(1.0, true, "stated",
+           make_tolerance(1.0, true, "stated",
                      "an own draft token may differ from the official one only at a near-tie of the official logits "
                      "within twice the row's logits difference"));
   int64_t equal = 0;
@@ -265,9 +265,9 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
       const StreamDiff d = compare_rows(cap.f.at({Component::kDSparkOutStream, layer}).data(),
                                         official_values(f, b + "out_stream", true), c.dim);
       const char* note = "docs/agreement.md (DSpark): a block's output; the backbone's stream bounds (agree.h)";
-      sink.add(layer, "dspark_out_stream", "nmse", d.nmse, tolerance(kAgreeStreamMaxNmse, false, "measured", note));
+      sink.add(layer, "dspark_out_stream", "nmse", d.nmse, make_tolerance(kAgreeStreamMaxNmse, false, "measured", note));
       sink.add(layer, "dspark_out_stream", "bit_equal_frac", d.equal_frac,
-               tolerance(kAgreeStreamMinEqual, true, "measured", note));
+               make_tolerance(kAgreeStreamMinEqual, true, "measured", note));
     }
     if (f.has(b + "gate_indices") && cap.i.count({Component::kDSparkExperts, layer})) {
       const std::vector<int32_t> want = OracleRun::i32(f, b + "gate_indices").data();
@@ -281,7 +281,7 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
     const StreamDiff d = compare_rows(cap.f.at({Component::kDSparkMarkovBias, static_cast<int>(i)}).data(),
                                       official_values(f, item, false), c.vocab_size);
     sink.add(static_cast<int>(i), "dspark_markov_bias", "nmse", d.nmse,
-             tolerance(kAgreeLogitsMaxNmse, false, "measured",
+             make_tolerance(kAgreeLogitsMaxNmse, false, "measured",
                        "fp32 Markov head (K = rank): the logits' GEMM bound; measured <= 1.7e-14"));
   }
   return {true, attributed};

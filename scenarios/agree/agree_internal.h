@@ -31,8 +31,6 @@ struct StreamDiff {
 };
 StreamDiff compare_rows(const std::vector<float>& got, const std::vector<float>& ref, int64_t row);
 
-reports::Tolerance tolerance(double bound, bool higher_is_better, const char* origin, const std::string& note);
-
 // Adds rows to a comparison at the current step; the first failing row becomes its first
 // divergence (with `detail` and `rerun`).
 struct RowSink {

@@ -47,10 +47,6 @@ StreamDiff compare_rows(const std::vector<float>& got, const std::vector<float>&
   return d;
 }
 
-reports::Tolerance tolerance(double bound, bool higher_is_better, const char* origin, const std::string& note) {
-  return make_tolerance(bound, higher_is_better, origin, note);
-}
-
 void RowSink::add(int layer, const std::string& component, const std::string& metric, double value,
                   std::optional<reports::Tolerance> tol) {
   reports::MetricRow r;
@@ -104,7 +100,7 @@ void final_state_rows(const OracleRun& run, const reference::Model& model, const
     const std::vector<float> want = official_values(f, item, true);
     const StreamDiff d = got.size() == want.size() ? compare_rows(got, want, static_cast<int64_t>(want.size())) : StreamDiff{0, 0, 0};
     sink.add(layer, component, "bit_equal_frac", d.equal_frac,
-             tolerance(1.0, true, "stated", "the caches hold the official formats' values bit for bit (docs/agreement.md)"));
+             make_tolerance(1.0, true, "stated", "the caches hold the official formats' values bit for bit (docs/agreement.md)"));
   };
   for (int l = 0; l < c.n_layers; ++l) {
     const reference::LayerState& ls = state.layers[static_cast<size_t>(l)];
@@ -138,7 +134,7 @@ void final_state_rows(const OracleRun& run, const reference::Model& model, const
           if (std::isnan(dmax)) worst = std::numeric_limits<double>::infinity();
         }
         sink.add(l, kv ? "compressor.kv_state" : "compressor.score_state", "max_slot_ulps", worst,
-                 tolerance(kAgreeCompressorMaxUlps, false, "measured",
+                 make_tolerance(kAgreeCompressorMaxUlps, false, "measured",
                            "docs/agreement.md: decode's one-row fp32 GEMV order; measured 3-8 fp32 ulp of the slot max, "
                            "bound 4x"));
       }

@@ -17,10 +17,6 @@ using reports::MetricRow;
 using reports::Tolerance;
 using reports::Verdict;
 
-Tolerance tol(double bound, bool higher, const std::string& origin, const std::string& note) {
-  return make_tolerance(bound, higher, origin, note);
-}
-
 std::string coord_str(const std::vector<int64_t>& c) {
   std::string s = "[";
   for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + std::to_string(c[i]);
@@ -77,7 +73,7 @@ class Rows {
   }
 
   Tolerance stated_exact(bool higher, double bound) const {
-    return tol(bound, higher, "stated", ctx_.why.empty() ? "bit-exact pair" : ctx_.why);
+    return make_tolerance(bound, higher, "stated", ctx_.why.empty() ? "bit-exact pair" : ctx_.why);
   }
 
  private:
@@ -153,10 +149,10 @@ void compare_float(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, S
     rows.add(L, c, "nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch),
              rows.stated_exact(false, 0), std::nullopt, d);
     rows.add(L, c, "nan_mismatch", static_cast<double>(m.nan_mismatch), rows.stated_exact(false, 0),
-             tol(0, false, "stated", "NaN masks are compared before any numeric tolerance"), d);
+             make_tolerance(0, false, "stated", "NaN masks are compared before any numeric tolerance"), d);
   } else {
     rows.add(L, c, "nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch),
-             rows.stated_exact(false, 0), tol(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"),
+             rows.stated_exact(false, 0), make_tolerance(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"),
              d);
   }
   rows.add(L, c, "bit_equal_frac", m.bit_equal_frac, rows.stated_exact(true, 1.0), std::nullopt, d);
@@ -205,7 +201,7 @@ void compare_logits_item(const StepCapture& a, const StepCapture& b, Rows& rows,
     << m.max_abs << ", KL " << lm.kl << "; " << float_detail(m);
   rows.begin_item();
   rows.add(-1, "logits", "nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch),
-           rows.stated_exact(false, 0), tol(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"),
+           rows.stated_exact(false, 0), make_tolerance(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"),
            d.str());
   rows.add(-1, "logits", "bit_equal_frac", m.bit_equal_frac, rows.stated_exact(true, 1.0), std::nullopt, d.str());
   rows.add(-1, "logits", "max_abs", m.max_abs, std::nullopt, std::nullopt, d.str());
@@ -298,7 +294,7 @@ void compare_ids(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, con
   // are (bitexact pairs): elsewhere a near-tie flip of the target's argmax may change it (measured).
   const bool accept = ia.component == reference::name(reference::Component::kAccept);
   std::optional<reports::Tolerance> t;
-  if (!accept) t = tol(1.0, true, "analytic", "Engram ids are an integer hash of the token ids: exact on every backend");
+  if (!accept) t = make_tolerance(1.0, true, "analytic", "Engram ids are an integer hash of the token ids: exact on every backend");
   rows.begin_item();
   rows.add(ia.layer, ia.component, "equal_frac",
            m.count ? static_cast<double>(m.equal) / static_cast<double>(m.count) : 1.0, rows.stated_exact(true, 1.0),
@@ -373,7 +369,7 @@ std::vector<ToleranceRule> default_tolerance_rules() {
     ToleranceRule r;
     r.component = component;
     r.metric = metric;
-    r.tolerance = tol(bound, higher, origin, note);
+    r.tolerance = make_tolerance(bound, higher, origin, note);
     return r;
   };
   return {
@@ -400,7 +396,7 @@ StepComparison compare_step(const StepCapture& a, const StepCapture& b, const Co
     const CapturedItem* ib = b.find(ia.layer, ia.component);
     if (ib == nullptr || ib->kind != ia.kind) {
       rows.add(ia.layer, ia.component, "present", 0.0, rows.stated_exact(true, 1.0),
-               tol(1.0, true, "stated", "both sides must produce every component output"),
+               make_tolerance(1.0, true, "stated", "both sides must produce every component output"),
                "side B has no '" + ia.component + "' at layer " + std::to_string(ia.layer));
       ++out.items;
       continue;
@@ -416,7 +412,7 @@ StepComparison compare_step(const StepCapture& a, const StepCapture& b, const Co
   for (const CapturedItem& ib : b.items) {
     if (a.find(ib.layer, ib.component) == nullptr) {
       rows.add(ib.layer, ib.component, "present", 0.0, rows.stated_exact(true, 1.0),
-               tol(1.0, true, "stated", "both sides must produce every component output"),
+               make_tolerance(1.0, true, "stated", "both sides must produce every component output"),
                "side A has no '" + ib.component + "' at layer " + std::to_string(ib.layer));
       ++out.items;
     }
