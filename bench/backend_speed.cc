@@ -44,13 +44,13 @@ struct Timing {
   std::vector<float> last_logits;
 };
 
-Timing run_session(const reference::ModelConfig& c, const reference::ModelWeights& w, const std::vector<int64_t>& map,
-                   const reference::Ops& ops, const std::vector<int64_t>& prompt, int64_t chunk, int64_t decode) {
-  const reference::Model model(c, w, map, ops);
-  reference::ModelState state = model.new_state();
+Timing run_session(const reference::ModelConfig& c, const reference::checkpoint::ModelWeights& w, const std::vector<int64_t>& map,
+                   const reference::seam::Ops& ops, const std::vector<int64_t>& prompt, int64_t chunk, int64_t decode) {
+  const reference::model::Model model(c, w, map, ops);
+  reference::model::ModelState state = model.new_state();
   Timing t;
   const auto t0 = Clock::now();
-  reference::StepRecord rec;
+  reference::model::StepRecord rec;
   for (size_t i = 0; i < prompt.size(); i += static_cast<size_t>(chunk)) {
     const size_t n = std::min(prompt.size() - i, static_cast<size_t>(chunk));
     rec = model.forward_chunk(state, std::vector<int64_t>(prompt.begin() + static_cast<long>(i),
@@ -93,10 +93,10 @@ int main(int argc, char** argv) {
                 config_path.c_str(), reference::config_hash(c).c_str(), static_cast<unsigned long long>(seed),
                 static_cast<long long>(prompt_len), static_cast<long long>(chunk), static_cast<long long>(decode),
                 reference::reference_threads());
-    const reference::ModelWeights w = reference::ModelWeights::load(
-        reference::safetensors::SafetensorsFile::from_entries("generated weights", reference::generate_weights(c, seed)),
+    const reference::checkpoint::ModelWeights w = reference::checkpoint::ModelWeights::load(
+        reference::checkpoint::safetensors::SafetensorsFile::from_entries("generated weights", reference::checkpoint::generate_weights(c, seed)),
         c);
-    const std::vector<int64_t> map = reference::default_token_map(c);
+    const std::vector<int64_t> map = reference::model::default_token_map(c);
     std::vector<int64_t> prompt(static_cast<size_t>(prompt_len));
     for (int64_t i = 0; i < prompt_len; ++i) prompt[static_cast<size_t>(i)] = (i * 104729 + 3) % c.vocab_size;
 
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
     std::stringstream ss(backends);
     for (std::string b; std::getline(ss, b, ',');) {
       if (b == "ref") {
-        results.emplace_back(b, run_session(c, w, map, reference::reference_ops(), prompt, chunk, decode));
+        results.emplace_back(b, run_session(c, w, map, reference::seam::reference_ops(), prompt, chunk, decode));
       } else if (b == "cuda") {
 #if defined(DSV41_HAVE_CUDA)
         DSV41_CHECK(gpu::device_count() > 0, "backend cuda: no CUDA device");

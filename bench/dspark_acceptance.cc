@@ -56,11 +56,11 @@ struct WeightsSource {
   uint64_t seed = 0;
 };
 
-reference::ModelWeights load_weights(const WeightsSource& w, const Args& a, const reference::ModelConfig& c) {
-  if (!w.generated) return reference::ModelWeights::load(a.weights, c);
-  return reference::ModelWeights::load(
-      reference::safetensors::SafetensorsFile::from_entries("generated weights (seed " + std::to_string(w.seed) + ")",
-                                                            reference::generate_weights(c, w.seed)),
+reference::checkpoint::ModelWeights load_weights(const WeightsSource& w, const Args& a, const reference::ModelConfig& c) {
+  if (!w.generated) return reference::checkpoint::ModelWeights::load(a.weights, c);
+  return reference::checkpoint::ModelWeights::load(
+      reference::checkpoint::safetensors::SafetensorsFile::from_entries("generated weights (seed " + std::to_string(w.seed) + ")",
+                                                            reference::checkpoint::generate_weights(c, w.seed)),
       c);
 }
 
@@ -144,8 +144,8 @@ int run(const Args& a, const std::string& command_line) {
               a.prompt_len, ", --tokens ", a.tokens, ": need at least 1 prompt of 1 token and 2 tokens generated");
   DSV41_CHECK(a.top_p > 0 && a.top_p <= 1, "--top-p ", a.top_p, ": must be in (0, 1]");
   for (double t : a.temperatures) DSV41_CHECK(t >= 0 && std::isfinite(t), "--temperature ", t, ": must be >= 0");
-  std::vector<reference::VerifyPolicy> policies;
-  for (const std::string& p : a.policies) policies.push_back(reference::VerifyPolicy::parse(p));
+  std::vector<reference::model::VerifyPolicy> policies;
+  for (const std::string& p : a.policies) policies.push_back(reference::model::VerifyPolicy::parse(p));
   if (a.threads > 0) reference::set_reference_threads(a.threads);
 
   std::vector<WeightsSource> sources;
@@ -178,7 +178,7 @@ int run(const Args& a, const std::string& command_line) {
   print_header(c.dspark_block_size);
   for (const WeightsSource& w : sources) {
     if (w.generated) std::fprintf(stderr, "[%7.1fs] weights seed %llu\n", elapsed(), static_cast<unsigned long long>(w.seed));
-    const reference::Model model(c, load_weights(w, a, c), reference::default_token_map(c));
+    const reference::model::Model model(c, load_weights(w, a, c), reference::model::default_token_map(c));
     for (size_t ti = 0; ti < a.temperatures.size(); ++ti) {
       const double t = a.temperatures[ti];
       std::vector<std::vector<int64_t>> plain;  // [prompts][tokens] greedy reference at T = 0
@@ -191,7 +191,7 @@ int run(const Args& a, const std::string& command_line) {
         setup.tokens = a.tokens;
         setup.seed = a.seed;
         setup.weights_seed = w.seed;
-        if (a.plant_accept_one_more) setup.defect = scenarios::RoundDefect::kAcceptOneMore;
+        if (a.plant_accept_one_more) setup.defect = scenarios::defects::RoundDefect::kAcceptOneMore;
         setup.sampling = {t, a.top_p};
         setup.policy = policies[pi];
         AcceptanceStats stats(c.dspark_block_size);

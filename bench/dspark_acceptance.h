@@ -94,13 +94,13 @@ double overlap(const std::vector<float>& p, const std::vector<float>& q);
 // --- Decoding ----------------------------------------------------------------------------------
 
 struct DecodeSetup {
-  const reference::Model* model = nullptr;
+  const reference::model::Model* model = nullptr;
   int64_t tokens = 0;              // tokens generated per prompt (the first from the prefill)
   uint64_t seed = 0;               // S
   uint64_t weights_seed = 0;       // w of derive_seed (0 for a weights file)
   reference::SamplingParams sampling;
-  reference::VerifyPolicy policy;
-  scenarios::RoundDefect defect = scenarios::RoundDefect::kNone;  // the greedy check's self-test
+  reference::model::VerifyPolicy policy;
+  scenarios::defects::RoundDefect defect = scenarios::defects::RoundDefect::kNone;  // the greedy check's self-test
 };
 
 // `count` prompts of `length` tokens, prompt p from SampleRng(derive_seed(S, kPrompt, 0, p, 0)):
@@ -109,7 +109,7 @@ std::vector<std::vector<int64_t>> random_prompts(const reference::ModelConfig& c
                                                  uint64_t seed);
 
 // Plain greedy decoding: prefill, then argmax one token at a time. [tokens] generated.
-std::vector<int64_t> plain_greedy(const reference::Model& model, const std::vector<int64_t>& prompt, int64_t tokens);
+std::vector<int64_t> plain_greedy(const reference::model::Model& model, const std::vector<int64_t>& prompt, int64_t tokens);
 
 // Speculative decoding with DSpark drafts (rounds until `tokens` are generated; the last round's
 // surplus is dropped from the returned [tokens], not from the statistics). Adds every round and

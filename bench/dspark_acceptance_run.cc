@@ -10,16 +10,16 @@
 
 namespace dsv41::bench {
 
-using reference::DraftResult;
-using reference::DraftSampling;
-using reference::Model;
+using reference::model::DraftResult;
+using reference::model::DraftSampling;
+using reference::model::Model;
 using reference::ModelConfig;
-using reference::ModelState;
-using reference::Proposal;
+using reference::model::ModelState;
+using reference::model::Proposal;
 using reference::SampleRng;
-using reference::SpeculativeOptions;
-using reference::SpeculativeRound;
-using reference::StepRecord;
+using reference::model::SpeculativeOptions;
+using reference::model::SpeculativeRound;
+using reference::model::StepRecord;
 
 uint64_t derive_seed(uint64_t seed, Stream stream, uint64_t weights, int64_t prompt, int64_t round) {
   uint64_t h = reference::splitmix64(seed);
@@ -115,7 +115,7 @@ std::vector<int64_t> speculative_generate(const DecodeSetup& setup, const std::v
   options.policy = setup.policy;
   options.sampling = setup.sampling;
   bool defect_fired = false;  // the planted defect's own record (the check below judges the tokens)
-  options.hooks = scenarios::round_defect_hooks(setup.defect, c, &defect_fired);
+  options.hooks = scenarios::defects::round_defect_hooks(setup.defect, c, &defect_fired);
   for (int64_t round = 0; static_cast<int64_t>(generated.size()) < setup.tokens; ++round) {
     // The draft at T: block tokens, their distributions [B, vocab] and confidence logits [B].
     DraftSampling ds;
@@ -133,7 +133,7 @@ std::vector<int64_t> speculative_generate(const DecodeSetup& setup, const std::v
     }
 
     SampleRng accept_rng(derive_seed(setup.seed, Stream::kAccept, setup.weights_seed, prompt_index, round));
-    const SpeculativeRound r = reference::speculative_round(model, state, current, proposal, options, accept_rng);
+    const SpeculativeRound r = reference::model::speculative_round(model, state, current, proposal, options, accept_rng);
     const int64_t k = static_cast<int64_t>(r.verified.size());
 
     RoundObservation obs;

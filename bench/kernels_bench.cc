@@ -146,7 +146,7 @@ Row pack_case(const Opts& o, formats::CacheFormat f, int64_t T, const char* key,
     Tensor<uint8_t> storage({R, eb}, "storage");
     std::vector<int64_t> entries(static_cast<size_t>(R));
     for (int64_t i = 0; i < R; ++i) entries[static_cast<size_t>(i)] = i;
-    reference::reference_ops().write_entries(storage, f, entries, rows);
+    reference::seam::reference_ops().write_entries(storage, f, entries, rows);
     check = compare(download(packed.get() + first * eb, static_cast<size_t>(R * eb)), storage.data(), "bytes");
     const std::vector<uint8_t> fl = download(finite.get() + first, static_cast<size_t>(R));
     if (std::count(fl.begin(), fl.end(), uint8_t{1}) != R) check = "FAIL finite flags";
@@ -175,7 +175,7 @@ Row indexer_case(const Opts& o, int64_t T, int64_t n, const char* key, const std
   const auto fill_qdq = [&](float* x, int64_t rows, uint64_t seed) {  // copy 0: bf16 -> FP4 QDQ, then the others
     fill_bf16(x, rows * D, D, seed, -1, 1);
     const Tensor<float> v({rows, D}, download(x, static_cast<size_t>(rows * D)), "x");
-    const Tensor<float> v_qdq = reference::reference_ops().qdq(formats::CacheFormat::kIndexKeysFp4, v);
+    const Tensor<float> v_qdq = reference::seam::reference_ops().qdq(formats::CacheFormat::kIndexKeysFp4, v);
     for (int c = 0; c < copies; ++c) {
       gpu::copy_to_device(x + c * rows * D, v_qdq.data().data(), v_qdq.data().size() * 4);
     }

@@ -14,7 +14,7 @@ namespace dsv41::gpu {
 using reference::Tensor;
 
 namespace {
-const reference::Ops& ref() { return reference::reference_ops(); }
+const reference::seam::Ops& ref() { return reference::seam::reference_ops(); }
 }  // namespace
 
 Tensor<int64_t> CudaOps::engram_hash_ids(const reference::EngramLayout& layout, int layer_index,

@@ -153,7 +153,7 @@ namespace {
 // ([max_seq_len, rd/2] fp32 each), the MoE gate and routed experts, the Engram tables (bytes) and
 // q/k weights. Of the mHC weights only hc_fn is read on the device (scale and base serve the
 // host-side Sinkhorn); the MoE gate bias serves the host-side routing.
-void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope,
+void for_each_mirrored(const reference::checkpoint::ModelWeights& wt, const std::vector<reference::RopeTable>& rope,
                        const std::function<void(const float*, size_t)>& f,
                        const std::function<void(const uint8_t*, size_t)>& bytes) {
   const auto v = [&f](const std::vector<float>& x) { f(x.data(), x.size()); };
@@ -165,10 +165,10 @@ void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<refe
   v(wt.embed.data());
   v(wt.norm.data());
   lin(wt.head);
-  for (const reference::BlockWeights& b : wt.blocks) {
+  for (const reference::checkpoint::BlockWeights& b : wt.blocks) {
     v(b.attn_norm.data());
     v(b.ffn_norm.data());
-    const reference::AttentionWeights& a = b.attn;
+    const reference::checkpoint::AttentionWeights& a = b.attn;
     for (const reference::LinearWeight* lw : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.comp_wkv, &a.comp_wgate,
                                               &a.idx_wq_b, &a.idx_weights_proj, &a.idx_wk, &b.ffn.s_w1, &b.ffn.s_w2,
                                               &b.ffn.s_w3, &b.engram.wkv}) {
@@ -203,13 +203,13 @@ void for_each_mirrored(const reference::ModelWeights& wt, const std::vector<refe
 }  // namespace
 
 // Copied again even when an address is known: a new model's weights may sit where a freed one's were.
-void CudaOps::prepare(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
+void CudaOps::prepare(const reference::checkpoint::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
   for_each_mirrored(
       wt, rope, [this](const float* p, size_t n) { register_mirror(p, n); },
       [this](const uint8_t* p, size_t n) { register_mirror(p, n); });
 }
 
-void CudaOps::release(const reference::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
+void CudaOps::release(const reference::checkpoint::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
   std::lock_guard<std::mutex> l(s_->mu);
   for_each_mirrored(
       wt, rope, [this](const float* p, size_t) { s_->mirrors.erase(p); },
@@ -302,7 +302,7 @@ Tensor<float> CudaOps::rms_norm(const Tensor<float>& x, const Tensor<float>& wei
   const int64_t n = x.rank() >= 1 ? x.dim(x.rank() - 1) : 0;
   if (x.rank() < 1 || n <= 0 || weight.numel() != n || n >= reference::kTorchSerialSumLimit) {
     count("rms_norm", false);  // the reference raises its error
-    return upload(reference::reference_ops().rms_norm(host_copy(x), host_copy(weight), eps));
+    return upload(reference::seam::reference_ops().rms_norm(host_copy(x), host_copy(weight), eps));
   }
   count("rms_norm", true);
   DevIn<float> in(x);
@@ -323,7 +323,7 @@ void CudaOps::rope_rows(Tensor<float>& x, int64_t heads, const reference::RopeTa
   if (!shape_ok || !pos_ok || x.on_host()) {
     count("rope_rows", false);  // the reference raises its error (or: a host tensor stays on the host)
     Tensor<float> h = host_copy(x);
-    reference::reference_ops().rope_rows(h, heads, rope, first_pos, pos_stride, inverse);
+    reference::seam::reference_ops().rope_rows(h, heads, rope, first_pos, pos_stride, inverse);
     x = x.on_host() ? std::move(h) : upload(std::move(h));
     return;
   }

@@ -28,7 +28,7 @@
 // Example:
 //   if (gpu::device_count() == 0) ...;                     // CudaOps needs a device (ctor throws)
 //   gpu::CudaOps ops;
-//   reference::Model m(config, weights, token_map, ops);   // the whole forward on CudaOps
+//   reference::model::Model m(config, weights, token_map, ops);   // the whole forward on CudaOps
 //   for (auto& [op, n] : ops.counts()) printf("%s gpu %ld host %ld\n", op.c_str(), n.gpu, n.host);
 #pragma once
 
@@ -48,7 +48,7 @@ struct OpCalls {
   int64_t host = 0;  // calls through the host fallback
 };
 
-class CudaOps final : public reference::Ops {
+class CudaOps final : public reference::seam::Ops {
  public:
   // Throws dsv41::Error("no CUDA device ...") when there is none.
   CudaOps();
@@ -68,8 +68,8 @@ class CudaOps final : public reference::Ops {
   void time_mark(const char* op) const;
 
   // ---- memory ----
-  void prepare(const reference::ModelWeights& weights, const std::vector<reference::RopeTable>& rope) const override;
-  void release(const reference::ModelWeights& weights, const std::vector<reference::RopeTable>& rope) const override;
+  void prepare(const reference::checkpoint::ModelWeights& weights, const std::vector<reference::RopeTable>& rope) const override;
+  void release(const reference::checkpoint::ModelWeights& weights, const std::vector<reference::RopeTable>& rope) const override;
   reference::Tensor<float> upload(reference::Tensor<float> host) const override;
   reference::Tensor<int32_t> upload(reference::Tensor<int32_t> host) const override;
   reference::Tensor<int64_t> upload(reference::Tensor<int64_t> host) const override;

@@ -45,7 +45,7 @@ reference::CompressedLatents CudaOps::compress(const Tensor<float>& kv, const Te
     count("compress", false);  // the reference raises its error, or runs on the host state
     Tensor<float> ks = host_copy(kv_state), ss = host_copy(score_state);
     reference::CompressedLatents out =
-        reference::reference_ops().compress(host_copy(kv), host_copy(score), start_pos, ratio, ks, ss);
+        reference::seam::reference_ops().compress(host_copy(kv), host_copy(score), start_pos, ratio, ks, ss);
     kv_state = kv_state.on_host() ? std::move(ks) : upload(std::move(ks));
     score_state = score_state.on_host() ? std::move(ss) : upload(std::move(ss));
     out.latent = upload(std::move(out.latent));

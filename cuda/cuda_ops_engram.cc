@@ -19,7 +19,7 @@ namespace dsv41::gpu {
 using reference::Tensor;
 
 namespace {
-const reference::Ops& ref() { return reference::reference_ops(); }
+const reference::seam::Ops& ref() { return reference::seam::reference_ops(); }
 }  // namespace
 
 Tensor<float> CudaOps::engram_lookup(const reference::EngramWeights& w, int head_dim,

@@ -20,7 +20,7 @@ namespace dsv41::gpu {
 using reference::Tensor;
 
 namespace {
-const reference::Ops& ref() { return reference::reference_ops(); }
+const reference::seam::Ops& ref() { return reference::seam::reference_ops(); }
 }  // namespace
 
 Tensor<float> CudaOps::index_weights(const Tensor<float>& proj, int index_head_dim) const {

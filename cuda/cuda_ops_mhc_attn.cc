@@ -34,7 +34,7 @@ namespace dsv41::gpu {
 using reference::Tensor;
 
 namespace {
-const reference::Ops& ref() { return reference::reference_ops(); }
+const reference::seam::Ops& ref() { return reference::seam::reference_ops(); }
 }  // namespace
 
 reference::HcMixes CudaOps::hc_mixes(const Tensor<float>& stream, const reference::HcWeights& w, double norm_eps,

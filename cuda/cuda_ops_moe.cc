@@ -30,7 +30,7 @@ using reference::Tensor;
 
 namespace {
 
-const reference::Ops& ref() { return reference::reference_ops(); }
+const reference::seam::Ops& ref() { return reference::seam::reference_ops(); }
 
 // reference expert_forward with the three linears on the device. x: [n, dim] (device or host).
 Tensor<float> expert_forward(const CudaOps& ops, const Tensor<float>& x, const reference::LinearWeight& w1,

@@ -65,7 +65,7 @@ Tensor<float> CudaOps::linear_path(const char* op, const Tensor<float>& x, const
   const auto host = [&] {
     count(op, false);
     const Tensor<float> hx = host_copy(x);
-    return upload(fp32 ? reference::reference_ops().linear_fp32(hx, w) : reference::reference_ops().linear(hx, w));
+    return upload(fp32 ? reference::seam::reference_ops().linear_fp32(hx, w) : reference::seam::reference_ops().linear(hx, w));
   };
   if (!linear_shape_ok(x, w)) return host();  // the reference raises its error
   const bool quantized = w.dtype == DType::kF8E4M3 || w.dtype == DType::kF4;
@@ -107,7 +107,7 @@ Tensor<float> CudaOps::grouped_linear(const Tensor<float>& x, const LinearWeight
                   w.dtype == DType::kBF16 && static_cast<int64_t>(w.w.size()) == w.out * w.in;
   if (!ok) {
     count("grouped_linear", false);
-    return upload(reference::reference_ops().grouped_linear(host_copy(x), w, groups));
+    return upload(reference::seam::reference_ops().grouped_linear(host_copy(x), w, groups));
   }
   count("grouped_linear", true);
   DevIn<float> in(x);
@@ -125,7 +125,7 @@ Tensor<float> CudaOps::qdq(formats::CacheFormat format, const Tensor<float>& x) 
   const bool dim_ok = entry_bytes_or_0(format, d) > 0;
   const auto host = [&] {
     count("qdq", false);
-    return upload(reference::reference_ops().qdq(format, host_copy(x)));
+    return upload(reference::seam::reference_ops().qdq(format, host_copy(x)));
   };
   if (x.rank() < 1 || (format != formats::CacheFormat::kBf16 && !dim_ok)) return host();
   if (format == formats::CacheFormat::kBf16) {  // the ablation: the values as they are
@@ -156,7 +156,7 @@ void CudaOps::write_entries(Tensor<uint8_t>& storage, formats::CacheFormat forma
   const auto host = [&] {
     count("write_entries", false);
     Tensor<uint8_t> h = host_copy(storage);
-    reference::reference_ops().write_entries(h, format, entries, host_copy(rows));
+    reference::seam::reference_ops().write_entries(h, format, entries, host_copy(rows));
     storage = storage.on_host() ? std::move(h) : upload(std::move(h));
   };
   if (!ok) return host();
@@ -183,7 +183,7 @@ Tensor<float> CudaOps::read_entries(const reference::CacheRows& cache, const std
     Tensor<uint8_t> h = cache.bytes ? host_copy(*cache.bytes) : Tensor<uint8_t>();
     reference::CacheRows hc = cache;
     hc.bytes = cache.bytes ? &h : nullptr;
-    return upload(reference::reference_ops().read_entries(hc, entries));
+    return upload(reference::seam::reference_ops().read_entries(hc, entries));
   }
   count("read_entries", true);
   const int64_t n = static_cast<int64_t>(entries.size());
@@ -202,7 +202,7 @@ Tensor<float> CudaOps::read_entries(const reference::CacheRows& cache, const std
 Tensor<float> CudaOps::concat_kv_rows(const Tensor<float>& window, const Tensor<float>& compressed) const {
   if (!(window.rank() == 2 && compressed.rank() == 2 && window.dim(1) == compressed.dim(1))) {
     count("concat_kv_rows", false);
-    return upload(reference::reference_ops().concat_kv_rows(host_copy(window), host_copy(compressed)));
+    return upload(reference::seam::reference_ops().concat_kv_rows(host_copy(window), host_copy(compressed)));
   }
   count("concat_kv_rows", true);
   return concat_rows({window, compressed});
@@ -211,7 +211,7 @@ Tensor<float> CudaOps::concat_kv_rows(const Tensor<float>& window, const Tensor<
 // ---- mhc.h ----
 
 Tensor<float> CudaOps::hc_identity_pre(int64_t tokens, int64_t hc) const {
-  if (tokens < 0 || hc < 1) return upload(reference::reference_ops().hc_identity_pre(tokens, hc));
+  if (tokens < 0 || hc < 1) return upload(reference::seam::reference_ops().hc_identity_pre(tokens, hc));
   count("hc_identity_pre", true);
   Tensor<float> y = device_tensor<float>({tokens, hc}, "hc_identity_pre");
   gpu::hc_identity_pre(tokens, hc, dev(y));
@@ -222,7 +222,7 @@ Tensor<float> CudaOps::hc_pre(const Tensor<float>& stream, const Tensor<float>& 
   const bool ok = stream.rank() == 3 && pre.rank() == 2 && pre.dim(0) == stream.dim(0) && pre.dim(1) == stream.dim(1);
   if (!ok) {
     count("hc_pre", false);
-    return upload(reference::reference_ops().hc_pre(host_copy(stream), host_copy(pre)));
+    return upload(reference::seam::reference_ops().hc_pre(host_copy(stream), host_copy(pre)));
   }
   count("hc_pre", true);
   const int64_t T = stream.dim(0), hc = stream.dim(1), dim = stream.dim(2);
@@ -241,7 +241,7 @@ Tensor<float> CudaOps::hc_post(const Tensor<float>& f, const Tensor<float>& resi
   if (!ok) {
     count("hc_post", false);
     return upload(
-        reference::reference_ops().hc_post(host_copy(f), host_copy(residual), host_copy(post), host_copy(comb)));
+        reference::seam::reference_ops().hc_post(host_copy(f), host_copy(residual), host_copy(post), host_copy(comb)));
   }
   count("hc_post", true);
   const int64_t T = residual.dim(0), hc = residual.dim(1), dim = residual.dim(2);
@@ -256,7 +256,7 @@ Tensor<float> CudaOps::hc_post(const Tensor<float>& f, const Tensor<float>& resi
 Tensor<float> CudaOps::hc_mean(const Tensor<float>& stream) const {
   if (!(stream.rank() == 3 && stream.dim(1) > 0)) {
     count("hc_mean", false);
-    return upload(reference::reference_ops().hc_mean(host_copy(stream)));
+    return upload(reference::seam::reference_ops().hc_mean(host_copy(stream)));
   }
   count("hc_mean", true);
   const int64_t T = stream.dim(0), hc = stream.dim(1), dim = stream.dim(2);
@@ -277,7 +277,7 @@ Tensor<float> CudaOps::concat_cols(const std::vector<Tensor<float>>& parts) cons
     count("concat_cols", false);
     std::vector<Tensor<float>> h;
     for (const Tensor<float>& p : parts) h.push_back(host_copy(p));
-    return upload(reference::reference_ops().concat_cols(h));
+    return upload(reference::seam::reference_ops().concat_cols(h));
   }
   count("concat_cols", true);
   const int64_t T = parts.front().dim(0);
@@ -302,7 +302,7 @@ Tensor<float> CudaOps::concat_rows(const std::vector<Tensor<float>>& parts) cons
     count("concat_rows", false);
     std::vector<Tensor<float>> h;
     for (const Tensor<float>& p : parts) h.push_back(host_copy(p));
-    return upload(reference::reference_ops().concat_rows(h));
+    return upload(reference::seam::reference_ops().concat_rows(h));
   }
   count("concat_rows", true);
   Tensor<float> y = device_tensor<float>({n, parts.front().dim(1)}, "stacked");
@@ -321,7 +321,7 @@ void CudaOps::add_markov_bias(Tensor<float>& logits, int64_t slot, const Tensor<
   if (!ok) {
     count("add_markov_bias", false);
     Tensor<float> h = host_copy(logits);
-    reference::reference_ops().add_markov_bias(h, slot, host_copy(bias));
+    reference::seam::reference_ops().add_markov_bias(h, slot, host_copy(bias));
     logits = logits.on_host() ? std::move(h) : upload(std::move(h));
     return;
   }

@@ -1,4 +1,4 @@
-// fuzz/fuzz_port_dump.cc: scenarios::read_port_dump on a directory made from one input: the
+// fuzz/fuzz_port_dump.cc: scenarios::conform::read_port_dump on a directory made from one input: the
 // manifest (dump.json), then, after a line "\n--step--\n", the bytes of step_000000.safetensors
 // (fuzz/README.md). An input without the separator is all manifest.
 #include <cstring>
@@ -19,6 +19,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (at != std::string_view::npos) {
     dsv41::fuzz::write_file(dir / "step_000000.safetensors", in.substr(at + kSep.size()));
   }
-  dsv41::fuzz::accept([&] { (void)dsv41::scenarios::read_port_dump(dir.string()); });
+  dsv41::fuzz::accept([&] { (void)dsv41::scenarios::conform::read_port_dump(dir.string()); });
   return 0;
 }

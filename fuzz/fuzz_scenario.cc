@@ -1,12 +1,12 @@
-// fuzz/fuzz_scenario.cc: scenarios::parse_scenario on arbitrary bytes (a scenario file's text),
+// fuzz/fuzz_scenario.cc: scenarios::runner::parse_scenario on arbitrary bytes (a scenario file's text),
 // then the token plan a runner derives from it (vocabulary 1024) when the plan is small.
 #include "fuzz/fuzz_util.h"
 #include "scenarios/runner/scenario.h"
 
 namespace {
 
-using dsv41::scenarios::Scenario;
-using dsv41::scenarios::TokenSegment;
+using dsv41::scenarios::runner::Scenario;
+using dsv41::scenarios::runner::TokenSegment;
 
 // An upper bound on the tokens plan_tokens would generate: every span expanded at every segment.
 // Limits on scenario sizes are issue 14 deliverable 1 (another branch): until they exist, plans
@@ -32,8 +32,8 @@ double plan_bound(const Scenario& s) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(dsv41::fuzz::view(data, size));
   dsv41::fuzz::accept([&] {
-    const Scenario s = dsv41::scenarios::parse_scenario(text, "fuzz.json");
-    if (plan_bound(s) <= 65536) (void)dsv41::scenarios::plan_tokens(s, 1024);
+    const Scenario s = dsv41::scenarios::runner::parse_scenario(text, "fuzz.json");
+    if (plan_bound(s) <= 65536) (void)dsv41::scenarios::runner::plan_tokens(s, 1024);
   });
   return 0;
 }

@@ -1,4 +1,4 @@
-// fuzz/fuzz_session.cc: reference::load_session_bytes (header, section table, checksums, every
+// fuzz/fuzz_session.cc: reference::session::load_session_bytes (header, section table, checksums, every
 // section's entries) on arbitrary bytes, against the oracle model (golden/oracle: config and
 // weights, loaded once).
 //
@@ -23,7 +23,7 @@ namespace ref = dsv41::reference;
 
 struct Oracle {
   ref::ModelConfig config;
-  std::unique_ptr<ref::Model> model;
+  std::unique_ptr<ref::model::Model> model;
 };
 
 const Oracle& oracle() {
@@ -31,8 +31,8 @@ const Oracle& oracle() {
     const std::string dir = DSV41_SOURCE_DIR "/golden/oracle/";
     Oracle x;
     x.config = ref::load_config_file(dir + "config.json");
-    x.model = std::make_unique<ref::Model>(x.config, ref::ModelWeights::load(dir + "weights.safetensors", x.config),
-                                           ref::default_token_map(x.config));
+    x.model = std::make_unique<ref::model::Model>(x.config, ref::checkpoint::ModelWeights::load(dir + "weights.safetensors", x.config),
+                                           ref::model::default_token_map(x.config));
     return x;
   }();
   return o;
@@ -78,7 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t control = data[0];
   std::vector<uint8_t> file(data + 1, data + size);
   if (control & 1) fix_checksums(file);
-  const ref::ResumeMode mode = (control & 2) ? ref::ResumeMode::kGlobalOnly : ref::ResumeMode::kFull;
-  dsv41::fuzz::accept([&] { (void)ref::load_session_bytes(file, "fuzz.dsv41s", o.config, *o.model, mode); });
+  const ref::session::ResumeMode mode = (control & 2) ? ref::session::ResumeMode::kGlobalOnly : ref::session::ResumeMode::kFull;
+  dsv41::fuzz::accept([&] { (void)ref::session::load_session_bytes(file, "fuzz.dsv41s", o.config, *o.model, mode); });
   return 0;
 }

@@ -46,7 +46,7 @@ namespace dsv41::python {
 
 namespace {
 
-namespace st = reference::safetensors;
+namespace st = reference::checkpoint::safetensors;
 using json = nlohmann::json;
 using reference::Tensor;
 using reports::Tolerance;
@@ -58,14 +58,14 @@ using Bounds = std::map<std::string, Tolerance>;
 // (scenarios/conform/conform.h): keys here are check's names ("op.output", "output", "op", "*").
 std::map<std::string, Bounds> parse_tolerances(const std::string& text) {
   if (text.empty()) return {};
-  return scenarios::parse_conform_tolerances(text, "tolerances", [](const std::string&, const std::string&) {});
+  return scenarios::conform::parse_conform_tolerances(text, "tolerances", [](const std::string&, const std::string&) {});
 }
 
 // conform's bound (bit-exact claim); "comparable" (the outputs could be compared at all) is
 // exact like conform's structure rows.
 std::optional<Tolerance> bound_of(const Bounds* f, const std::string& metric) {
-  if (metric == "comparable") return scenarios::bit_exact_bound(nullptr, "bit_equal_frac");
-  return scenarios::bit_exact_bound(f, metric);
+  if (metric == "comparable") return scenarios::conform::bit_exact_bound(nullptr, "bit_equal_frac");
+  return scenarios::conform::bit_exact_bound(f, metric);
 }
 
 // ---- the reference's outputs ----
@@ -122,7 +122,7 @@ py::handle input(const py::dict& in, const char* k) {
 
 // index_scores -> candidate_blocks or a given mask -> index_topk, as the model's index layers run them.
 RefOutputs run_indexer(const py::dict& in, const py::dict& p) {
-  const reference::Ops& ops = reference::reference_ops();
+  const reference::seam::Ops& ops = reference::seam::reference_ops();
   const Tensor<float> q = to_f32(input(in, "q"), "q"), w = to_f32(input(in, "weights"), "weights");
   const Tensor<uint8_t> keys = to_int<uint8_t>(input(in, "keys"), "keys");
   const Tensor<int64_t> reach = to_int<int64_t>(input(in, "reach"), "reach");
@@ -205,7 +205,7 @@ Judged judge(const std::string& component, const std::string& name, const st::En
     m.metric = name + ":" + metric;
     m.value = value;
     m.tolerance = bound_of(bounds, metric);
-    scenarios::judge_row(m);
+    scenarios::judge::judge_row(m);
     j.rows.push_back(m);
   };
   const std::string what = component + " " + name;
@@ -217,11 +217,11 @@ Judged judge(const std::string& component, const std::string& name, const st::En
       const Tensor<float> b = to_f32(port_h, name);
       DSV41_CHECK(a.shape() == b.shape(), "output '", name, "': the port's shape ", reference::shape_string(b.shape()),
                   ", the reference's ", reference::shape_string(a.shape()));
-      const scenarios::ValueType type = all_bf16(a) && all_bf16(b) ? scenarios::ValueType::kBf16 : scenarios::ValueType::kFp32;
-      const scenarios::TensorMetrics m = scenarios::compare_tensors(a, b, type, what);
+      const scenarios::judge::ValueType type = all_bf16(a) && all_bf16(b) ? scenarios::judge::ValueType::kBf16 : scenarios::judge::ValueType::kFp32;
+      const scenarios::judge::TensorMetrics m = scenarios::judge::compare_tensors(a, b, type, what);
       const double atol = bounds && bounds->count("atol") ? bounds->at("atol").bound : 0.0;
       const double rtol = bounds && bounds->count("rtol") ? bounds->at("rtol").bound : 0.0;
-      const scenarios::PortMetrics p = scenarios::port_metrics(a.data(), b.data(), atol, rtol, what);
+      const scenarios::judge::PortMetrics p = scenarios::judge::port_metrics(a.data(), b.data(), atol, rtol, what);
       row("bit_equal_frac", m.bit_equal_frac);
       row("nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch));
       row("max_ulp", m.max_ulp);
@@ -233,7 +233,7 @@ Judged judge(const std::string& component, const std::string& name, const st::En
       if (m.first_mismatch >= 0) {
         d << "first mismatch at " << coord(m.first_mismatch_coord) << ": ref=" << m.a_at_first << " port=" << m.b_at_first
           << "; " << (m.count - m.bit_equal) << " of " << m.count << " differ, max ulp " << m.max_ulp << " ("
-          << scenarios::name(type) << "), max |d| " << m.max_abs << ", NMSE " << m.nmse << ", calc_diff " << p.calc_diff;
+          << scenarios::judge::name(type) << "), max |d| " << m.max_abs << ", NMSE " << m.nmse << ", calc_diff " << p.calc_diff;
       }
       if (m.nan_mismatch + m.inf_mismatch > 0) d << "; " << m.nan_mismatch << " NaN / " << m.inf_mismatch << " Inf masks differ";
     } else if (ref.dtype == reference::DType::kI32 && (name == "topk" || name == "experts")) {
@@ -242,7 +242,7 @@ Judged judge(const std::string& component, const std::string& name, const st::En
       DSV41_CHECK(a.rank() == 2 && b.rank() == 2 && a.dim(0) == b.dim(0), "output '", name, "': the port's shape ",
                   reference::shape_string(b.shape()), ", the reference's ", reference::shape_string(a.shape()));
       const bool tie = name == "topk" && r.has_scores;
-      const scenarios::IndexMetrics m = scenarios::compare_index_sets(a, b, tie ? &r.scores : nullptr, 0.0, what);
+      const scenarios::judge::IndexMetrics m = scenarios::judge::compare_index_sets(a, b, tie ? &r.scores : nullptr, 0.0, what);
       row("rows_equal_frac", m.rows ? static_cast<double>(m.rows_equal) / static_cast<double>(m.rows) : 1.0);
       row("jaccard_min", m.min_jaccard);
       row("recall_min", m.min_recall);
@@ -270,7 +270,7 @@ Judged judge(const std::string& component, const std::string& name, const st::En
       const Tensor<uint8_t> b = to_int<uint8_t>(py::array(as_array(port_h).attr("astype")("uint8")), name);
       DSV41_CHECK(a.shape() == b.shape(), "output '", name, "': the port's shape ", reference::shape_string(b.shape()),
                   ", the reference's ", reference::shape_string(a.shape()));
-      const scenarios::CandidateMetrics m = scenarios::compare_candidates(a, b, std::max(1, block_size), what);
+      const scenarios::judge::CandidateMetrics m = scenarios::judge::compare_candidates(a, b, std::max(1, block_size), what);
       row("rows_equal_frac", m.rows ? static_cast<double>(m.rows_equal) / static_cast<double>(m.rows) : 1.0);
       row("block_recall_min", m.min_block_recall);
       row("token_recall_min", m.min_token_recall);
@@ -290,7 +290,7 @@ Judged judge(const std::string& component, const std::string& name, const st::En
       const Tensor<int64_t> b = to_int<int64_t>(py::array(as_array(port_h).attr("astype")("int64")), name);
       DSV41_CHECK(b.shape() == ref.shape, "output '", name, "': the port's shape ", reference::shape_string(b.shape()),
                   ", the reference's ", reference::shape_string(ref.shape));
-      const scenarios::IntMetrics m = scenarios::compare_ints(x, b.data(), what);
+      const scenarios::judge::IntMetrics m = scenarios::judge::compare_ints(x, b.data(), what);
       const double frac = m.count ? static_cast<double>(m.equal) / static_cast<double>(m.count) : 1.0;
       row(ref.dtype == reference::DType::kU8 ? "bytes_equal_frac" : "equal_frac", frac);
       if (m.first_mismatch >= 0) {
@@ -324,7 +324,7 @@ py::dict check(const std::string& component_in, const py::dict& inputs, const py
     r = run_indexer(inputs, params);
   } else {
     const st::SafetensorsFile f = op_case(op, inputs, params, config);
-    for (st::Entry& e : scenarios::run_vector_case(reference::reference_ops(), f)) add(r, std::move(e));
+    for (st::Entry& e : scenarios::vectors::run_vector_case(reference::seam::reference_ops(), f)) add(r, std::move(e));
     if (op == "index_topk" && inputs.contains("scores")) {
       r.scores = to_f32(inputs["scores"], "scores");
       r.has_scores = true;

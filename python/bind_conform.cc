@@ -41,19 +41,19 @@ py::dict conform_py(const std::string& dump, const std::string& weights, const s
                     std::optional<std::vector<int64_t>> token_map, const std::string& tolerances, bool order_variant,
                     bool end_to_end, const std::string& only, int64_t stop_after_step, const std::string& report,
                     const std::string& junit, bool rows) {
-  const scenarios::PortDump d = scenarios::read_port_dump(dump);
+  const scenarios::conform::PortDump d = scenarios::conform::read_port_dump(dump);
   const reference::ModelConfig c = config.empty() ? d.config : reference::load_config(config);
   if (reference::config_hash(c) != d.config_hash) {
     DSV41_FAIL("--config '", config, "' (hash ", reference::config_hash(c), ") is not the config of the dump '", dump,
-               "' (", scenarios::kPortDumpManifest, ": hash ", d.config_hash, ")");
+               "' (", scenarios::conform::kPortDumpManifest, ": hash ", d.config_hash, ")");
   }
-  std::vector<int64_t> map = token_map ? *token_map : reference::default_token_map(c);
+  std::vector<int64_t> map = token_map ? *token_map : reference::model::default_token_map(c);
   if (static_cast<int64_t>(map.size()) != c.vocab_size) {
     DSV41_FAIL("token_map: ", map.size(), " ids, but the config has a vocab of ", c.vocab_size);
   }
-  scenarios::ConformOptions o;
+  scenarios::conform::ConformOptions o;
   o.tolerances_file = tolerances;
-  if (!tolerances.empty()) scenarios::load_conform_tolerances(tolerances);
+  if (!tolerances.empty()) scenarios::conform::load_conform_tolerances(tolerances);
   o.end_to_end = end_to_end;
   o.only = only;
   o.stop_after_step = stop_after_step;
@@ -65,7 +65,7 @@ py::dict conform_py(const std::string& dump, const std::string& weights, const s
   reports::RunReport r;
   {
     py::gil_scoped_release release;
-    r = scenarios::conform(d, reference::ModelWeights::load(weights, c), map, o);
+    r = scenarios::conform::conform(d, reference::checkpoint::ModelWeights::load(weights, c), map, o);
   }
   r.meta.config_name = config.empty() ? dump : config;
   r.meta.weights = "file:" + weights;
@@ -73,8 +73,8 @@ py::dict conform_py(const std::string& dump, const std::string& weights, const s
   if (!junit.empty()) reports::write_junit(junit, r);
   py::dict out;
   out["verdict"] = reports::name(r.verdict);
-  out["exit_code"] = scenarios::conform_exit_code(r);
-  if (const std::optional<scenarios::RootCause> rc = scenarios::root_cause(r)) {
+  out["exit_code"] = scenarios::conform::conform_exit_code(r);
+  if (const std::optional<scenarios::conform::RootCause> rc = scenarios::conform::root_cause(r)) {
     py::dict rd;
     rd["mode"] = rc->mode;
     rd["step"] = rc->step;
@@ -105,7 +105,7 @@ py::dict conform_py(const std::string& dump, const std::string& weights, const s
   }
   out["comparisons"] = comparisons;
   out["claim"] = d.claim;
-  out["support_matrix"] = scenarios::support_matrix_lines(d);
+  out["support_matrix"] = scenarios::conform::support_matrix_lines(d);
   out["summary"] = reports::format_summary(r);
   return out;
 }

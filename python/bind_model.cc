@@ -24,23 +24,23 @@ namespace dsv41::python {
 
 namespace {
 
-namespace st = reference::safetensors;
-using reference::Model;
+namespace st = reference::checkpoint::safetensors;
+using reference::model::Model;
 using reference::ModelConfig;
-using reference::ModelState;
+using reference::model::ModelState;
 
 // The checkpoint: the decoded weights the model runs on, and the file as stored (raw entries).
 struct Weights {
   std::string source;
   std::shared_ptr<st::SafetensorsFile> file;
-  std::shared_ptr<reference::ModelWeights> weights;
+  std::shared_ptr<reference::checkpoint::ModelWeights> weights;
 };
 
 Weights load_weights(const std::string& path, const ModelConfig& c) {
   Weights w;
   w.source = path;
   w.file = std::make_shared<st::SafetensorsFile>(st::SafetensorsFile::read(path));
-  w.weights = std::make_shared<reference::ModelWeights>(reference::ModelWeights::load(*w.file, c));
+  w.weights = std::make_shared<reference::checkpoint::ModelWeights>(reference::checkpoint::ModelWeights::load(*w.file, c));
   return w;
 }
 
@@ -48,8 +48,8 @@ Weights generate(const ModelConfig& c, uint64_t seed) {
   Weights w;
   w.source = "generated (seed " + std::to_string(seed) + ")";
   w.file = std::make_shared<st::SafetensorsFile>(
-      st::SafetensorsFile::from_entries(w.source, reference::generate_weights(c, seed)));
-  w.weights = std::make_shared<reference::ModelWeights>(reference::ModelWeights::load(*w.file, c));
+      st::SafetensorsFile::from_entries(w.source, reference::checkpoint::generate_weights(c, seed)));
+  w.weights = std::make_shared<reference::checkpoint::ModelWeights>(reference::checkpoint::ModelWeights::load(*w.file, c));
   return w;
 }
 
@@ -62,7 +62,7 @@ struct PyModel {
 PyModel make_model(const ModelConfig& c, const Weights& w, std::optional<std::vector<int64_t>> token_map,
                    std::optional<py::dict> port) {
   PyModel m;
-  std::vector<int64_t> map = token_map ? *token_map : reference::default_token_map(c);
+  std::vector<int64_t> map = token_map ? *token_map : reference::model::default_token_map(c);
   if (port && !port->empty()) {
     m.port = std::make_shared<PortOps>(*port);
     m.model = std::make_shared<Model>(c, *w.weights, std::move(map), *m.port);
@@ -72,7 +72,7 @@ PyModel make_model(const ModelConfig& c, const Weights& w, std::optional<std::ve
   return m;
 }
 
-py::dict record_dict(reference::StepRecord&& r) {
+py::dict record_dict(reference::model::StepRecord&& r) {
   py::dict d;
   d["start_pos"] = r.start_pos;
   d["tokens"] = r.tokens;
@@ -91,7 +91,7 @@ py::dict record_dict(reference::StepRecord&& r) {
   return d;
 }
 
-py::dict cache_dict(reference::CacheView&& v) {
+py::dict cache_dict(reference::model::CacheView&& v) {
   py::dict d;
   d["kind"] = v.kind;
   d["layer"] = v.layer;
@@ -105,15 +105,15 @@ py::dict cache_dict(reference::CacheView&& v) {
 }
 
 // Every captured item under its dump key: floats as float32, selections int32, masks uint8, ids int64.
-py::dict capture_dict(const scenarios::StepCapture& cap) {
+py::dict capture_dict(const scenarios::runner::StepCapture& cap) {
   py::dict d;
-  for (const scenarios::CapturedItem& it : cap.items) {
-    const std::string key = scenarios::dump_key(it.layer, it.component);
+  for (const scenarios::runner::CapturedItem& it : cap.items) {
+    const std::string key = scenarios::conform::dump_key(it.layer, it.component);
     switch (it.kind) {
-      case scenarios::CapturedItem::kFloat: d[key.c_str()] = to_numpy(it.f); break;
-      case scenarios::CapturedItem::kIndex: d[key.c_str()] = to_numpy(it.i); break;
-      case scenarios::CapturedItem::kMask: d[key.c_str()] = to_numpy(it.m); break;
-      case scenarios::CapturedItem::kIds: {
+      case scenarios::runner::CapturedItem::kFloat: d[key.c_str()] = to_numpy(it.f); break;
+      case scenarios::runner::CapturedItem::kIndex: d[key.c_str()] = to_numpy(it.i); break;
+      case scenarios::runner::CapturedItem::kMask: d[key.c_str()] = to_numpy(it.m); break;
+      case scenarios::runner::CapturedItem::kIds: {
         std::vector<int64_t> ids = it.ids;
         d[key.c_str()] = to_numpy(std::move(ids), it.ids_shape);
         break;
@@ -125,12 +125,12 @@ py::dict capture_dict(const scenarios::StepCapture& cap) {
 
 // Replaces captured items by a port's values (the hook adapter, dsv41/torch_hooks.py): key -> array
 // of the item's shape. A key the capture does not hold, or another shape, is an error naming the key.
-void apply_override(scenarios::StepCapture& cap, const py::dict& values) {
+void apply_override(scenarios::runner::StepCapture& cap, const py::dict& values) {
   for (const auto& [k, v] : values) {
     const std::string key = py::str(k).cast<std::string>();
-    scenarios::CapturedItem* hit = nullptr;
-    for (scenarios::CapturedItem& it : cap.items) {
-      if (scenarios::dump_key(it.layer, it.component) == key) hit = &it;
+    scenarios::runner::CapturedItem* hit = nullptr;
+    for (scenarios::runner::CapturedItem& it : cap.items) {
+      if (scenarios::conform::dump_key(it.layer, it.component) == key) hit = &it;
     }
     if (hit == nullptr) DSV41_FAIL("port value '", key, "': the step has no such component (dump keys: layerNN.<component>, model.<component>)");
     const auto same = [&](const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
@@ -138,25 +138,25 @@ void apply_override(scenarios::StepCapture& cap, const py::dict& values) {
                   reference::shape_string(a));
     };
     switch (hit->kind) {
-      case scenarios::CapturedItem::kFloat: {
+      case scenarios::runner::CapturedItem::kFloat: {
         reference::Tensor<float> t = to_f32(v, key);
         same(hit->f.shape(), t.shape());
         hit->f = std::move(t);
         break;
       }
-      case scenarios::CapturedItem::kIndex: {
+      case scenarios::runner::CapturedItem::kIndex: {
         reference::Tensor<int32_t> t = to_int<int32_t>(v, key);
         same(hit->i.shape(), t.shape());
         hit->i = std::move(t);
         break;
       }
-      case scenarios::CapturedItem::kMask: {
+      case scenarios::runner::CapturedItem::kMask: {
         reference::Tensor<uint8_t> t = to_int<uint8_t>(v, key);
         same(hit->m.shape(), t.shape());
         hit->m = std::move(t);
         break;
       }
-      case scenarios::CapturedItem::kIds: {
+      case scenarios::runner::CapturedItem::kIds: {
         reference::Tensor<int64_t> t = to_int<int64_t>(v, key);
         same(hit->ids_shape, t.shape());
         hit->ids = t.data();
@@ -166,28 +166,28 @@ void apply_override(scenarios::StepCapture& cap, const py::dict& values) {
   }
 }
 
-reference::ResumeMode resume_mode(const std::string& s) {
-  if (s == "full") return reference::ResumeMode::kFull;
-  if (s == "global-only") return reference::ResumeMode::kGlobalOnly;
+reference::session::ResumeMode resume_mode(const std::string& s) {
+  if (s == "full") return reference::session::ResumeMode::kFull;
+  if (s == "global-only") return reference::session::ResumeMode::kGlobalOnly;
   DSV41_FAIL("resume mode '", s, "': expected full or global-only");
 }
 
 py::dict step(PyModel& pm, ModelState& state, const std::vector<int64_t>& tokens, bool capture,
-              scenarios::PortDumpWriter* dump, const std::string& event, py::object port_values,
+              scenarios::conform::PortDumpWriter* dump, const std::string& event, py::object port_values,
               int64_t decoder_replay, int64_t window_floor, bool all_logits) {
   DSV41_CHECK(!tokens.empty(), "step: no tokens");
-  reference::StepOptions o;
+  reference::model::StepOptions o;
   o.decoder_replay_rows = decoder_replay;
   o.window_floor = window_floor;
   o.all_logits = all_logits;
-  scenarios::StepCapture cap;
+  scenarios::runner::StepCapture cap;
   const bool record = capture || dump != nullptr;
   if (dump != nullptr && decoder_replay > 0) {
     DSV41_FAIL("dump with decoder_replay: not supported (its later layers run fewer rows than the step's tokens)");
   }
   Model& model = *pm.model;
-  if (record) model.set_hooks(scenarios::capture_hooks(cap, nullptr));
-  reference::StepRecord rec;
+  if (record) model.set_hooks(scenarios::runner::capture_hooks(cap, nullptr));
+  reference::model::StepRecord rec;
   try {
     py::gil_scoped_release release;  // a port's ops take the GIL back (python/port_ops.h)
     rec = model.forward_chunk(state, tokens, o);
@@ -204,11 +204,11 @@ py::dict step(PyModel& pm, ModelState& state, const std::vector<int64_t>& tokens
       apply_override(cap, values);
     }
     if (capture) {
-      scenarios::StepCapture shown = cap;
-      scenarios::finish_capture(shown, rec, {});
+      scenarios::runner::StepCapture shown = cap;
+      scenarios::runner::finish_capture(shown, rec, {});
       out["components"] = capture_dict(shown);
       py::list caches;
-      for (reference::CacheView v : model.cache_views(state)) caches.append(cache_dict(std::move(v)));
+      for (reference::model::CacheView v : model.cache_views(state)) caches.append(cache_dict(std::move(v)));
       out["caches"] = caches;
     }
     if (dump != nullptr) {  // add_model_step finishes the capture (Engram ids, logits, every cache)
@@ -261,18 +261,18 @@ void register_model(py::module_& m) {
       .def_property_readonly("pos", [](const ModelState& s) { return s.pos; }, "tokens consumed so far")
       .def("copy", [](const ModelState& s) { return ModelState(s); }, "an independent snapshot");
 
-  py::class_<scenarios::PortDumpWriter, std::unique_ptr<scenarios::PortDumpWriter>>(
+  py::class_<scenarios::conform::PortDumpWriter, std::unique_ptr<scenarios::conform::PortDumpWriter>>(
       m, "DumpWriter", "writes a port dump (docs/port-dump.md), as `dsv41 forward --dump` does")
       .def(py::init([](const std::string& path, const ModelConfig& c, const std::string& weights,
                        const std::string& token_map, const std::string& command_line, const std::string& claim) {
-             auto w = std::make_unique<scenarios::PortDumpWriter>(path, c, weights, token_map, command_line);
+             auto w = std::make_unique<scenarios::conform::PortDumpWriter>(path, c, weights, token_map, command_line);
              w->set_claim(claim);
              return w;
            }),
            py::arg("path"), py::arg("config"), py::arg("weights") = "", py::arg("token_map") = "default",
-           py::arg("command_line") = "python", py::arg("claim") = scenarios::kClaimBitExact,
+           py::arg("command_line") = "python", py::arg("claim") = scenarios::conform::kClaimBitExact,
            "path: a new or empty directory, or a new FILE.h5; claim: 'bit-exact' or 'order-variant' (docs/conform.md)")
-      .def("finish", &scenarios::PortDumpWriter::finish, "write the manifest (the dump exists only after this)");
+      .def("finish", &scenarios::conform::PortDumpWriter::finish, "write the manifest (the dump exists only after this)");
 
   py::class_<PyModel>(m, "Model", "the reference forward (reference/model/model.h), optionally over a port's ops")
       .def(py::init(&make_model), py::arg("config"), py::arg("weights"), py::arg("token_map") = py::none(),
@@ -292,14 +292,14 @@ void register_model(py::module_& m) {
            "before they are dumped")
       .def("cache_views", [](const PyModel& pm, const ModelState& s) {
              py::list l;
-             for (reference::CacheView v : pm.model->cache_views(s)) l.append(cache_dict(std::move(v)));
+             for (reference::model::CacheView v : pm.model->cache_views(s)) l.append(cache_dict(std::move(v)));
              return l;
            }, py::arg("state"), "every cache of the state as stored bytes")
       .def("replay_local_state", [](const PyModel& pm, ModelState& s, const std::vector<int64_t>& tail) {
              pm.model->replay_local_state(s, tail);
            }, py::arg("state"), py::arg("tail"), "encoder replay after a global-only resume (docs/sessions.md)")
       .def("draft", [](const PyModel& pm, const ModelState& s, int64_t last, double temperature, uint64_t seed) {
-             reference::DraftResult d = pm.model->draft(s, last, reference::DraftSampling{temperature, seed});
+             reference::model::DraftResult d = pm.model->draft(s, last, reference::model::DraftSampling{temperature, seed});
              py::dict r;
              r["position"] = d.position;
              r["tokens"] = d.tokens;
@@ -312,16 +312,16 @@ void register_model(py::module_& m) {
            "the DSpark draft after state.pos (docs/dspark.md): {position, tokens [B], logits float32 [B, vocab], "
            "probs, confidence float32 [B]}")
       .def("save_session", [](const PyModel& pm, const ModelState& s, const std::string& path, bool swa) {
-             reference::save_session(path, s, pm.model->config(), swa);
+             reference::session::save_session(path, s, pm.model->config(), swa);
            }, py::arg("state"), py::arg("path"), py::arg("include_swa") = true,
            "save the session (docs/session-store.md; atomic); include_swa=False drops the SWA rings")
       .def("session_bytes", [](const PyModel& pm, const ModelState& s, bool swa) {
-             std::vector<uint8_t> b = reference::session_bytes(s, pm.model->config(), swa);
+             std::vector<uint8_t> b = reference::session::session_bytes(s, pm.model->config(), swa);
              const int64_t n = static_cast<int64_t>(b.size());
              return to_numpy(std::move(b), {n});
            }, py::arg("state"), py::arg("include_swa") = true, "the session file's bytes, uint8")
       .def("load_session", [](const PyModel& pm, const std::string& path, const std::string& mode) {
-             reference::LoadedSession l = reference::load_session(path, pm.model->config(), *pm.model, resume_mode(mode));
+             reference::session::LoadedSession l = reference::session::load_session(path, pm.model->config(), *pm.model, resume_mode(mode));
              py::dict info;
              info["pos"] = l.header.pos;
              info["has_swa"] = l.has_swa;
@@ -331,7 +331,7 @@ void register_model(py::module_& m) {
            }, py::arg("path"), py::arg("mode") = "full",
            "resume a saved session: mode 'full' (bit-exact continuation) or 'global-only' (encoder replay). "
            "Returns (State, info {pos, has_swa, mode, replayed_tokens}); every corrupt file is a dsv41.Error");
-  m.def("default_token_map", &reference::default_token_map, py::arg("config"), "id * compressed_vocab / vocab");
+  m.def("default_token_map", &reference::model::default_token_map, py::arg("config"), "id * compressed_vocab / vocab");
 }
 
 }  // namespace dsv41::python

@@ -18,7 +18,7 @@
 
 namespace dsv41::python {
 
-namespace st = reference::safetensors;
+namespace st = reference::checkpoint::safetensors;
 
 namespace {
 
@@ -132,7 +132,7 @@ py::dict run_op(const std::string& op, const py::dict& inputs, const py::dict& p
   std::vector<st::Entry> out;
   {
     py::gil_scoped_release release;
-    out = scenarios::run_vector_case(reference::reference_ops(), f);
+    out = scenarios::vectors::run_vector_case(reference::seam::reference_ops(), f);
   }
   return outputs_dict(std::move(out));
 }
@@ -140,7 +140,7 @@ py::dict run_op(const std::string& op, const py::dict& inputs, const py::dict& p
 void register_ops(py::module_& m) {
   m.def("run_op", &run_op, py::arg("op"), py::arg("inputs"), py::arg("params") = py::dict(),
         py::arg("config") = nullptr,
-        "run one reference op (a reference::Ops method, docs/port-dump.md 'Conformance vectors' table): inputs "
+        "run one reference op (a reference::seam::Ops method, docs/port-dump.md 'Conformance vectors' table): inputs "
         "{name: array}, params {name: scalar}, config where the op needs it -> {output name: array}");
   m.def("port_ops", [] { return std::vector<std::string>(PortOps::supported().begin(), PortOps::supported().end()); },
         "the ops a Python port may replace in dsv41.Model(..., port={...})");

@@ -37,7 +37,7 @@ const std::set<std::string>& PortOps::supported() {
   return s;
 }
 
-PortOps::PortOps(py::dict fns) : ForwardingOps(reference::reference_ops(), "reference+python-port"), fns_(std::move(fns)) {
+PortOps::PortOps(py::dict fns) : ForwardingOps(reference::seam::reference_ops(), "reference+python-port"), fns_(std::move(fns)) {
   for (const auto& [k, v] : fns_) {
     const std::string op = py::str(k).cast<std::string>();
     if (!supported().count(op)) {

@@ -34,7 +34,7 @@
 
 namespace dsv41::python {
 
-class __attribute__((visibility("hidden"))) PortOps : public reference::ForwardingOps {
+class __attribute__((visibility("hidden"))) PortOps : public reference::seam::ForwardingOps {
  public:
   // The op names a port may give (the others are the reference's).
   static const std::set<std::string>& supported();

@@ -29,7 +29,7 @@ mkdir -p "$OUT"
 # check). The same kinds of error are checked (use-after-free in a narrower window); the fuzzed
 # process stays small, so each fork of the report probe's worker (h5/h5_probe.h) copies
 # and write-faults far fewer pages:
-# fuzz_report 83 -> 198 exec/s per process over its first 150 s (docs/errors.md, seventh round).
+# fuzz_report 83 -> 198 exec/s per process over its first 150 s (bench/RESULTS.md, "Fuzzing: the long runs", seventh round).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1:quarantine_size_mb=16:allocator_release_to_os_interval_ms=-1:max_malloc_fill_size=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/fuzz/lsan.supp}

@@ -17,7 +17,7 @@
 #include "base/output_file.h"
 #include "reference/ops/tensor.h"
 
-namespace dsv41::reference::safetensors {
+namespace dsv41::reference::checkpoint::safetensors {
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit is 100 MB
@@ -54,7 +54,7 @@ std::vector<float> Entry::to_f32() const {
       case DType::kF32: {
         uint32_t u = uint32_t{b[4 * i]} | uint32_t{b[4 * i + 1]} << 8 |
                      uint32_t{b[4 * i + 2]} << 16 | uint32_t{b[4 * i + 3]} << 24;
-        out[i] = f32_from_bits(u);
+        out[i] = dsv41::f32_from_bits(u);
         break;
       }
       case DType::kBF16: out[i] = formats::bf16_decode(b[2 * i] | uint32_t{b[2 * i + 1]} << 8); break;
@@ -161,7 +161,7 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     Entry t;
     t.name = name;
     try {
-      t.dtype = dtype_from_name(e["dtype"].get<std::string>());
+      t.dtype = dsv41::reference::dtype_from_name(e["dtype"].get<std::string>());
     } catch (const Error& err) {
       DSV41_FAIL(ctx(), ": ", err.what());
     }
@@ -202,7 +202,7 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
       DSV41_FAIL(ctx(), ": F4 tensor of shape ", shape_string(t.shape), " has an odd element count (", numel,
                  "); two E2M1 codes share a byte");
     }
-    const uint64_t want = numel * static_cast<uint64_t>(dtype_bits(t.dtype)) / 8;
+    const uint64_t want = numel * static_cast<uint64_t>(dsv41::reference::dtype_bits(t.dtype)) / 8;
     if (end - begin != want) {
       DSV41_FAIL(ctx(), ": ", end - begin, " bytes stored, but ", dtype_name(t.dtype), " ",
                  shape_string(t.shape), " needs ", want);
@@ -282,7 +282,7 @@ void write(const std::string& path, const std::vector<Entry>& tensors,
     if (t.dtype == DType::kF4 && t.numel() % 2 != 0) {
       DSV41_FAIL(ctx(), ": F4 tensor of shape ", shape_string(t.shape), " has an odd element count");
     }
-    if (static_cast<int64_t>(t.bytes.size()) != stored_bytes(t.dtype, t.numel())) {
+    if (static_cast<int64_t>(t.bytes.size()) != dsv41::reference::stored_bytes(t.dtype, t.numel())) {
       DSV41_FAIL(ctx(), ": ", t.bytes.size(), " bytes, but ", dtype_name(t.dtype), " ", shape_string(t.shape),
                  " needs ", stored_bytes(t.dtype, t.numel()));
     }
@@ -293,7 +293,7 @@ void write(const std::string& path, const std::vector<Entry>& tensors,
   if (!metadata.empty()) j["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const Entry* t : sorted) {
-    j[t->name] = {{"dtype", dtype_name(t->dtype)},
+    j[t->name] = {{"dtype", dsv41::reference::dtype_name(t->dtype)},
                   {"shape", t->shape},
                   {"data_offsets", {offset, offset + t->bytes.size()}}};
     offset += t->bytes.size();
@@ -312,4 +312,4 @@ void write(const std::string& path, const std::vector<Entry>& tensors,
   out.commit();
 }
 
-}  // namespace dsv41::reference::safetensors
+}  // namespace dsv41::reference::checkpoint::safetensors

@@ -27,7 +27,7 @@
 
 #include "reference/ops/dtype.h"
 
-namespace dsv41::reference::safetensors {
+namespace dsv41::reference::checkpoint::safetensors {
 
 // One entry of a file: a tensor AS STORED (dtype, logical shape, raw bytes). The reference
 // computes on Tensor<T> (reference/ops/tensor.h); weights.cc decodes entries into them.
@@ -71,4 +71,4 @@ class SafetensorsFile {
 void write(const std::string& path, const std::vector<Entry>& tensors,
            const std::map<std::string, std::string>& metadata);
 
-}  // namespace dsv41::reference::safetensors
+}  // namespace dsv41::reference::checkpoint::safetensors

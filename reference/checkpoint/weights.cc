@@ -12,7 +12,7 @@
 #include "formats/minifloat.h"
 #include "reference/ops/numerics.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::checkpoint {
 namespace {
 
 using safetensors::SafetensorsFile;
@@ -323,7 +323,7 @@ EngramTableRef engram_table(const safetensors::Entry& weight, const safetensors:
       scale.dtype == DType::kF8E8M0 && scale.shape == std::vector<int64_t>({rows, head_dim / 32}),
       "engram table scale '", scale.name, "' must be F8_E8M0 [", rows, ", ", head_dim / 32,
       "], got ", dtype_name(scale.dtype), " ", shape_string(scale.shape));
-  return engram_table(weight.bytes, scale.bytes, rows, static_cast<int>(head_dim));
+  return reference::engram_table(weight.bytes, scale.bytes, rows, static_cast<int>(head_dim));
 }
 
 // ---------------------------------------------------------------- generator
@@ -524,4 +524,4 @@ std::vector<StEntry> generate_weights(const ModelConfig& c, uint64_t seed) {
 
 StEntry generate_tensor(const TensorSpec& spec, uint64_t seed) { return make_tensor(spec, seed); }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::checkpoint

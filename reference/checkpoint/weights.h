@@ -39,7 +39,7 @@
 #include "reference/ops/moe.h"
 #include "reference/checkpoint/safetensors.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::checkpoint {
 
 struct TensorSpec {
   std::string name;
@@ -125,4 +125,4 @@ uint8_t generated_fp4_code(int64_t k);
 // caller that needs a few tensors of a config too large to generate whole (dsv41 vectors).
 safetensors::Entry generate_tensor(const TensorSpec& spec, uint64_t seed);
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::checkpoint

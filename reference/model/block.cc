@@ -5,7 +5,7 @@
 // attention and in the names their values are observed under.
 #include "reference/model/forward.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 
 const BlockComponents kBackboneBlock = {
     Component::kHcAttnPre, Component::kHcAttnPost, Component::kHcAttnComb, Component::kAttnIn,
@@ -19,9 +19,9 @@ const BlockComponents kDSparkBlock = {
     Component::kDSparkFfnIn,     Component::kDSparkExperts,    Component::kDSparkFfnOut,
     Component::kDSparkOutStream};
 
-Tensor<int32_t> block_forward(const BlockContext& ctx, const BlockComponents& names, int layer, const BlockWeights& bw,
+Tensor<int32_t> block_forward(const BlockContext& ctx, const BlockComponents& names, int layer, const checkpoint::BlockWeights& bw,
                               const BlockAttention& attention, Tensor<float>& stream, Tensor<float>& pre) {
-  const Ops& ops = ctx.ops;
+  const seam::Ops& ops = ctx.ops;
   const ModelConfig& c = ctx.config;
   const Observer& observe = ctx.observe;
   const auto observe_mixes = [&](Component pre_name, Component post_name, Component comb_name, HcMixes& m) {
@@ -56,4 +56,4 @@ Tensor<int32_t> block_forward(const BlockContext& ctx, const BlockComponents& na
   return std::move(routing.experts);
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

@@ -36,13 +36,13 @@
 #include "reference/ops/rope.h"
 #include "reference/checkpoint/weights.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 
 // Shows values to the hooks and takes their replacements. A device backend's tensor is
 // downloaded for the hook and the result uploaded back; without a hook nothing moves.
 class Observer {
  public:
-  Observer(const Ops& ops, const ForwardHooks& hooks) : ops_(ops), hooks_(hooks) {}
+  Observer(const seam::Ops& ops, const ForwardHooks& hooks) : ops_(ops), hooks_(hooks) {}
   const ForwardHooks& hooks() const { return hooks_; }
 
   template <typename T>
@@ -62,7 +62,7 @@ class Observer {
   bool hooked(const Tensor<int32_t>&) const { return static_cast<bool>(hooks_.index); }
   bool hooked(const Tensor<uint8_t>&) const { return static_cast<bool>(hooks_.mask); }
 
-  const Ops& ops_;
+  const seam::Ops& ops_;
   const ForwardHooks& hooks_;
 };
 
@@ -96,7 +96,7 @@ struct StepSelections {
 
 // What every block of a step shares: the ops, the config, and the observer (the hooks).
 struct BlockContext {
-  const Ops& ops;
+  const seam::Ops& ops;
   const ModelConfig& config;
   const Observer& observe;
 };
@@ -106,7 +106,7 @@ struct BlockContext {
 // hand down, what the step records, and how the step departs from the plain forward (the loop
 // raises mode.window_floor after a decoder-replay cut).
 struct StepContext : BlockContext {
-  const ModelWeights& weights;
+  const checkpoint::ModelWeights& weights;
   const std::vector<RopeTable>& rope;  // [total_layers]
   ModelState& state;
   SharedAttention& shared;
@@ -139,7 +139,7 @@ using BlockAttention = std::function<Tensor<float>(const Tensor<float>& x)>;
 //                       stream = hc_post(moe_experts(x, moe_gate(x)), stream, post, comb)
 // stream: [T, hc, dim] bf16, in and out; pre: [T, hc] fp32, the pre this block applies, on return
 // the FFN's pre (the next block's, or the head's). Returns the routed experts [T, k] int32.
-Tensor<int32_t> block_forward(const BlockContext& ctx, const BlockComponents& names, int layer, const BlockWeights& bw,
+Tensor<int32_t> block_forward(const BlockContext& ctx, const BlockComponents& names, int layer, const checkpoint::BlockWeights& bw,
                               const BlockAttention& attention, Tensor<float>& stream, Tensor<float>& pre);
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

@@ -9,13 +9,13 @@
 #include "base/error.h"
 #include "reference/model/forward.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 // The compressor latents a kv source's step completes: pooled (ratio > 1) or projected (ratio 1),
 // then compressor.norm. [n, D] bf16, pre-RoPE (the indexer's keys use this form).
-CompressedLatents compressor_step(const Ops& ops, const Tensor<float>& x, int64_t start_pos, const ModelConfig& c,
-                                  const LayerInfo& info, const AttentionWeights& w, LayerState& ls) {
+CompressedLatents compressor_step(const seam::Ops& ops, const Tensor<float>& x, int64_t start_pos, const ModelConfig& c,
+                                  const LayerInfo& info, const checkpoint::AttentionWeights& w, LayerState& ls) {
   CompressedLatents latents;
   if (info.ratio > 1) {
     const Tensor<float> kv = ops.linear_fp32(x, w.comp_wkv);       // [T, D] fp32
@@ -33,9 +33,9 @@ CompressedLatents compressor_step(const Ops& ops, const Tensor<float>& x, int64_
 
 Tensor<float> attention_sublayer(const StepContext& step, const LayerInfo& info, const Tensor<float>& x,
                                  int64_t start_pos) {
-  const Ops& ops = step.ops;
+  const seam::Ops& ops = step.ops;
   const ModelConfig& c = step.config;
-  const AttentionWeights& w = step.weights.blocks[static_cast<size_t>(info.layer)].attn;
+  const checkpoint::AttentionWeights& w = step.weights.blocks[static_cast<size_t>(info.layer)].attn;
   const RopeTable& rope = step.rope[static_cast<size_t>(info.layer)];
   ModelState& state = step.state;
   SharedAttention& shared = step.shared;
@@ -137,4 +137,4 @@ Tensor<float> attention_sublayer(const StepContext& step, const LayerInfo& info,
   return ops.linear(ops.grouped_linear(o_flat, w.wo_a, c.o_groups), w.wo_b);
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

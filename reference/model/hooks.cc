@@ -1,6 +1,6 @@
 #include "reference/model/hooks.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 using K = ComponentKind;
@@ -105,4 +105,4 @@ std::optional<Component> component_from_name(const std::string& n) {
   return std::nullopt;
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

@@ -33,7 +33,7 @@
 #include "base/error.h"
 #include "reference/ops/tensor.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 
 // In step order within a layer (the order "first divergence" follows).
 enum class Component : uint8_t {
@@ -146,4 +146,4 @@ struct ForwardHooks {
   void on(Component what, int layer, Tensor<uint8_t>& v) const { call(mask, what, layer, v); }
 };
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

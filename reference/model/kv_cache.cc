@@ -9,7 +9,7 @@
 #include "formats/qdq.h"
 #include "reference/seam/ops.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 std::string hex_byte(uint8_t v) {
@@ -43,10 +43,10 @@ PackedCache::PackedCache(std::string label, formats::CacheFormat format, int own
   storage_ = Tensor<uint8_t>({capacity, entry_bytes_}, label_);
 }
 
-void PackedCache::place(const Ops& ops) { storage_ = ops.upload(std::move(storage_)); }
-void PackedCache::fetch(const Ops& ops) { storage_ = ops.download(std::move(storage_)); }
+void PackedCache::place(const seam::Ops& ops) { storage_ = ops.upload(std::move(storage_)); }
+void PackedCache::fetch(const seam::Ops& ops) { storage_ = ops.download(std::move(storage_)); }
 
-void PackedCache::write(const Ops& ops, int64_t first_entry, const Tensor<float>& rows) {
+void PackedCache::write(const seam::Ops& ops, int64_t first_entry, const Tensor<float>& rows) {
   DSV41_CHECK(rows.rank() == 2 && rows.dim(1) == dim_, label_, " of layer ", owner_layer_, ": rows of width ",
               rows.rank() == 2 ? rows.dim(1) : -1, ", want ", dim_);
   const int64_t n = rows.dim(0);
@@ -67,7 +67,7 @@ CacheRows PackedCache::rows(int expected_owner, int expected_ratio, int64_t coun
   return CacheRows{format_, dim_, count, &storage_};
 }
 
-Tensor<float> PackedCache::read(const Ops& ops, int expected_owner, int expected_ratio, int64_t count) const {
+Tensor<float> PackedCache::read(const seam::Ops& ops, int expected_owner, int expected_ratio, int64_t count) const {
   return ops.read_entries(rows(expected_owner, expected_ratio, count), range(0, count));
 }
 
@@ -120,7 +120,7 @@ WindowKvRing::WindowKvRing(int window_, int64_t head_dim_, formats::CacheFormat 
   positions.assign(static_cast<size_t>(window), -1);
 }
 
-void WindowKvRing::write(const Ops& ops, int64_t first_position, const Tensor<float>& rows) {
+void WindowKvRing::write(const seam::Ops& ops, int64_t first_position, const Tensor<float>& rows) {
   const int64_t n = rows.dim(0);
   DSV41_CHECK(n <= window && first_position >= 0, "window_kv ring: write of ", n, " rows at position ",
               first_position, " into ", window, " slots");
@@ -134,7 +134,7 @@ void WindowKvRing::write(const Ops& ops, int64_t first_position, const Tensor<fl
   for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(slots[static_cast<size_t>(i)])] = first_position + i;
 }
 
-Tensor<float> WindowKvRing::read_positions(const Ops& ops, int64_t first, int64_t count) const {
+Tensor<float> WindowKvRing::read_positions(const seam::Ops& ops, int64_t first, int64_t count) const {
   DSV41_CHECK(count >= 0 && count <= window, "SWA ring: cannot read ", count, " positions from a ring of ", window);
   std::vector<int64_t> slots;
   for (int64_t i = 0; i < count; ++i) {
@@ -146,7 +146,7 @@ Tensor<float> WindowKvRing::read_positions(const Ops& ops, int64_t first, int64_
   return ops.read_entries(CacheRows{format, head_dim, window, &bytes}, slots);
 }
 
-Tensor<float> WindowKvRing::read_all(const Ops& ops) const {
+Tensor<float> WindowKvRing::read_all(const seam::Ops& ops) const {
   std::vector<int64_t> held;
   for (int64_t s = 0; s < window; ++s) {
     if (positions[static_cast<size_t>(s)] >= 0) held.push_back(s);  // never read: its index is -1
@@ -159,7 +159,7 @@ Tensor<float> WindowKvRing::read_all(const Ops& ops) const {
   return out;
 }
 
-Tensor<float> WindowKvRing::read_slots(const Ops& ops, int64_t count) const {
+Tensor<float> WindowKvRing::read_slots(const seam::Ops& ops, int64_t count) const {
   DSV41_CHECK(count >= 0 && count <= window, "window_kv ring: cannot read ", count, " slots of ", window);
   for (int64_t s = 0; s < count; ++s) {
     DSV41_CHECK(positions[static_cast<size_t>(s)] >= 0, "window_kv ring: slot ", s, " is empty");
@@ -182,7 +182,7 @@ CompressorState::CompressorState(int ratio_, int64_t dim_)
   DSV41_CHECK(dim > 0, "compressor state: dim ", dim);
 }
 
-CompressedLatents compress(const Ops& ops, CompressorState& state, const Tensor<float>& kv, const Tensor<float>& score,
+CompressedLatents compress(const seam::Ops& ops, CompressorState& state, const Tensor<float>& kv, const Tensor<float>& score,
                            int64_t start_pos) {
   DSV41_CHECK(start_pos == state.next_pos, "compress: tokens from position ", start_pos,
               " but the compressor state expects position ", state.next_pos,
@@ -197,7 +197,7 @@ CompressedLatents compress(const Ops& ops, CompressorState& state, const Tensor<
 namespace {
 
 // A ring's occupied slots by ascending position.
-CacheView ring_view(const char* kind, int layer, const WindowKvRing& ring, const Ops& ops) {
+CacheView ring_view(const char* kind, int layer, const WindowKvRing& ring, const seam::Ops& ops) {
   const Tensor<uint8_t> bytes = ops.download(ring.bytes);
   CacheView v;
   v.kind = kind;
@@ -222,7 +222,7 @@ CacheView ring_view(const char* kind, int layer, const WindowKvRing& ring, const
 
 }  // namespace
 
-std::vector<CacheView> cache_views(const ModelState& state, const Ops& ops) {
+std::vector<CacheView> cache_views(const ModelState& state, const seam::Ops& ops) {
   std::vector<CacheView> out;
   for (size_t l = 0; l < state.layers.size(); ++l) {
     out.push_back(ring_view("window_kv", static_cast<int>(l), state.layers[l].window_kv, ops));
@@ -250,7 +250,7 @@ std::vector<CacheView> cache_views(const ModelState& state, const Ops& ops) {
   return out;
 }
 
-std::vector<CacheView> compressor_views(const ModelState& state, const Ops& ops) {
+std::vector<CacheView> compressor_views(const ModelState& state, const seam::Ops& ops) {
   std::vector<CacheView> out;
   for (size_t l = 0; l < state.layers.size(); ++l) {
     if (!state.layers[l].compressor) continue;
@@ -275,7 +275,7 @@ std::vector<CacheView> compressor_views(const ModelState& state, const Ops& ops)
   return out;
 }
 
-std::vector<CacheView> dspark_views(const ModelState& state, const Ops& ops) {
+std::vector<CacheView> dspark_views(const ModelState& state, const seam::Ops& ops) {
   std::vector<CacheView> out;
   const int n_layers = static_cast<int>(state.layers.size());
   for (size_t i = 0; i < state.dspark_window_kv.size(); ++i) {
@@ -284,4 +284,4 @@ std::vector<CacheView> dspark_views(const ModelState& state, const Ops& ops) {
   return out;
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

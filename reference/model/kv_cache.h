@@ -42,9 +42,11 @@
 #include "reference/ops/kv_quant.h"
 #include "reference/ops/tensor.h"
 
-namespace dsv41::reference {
-
+namespace dsv41::reference::seam {
 class Ops;
+}  // namespace dsv41::reference::seam
+
+namespace dsv41::reference::model {
 
 // One packed cache of a kv source (compressed_kv or index_keys): capacity entries of one format.
 class PackedCache {
@@ -65,19 +67,19 @@ class PackedCache {
   const Tensor<uint8_t>& storage() const { return storage_; }  // [capacity, entry_bytes]
 
   // Moves the storage into the ops' memory (Model::new_state does it once).
-  void place(const Ops& ops);
+  void place(const seam::Ops& ops);
   // Moves it back to host memory (a device backend saving a session, scenarios/runner/backend.cc).
-  void fetch(const Ops& ops);
+  void fetch(const seam::Ops& ops);
 
   // Quantizes (kBf16: stores as is) and stores rows as entries first_entry .. first_entry + n - 1.
   // rows: [n, dim] bf16 (post-RoPE, pre-QDQ). first_entry <= size() (appends, or rewrites a tail:
   // entries after the written range are dropped); fits in capacity.
-  void write(const Ops& ops, int64_t first_entry, const Tensor<float>& rows);
+  void write(const seam::Ops& ops, int64_t first_entry, const Tensor<float>& rows);
 
   // The first `count` entries (<= size()) for a consumer that expects this owner and ratio.
   CacheRows rows(int expected_owner, int expected_ratio, int64_t count) const;
   // Those entries dequantized (kBf16: as written) -> [count, dim] bf16.
-  Tensor<float> read(const Ops& ops, int expected_owner, int expected_ratio, int64_t count) const;
+  Tensor<float> read(const seam::Ops& ops, int expected_owner, int expected_ratio, int64_t count) const;
 
   // The stored bytes of entry e (< size()); host storage only.
   const uint8_t* entry(int64_t e) const;
@@ -117,15 +119,15 @@ struct WindowKvRing {
   // Stores rows as the entries of positions first_position .. first_position + n - 1 (slot =
   // position % window; n <= window). rows: [n, head_dim] bf16 (kWindowKvFp8: already FP8 QDQ
   // values, stored packed; kBf16: stored as is).
-  void write(const Ops& ops, int64_t first_position, const Tensor<float>& rows);
+  void write(const seam::Ops& ops, int64_t first_position, const Tensor<float>& rows);
   // Positions first .. first + count - 1 -> [count, head_dim] bf16; every one must be in the ring
   // (else a dsv41::Error: e.g. a resumed session without its window_kv).
-  Tensor<float> read_positions(const Ops& ops, int64_t first, int64_t count) const;
+  Tensor<float> read_positions(const seam::Ops& ops, int64_t first, int64_t count) const;
   // Every slot -> [window, head_dim] bf16 (zeros in empty slots). Host values (downloaded).
-  Tensor<float> read_all(const Ops& ops) const;
+  Tensor<float> read_all(const seam::Ops& ops) const;
   // Slots 0 .. count - 1 in SLOT order -> [count, head_dim] bf16, in the ops' memory (the DSpark
   // attention reads its ring this way, as the official code does); every one must be filled.
-  Tensor<float> read_slots(const Ops& ops, int64_t count) const;
+  Tensor<float> read_slots(const seam::Ops& ops, int64_t count) const;
   // Forgets every position (bounded replay rebuilds the ring).
   void clear();
 };
@@ -147,7 +149,7 @@ struct CompressorState {
 
 // The compressor step on `state` (reference/ops/compressor.h): tokens start_pos .. start_pos + T - 1,
 // which must continue the state (start_pos == state.next_pos). kv, score: [T, dim] fp32.
-CompressedLatents compress(const Ops& ops, CompressorState& state, const Tensor<float>& kv, const Tensor<float>& score,
+CompressedLatents compress(const seam::Ops& ops, CompressorState& state, const Tensor<float>& kv, const Tensor<float>& score,
                            int64_t start_pos);
 
 struct LayerState {
@@ -194,18 +196,18 @@ struct CacheView {
 // slots only, in ASCENDING POSITION order, not slot order: empty slots are left out, so the view
 // does not depend on bytes no step reads), then per kv source its compressed_kv and index_keys
 // caches (entries [0, size()) in entry order). Bytes are copies, downloaded through `ops`.
-std::vector<CacheView> cache_views(const ModelState& state, const Ops& ops);
+std::vector<CacheView> cache_views(const ModelState& state, const seam::Ops& ops);
 
 // The compressors' pending groups as views of kind "compressor" (one per ratio > 1 layer, in layer
 // order): entry = one pending slot, its fp32 kv row then its fp32 score row (little-endian,
 // entry_bytes = 8 * dim), positions = the slot's token position. Only the pending slots are state
 // (the others are stale); what a rollback or a resume must restore beyond the caches.
-std::vector<CacheView> compressor_views(const ModelState& state, const Ops& ops);
+std::vector<CacheView> compressor_views(const ModelState& state, const seam::Ops& ops);
 
 // The DSpark blocks' rings (ModelState::dspark_window_kv) as views of kind "dspark_window_kv", one
 // per block i with layer n_layers + i, laid out as the window_kv views (occupied slots by
 // ascending position). What a speculative rollback and a full resume must restore for the next
 // draft (docs/dspark.md).
-std::vector<CacheView> dspark_views(const ModelState& state, const Ops& ops);
+std::vector<CacheView> dspark_views(const ModelState& state, const seam::Ops& ops);
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

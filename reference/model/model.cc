@@ -4,7 +4,7 @@
 
 #include "reference/model/forward.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 
 using formats::CacheFormat;
 
@@ -27,7 +27,7 @@ Model::~Model() {
   }
 }
 
-Model::Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> token_map, const Ops& ops)
+Model::Model(ModelConfig config, checkpoint::ModelWeights weights, std::vector<int64_t> token_map, const seam::Ops& ops)
     : config_(std::move(config)), ops_(&ops), weights_(std::move(weights)), token_map_(std::move(token_map)) {
   const ModelConfig& c = config_;
   DSV41_CHECK(static_cast<int64_t>(token_map_.size()) == c.vocab_size, "token map has ",
@@ -153,7 +153,7 @@ void Model::replay_local_state(ModelState& state, const std::vector<int64_t>& ta
 }
 
 std::vector<CacheView> Model::cache_views(const ModelState& state) const {
-  return reference::cache_views(state, *ops_);
+  return model::cache_views(state, *ops_);
 }
 
 namespace {
@@ -161,7 +161,7 @@ namespace {
 // Moves a step's records to the host (the only download of a step without hooks) and keeps of each
 // candidate mask the reachable part (position < reach: the pinned block may extend past a query's
 // reach, and how far depends on where the step ends, not on the selection).
-void finish_record(const Ops& ops, StepSelections& sel, StepRecord& rec) {
+void finish_record(const seam::Ops& ops, StepSelections& sel, StepRecord& rec) {
   for (auto& [l, t] : sel.topk) rec.topk.emplace(l, ops.download(std::move(t)));
   for (auto& [l, t] : sel.candidates) {
     Tensor<uint8_t> mask = ops.download(std::move(t));  // [T, N]
@@ -183,7 +183,7 @@ void finish_record(const Ops& ops, StepSelections& sel, StepRecord& rec) {
 StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& tokens,
                                 const StepOptions& options) const {
   const ModelConfig& c = config_;
-  const Ops& ops = *ops_;
+  const seam::Ops& ops = *ops_;
   const int64_t T = static_cast<int64_t>(tokens.size()), hc = c.hc_mult;
   const int64_t start = state.pos;
   check_precision(state);
@@ -234,7 +234,7 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerInfo& info = schedule_[static_cast<size_t>(l)];
-    const BlockWeights& bw = weights_.blocks[static_cast<size_t>(l)];
+    const checkpoint::BlockWeights& bw = weights_.blocks[static_cast<size_t>(l)];
     observe(Component::kInStream, l, stream);
     observe(Component::kInPre, l, pre);
     if (bw.has_engram) {
@@ -287,4 +287,4 @@ StepRecord Model::forward_chunk(ModelState& state, const std::vector<int64_t>& t
   return rec;
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

@@ -62,7 +62,7 @@
 #include "reference/ops/tensor.h"
 #include "reference/checkpoint/weights.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 
 class Observer;  // reference/model/forward.h
 
@@ -128,7 +128,7 @@ class Model {
  public:
   // token_map: [vocab] compressed id of every vocab entry (Engram); see default_token_map.
   // ops: the components it runs (reference/seam/ops.h); they must outlive the model.
-  Model(ModelConfig config, ModelWeights weights, std::vector<int64_t> token_map, const Ops& ops = reference_ops());
+  Model(ModelConfig config, checkpoint::ModelWeights weights, std::vector<int64_t> token_map, const seam::Ops& ops = seam::reference_ops());
   // Tells the ops to forget what prepare() mirrored (Ops::release). A copy's weights sit at
   // addresses the ops never prepared: correct on every backend, but a device backend uploads them
   // per call (build a Model from the weights instead where speed matters).
@@ -139,9 +139,9 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
-  const Ops& ops() const { return *ops_; }
+  const seam::Ops& ops() const { return *ops_; }
   const std::vector<int64_t>& token_map() const { return token_map_; }  // [vocab] Engram compressed ids
-  const ModelWeights& weights() const { return weights_; }
+  const checkpoint::ModelWeights& weights() const { return weights_; }
 
   // The precision of the caches of the states this model makes and accepts (default kPacked,
   // the official path). kBf16 is the precision ablation (reference/ops/cache_precision.h).
@@ -196,8 +196,8 @@ class Model {
                     const Observer& observe) const;
 
   ModelConfig config_;
-  const Ops* ops_;
-  ModelWeights weights_;
+  const seam::Ops* ops_;
+  checkpoint::ModelWeights weights_;
   std::vector<int64_t> token_map_;
   std::vector<LayerInfo> schedule_;
   std::vector<RopeTable> rope_;  // [total_layers], by the layer's kind (window / compressed)
@@ -218,4 +218,4 @@ int64_t recent_token_count(const ModelConfig& c);
 // config (token 2k and 2k+1 share id k). The real model needs its tokenizer's map (--token-map).
 std::vector<int64_t> default_token_map(const ModelConfig& c);
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

@@ -15,14 +15,14 @@
 #include "reference/model/model.h"
 #include "reference/ops/sampling.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 // The window_kv rows of main_x for one DSpark block: kv_norm(wkv(main_x)), RoPE at positions
 // first_pos .. (the block's window table), the ring format's QDQ. main_x: [T, dim] bf16 ->
 // [T, head_dim] bf16 (official DSparkAttention.forward, main_kv).
-Tensor<float> main_kv_rows(const Ops& ops, const Tensor<float>& main_x, int64_t first_pos, const ModelConfig& c,
-                           const AttentionWeights& w, const RopeTable& rope, formats::CacheFormat format) {
+Tensor<float> main_kv_rows(const seam::Ops& ops, const Tensor<float>& main_x, int64_t first_pos, const ModelConfig& c,
+                           const checkpoint::AttentionWeights& w, const RopeTable& rope, formats::CacheFormat format) {
   Tensor<float> kv = ops.rms_norm(ops.linear(main_x, w.wkv), w.kv_norm, c.norm_eps);  // [T, D] bf16
   ops.rope_rows(kv, 1, rope, first_pos, 1, false);
   return ops.qdq(format, kv);
@@ -33,8 +33,8 @@ Tensor<float> main_kv_rows(const Ops& ops, const Tensor<float>& main_x, int64_t 
 // first + B - 1 -> [B, dim] bf16. The ring holds the main positions up to first - 1 (checked by
 // the caller); its slots 0 .. n - 1 (n = min(W, first)) are read in slot order, then the draft's
 // own K/V rows: every query row sees all of them (no causal mask within the block).
-Tensor<float> dspark_attention(const Ops& ops, const Tensor<float>& x, int64_t first, const ModelConfig& c,
-                               const AttentionWeights& w, const RopeTable& rope, const WindowKvRing& ring) {
+Tensor<float> dspark_attention(const seam::Ops& ops, const Tensor<float>& x, int64_t first, const ModelConfig& c,
+                               const checkpoint::AttentionWeights& w, const RopeTable& rope, const WindowKvRing& ring) {
   const int64_t B = x.dim(0), H = c.n_heads, D = c.head_dim;
   const Tensor<float> qr = ops.rms_norm(ops.linear(x, w.wq_a), w.q_norm, c.norm_eps);  // [B, q_lora] bf16
   Tensor<float> q = ops.linear(qr, w.wq_b);                                              // [B, H*D] bf16
@@ -69,7 +69,7 @@ void check_ring(const WindowKvRing& ring, int64_t last, int layer) {
 void Model::dspark_write(ModelState& state, std::vector<Tensor<float>> parts, int64_t first_pos, int64_t rows,
                          const Observer& observe) const {
   const ModelConfig& c = config_;
-  const Ops& ops = *ops_;
+  const seam::Ops& ops = *ops_;
   DSV41_CHECK(parts.size() == c.dspark_target_layer_ids.size(), "DSpark: ", parts.size(), " target layers ran, ",
               c.dspark_target_layer_ids.size(), " expected");
   DSV41_CHECK(static_cast<int>(state.dspark_window_kv.size()) == c.n_mtp_layers, "DSpark: the state has ",
@@ -95,7 +95,7 @@ void Model::dspark_write(ModelState& state, std::vector<Tensor<float>> parts, in
 
 DraftResult Model::draft(const ModelState& state, int64_t last_token, const DraftSampling& sampling) const {
   const ModelConfig& c = config_;
-  const Ops& ops = *ops_;
+  const seam::Ops& ops = *ops_;
   DSV41_CHECK(c.n_mtp_layers > 0, "draft: the config has no DSpark blocks (n_mtp_layers = 0)");
   check_precision(state);
   DSV41_CHECK(static_cast<int>(state.dspark_window_kv.size()) == c.n_mtp_layers, "draft: the state has ",
@@ -125,7 +125,7 @@ DraftResult Model::draft(const ModelState& state, int64_t last_token, const Draf
   // The DSpark blocks: ordinary Blocks around DSparkAttention (the backbone's single-pass mHC).
   for (int i = 0; i < c.n_mtp_layers; ++i) {
     const int layer = c.n_layers + i;
-    const BlockWeights& bw = weights_.blocks[static_cast<size_t>(layer)];
+    const checkpoint::BlockWeights& bw = weights_.blocks[static_cast<size_t>(layer)];
     observe(Component::kDSparkInStream, layer, stream);
     const WindowKvRing& ring = state.dspark_window_kv[static_cast<size_t>(i)];
     const RopeTable& rope = rope_[static_cast<size_t>(layer)];
@@ -176,4 +176,4 @@ DraftResult Model::draft(const ModelState& state, int64_t last_token, const Draf
   return r;
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

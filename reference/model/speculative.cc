@@ -10,7 +10,7 @@
 
 #include "base/error.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
@@ -182,4 +182,4 @@ SpeculativeRound speculative_round(const Model& model, ModelState& state, int64_
   return r;
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

@@ -46,7 +46,7 @@
 #include "reference/model/model.h"
 #include "reference/ops/sampling.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 
 struct VerifyPolicy {
   enum class Kind { kFixed, kThreshold, kSurvival };
@@ -137,4 +137,4 @@ SpeculativeRound speculative_round(const Model& model, ModelState& state, int64_
 // sigmoid(z) in double: a confidence logit's conditional acceptance probability.
 double confidence_of(float logit);
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

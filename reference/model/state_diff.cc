@@ -10,7 +10,7 @@
 #include "formats/cache_format.h"
 #include "base/error.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 // "0x3c"
@@ -168,4 +168,4 @@ std::string first_state_difference(const ModelState& a, const ModelState& b) {
   return "";
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

@@ -32,8 +32,8 @@
 
 #include "reference/model/kv_cache.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 
 std::string first_state_difference(const ModelState& a, const ModelState& b);
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

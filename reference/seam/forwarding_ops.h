@@ -26,7 +26,7 @@
 
 #include "reference/seam/ops.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::seam {
 
 class ForwardingOps : public Ops {
  public:
@@ -36,11 +36,11 @@ class ForwardingOps : public Ops {
   std::string name() const override { return label_.empty() ? "forwarding(" + inner_.name() + ")" : label_; }
   const Ops& inner() const { return inner_; }
 
-  void prepare(const ModelWeights& w, const std::vector<RopeTable>& rope) const override {
+  void prepare(const checkpoint::ModelWeights& w, const std::vector<RopeTable>& rope) const override {
     rope_ = &rope;
     inner_.prepare(w, rope);
   }
-  void release(const ModelWeights& w, const std::vector<RopeTable>& rope) const override {
+  void release(const checkpoint::ModelWeights& w, const std::vector<RopeTable>& rope) const override {
     inner_.release(w, rope);
   }
   // The layer whose RoPE table `rope` is (-1: none of the model's, e.g. a table a wrapper built).
@@ -169,4 +169,4 @@ class ForwardingOps : public Ops {
   mutable int layer_ = -1;
 };
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::seam

@@ -56,7 +56,7 @@
 #include "reference/ops/tensor.h"
 #include "reference/checkpoint/weights.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::seam {
 
 class Ops {
  public:
@@ -68,10 +68,10 @@ class Ops {
   // ---- memory (reference/ops/tensor.h) ----
   // Called once by each Model built on these ops, with its weights and RoPE tables (one per
   // layer), which outlive the Model; the reference needs nothing.
-  virtual void prepare(const ModelWeights& weights, const std::vector<RopeTable>& rope) const;
+  virtual void prepare(const checkpoint::ModelWeights& weights, const std::vector<RopeTable>& rope) const;
   // Called by the Model's destructor with the same arguments: a device backend forgets what it
   // mirrored (a later allocation at the same address is another array). The reference: nothing.
-  virtual void release(const ModelWeights& weights, const std::vector<RopeTable>& rope) const;
+  virtual void release(const checkpoint::ModelWeights& weights, const std::vector<RopeTable>& rope) const;
   // A host tensor into this backend's memory, and back (the reference: both are the identity).
   virtual Tensor<float> upload(Tensor<float> host) const;
   virtual Tensor<int32_t> upload(Tensor<int32_t> host) const;
@@ -171,4 +171,4 @@ class Ops {
 // The CPU reference's ops (one instance; stateless).
 const Ops& reference_ops();
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::seam

@@ -16,12 +16,12 @@
 #include "base/error.h"
 #include "reference/seam/ops.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::seam {
 
 // ---- defaults of the memory methods: host memory, nothing to move ----
 
-void Ops::prepare(const ModelWeights&, const std::vector<RopeTable>&) const {}
-void Ops::release(const ModelWeights&, const std::vector<RopeTable>&) const {}
+void Ops::prepare(const checkpoint::ModelWeights&, const std::vector<RopeTable>&) const {}
+void Ops::release(const checkpoint::ModelWeights&, const std::vector<RopeTable>&) const {}
 Tensor<float> Ops::upload(Tensor<float> host) const { return host; }
 Tensor<int32_t> Ops::upload(Tensor<int32_t> host) const { return host; }
 Tensor<int64_t> Ops::upload(Tensor<int64_t> host) const { return host; }
@@ -271,4 +271,4 @@ const Ops& reference_ops() {
   return ops;
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::seam

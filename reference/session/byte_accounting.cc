@@ -5,7 +5,7 @@
 #include "formats/cache_format.h"
 #include "base/error.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::session {
 
 using formats::CacheFormat;
 using formats::entry_bytes;
@@ -60,4 +60,4 @@ int64_t global_bytes_for_tokens(const ByteAccounting& b, int64_t tokens) {
   return total;
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::session

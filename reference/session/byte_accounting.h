@@ -24,7 +24,7 @@
 
 #include "reference/ops/config.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::session {
 
 // An exact non-negative fraction num/den in lowest terms (den > 0).
 struct Rational {
@@ -66,4 +66,4 @@ ByteAccounting byte_accounting(const ModelConfig& c);
 // sum over owners of floor(tokens / ratio) x entry_bytes.
 int64_t global_bytes_for_tokens(const ByteAccounting& b, int64_t tokens);
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::session

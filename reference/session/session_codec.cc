@@ -8,10 +8,9 @@
 #include "formats/cache_format.h"
 #include "reference/session/session_internal.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::session {
 
 using formats::CacheFormat;
-using namespace session;
 
 const char* name(SessionSection s) {
   switch (s) {
@@ -26,13 +25,12 @@ const char* name(SessionSection s) {
   return "unknown";
 }
 
-namespace session {
 
 namespace {
 
 // A ring section's payload (kWindowKv, kDSparkRing): per slot its i64 position, then the packed
 // entry [entry_bytes - 8]. Every slot must hold the position ring_position() says.
-void put_ring(std::vector<uint8_t>& p, const WindowKvRing& ring, const ModelConfig& c, const SessionSectionInfo& sec,
+void put_ring(std::vector<uint8_t>& p, const model::WindowKvRing& ring, const ModelConfig& c, const SessionSectionInfo& sec,
               int64_t pos) {
   const int64_t eb = sec.entry_bytes - 8;
   DSV41_CHECK(ring.window == c.window_size && ring.head_dim == c.head_dim && ring.bytes.numel() == ring.window * eb &&
@@ -53,17 +51,17 @@ void put_ring(std::vector<uint8_t>& p, const WindowKvRing& ring, const ModelConf
 }  // namespace
 
 // The payload of one section of `state` (checked against the layout it must have).
-std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig& c, const SessionSectionInfo& sec) {
+std::vector<uint8_t> section_payload(const model::ModelState& state, const ModelConfig& c, const SessionSectionInfo& sec) {
   std::vector<uint8_t> p;
   p.reserve(static_cast<size_t>(sec.bytes()));
   const int64_t pos = state.pos;
   // The layer's state for the per-layer kinds (a DSpark ring's layer n_layers + i has none).
-  const LayerState* ls =
+  const model::LayerState* ls =
       sec.layer >= 0 && sec.layer < c.n_layers ? &state.layers[static_cast<size_t>(sec.layer)] : nullptr;
   switch (sec.kind) {
     case SessionSection::kCompressedKv: {
       DSV41_CHECK(ls->compressed_kv.has_value(), "save_session: layer ", sec.layer, " has no compressed KV cache");
-      const PackedCache& kv = *ls->compressed_kv;
+      const model::PackedCache& kv = *ls->compressed_kv;
       DSV41_CHECK(kv.owner_layer() == sec.layer && kv.ratio() == sec.ratio && kv.position_offset() == 0 &&
                       kv.size() == sec.count && kv.entry_bytes() == sec.entry_bytes,
                   "save_session: compressed KV cache of layer ", kv.owner_layer(), " (ratio ", kv.ratio(),
@@ -74,7 +72,7 @@ std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig&
     }
     case SessionSection::kIndexKeys: {
       DSV41_CHECK(ls->index_keys.has_value(), "save_session: layer ", sec.layer, " has no index-key cache");
-      const PackedCache& keys = *ls->index_keys;
+      const model::PackedCache& keys = *ls->index_keys;
       DSV41_CHECK(keys.owner_layer() == sec.layer && keys.ratio() == sec.ratio && keys.position_offset() == 0 &&
                       keys.size() == sec.count && keys.entry_bytes() == sec.entry_bytes,
                   "save_session: index-key cache of layer ", keys.owner_layer(), " (ratio ", keys.ratio(),
@@ -87,7 +85,7 @@ std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig&
     }
     case SessionSection::kCompressorPending: {
       DSV41_CHECK(ls->compressor.has_value(), "save_session: layer ", sec.layer, " has no compressor");
-      const CompressorState& cs = *ls->compressor;
+      const model::CompressorState& cs = *ls->compressor;
       DSV41_CHECK(cs.ratio == sec.ratio && cs.dim == c.head_dim && cs.next_pos == pos,
                   "save_session: the compressor of layer ", sec.layer, " (ratio ", cs.ratio, ") is at position ",
                   cs.next_pos, ", the state at ", pos);
@@ -107,8 +105,8 @@ std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig&
     }
     case SessionSection::kTokenTail: {
       const int64_t kept = static_cast<int64_t>(state.recent_tokens.size());
-      DSV41_CHECK(kept == recent_token_count(c), "save_session: the state keeps ", kept, " recent tokens, the config ",
-                  recent_token_count(c));
+      DSV41_CHECK(kept == model::recent_token_count(c), "save_session: the state keeps ", kept, " recent tokens, the config ",
+                  model::recent_token_count(c));
       for (int64_t q = sec.first_position; q < pos; ++q) {
         const int64_t token = state.recent_tokens[static_cast<size_t>(q % kept)];
         DSV41_CHECK(token >= 0 && token < c.vocab_size, "save_session: the recent tokens hold ", token,
@@ -133,7 +131,6 @@ std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig&
   return p;
 }
 
-}  // namespace session
 
 int64_t session_fixed_bytes(int64_t n_sections) {
   return kSessionHeaderBytes + n_sections * kSessionTableEntryBytes + kSessionTableCrcBytes;
@@ -168,7 +165,7 @@ std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos
   }
   const int64_t tail = c.engram_layer_ids.empty() ? 0 : std::min<int64_t>(pos, c.engram_max_ngram_size - 1);
   add(SessionSection::kEngramTail, -1, 0, int64_t{sizeof(int64_t)}, pos - tail, tail);
-  const int64_t recent = std::min<int64_t>(pos, recent_token_count(c));
+  const int64_t recent = std::min<int64_t>(pos, model::recent_token_count(c));
   add(SessionSection::kTokenTail, -1, 0, int64_t{sizeof(int64_t)}, pos - recent, recent);
   if (include_swa) {  // the local state: the SWA rings, then the DSpark rings (same slots)
     const int64_t ring_entry = 8 + formats::entry_bytes(CacheFormat::kWindowKvFp8, c.head_dim);
@@ -188,7 +185,7 @@ std::vector<SessionSectionInfo> session_layout(const ModelConfig& c, int64_t pos
   return out;
 }
 
-std::vector<uint8_t> session_bytes(const ModelState& state, const ModelConfig& c, bool include_swa) {
+std::vector<uint8_t> session_bytes(const model::ModelState& state, const ModelConfig& c, bool include_swa) {
   if (state.precision != CachePrecision::kPacked) {
     DSV41_FAIL("save_session: the state has ", name(state.precision),
                " caches (the cache precision ablation); session files hold the official packed formats only");
@@ -366,4 +363,4 @@ SessionHeader parse_session_header(const std::vector<uint8_t>& bytes, const std:
   return h;
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::session

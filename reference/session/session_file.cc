@@ -11,9 +11,8 @@
 #include "base/output_file.h"
 #include "reference/session/session_internal.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::session {
 
-namespace session {
 
 // Writes bytes to path atomically under the output-file policy (base/output_file.h: a unique
 // temp file beside the target, fsync, rename, directory fsync; never over a non-regular file).
@@ -47,11 +46,9 @@ std::vector<uint8_t> read_all(const std::string& path) {
   return bytes;
 }
 
-}  // namespace session
 
-using namespace session;
 
-void save_session(const std::string& path, const ModelState& state, const ModelConfig& c, bool include_swa) {
+void save_session(const std::string& path, const model::ModelState& state, const ModelConfig& c, bool include_swa) {
   write_atomically(path, session_bytes(state, c, include_swa));
 }
 
@@ -59,8 +56,8 @@ SessionHeader read_session_header(const std::string& path, const ModelConfig& c)
   return parse_session_header(read_all(path), path, c);
 }
 
-LoadedSession load_session(const std::string& path, const ModelConfig& c, const Model& model, ResumeMode mode) {
+LoadedSession load_session(const std::string& path, const ModelConfig& c, const model::Model& model, ResumeMode mode) {
   return load_session_bytes(read_all(path), path, c, model, mode);
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::session

@@ -106,7 +106,7 @@ template <typename... Args>
 }
 
 // The payload of section `sec` of `state` (checked against the layout it must have).
-std::vector<uint8_t> section_payload(const ModelState& state, const ModelConfig& c, const SessionSectionInfo& sec);
+std::vector<uint8_t> section_payload(const model::ModelState& state, const ModelConfig& c, const SessionSectionInfo& sec);
 
 // Writes bytes to path atomically (docs/session-store.md); throws naming the path.
 void write_atomically(const std::string& path, const std::vector<uint8_t>& bytes);

@@ -10,16 +10,15 @@
 #include "formats/qdq.h"
 #include "reference/session/session_internal.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::session {
 
-using namespace session;
 
 namespace {
 
 // A ring section (kWindowKv, kDSparkRing) into `ring`: every slot must hold the position
 // ring_position() says, an empty slot all zeros, a filled one FP8 values that are not NaN codes
 // and E8M0 scales fp8_scale writes.
-void restore_ring(WindowKvRing& ring, const ModelConfig& c, const SessionSectionInfo& sec, const uint8_t* p,
+void restore_ring(model::WindowKvRing& ring, const ModelConfig& c, const SessionSectionInfo& sec, const uint8_t* p,
                   int64_t pos) {
   const int64_t eb = sec.entry_bytes - 8, d = c.head_dim;
   const uint8_t lo = formats::fp8_scale(0.0f), hi = formats::fp8_scale(std::numeric_limits<float>::max());
@@ -49,11 +48,11 @@ void restore_ring(WindowKvRing& ring, const ModelConfig& c, const SessionSection
 
 // Fills the part of `state` that section `sec` holds, checking the entries (throws plain
 // dsv41::Errors; the caller adds the file and section).
-void restore_section(ModelState& state, const ModelConfig& c, const SessionSectionInfo& sec, const uint8_t* p) {
+void restore_section(model::ModelState& state, const ModelConfig& c, const SessionSectionInfo& sec, const uint8_t* p) {
   const int64_t pos = state.pos;
   // The layer's state for the per-layer kinds (a DSpark ring's layer n_layers + i has none; the
   // header check matched every layer against the config's layout).
-  LayerState* ls = sec.layer >= 0 && sec.layer < c.n_layers ? &state.layers[static_cast<size_t>(sec.layer)] : nullptr;
+  model::LayerState* ls = sec.layer >= 0 && sec.layer < c.n_layers ? &state.layers[static_cast<size_t>(sec.layer)] : nullptr;
   switch (sec.kind) {
     case SessionSection::kCompressedKv:
       ls->compressed_kv->restore(p, sec.count);
@@ -62,7 +61,7 @@ void restore_section(ModelState& state, const ModelConfig& c, const SessionSecti
       ls->index_keys->restore(p, sec.count);
       break;
     case SessionSection::kCompressorPending: {
-      CompressorState& cs = *ls->compressor;
+      model::CompressorState& cs = *ls->compressor;
       cs.next_pos = pos;
       for (int64_t slot = 0; slot < sec.count; ++slot) {
         const uint8_t* row = p + slot * sec.entry_bytes;
@@ -114,7 +113,7 @@ void restore_section(ModelState& state, const ModelConfig& c, const SessionSecti
 }
 
 // The raw tokens of the last min(pos, kept) positions, from the token tail.
-std::vector<int64_t> token_tail(const ModelState& state, int64_t* first) {
+std::vector<int64_t> token_tail(const model::ModelState& state, int64_t* first) {
   const int64_t pos = state.pos, kept = static_cast<int64_t>(state.recent_tokens.size());
   *first = pos - std::min(pos, kept);
   std::vector<int64_t> tail;
@@ -125,7 +124,7 @@ std::vector<int64_t> token_tail(const ModelState& state, int64_t* first) {
 // Refuses a session whose stored Engram tail disagrees with its token tail compressed through
 // the model's token map (an edited tail with recomputed CRCs, or another token map); `how` names
 // the resume. Checks the positions both tails cover.
-void check_engram_tail(const ModelState& state, const ModelConfig& c, const Model& model, const std::string& file,
+void check_engram_tail(const model::ModelState& state, const ModelConfig& c, const model::Model& model, const std::string& file,
                        const char* how) {
   if (c.engram_layer_ids.empty() || state.pos == 0) return;
   int64_t first = 0;
@@ -146,14 +145,14 @@ void check_engram_tail(const ModelState& state, const ModelConfig& c, const Mode
 // through the model's token map (it must agree with the stored Engram tail); then the last
 // min(pos, window_size) tokens are replayed with windows truncated at the first of them.
 // Returns the number of tokens replayed.
-int64_t replay_rings(ModelState& state, const ModelConfig& c, const Model& model, const std::string& file) {
+int64_t replay_rings(model::ModelState& state, const ModelConfig& c, const model::Model& model, const std::string& file) {
   const int64_t pos = state.pos;
-  const auto empty = [](WindowKvRing& ring) {
+  const auto empty = [](model::WindowKvRing& ring) {
     std::fill(ring.bytes.data().begin(), ring.bytes.data().end(), uint8_t{0});
     ring.clear();
   };
-  for (LayerState& ls : state.layers) empty(ls.window_kv);
-  for (WindowKvRing& ring : state.dspark_window_kv) empty(ring);
+  for (model::LayerState& ls : state.layers) empty(ls.window_kv);
+  for (model::WindowKvRing& ring : state.dspark_window_kv) empty(ring);
   if (pos == 0) return 0;
   int64_t first = 0;
   const std::vector<int64_t> tail = token_tail(state, &first);  // raw tokens of positions first .. pos - 1
@@ -173,7 +172,7 @@ int64_t replay_rings(ModelState& state, const ModelConfig& c, const Model& model
 }  // namespace
 
 LoadedSession load_session_bytes(const std::vector<uint8_t>& bytes, const std::string& file, const ModelConfig& c,
-                                 const Model& model, ResumeMode mode) {
+                                 const model::Model& model, ResumeMode mode) {
   if (model.cache_precision() != CachePrecision::kPacked) {
     refuse(file, "the model is set to ", name(model.cache_precision()),
            " caches (the cache precision ablation); session files hold the official packed formats only");
@@ -200,4 +199,4 @@ LoadedSession load_session_bytes(const std::vector<uint8_t>& bytes, const std::s
   return out;
 }
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::session

@@ -60,7 +60,7 @@
 #include "reference/ops/config.h"
 #include "reference/model/model.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::session {
 
 inline constexpr char kSessionMagic[9] = "DSV41SES";  // the first 8 bytes of every file
 inline constexpr uint32_t kSessionFormatVersion = 3;  // 2: + the token tail; 3: + the DSpark rings
@@ -123,9 +123,9 @@ struct SessionHeader {
 // The file's bytes for `state` of config c (the state must be consistent: caches holding
 // pos / ratio entries, the compressor at pos, the Engram history up to pos, the recent tokens
 // of the token tail's positions).
-std::vector<uint8_t> session_bytes(const ModelState& state, const ModelConfig& c, bool include_swa);
+std::vector<uint8_t> session_bytes(const model::ModelState& state, const ModelConfig& c, bool include_swa);
 // Writes session_bytes atomically to path.
-void save_session(const std::string& path, const ModelState& state, const ModelConfig& c,
+void save_session(const std::string& path, const model::ModelState& state, const ModelConfig& c,
                   bool include_swa);
 
 // Checks everything but the entries' contents (header, table, checksums, sizes, against c) and
@@ -144,7 +144,7 @@ enum class ResumeMode {
 };
 
 struct LoadedSession {
-  ModelState state;       // at header.pos. kFull: SWA and DSpark rings empty (every slot -1)
+  model::ModelState state;       // at header.pos. kFull: SWA and DSpark rings empty (every slot -1)
                           // unless has_swa; kGlobalOnly: the replayed rings
   bool has_swa = false;   // the file holds the rings (flags bit 0)
   ResumeMode mode = ResumeMode::kFull;
@@ -154,8 +154,8 @@ struct LoadedSession {
 
 // model must have been built from c. `name` names the bytes' file in errors.
 LoadedSession load_session_bytes(const std::vector<uint8_t>& bytes, const std::string& name,
-                                  const ModelConfig& c, const Model& model, ResumeMode mode = ResumeMode::kFull);
-LoadedSession load_session(const std::string& path, const ModelConfig& c, const Model& model,
+                                  const ModelConfig& c, const model::Model& model, ResumeMode mode = ResumeMode::kFull);
+LoadedSession load_session(const std::string& path, const ModelConfig& c, const model::Model& model,
                            ResumeMode mode = ResumeMode::kFull);
 
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::session

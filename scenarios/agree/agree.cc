@@ -15,25 +15,25 @@
 #include "reference/ops/mhc_budget.h"
 #include "scenarios/agree/agree_internal.h"
 
-namespace dsv41::scenarios::agree_detail {
+namespace dsv41::scenarios::agree::agree_detail {
 namespace {
 
-using reference::Component;
-using reference::ForwardHooks;
+using reference::model::Component;
+using reference::model::ForwardHooks;
 using reference::HcMixes;
-using reference::ModelState;
-using reference::StepRecord;
+using reference::model::ModelState;
+using reference::model::StepRecord;
 using reference::Tensor;
 
 // What the reference computed at one step before the forcing replaced it.
 struct Captured {
   std::map<int, std::vector<float>> out_stream;        // [T, hc, dim]
-  std::map<int, Tensor<float>> attn_input;             // the stream the attention's mixes came from
-  std::map<int, HcMixes> attn_mixes, ffn_mixes;
-  std::map<int, Tensor<float>> attn_out;
-  std::map<int, Tensor<int32_t>> topk, experts;        // own selections
-  std::map<int, Tensor<float>> index_scores;           // what the own top-k was taken from
-  std::map<int, Tensor<uint8_t>> candidates;
+  std::map<int, dsv41::reference::Tensor<float>> attn_input;             // the stream the attention's mixes came from
+  std::map<int, dsv41::reference::HcMixes> attn_mixes, ffn_mixes;
+  std::map<int, dsv41::reference::Tensor<float>> attn_out;
+  std::map<int, dsv41::reference::Tensor<int32_t>> topk, experts;        // own selections
+  std::map<int, dsv41::reference::Tensor<float>> index_scores;           // what the own top-k was taken from
+  std::map<int, dsv41::reference::Tensor<uint8_t>> candidates;
 };
 
 Tensor<float>& mix_slot(Captured& cap, Component what, int layer) {
@@ -44,19 +44,19 @@ Tensor<float>& mix_slot(Captured& cap, Component what, int layer) {
   return m.comb;
 }
 
-bool is_mix(Component c) {
-  return c == Component::kHcAttnPre || c == Component::kHcAttnPost || c == Component::kHcAttnComb ||
-         c == Component::kHcFfnPre || c == Component::kHcFfnPost || c == Component::kHcFfnComb;
+bool is_mix(dsv41::reference::model::Component c) {
+  return c == reference::model::Component::kHcAttnPre || c == reference::model::Component::kHcAttnPost || c == reference::model::Component::kHcAttnComb ||
+         c == reference::model::Component::kHcFfnPre || c == reference::model::Component::kHcFfnPost || c == reference::model::Component::kHcFfnComb;
 }
 
 // What an attribution rerun forces beyond the inputs, at one layer.
 struct Extra {
   int layer = -1;
   bool attn_mixes = false, attn_out = false, ffn_mixes = false;
-  bool forces(Component c, int l) const {
+  bool forces(reference::model::Component c, int l) const {
     if (l != layer) return false;
-    if (c == Component::kAttnOut) return attn_out;
-    const bool attn = c == Component::kHcAttnPre || c == Component::kHcAttnPost || c == Component::kHcAttnComb;
+    if (c == reference::model::Component::kAttnOut) return attn_out;
+    const bool attn = c == reference::model::Component::kHcAttnPre || c == reference::model::Component::kHcAttnPost || c == reference::model::Component::kHcAttnComb;
     return attn ? attn_mixes : ffn_mixes;
   }
 };
@@ -64,7 +64,7 @@ struct Extra {
 // The forcing of one step: the official input stream, pre and selections of every layer, and the
 // `extra` official values of one layer (attribution). Records into `cap` the reference's own
 // values first.
-ForwardHooks forcing_hooks(const OracleRun& run, const OracleStep& st, Captured& cap, const Extra& extra) {
+reference::model::ForwardHooks forcing_hooks(const OracleRun& run, const OracleStep& st, Captured& cap, const Extra& extra) {
   const int64_t offset = official_topk_offset(st, run.config());
   ForwardHooks h;
   h.tensor = [&st, &cap, extra](Component what, int layer, Tensor<float>& v) {
@@ -95,7 +95,7 @@ ForwardHooks forcing_hooks(const OracleRun& run, const OracleStep& st, Captured&
     } else if (is_mix(what)) {
       mix_slot(cap, what, layer) = v;
       if (extra.forces(what, layer)) {
-        copy_into(v, official_values(*st.items, base + reference::name(what), false), reference::name(what));
+        copy_into(v, official_values(*st.items, base + reference::model::name(what), false), reference::model::name(what));
       }
     }
   };
@@ -141,9 +141,9 @@ const char* kStreamNote =
 
 void stream_rows(RowSink& sink, int layer, const std::string& prefix, const StreamDiff& d, bool checked,
                  const AgreeOptions& o) {
-  const auto tol = [&](double bound, bool hib) -> std::optional<reports::Tolerance> {
+  const auto tol = [&](double bound, bool hib) -> std::optional<dsv41::reports::Tolerance> {
     if (!checked) return std::nullopt;
-    return make_tolerance(bound, hib, "measured", kStreamNote);
+    return judge::make_tolerance(bound, hib, "measured", kStreamNote);
   };
   sink.add(layer, "out_stream", prefix + "nmse", d.nmse, tol(o.stream_max_nmse, false));
   sink.add(layer, "out_stream", prefix + "max_row_ulps", d.max_row_ulps, tol(o.stream_max_ulps, false));
@@ -161,9 +161,9 @@ HcMixes official_mixes(const OracleStep& st, int layer, const char* sublayer, co
 }
 
 // Runs step `st` again from `before` with `extra` forced; returns what the reference computed.
-Captured rerun(const OracleRun& run, const OracleStep& st, reference::Model& model, Defect& defect,
+Captured rerun(const OracleRun& run, const OracleStep& st, reference::model::Model& model, Defect& defect,
                const ModelState& before, const Extra& extra) {
-  ModelState state = before;
+  dsv41::reference::model::ModelState state = before;
   Captured cap;
   model.set_hooks(defect.wrap(forcing_hooks(run, st, cap, extra), run.config(), st));
   model.forward_chunk(state, st.tokens);
@@ -179,7 +179,7 @@ Captured rerun(const OracleRun& run, const OracleStep& st, reference::Model& mod
 //   official stream after the attention), within their budget;
 // and then the layer output, rerun with every mix and the attention output official, within the
 // strict stream bounds. Records the evidence; returns whether all of it holds.
-bool attribute_layer(const OracleRun& run, const OracleStep& st, reference::Model& model, Defect& defect,
+bool attribute_layer(const OracleRun& run, const OracleStep& st, reference::model::Model& model, Defect& defect,
                      const ModelState& before, Captured& strict, int layer, RowSink& sink, const AgreeOptions& o) {
   const reference::ModelConfig& c = run.config();
   const std::string base = st.prefix + oracle_layer(layer) + "/";
@@ -191,10 +191,10 @@ bool attribute_layer(const OracleRun& run, const OracleStep& st, reference::Mode
       return false;
     }
   }
-  const reference::BlockWeights& bw = model.weights().blocks[static_cast<size_t>(layer)];
+  const reference::checkpoint::BlockWeights& bw = model.weights().blocks[static_cast<size_t>(layer)];
   const HcMixes official_attn = official_mixes(st, layer, "hc_attn", strict.attn_mixes.at(layer));
   const HcMixes official_ffn = official_mixes(st, layer, "hc_ffn", strict.ffn_mixes.at(layer));
-  Tensor<float> official_attn_out = strict.attn_out.at(layer);
+  dsv41::reference::Tensor<float> official_attn_out = strict.attn_out.at(layer);
   copy_into(official_attn_out, official_values(*st.items, base + "attn_out", true), "attn_out");
   // The FFN's official input: the stream after the attention, rebuilt from the official attention
   // output and mixes (hc_post is bit-exact, docs/mhc.md) on the forced layer input.
@@ -210,7 +210,7 @@ bool attribute_layer(const OracleRun& run, const OracleStep& st, reference::Mode
     const double ratio = reference::mixes_budget_ratio(ours, official, budget);
     ok = ok && ratio <= 1.0;
     sink.add(layer, attn ? "hc_attn_mixes" : "hc_ffn_mixes", "budget_ratio", ratio,
-             make_tolerance(1.0, false, "analytic",
+             judge::make_tolerance(1.0, false, "analytic",
                        "docs/mhc.md: the fp32 GEMM's probabilistic bound (lambda 7) through the sigmoid and Sinkhorn, "
                        "on the official input"));
   };
@@ -222,8 +222,8 @@ bool attribute_layer(const OracleRun& run, const OracleStep& st, reference::Mode
       "official exp / fp32 sum order); wo_b's FP8 requantization spreads it over the row; measured worst 2.09 ulp, "
       "NMSE 6.0e-5";
   ok = ok && a.finite && a.max_row_ulps <= kAttnOutMaxUlps && a.nmse <= kAttnOutMaxNmse;
-  sink.add(layer, "attn_out", "max_row_ulps", a.max_row_ulps, make_tolerance(kAttnOutMaxUlps, false, "measured", attn_note));
-  sink.add(layer, "attn_out", "nmse", a.nmse, make_tolerance(kAttnOutMaxNmse, false, "measured", attn_note));
+  sink.add(layer, "attn_out", "max_row_ulps", a.max_row_ulps, judge::make_tolerance(kAttnOutMaxUlps, false, "measured", attn_note));
+  sink.add(layer, "attn_out", "nmse", a.nmse, judge::make_tolerance(kAttnOutMaxNmse, false, "measured", attn_note));
   sink.add(layer, "attn_out", "bit_equal_frac", a.equal_frac, std::nullopt);
   const Captured r2 = rerun(run, st, model, defect, before, Extra{layer, true, true, true});
   const StreamDiff r = compare_rows(r2.out_stream.at(layer), official_values(*st.streams, base + "out_stream", true), c.dim);
@@ -310,7 +310,7 @@ void selection_rows(const OracleStep& st, const reference::ModelConfig& c, const
                                           official_values(*st.items, base + "index_score", true));
       if (tc.rows > 0) {
         sink.add(l, "topk", "tie_equivalent_frac", static_cast<double>(tc.equivalent) / static_cast<double>(tc.rows),
-                 make_tolerance(1.0, true, "stated",
+                 judge::make_tolerance(1.0, true, "stated",
                            "docs/agreement.md: the reference's own selection may differ from the official one only "
                            "where the official scores tie within the two sides' score difference"));
       }
@@ -336,13 +336,13 @@ void selection_rows(const OracleStep& st, const reference::ModelConfig& c, const
     for (size_t i = 0; i < got.size() && i < want.size(); ++i) equal += got[i] == want[i];
     sink.add(l, "engram_ids", "bit_equal_frac",
              got.size() == want.size() && !got.empty() ? double(equal) / double(got.size()) : 0.0,
-             make_tolerance(1.0, true, "stated", "integer n-gram hashes: exact (docs/engram.md)"));
+             judge::make_tolerance(1.0, true, "stated", "integer n-gram hashes: exact (docs/engram.md)"));
   }
 }
 
 }  // namespace
 
-reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model, const AgreeOptions& o,
+reports::Comparison teacher_forced(const OracleRun& run, reference::model::Model& model, const AgreeOptions& o,
                                    Defect& defect, std::vector<reports::StepInfo>& steps) {
   const reference::ModelConfig& c = run.config();
   reports::Comparison cmp;
@@ -400,7 +400,7 @@ reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model
     const StreamDiff ld = compare_rows(rec.logits, ref_logits, static_cast<int64_t>(ref_logits.size()));
     sink.detail = "step " + std::to_string(st.index) + " logits";
     sink.add(-1, "logits", "nmse", ld.nmse,
-             make_tolerance(kAgreeLogitsMaxNmse, false, "measured",
+             judge::make_tolerance(kAgreeLogitsMaxNmse, false, "measured",
                        "docs/agreement.md: the fp32 head (K = dim), an FMA chain here and MKL's order there; "
                        "measured <= 1.1e-13"));
     if (dspark) {
@@ -414,13 +414,13 @@ reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model
   sink.step = run.steps().back().index;
   sink.add(-1, "out_stream", "attributed_frac",
            static_cast<double>(attributed_steps) / static_cast<double>(run.steps().size() * c.n_layers),
-           make_tolerance(kAgreeMaxAttributedFrac, false, "analytic",
+           judge::make_tolerance(kAgreeMaxAttributedFrac, false, "analytic",
                      "agree.h: rounding flips reach ~3.7% of layer-steps at most; a systematic error needs attribution "
                      "everywhere"));
   if (drafts > 0) {
     sink.detail = "attributed DSpark drafts";
     sink.add(-1, "dspark_draft", "attributed_frac", static_cast<double>(attributed_drafts) / static_cast<double>(drafts),
-             make_tolerance(kAgreeDraftMaxAttributedFrac, false, "analytic",
+             judge::make_tolerance(kAgreeDraftMaxAttributedFrac, false, "analytic",
                        "agree.h: a draft runs block-size rows through each DSpark block, ~5x a decode layer-step's "
                        "rounding flips; a systematic error needs attribution everywhere"));
   }
@@ -429,4 +429,4 @@ reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model
   return cmp;
 }
 
-}  // namespace dsv41::scenarios::agree_detail
+}  // namespace dsv41::scenarios::agree::agree_detail

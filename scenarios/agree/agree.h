@@ -46,7 +46,7 @@
 #include "reports/report.h"
 #include "scenarios/agree/oracle_run.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::agree {
 
 // Bounds (docs/agreement.md gives the origin of each).
 inline constexpr double kAgreeStreamMaxNmse = 1e-6;     // measured: <= 7.7e-7 on every run so far
@@ -100,4 +100,4 @@ std::vector<reports::ScenarioResult> agree_run(const OracleRun& run, const Agree
 // `error` scenario, the others still run.
 reports::RunReport agree(const std::vector<std::string>& dirs, const AgreeOptions& options);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::agree

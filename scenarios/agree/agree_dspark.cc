@@ -23,12 +23,12 @@
 #include "base/error.h"
 #include "scenarios/agree/agree_internal.h"
 
-namespace dsv41::scenarios::agree_detail {
+namespace dsv41::scenarios::agree::agree_detail {
 namespace {
 
-using reference::Component;
-using reference::DraftResult;
-using reference::ForwardHooks;
+using reference::model::Component;
+using reference::model::DraftResult;
+using reference::model::ForwardHooks;
 using reference::Tensor;
 
 std::string dspark_group(const OracleStep& st) { return st.prefix + "dspark/"; }
@@ -40,21 +40,21 @@ std::vector<int64_t> official_ids(const golden::H5File& f, const std::string& it
 
 // What a draft showed its hooks (the values it computed before any forcing).
 struct DraftCapture {
-  std::map<std::pair<Component, int>, Tensor<float>> f;
-  std::map<std::pair<Component, int>, Tensor<int32_t>> i;
+  std::map<std::pair<dsv41::reference::model::Component, int>, dsv41::reference::Tensor<float>> f;
+  std::map<std::pair<dsv41::reference::model::Component, int>, dsv41::reference::Tensor<int32_t>> i;
 };
 
-bool is_dspark_mix(Component c) {
-  return c == Component::kDSparkHcAttnPre || c == Component::kDSparkHcAttnPost || c == Component::kDSparkHcAttnComb ||
-         c == Component::kDSparkHcFfnPre || c == Component::kDSparkHcFfnPost || c == Component::kDSparkHcFfnComb;
+bool is_dspark_mix(dsv41::reference::model::Component c) {
+  return c == reference::model::Component::kDSparkHcAttnPre || c == reference::model::Component::kDSparkHcAttnPost || c == reference::model::Component::kDSparkHcAttnComb ||
+         c == reference::model::Component::kDSparkHcFfnPre || c == reference::model::Component::kDSparkHcFfnPost || c == reference::model::Component::kDSparkHcFfnComb;
 }
 
 // Drafts after `state` with hooks that record every value and force the Markov chain's tokens
 // to `forced` ([block], none when empty); the backend's defect applies as in a step. nudge > 0:
 // every value of the DSpark blocks' mHC mixes is first moved one fp32 ulp up or down, the
 // direction drawn from std::mt19937_64(nudge) (far inside the mixes' error budget, docs/mhc.md).
-DraftResult run_draft(const OracleRun& run, const OracleStep& st, reference::Model& model,
-                      const reference::ModelState& state, int64_t last_token, const std::vector<int64_t>& forced,
+reference::model::DraftResult run_draft(const OracleRun& run, const OracleStep& st, reference::model::Model& model,
+                      const reference::model::ModelState& state, int64_t last_token, const std::vector<int64_t>& forced,
                       Defect& defect, DraftCapture& cap, uint64_t nudge = 0) {
   ForwardHooks h;
   std::mt19937_64 rng(nudge);
@@ -71,7 +71,7 @@ DraftResult run_draft(const OracleRun& run, const OracleStep& st, reference::Mod
     }
   };
   model.set_hooks(defect.wrap(h, run.config(), st));
-  reference::DraftSampling s;
+  reference::model::DraftSampling s;
   s.temperature = 0.0;  // the official runs sample at temperature 0 (argmax)
   try {
     DraftResult r = model.draft(state, last_token, s);
@@ -88,8 +88,8 @@ DraftResult run_draft(const OracleRun& run, const OracleStep& st, reference::Mod
 // bound of a recursive fp32 sum, gamma_K = K u / (1 - K u), u = 2^-24, holds for any order when
 // both sides take the same inputs (the block's output, which the draft computed: checked equal
 // where the run keeps it).
-double confidence_ratio(const DraftResult& r, const std::vector<float>& official, const DraftCapture& cap,
-                        const reference::Model& model) {
+double confidence_ratio(const reference::model::DraftResult& r, const std::vector<float>& official, const DraftCapture& cap,
+                        const reference::model::Model& model) {
   const reference::ModelConfig& c = model.config();
   const int last = c.n_layers + c.n_mtp_layers - 1;
   const Tensor<float> x = reference::hc_pre(cap.f.at({Component::kDSparkOutStream, last}),
@@ -141,13 +141,13 @@ double tie_equivalent_frac(const std::vector<int64_t>& own, const std::vector<in
 struct Sensitivity {
   double logits = 0, confidence = 0;
 };
-Sensitivity mixes_sensitivity(const OracleRun& run, const OracleStep& st, reference::Model& model,
-                              const reference::ModelState& state, int64_t last_token, const std::vector<int64_t>& forced,
+Sensitivity mixes_sensitivity(const OracleRun& run, const OracleStep& st, reference::model::Model& model,
+                              const reference::model::ModelState& state, int64_t last_token, const std::vector<int64_t>& forced,
                               Defect& defect, const DraftResult& base) {
   Sensitivity s;
   for (uint64_t seed = 1; seed <= static_cast<uint64_t>(kAgreeDraftNudges); ++seed) {
     DraftCapture cap;
-    const DraftResult r = run_draft(run, st, model, state, last_token, forced, defect, cap, seed);
+    const reference::model::DraftResult r = run_draft(run, st, model, state, last_token, forced, defect, cap, seed);
     s.logits = std::max(s.logits, compare_rows(r.logits.data(), base.logits.data(), run.config().vocab_size).nmse);
     s.confidence = std::max(s.confidence, compare_rows(r.confidence, base.confidence,
                                                        static_cast<int64_t>(base.confidence.size())).nmse);
@@ -167,7 +167,7 @@ bool run_has_dspark(const OracleRun& run) {
   return false;
 }
 
-void dspark_ring_rows(const OracleRun& run, const reference::Model& model, const reference::ModelState& state,
+void dspark_ring_rows(const OracleRun& run, const reference::model::Model& model, const reference::model::ModelState& state,
                       const golden::H5File& f, const std::string& group, RowSink& sink) {
   for (size_t i = 0; i < state.dspark_window_kv.size(); ++i) {
     const std::string item = group + "dspark" + std::to_string(i) + "/window_kv_cache";
@@ -176,12 +176,12 @@ void dspark_ring_rows(const OracleRun& run, const reference::Model& model, const
     const std::vector<float> want = official_values(f, item, true);
     const StreamDiff d = got.size() == want.size() ? compare_rows(got, want, run.config().head_dim) : StreamDiff{0, 0, 0};
     sink.add(run.config().n_layers + static_cast<int>(i), "dspark_main_kv", "ring_bit_equal_frac", d.equal_frac,
-             make_tolerance(1.0, true, "stated", kRingNote));
+             judge::make_tolerance(1.0, true, "stated", kRingNote));
   }
 }
 
-DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st, reference::Model& model,
-                                      const reference::ModelState& state, const Tensor<float>* main_x, Defect& defect,
+DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st, reference::model::Model& model,
+                                      const reference::model::ModelState& state, const Tensor<float>* main_x, Defect& defect,
                                       bool o_attribute, RowSink& sink) {
   const reference::ModelConfig& c = run.config();
   const golden::H5File& f = *st.items;
@@ -190,8 +190,8 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
     const StreamDiff d = compare_rows(main_x->data(), official_values(f, g + "dspark_main_x", true), c.dim);
     const char* note = "main_norm(main_proj(the official main_hidden)): the fp8 linear is exact per 32-block, "
                        "<= 1 bf16 ulp where torch's block product was inexact (reference/ops/linear.h); measured bit-exact";
-    sink.add(-1, "dspark_main_x", "nmse", d.nmse, make_tolerance(kAgreeStreamMaxNmse, false, "measured", note));
-    sink.add(-1, "dspark_main_x", "bit_equal_frac", d.equal_frac, make_tolerance(kAgreeStreamMinEqual, true, "measured", note));
+    sink.add(-1, "dspark_main_x", "nmse", d.nmse, judge::make_tolerance(kAgreeStreamMaxNmse, false, "measured", note));
+    sink.add(-1, "dspark_main_x", "bit_equal_frac", d.equal_frac, judge::make_tolerance(kAgreeStreamMinEqual, true, "measured", note));
   }
   if (st.index == 0) dspark_ring_rows(run, model, state, f, st.prefix + "state/", sink);
   if (st.index == 0 || !f.has(g + "draft_ids")) return {};
@@ -201,10 +201,10 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
               " ids, block ", c.dspark_block_size, " + 1");
   const std::vector<int64_t> forced(ids.begin() + 1, ids.end());
   DraftCapture cap;
-  const DraftResult r = run_draft(run, st, model, state, ids[0], forced, defect, cap);
+  const reference::model::DraftResult r = run_draft(run, st, model, state, ids[0], forced, defect, cap);
   std::vector<int64_t> own;
   for (int64_t i = 0; i < c.dspark_block_size; ++i) {
-    own.push_back(cap.i.at({Component::kDSparkToken, static_cast<int>(i)}).at(0, 0));
+    own.push_back(cap.i.at({reference::model::Component::kDSparkToken, static_cast<int>(i)}).at(0, 0));
   }
   const std::vector<float> official_logits = official_values(f, g + "draft_logits", false);
   const std::vector<float> official_conf = official_values(f, g + "confidence", false);
@@ -224,11 +224,11 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
     if (conf_ratio > 1.0) ratio = std::min(ratio, conf_nmse > 0 ? sens.confidence / conf_nmse : 0.0);
     const char* note = "docs/agreement.md (DSpark): the draft rerun with its mixes nudged by one fp32 ulp (20 seeds) "
                        "moves by at least half the observed difference: a rounding boundary inside the block";
-    sink.add(-1, "dspark_draft", "mixes_ulp_sensitivity", ratio, make_tolerance(kAgreeDraftMinSensitivity, true, "measured", note));
+    sink.add(-1, "dspark_draft", "mixes_ulp_sensitivity", ratio, judge::make_tolerance(kAgreeDraftMinSensitivity, true, "measured", note));
     const char* scale = "a rounding flip inside the block moves its output like a backbone layer-step's (the stream "
                         "bounds, agree.h), which the head carries; measured <= 1.3e-7";
-    sink.add(-1, "dspark_logits", "attributed_nmse", ld.nmse, make_tolerance(kAgreeStreamMaxNmse, false, "measured", scale));
-    sink.add(-1, "dspark_confidence", "attributed_nmse", conf_nmse, make_tolerance(kAgreeStreamMaxNmse, false, "measured", scale));
+    sink.add(-1, "dspark_logits", "attributed_nmse", ld.nmse, judge::make_tolerance(kAgreeStreamMaxNmse, false, "measured", scale));
+    sink.add(-1, "dspark_confidence", "attributed_nmse", conf_nmse, judge::make_tolerance(kAgreeStreamMaxNmse, false, "measured", scale));
     attributed = ratio >= kAgreeDraftMinSensitivity && ld.nmse <= kAgreeStreamMaxNmse && conf_nmse <= kAgreeStreamMaxNmse;
     if (attributed) {
       sink.cmp->notes.push_back("step " + std::to_string(st.index) + " DSpark draft: beyond the head's bounds and "
@@ -237,9 +237,9 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
     }
   }
   const auto strict = [attributed](double bound, bool hib, const char* origin,
-                                    const char* note) -> std::optional<reports::Tolerance> {
+                                    const char* note) -> std::optional<dsv41::reports::Tolerance> {
     if (attributed) return std::nullopt;
-    return make_tolerance(bound, hib, origin, note);
+    return judge::make_tolerance(bound, hib, origin, note);
   };
   sink.add(-1, "dspark_logits", "nmse", ld.nmse,
            strict(kAgreeDraftLogitsMaxNmse, false, "measured",
@@ -251,7 +251,7 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
   sink.add(-1, "dspark_confidence", "nmse", conf_nmse, std::nullopt);
   sink.add(-1, "dspark_token", "tie_equivalent_frac",
            tie_equivalent_frac(own, forced, r.logits.data(), official_logits, c.vocab_size),
-           make_tolerance(1.0, true, "stated",
+           judge::make_tolerance(1.0, true, "stated",
                      "an own draft token may differ from the official one only at a near-tie of the official logits "
                      "within twice the row's logits difference"));
   int64_t equal = 0;
@@ -262,39 +262,39 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
     const int layer = c.n_layers + i;
     const std::string b = block_group(st, i);
     if (f.has(b + "out_stream")) {
-      const StreamDiff d = compare_rows(cap.f.at({Component::kDSparkOutStream, layer}).data(),
+      const StreamDiff d = compare_rows(cap.f.at({reference::model::Component::kDSparkOutStream, layer}).data(),
                                         official_values(f, b + "out_stream", true), c.dim);
       const char* note = "docs/agreement.md (DSpark): a block's output; the backbone's stream bounds (agree.h)";
-      sink.add(layer, "dspark_out_stream", "nmse", d.nmse, make_tolerance(kAgreeStreamMaxNmse, false, "measured", note));
+      sink.add(layer, "dspark_out_stream", "nmse", d.nmse, judge::make_tolerance(kAgreeStreamMaxNmse, false, "measured", note));
       sink.add(layer, "dspark_out_stream", "bit_equal_frac", d.equal_frac,
-               make_tolerance(kAgreeStreamMinEqual, true, "measured", note));
+               judge::make_tolerance(kAgreeStreamMinEqual, true, "measured", note));
     }
-    if (f.has(b + "gate_indices") && cap.i.count({Component::kDSparkExperts, layer})) {
+    if (f.has(b + "gate_indices") && cap.i.count({reference::model::Component::kDSparkExperts, layer})) {
       const std::vector<int32_t> want = OracleRun::i32(f, b + "gate_indices").data();
       sink.add(layer, "dspark_experts", "equal_frac",
-               cap.i.at({Component::kDSparkExperts, layer}).data() == want ? 1.0 : 0.0, std::nullopt);
+               cap.i.at({reference::model::Component::kDSparkExperts, layer}).data() == want ? 1.0 : 0.0, std::nullopt);
     }
   }
   for (int64_t i = 0; i < c.dspark_block_size; ++i) {
     const std::string item = g + "markov_" + std::to_string(i) + "/logits_bias";
     if (!f.has(item)) continue;
-    const StreamDiff d = compare_rows(cap.f.at({Component::kDSparkMarkovBias, static_cast<int>(i)}).data(),
+    const StreamDiff d = compare_rows(cap.f.at({reference::model::Component::kDSparkMarkovBias, static_cast<int>(i)}).data(),
                                       official_values(f, item, false), c.vocab_size);
     sink.add(static_cast<int>(i), "dspark_markov_bias", "nmse", d.nmse,
-             make_tolerance(kAgreeLogitsMaxNmse, false, "measured",
+             judge::make_tolerance(kAgreeLogitsMaxNmse, false, "measured",
                        "fp32 Markov head (K = rank): the logits' GEMM bound; measured <= 1.7e-14"));
   }
   return {true, attributed};
 }
 
-void dspark_free_rows(const OracleRun& run, const OracleStep& st, reference::Model& model,
-                      const reference::ModelState& state, int64_t last_token, Defect& defect, RowSink& sink) {
+void dspark_free_rows(const OracleRun& run, const OracleStep& st, reference::model::Model& model,
+                      const reference::model::ModelState& state, int64_t last_token, Defect& defect, RowSink& sink) {
   const reference::ModelConfig& c = run.config();
   const golden::H5File& f = *st.tie_items;
   const std::string g = dspark_group(st);
   if (st.index == 0 || c.n_mtp_layers == 0 || !f.has(g + "draft_ids")) return;
   DraftCapture cap;
-  const DraftResult r = run_draft(run, st, model, state, last_token, {}, defect, cap);
+  const reference::model::DraftResult r = run_draft(run, st, model, state, last_token, {}, defect, cap);
   std::vector<int64_t> own = {last_token};
   own.insert(own.end(), r.tokens.begin(), r.tokens.end());
   sink.add(-1, "dspark_token", "ids_equal", own == official_ids(f, g + "draft_ids") ? 1.0 : 0.0, std::nullopt);
@@ -308,4 +308,4 @@ void dspark_free_rows(const OracleRun& run, const OracleStep& st, reference::Mod
   sink.add(-1, "dspark_confidence", "max_abs_diff", worst, std::nullopt);
 }
 
-}  // namespace dsv41::scenarios::agree_detail
+}  // namespace dsv41::scenarios::agree::agree_detail

@@ -11,11 +11,11 @@
 #include "base/error.h"
 #include "scenarios/agree/agree_internal.h"
 
-namespace dsv41::scenarios::agree_detail {
+namespace dsv41::scenarios::agree::agree_detail {
 namespace {
 
-using reference::Component;
-using reference::ForwardHooks;
+using reference::model::Component;
+using reference::model::ForwardHooks;
 using reference::Tensor;
 
 double rows_equal(const Tensor<int32_t>& got, const std::vector<int32_t>& want) {
@@ -30,7 +30,7 @@ double rows_equal(const Tensor<int32_t>& got, const std::vector<int32_t>& want) 
 
 }  // namespace
 
-reports::Comparison free_running(const OracleRun& run, reference::Model& model, const AgreeOptions& o, Defect& defect,
+reports::Comparison free_running(const OracleRun& run, reference::model::Model& model, const AgreeOptions& o, Defect& defect,
                                  std::vector<reports::StepInfo>& steps) {
   const reference::ModelConfig& c = run.config();
   const bool streams = run.tie_rule() == "lowest_index";  // the main files are the lowest-index run
@@ -49,7 +49,7 @@ reports::Comparison free_running(const OracleRun& run, reference::Model& model, 
   sink.cmp = &cmp;
   sink.rerun = "dsv41 agree '" + run.dir() + "' --mode free-running";
   const bool dspark = run_has_dspark(run);  // our own draft after each decode step, measured
-  reference::ModelState state = model.new_state();
+  reference::model::ModelState state = model.new_state();
   for (const OracleStep& st : run.steps()) {
     if (o.progress) {
       std::fprintf(stderr, "agree %s: free-running step %lld\n", run.name().c_str(), static_cast<long long>(st.index));
@@ -65,7 +65,7 @@ reports::Comparison free_running(const OracleRun& run, reference::Model& model, 
       };
     }
     model.set_hooks(defect.wrap(h, c, st));
-    const reference::StepRecord rec = model.forward_chunk(state, st.tokens);
+    const reference::model::StepRecord rec = model.forward_chunk(state, st.tokens);
     model.set_hooks({});
     ++cmp.steps_compared;
     const golden::H5File& tie = *st.tie_items;
@@ -110,4 +110,4 @@ reports::Comparison free_running(const OracleRun& run, reference::Model& model, 
   return cmp;
 }
 
-}  // namespace dsv41::scenarios::agree_detail
+}  // namespace dsv41::scenarios::agree::agree_detail

@@ -19,7 +19,7 @@
 #include "scenarios/agree/oracle_run.h"
 #include "scenarios/judge/judge.h"
 
-namespace dsv41::scenarios::agree_detail {
+namespace dsv41::scenarios::agree::agree_detail {
 
 // A comparison of float values in rows of `row` values (a token's vector, one stream copy).
 struct StreamDiff {
@@ -38,7 +38,7 @@ struct RowSink {
   int64_t step = 0, position = 0;
   std::string detail = "", rerun = "";
   void add(int layer, const std::string& component, const std::string& metric, double value,
-           std::optional<reports::Tolerance> tol);
+           std::optional<dsv41::reports::Tolerance> tol);
 };
 
 // An official item's values, flattened (its leading batch dimension of 1 dropped).
@@ -52,36 +52,36 @@ int64_t official_topk_offset(const OracleStep& st, const reference::ModelConfig&
 
 // The backend's defect, if any, around the agreement's own hooks.
 struct Defect {
-  std::optional<Mutation> mutation;
+  std::optional<defects::Mutation> mutation;
   bool fired = false;
-  reference::ForwardHooks wrap(const reference::ForwardHooks& inner, const reference::ModelConfig& c,
+  reference::model::ForwardHooks wrap(const reference::model::ForwardHooks& inner, const reference::ModelConfig& c,
                                const OracleStep& st);
 };
 
 // The caches after the run against the official final state (every value bit for bit, the
 // compressor state within kAgreeCompressorMaxUlps).
-void final_state_rows(const OracleRun& run, const reference::Model& model, const reference::ModelState& state,
+void final_state_rows(const OracleRun& run, const reference::model::Model& model, const reference::model::ModelState& state,
                       RowSink& sink);
 // DSpark (scenarios/agree/agree_dspark.cc): does the run hold draft outputs; the rings of `state`
 // against the official ones in `group` ("prefill/state/", "decode/final_state/"), bit for bit;
 // the rows of one teacher-forced step (main_x: the reference's own, captured in the step, or
 // null) and of one free-running step (the draft after `last_token`, the step's own argmax).
 bool run_has_dspark(const OracleRun& run);
-void dspark_ring_rows(const OracleRun& run, const reference::Model& model, const reference::ModelState& state,
+void dspark_ring_rows(const OracleRun& run, const reference::model::Model& model, const reference::model::ModelState& state,
                       const golden::H5File& f, const std::string& group, RowSink& sink);
 struct DSparkStep {
   bool drafted = false;     // the step held a draft and it was compared
   bool attributed = false;  // beyond the head's bounds and attributed (agree_dspark.cc)
 };
-DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st, reference::Model& model,
-                                      const reference::ModelState& state, const reference::Tensor<float>* main_x,
+DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st, reference::model::Model& model,
+                                      const reference::model::ModelState& state, const reference::Tensor<float>* main_x,
                                       Defect& defect, bool attribute, RowSink& sink);
-void dspark_free_rows(const OracleRun& run, const OracleStep& st, reference::Model& model,
-                      const reference::ModelState& state, int64_t last_token, Defect& defect, RowSink& sink);
+void dspark_free_rows(const OracleRun& run, const OracleStep& st, reference::model::Model& model,
+                      const reference::model::ModelState& state, int64_t last_token, Defect& defect, RowSink& sink);
 
-reports::Comparison teacher_forced(const OracleRun& run, reference::Model& model, const AgreeOptions& o,
+reports::Comparison teacher_forced(const OracleRun& run, reference::model::Model& model, const AgreeOptions& o,
                                    Defect& defect, std::vector<reports::StepInfo>& steps);
-reports::Comparison free_running(const OracleRun& run, reference::Model& model, const AgreeOptions& o, Defect& defect,
+reports::Comparison free_running(const OracleRun& run, reference::model::Model& model, const AgreeOptions& o, Defect& defect,
                                  std::vector<reports::StepInfo>& steps);
 
-}  // namespace dsv41::scenarios::agree_detail
+}  // namespace dsv41::scenarios::agree::agree_detail

@@ -12,7 +12,7 @@
 #include "reference/checkpoint/weights.h"
 #include "scenarios/agree/agree_internal.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::agree {
 namespace agree_detail {
 
 using reference::Tensor;
@@ -57,10 +57,10 @@ void RowSink::add(int layer, const std::string& component, const std::string& me
   r.metric = metric;
   r.value = value;
   r.tolerance = std::move(tol);
-  judge_row(r);
+  judge::judge_row(r);
   ++cmp->items_compared;
   if (r.verdict == reports::Verdict::kFail && !cmp->first_divergence) {
-    reports::Divergence d = divergence_at(r);
+    reports::Divergence d = judge::divergence_at(r);
     d.tolerance = *r.tolerance;
     d.detail = detail;
     d.rerun = rerun;
@@ -83,27 +83,27 @@ int64_t official_topk_offset(const OracleStep& st, const reference::ModelConfig&
   return st.index == 0 ? static_cast<int64_t>(st.tokens.size()) : c.window_size;
 }
 
-reference::ForwardHooks Defect::wrap(const reference::ForwardHooks& inner, const reference::ModelConfig& c,
+reference::model::ForwardHooks Defect::wrap(const reference::model::ForwardHooks& inner, const reference::ModelConfig& c,
                                      const OracleStep& st) {
   if (!mutation) return inner;
-  return mutated_hooks(*mutation, inner, c, st.start_pos, static_cast<int64_t>(st.tokens.size()), st.index, &fired);
+  return defects::mutated_hooks(*mutation, inner, c, st.start_pos, static_cast<int64_t>(st.tokens.size()), st.index, &fired);
 }
 
-void final_state_rows(const OracleRun& run, const reference::Model& model, const reference::ModelState& state,
+void final_state_rows(const OracleRun& run, const reference::model::Model& model, const reference::model::ModelState& state,
                       RowSink& sink) {
   const reference::ModelConfig& c = run.config();
   const bool decoded = run.steps().size() > 1;
   const golden::H5File& f = decoded ? run.decode() : *run.steps().front().items;
   const std::string group = decoded ? "decode/final_state/" : "prefill/state/";
-  const reference::Ops& ops = model.ops();
+  const reference::seam::Ops& ops = model.ops();
   const auto exact = [&](int layer, const char* component, const std::vector<float>& got, const std::string& item) {
     const std::vector<float> want = official_values(f, item, true);
     const StreamDiff d = got.size() == want.size() ? compare_rows(got, want, static_cast<int64_t>(want.size())) : StreamDiff{0, 0, 0};
     sink.add(layer, component, "bit_equal_frac", d.equal_frac,
-             make_tolerance(1.0, true, "stated", "the caches hold the official formats' values bit for bit (docs/agreement.md)"));
+             judge::make_tolerance(1.0, true, "stated", "the caches hold the official formats' values bit for bit (docs/agreement.md)"));
   };
   for (int l = 0; l < c.n_layers; ++l) {
-    const reference::LayerState& ls = state.layers[static_cast<size_t>(l)];
+    const reference::model::LayerState& ls = state.layers[static_cast<size_t>(l)];
     const std::string base = group + oracle_layer(l) + "/";
     exact(l, "cache.window_kv", ls.window_kv.read_all(ops).data(), base + "window_kv_cache");
     if (ls.compressed_kv) {
@@ -134,7 +134,7 @@ void final_state_rows(const OracleRun& run, const reference::Model& model, const
           if (std::isnan(dmax)) worst = std::numeric_limits<double>::infinity();
         }
         sink.add(l, kv ? "compressor.kv_state" : "compressor.score_state", "max_slot_ulps", worst,
-                 make_tolerance(kAgreeCompressorMaxUlps, false, "measured",
+                 judge::make_tolerance(kAgreeCompressorMaxUlps, false, "measured",
                            "docs/agreement.md: decode's one-row fp32 GEMV order; measured 3-8 fp32 ulp of the slot max, "
                            "bound 4x"));
       }
@@ -149,7 +149,7 @@ namespace {
 
 using namespace agree_detail;
 
-reports::ScenarioResult run_mode(const OracleRun& run, reference::Model& model, const AgreeOptions& o, bool forced) {
+reports::ScenarioResult run_mode(const OracleRun& run, reference::model::Model& model, const AgreeOptions& o, bool forced) {
   reports::ScenarioResult r;
   r.name = run.name() + (forced ? "" : ":free");
   r.kind = "agreement";
@@ -160,7 +160,7 @@ reports::ScenarioResult run_mode(const OracleRun& run, reference::Model& model, 
   if (o.backend != "ref") {
     DSV41_CHECK(o.backend.rfind("mutant:", 0) == 0, "agree: --backend must be ref or mutant:<component>:L<layer>:S<step>, got '",
                 o.backend, "'");
-    defect.mutation = parse_mutation(o.backend.substr(7));
+    defect.mutation = defects::parse_mutation(o.backend.substr(7));
   }
   const auto t0 = std::chrono::steady_clock::now();
   reports::Comparison cmp =
@@ -184,7 +184,7 @@ reports::ScenarioResult run_mode(const OracleRun& run, reference::Model& model, 
 }  // namespace
 
 std::vector<reports::ScenarioResult> agree_run(const OracleRun& run, const AgreeOptions& o) {
-  reference::Model model(run.config(), reference::ModelWeights::load(run.weights_path(), run.config()), run.token_map());
+  reference::model::Model model(run.config(), reference::checkpoint::ModelWeights::load(run.weights_path(), run.config()), run.token_map());
   std::vector<reports::ScenarioResult> out;
   if (o.teacher_forced) out.push_back(run_mode(run, model, o, true));
   if (o.free_running) out.push_back(run_mode(run, model, o, false));
@@ -222,4 +222,4 @@ reports::RunReport agree(const std::vector<std::string>& dirs, const AgreeOption
   return report;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::agree

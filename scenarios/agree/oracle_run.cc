@@ -8,7 +8,7 @@
 #include "formats/minifloat.h"
 #include "reports/h5_reader.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::agree {
 namespace {
 
 namespace fs = std::filesystem;
@@ -154,4 +154,4 @@ OracleRun OracleRun::open(const std::string& dir) {
   return r;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::agree

@@ -34,7 +34,7 @@
 #include "reference/ops/config.h"
 #include "reference/ops/tensor.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::agree {
 
 // One forward call of the official run.
 struct OracleStep {
@@ -92,4 +92,4 @@ class OracleRun {
 // "layer07": the oracle's name of a layer's group.
 std::string oracle_layer(int layer);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::agree

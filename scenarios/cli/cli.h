@@ -27,7 +27,7 @@ class App;
 class Option;
 }  // namespace CLI
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 
 // Makes a seed option accept only a non-negative decimal integer: CLI11 would read "-1" into an
 // unsigned seed as 2^64-1. Returns the option (scenarios/cli/cli_weights.cc).
@@ -71,4 +71,4 @@ int run_exact(std::ostream& out, const std::vector<std::string>& backends, const
 // Returns kExitOk or kExitCheckFailed. inject_failure adds one failing check (for tests).
 int run_selfcheck(std::ostream& out, bool inject_failure = false);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

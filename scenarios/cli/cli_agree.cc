@@ -21,7 +21,7 @@
 #include "scenarios/defects/mutants.h"
 #include "scenarios/runner/runner.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
 struct AgreeArgs {
@@ -86,7 +86,7 @@ void print_drift_profile(const reports::ScenarioResult& r) {
 }
 
 int run(const AgreeArgs& a, const std::string& command_line) {
-  AgreeOptions o;
+  agree::AgreeOptions o;
   DSV41_CHECK(a.mode == "teacher-forced" || a.mode == "free-running" || a.mode == "both",
               "--mode: 'teacher-forced', 'free-running' or 'both', got '", a.mode, "'");
   o.teacher_forced = a.mode != "free-running";
@@ -97,12 +97,12 @@ int run(const AgreeArgs& a, const std::string& command_line) {
   if (a.backend != "ref") {
     DSV41_CHECK(a.backend.rfind("mutant:", 0) == 0, "--backend: 'ref' or 'mutant:<component>:L<layer>:S<step>', got '",
                 a.backend, "'");
-    parse_mutation(a.backend.substr(7));  // a bad spec is refused before any work
+    defects::parse_mutation(a.backend.substr(7));  // a bad spec is refused before any work
   }
-  check_report_outputs(a.output, a.junit);
+  runner::check_report_outputs(a.output, a.junit);
   if (a.threads > 0) reference::set_reference_threads(a.threads);
-  reports::RunReport report = agree(a.dirs, o);
-  stamp_run_meta(report.meta, command_line);
+  reports::RunReport report = agree::agree(a.dirs, o);
+  runner::stamp_run_meta(report.meta, command_line);
   reports::write_report(a.output, report);
   if (!a.junit.empty()) reports::write_junit(a.junit, report);
   for (const reports::ScenarioResult& r : report.scenarios) {
@@ -139,4 +139,4 @@ Verb add_agree_verb(CLI::App& parent) {
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

@@ -16,12 +16,12 @@
 #include "reference/ops/config.h"
 #include "scenarios/cli/cli.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
-using reference::ByteAccounting;
-using reference::OwnerBytes;
-using reference::Rational;
+using reference::session::ByteAccounting;
+using reference::session::OwnerBytes;
+using reference::session::Rational;
 
 constexpr int64_t kMillionTokens = 1000000;
 constexpr double kMB = 1e6;
@@ -89,7 +89,7 @@ void print_table(const reference::ModelConfig& c, const std::string& source,
       << "  (as bf16 caches, the official code's storage: " << exact(b.bf16_bytes_per_token)
       << " B/token)\n\n";
 
-  const int64_t million = reference::global_bytes_for_tokens(b, kMillionTokens);
+  const int64_t million = reference::session::global_bytes_for_tokens(b, kMillionTokens);
   out << "1M tokens (10^6): " << million << " B = " << fixed3(million / kMB)
       << " MB (10^6 B) = " << fixed3(million / kMiB) << " MiB (2^20 B)\n\n"
       << "Per-session constant state\n"
@@ -119,7 +119,7 @@ void print_json(const reference::ModelConfig& c, const std::string& source,
                       {"bytes_per_token_exact", o.bytes_per_token.str()},
                       {"partial_state_bytes", o.partial_state_bytes}});
   }
-  const int64_t million = reference::global_bytes_for_tokens(b, kMillionTokens);
+  const int64_t million = reference::session::global_bytes_for_tokens(b, kMillionTokens);
   const ordered_json j = {
       {"config", source},
       {"config_hash", reference::config_hash(c)},
@@ -151,14 +151,14 @@ Verb add_bytes_verb(CLI::App& parent) {
   app->add_flag("--json", opts->json, "print one JSON object (fields in docs/bytes.md)");
   return {app, [opts] {
             const reference::ModelConfig c = reference::load_config(opts->config);
-            const ByteAccounting b = reference::byte_accounting(c);
+            const ByteAccounting b = reference::session::byte_accounting(c);
             if (opts->json) {
               print_json(c, opts->config, b, std::cout);
             } else {
               print_table(c, opts->config, b, std::cout);
             }
-            return kExitOk;
+            return runner::kExitOk;
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

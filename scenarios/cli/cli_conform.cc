@@ -25,7 +25,7 @@
 #include "scenarios/runner/runner.h"
 #include "base/sha256.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
 struct ConformArgs {
@@ -49,43 +49,43 @@ int run(const ConformArgs& a, const std::string& command_line) {
               "conform: a DUMP with --config and --weights (or --vectors DIR --port-out PORT_DIR)");
   // 1. Everything that can be checked before the weights are read.
   const reference::ModelConfig c = reference::load_config(a.config);
-  const PortDump d = read_port_dump(a.dump);
+  const conform::PortDump d = conform::read_port_dump(a.dump);
   if (reference::config_hash(c) != d.config_hash) {
     DSV41_FAIL("--config '", a.config, "' (hash ", reference::config_hash(c), ") is not the config of the dump '", a.dump,
-               "' (", kPortDumpManifest, ": hash ", d.config_hash, ")");
+               "' (", conform::kPortDumpManifest, ": hash ", d.config_hash, ")");
   }
-  std::vector<int64_t> map = a.token_map.empty() ? reference::default_token_map(c)
-                                                 : parse_id_list("@" + a.token_map, "--token-map");
+  std::vector<int64_t> map = a.token_map.empty() ? reference::model::default_token_map(c)
+                                                 : runner::parse_id_list("@" + a.token_map, "--token-map");
   if (static_cast<int64_t>(map.size()) != c.vocab_size) {
     DSV41_FAIL("--token-map '", a.token_map, "': ", map.size(), " ids, but config '", a.config, "' has a vocab of ",
                c.vocab_size);
   }
-  ConformOptions o;
+  conform::ConformOptions o;
   o.tolerances_file = a.tolerances;
-  if (!a.tolerances.empty()) load_conform_tolerances(a.tolerances);  // refused before the weights
+  if (!a.tolerances.empty()) conform::load_conform_tolerances(a.tolerances);  // refused before the weights
   o.progress = !a.quiet;
   o.end_to_end = !a.no_end_to_end;
   o.stop_after_step = a.stop_after_step;
   o.only = a.only;
   o.order_variant = a.order_variant;
-  o.rerun_prefix = "dsv41 conform " + shell_quote(a.dump) + " --config " + shell_quote(a.config) + " --weights " +
-                   shell_quote(a.weights) + (a.token_map.empty() ? "" : " --token-map " + shell_quote(a.token_map)) +
-                   (a.tolerances.empty() ? "" : " --tolerances " + shell_quote(a.tolerances)) +
+  o.rerun_prefix = "dsv41 conform " + reports::shell_quote(a.dump) + " --config " + reports::shell_quote(a.config) + " --weights " +
+                   reports::shell_quote(a.weights) + (a.token_map.empty() ? "" : " --token-map " + reports::shell_quote(a.token_map)) +
+                   (a.tolerances.empty() ? "" : " --tolerances " + reports::shell_quote(a.tolerances)) +
                    (a.order_variant ? " --order-variant" : "");
   if (a.threads > 0) reference::set_reference_threads(a.threads);
-  check_report_outputs(a.output, a.junit);
+  runner::check_report_outputs(a.output, a.junit);
 
   // 2. The judgement.
-  reports::RunReport report = conform(d, reference::ModelWeights::load(a.weights, c), map, o);
+  reports::RunReport report = conform::conform(d, reference::checkpoint::ModelWeights::load(a.weights, c), map, o);
   report.meta.config_name = a.config;
   report.meta.weights = "file:" + a.weights;
   report.meta.weights_sha256 = sha256_file_hex(a.weights);
-  stamp_run_meta(report.meta, command_line);
+  runner::stamp_run_meta(report.meta, command_line);
   reports::write_report(a.output, report);
   if (!a.junit.empty()) reports::write_junit(a.junit, report);
 
   // 3. The root cause first, then the summary, the failures and the support matrix.
-  if (const std::optional<RootCause> rc = root_cause(report)) {
+  if (const std::optional<conform::RootCause> rc = conform::root_cause(report)) {
     std::cout << "root cause (" << rc->mode << "): step " << rc->step << ", "
               << (rc->layer < 0 ? std::string("model") : "layer " + std::to_string(rc->layer)) << ", " << rc->component
               << ": " << rc->metric << " = " << rc->value << "; " << rc->detail << "\n  repro: " << rc->repro << "\n";
@@ -103,20 +103,20 @@ int run(const ConformArgs& a, const std::string& command_line) {
     }
     if (fails > kMaxLines) std::cout << "  [" << cmp.mode << "] ... and " << fails - kMaxLines << " more failures (report: notes)\n";
   }
-  if (conform_detail::order_variant(d, o)) {  // the tolerance table of the claim: one row per float component
-    const ConformTolerances tol = a.tolerances.empty() ? ConformTolerances{} : load_conform_tolerances(a.tolerances);
+  if (conform::conform_detail::order_variant(d, o)) {  // the tolerance table of the claim: one row per float component
+    const conform::ConformTolerances tol = a.tolerances.empty() ? conform::ConformTolerances{} : conform::load_conform_tolerances(a.tolerances);
     std::cout << "claim: order-variant (" << (a.order_variant ? "--order-variant" : "the dump's manifest")
-              << "); derived bounds, metric " << kRowRelMetric << " (teacher-forced):\n";
-    for (const DerivedBound& b : derived_bound_table(d.config)) {
+              << "); derived bounds, metric " << judge::kRowRelMetric << " (teacher-forced):\n";
+    for (const judge::DerivedBound& b : judge::derived_bound_table(d.config)) {
       const bool file = tol.count(b.component) > 0 || tol.count("*") > 0;
-      std::cout << "  " << b.component << ": " << kRowRelMetric << " <= " << b.bound << "  "
+      std::cout << "  " << b.component << ": " << judge::kRowRelMetric << " <= " << b.bound << "  "
                 << (file ? "[overridden by the tolerance file] " : "") << b.origin << "\n";
     }
   }
   std::cout << "support matrix (" << d.steps.size() << " steps):\n";
-  for (const std::string& line : support_matrix_lines(d)) std::cout << "  " << line << "\n";
+  for (const std::string& line : conform::support_matrix_lines(d)) std::cout << "  " << line << "\n";
   std::cout << "report: " << a.output << (a.junit.empty() ? "" : ", junit: " + a.junit) << "\n";
-  return conform_exit_code(report);
+  return conform::conform_exit_code(report);
 }
 
 }  // namespace
@@ -155,4 +155,4 @@ Verb add_conform_verb(CLI::App& parent) {
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

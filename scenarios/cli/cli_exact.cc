@@ -18,7 +18,7 @@
 #include "cuda/cuda_ops.h"
 #endif
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
 using exact::OpCase;
@@ -26,15 +26,15 @@ using exact::SideError;
 
 struct Side {
   std::string name;
-  std::unique_ptr<reference::Ops> owned;  // the cuda ops (the reference's are a singleton)
-  const reference::Ops* ops = nullptr;
+  std::unique_ptr<reference::seam::Ops> owned;  // the cuda ops (the reference's are a singleton)
+  const reference::seam::Ops* ops = nullptr;
 };
 
 Side make_side(const std::string& name) {
   Side s;
   s.name = name;
   if (name == "ref") {
-    s.ops = &reference::reference_ops();
+    s.ops = &reference::seam::reference_ops();
     return s;
   }
   if (name == "cuda") {
@@ -158,7 +158,7 @@ int run_exact(std::ostream& out, const std::vector<std::string>& backends, const
   }
   // A vacuous bound is a weakness of the derivation, not a defect of a backend: reported, and
   // asserted absent at the tiny sizes by tests/scenarios/exact/exact_eval_test.cc.
-  return exceeded_total || errors_total ? kExitCheckFailed : kExitOk;
+  return exceeded_total || errors_total ? runner::kExitCheckFailed : runner::kExitOk;
 }
 
 Verb add_exact_verb(CLI::App& parent) {
@@ -181,4 +181,4 @@ Verb add_exact_verb(CLI::App& parent) {
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

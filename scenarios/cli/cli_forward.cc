@@ -40,10 +40,10 @@
 #include "scenarios/runner/runner.h"  // shell_quote
 #include "scenarios/runner/id_list.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
-using reference::StepRecord;
+using reference::model::StepRecord;
 using reference::Tensor;
 
 struct ForwardArgs {
@@ -69,7 +69,7 @@ struct ForwardArgs {
 };
 
 // The generation options, checked against each other and the config before the weights are read.
-std::optional<GenerateOptions> generation_options(const ForwardArgs& a, const reference::ModelConfig& c,
+std::optional<runner::GenerateOptions> generation_options(const ForwardArgs& a, const reference::ModelConfig& c,
                                                   bool has_decode) {
   if (a.generate == 0) {
     if (!a.speculative.empty()) DSV41_FAIL("--speculative: only with --generate N (the tokens to generate)");
@@ -81,12 +81,12 @@ std::optional<GenerateOptions> generation_options(const ForwardArgs& a, const re
   if (has_decode) {
     DSV41_FAIL("--generate and --decode: choose one (--decode feeds given ids, --generate picks them from the logits)");
   }
-  GenerateOptions o;
+  runner::GenerateOptions o;
   o.tokens = a.generate;
   o.seed = a.seed;
-  if (!a.sampling.empty()) o.sampling = parse_sampling(a.sampling);
+  if (!a.sampling.empty()) o.sampling = runner::parse_sampling(a.sampling);
   if (!a.speculative.empty()) {
-    o.speculative = parse_speculative(a.speculative);
+    o.speculative = runner::parse_speculative(a.speculative);
     if (c.n_mtp_layers == 0) {
       DSV41_FAIL("--speculative: config '", a.config, "' has no DSpark blocks (n_mtp_layers = 0); speculative "
                  "decoding drafts with them (docs/dspark.md)");
@@ -142,8 +142,8 @@ void write_per_layer(reports::H5Writer& w, const std::string& group, const std::
 }
 
 // One kv source's packed cache: its stored entries and their bf16 values.
-void write_packed(reports::H5Writer& w, const std::string& g, const char* kind, const reference::PackedCache& cache,
-                  const reference::Ops& ops) {
+void write_packed(reports::H5Writer& w, const std::string& g, const char* kind, const reference::model::PackedCache& cache,
+                  const reference::seam::Ops& ops) {
   const int64_t n = cache.size(), eb = cache.entry_bytes();
   std::vector<uint8_t> bytes;
   for (int64_t e = 0; e < n; ++e) bytes.insert(bytes.end(), cache.entry(e), cache.entry(e) + eb);
@@ -154,10 +154,10 @@ void write_packed(reports::H5Writer& w, const std::string& g, const char* kind, 
   w.write(g + "/" + kind + "_bf16", bits, {n, cache.dim()});
 }
 
-void write_caches(reports::H5Writer& w, const reference::ModelState& s, const reference::ModelConfig& c,
-                  const reference::Ops& ops) {
+void write_caches(reports::H5Writer& w, const reference::model::ModelState& s, const reference::ModelConfig& c,
+                  const reference::seam::Ops& ops) {
   for (size_t l = 0; l < s.layers.size(); ++l) {
-    const reference::LayerState& ls = s.layers[l];
+    const reference::model::LayerState& ls = s.layers[l];
     const std::string g = "/cache/" + layer_name(static_cast<int>(l));
     w.write(g + "/window_kv_packed", ls.window_kv.bytes.data(), {c.window_size, ls.window_kv.entry_bytes()});
     w.write(g + "/window_kv_positions", ls.window_kv.positions, {c.window_size});
@@ -186,9 +186,9 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   if (a.threads > 0) reference::set_reference_threads(a.threads);
   // 1. Inputs that cost nothing to check: config, ids, token map, output path.
   const reference::ModelConfig c = reference::load_config(a.config);
-  const std::vector<int64_t> prompt = a.prompt.empty() ? std::vector<int64_t>{} : parse_id_list(a.prompt, "--prompt");
-  const std::vector<int64_t> decode = parse_id_list(a.decode, "--decode");
-  const std::optional<GenerateOptions> gen = generation_options(a, c, !decode.empty());
+  const std::vector<int64_t> prompt = a.prompt.empty() ? std::vector<int64_t>{} : runner::parse_id_list(a.prompt, "--prompt");
+  const std::vector<int64_t> decode = runner::parse_id_list(a.decode, "--decode");
+  const std::optional<runner::GenerateOptions> gen = generation_options(a, c, !decode.empty());
   const std::optional<int64_t> first_token = a.first_token >= 0 ? std::optional<int64_t>(a.first_token) : std::nullopt;
   if (prompt.empty() && !first_token) {
     DSV41_FAIL("--prompt: at least one token is needed (or, resuming a generation, --first-token)");
@@ -201,7 +201,7 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   const bool global_only = a.resume_mode == "global-only";
   int64_t start = 0;
   if (!a.resume.empty()) {
-    const reference::SessionHeader h = reference::read_session_header(a.resume, c);
+    const reference::session::SessionHeader h = reference::session::read_session_header(a.resume, c);
     if (!h.has_swa && !global_only) {
       DSV41_FAIL("--resume '", a.resume, "': the file holds no SWA state (it was saved with --drop-swa); "
                  "--resume-mode full needs the SWA rings of every layer (--resume-mode global-only rebuilds them)");
@@ -233,8 +233,8 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     }
     output::check_output_path(a.save_state, "session file (--save-state)");  // before any work
   }
-  std::vector<int64_t> map = a.token_map.empty() ? reference::default_token_map(c)
-                                                 : parse_id_list("@" + a.token_map, "--token-map");
+  std::vector<int64_t> map = a.token_map.empty() ? reference::model::default_token_map(c)
+                                                 : runner::parse_id_list("@" + a.token_map, "--token-map");
   if (static_cast<int64_t>(map.size()) != c.vocab_size) {
     DSV41_FAIL("--token-map '", a.token_map, "': ", map.size(), " ids, but config '", a.config, "' has a vocab of ",
                c.vocab_size, " (one compressed id per vocab entry)");
@@ -254,37 +254,37 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   // again if anything below throws.
   std::optional<reports::H5Writer> w;
   if (!a.output.empty()) w.emplace(a.output, "forward output (-o)");
-  std::optional<PortDumpWriter> dump;
+  std::optional<conform::PortDumpWriter> dump;
   if (!a.dump.empty()) dump.emplace(a.dump, c, a.weights, a.token_map.empty() ? "default" : a.token_map, command_line);
 
   // 2. Weights and the forward.
-  reference::Model model(c, reference::ModelWeights::load(a.weights, c), std::move(map));
+  reference::model::Model model(c, reference::checkpoint::ModelWeights::load(a.weights, c), std::move(map));
   // A global-only resume rebuilds the SWA rings by encoder replay (docs/sessions.md).
-  const reference::ResumeMode mode = global_only ? reference::ResumeMode::kGlobalOnly : reference::ResumeMode::kFull;
-  reference::ModelState state = model.new_state();
+  const reference::session::ResumeMode mode = global_only ? reference::session::ResumeMode::kGlobalOnly : reference::session::ResumeMode::kFull;
+  reference::model::ModelState state = model.new_state();
   int64_t replayed = 0;
   if (!a.resume.empty()) {
-    reference::LoadedSession loaded = reference::load_session(a.resume, c, model, mode);
+    reference::session::LoadedSession loaded = reference::session::load_session(a.resume, c, model, mode);
     state = std::move(loaded.state);
     replayed = loaded.replayed_tokens;
   }
   // --dump: every step's hooked components are recorded into `cap` (hooks set after the resume,
   // so a global-only resume's encoder replay is not recorded), then written as one step file.
-  StepCapture cap;
+  runner::StepCapture cap;
   // Progress per chunk (or step) and layer: counted at each layer's output (out_stream), a hook
   // that only observes. Units: the prompt's chunks and the decode steps, each n_layers.
   const size_t chunk = a.chunk > 0 ? static_cast<size_t>(a.chunk) : std::max<size_t>(1, prompt.size());
   const int64_t prompt_chunks = static_cast<int64_t>((prompt.size() + chunk - 1) / chunk);
   const int64_t planned_steps = prompt_chunks + static_cast<int64_t>(decode.size()) + (gen ? gen->tokens : 0);
-  Progress progress("forward", static_cast<double>(planned_steps * c.n_layers), a.quiet);
+  runner::Progress progress("forward", static_cast<double>(planned_steps * c.n_layers), a.quiet);
   int64_t step_index = 0;       // the step running now (0-based)
   std::string step_name;        // "chunk 2/4", "decode 3/5", "generated step 4"
-  reference::ForwardHooks hooks = dump ? capture_hooks(cap, nullptr) : reference::ForwardHooks{};
+  reference::model::ForwardHooks hooks = dump ? runner::capture_hooks(cap, nullptr) : reference::model::ForwardHooks{};
   if (progress.enabled()) {
     hooks.tensor = [inner = hooks.tensor, &progress, &step_index, &step_name, n_layers = c.n_layers](
-                       reference::Component what, int layer, reference::Tensor<float>& v) {
+                       reference::model::Component what, int layer, reference::Tensor<float>& v) {
       if (inner) inner(what, layer, v);
-      if (what != reference::Component::kOutStream || layer < 0 || layer >= n_layers) return;
+      if (what != reference::model::Component::kOutStream || layer < 0 || layer >= n_layers) return;
       progress.update(static_cast<double>(step_index * n_layers + layer + 1),
                       step_name + " layer " + std::to_string(layer + 1) + "/" + std::to_string(n_layers));
     };
@@ -326,7 +326,7 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     const size_t end = std::min(prompt.size(), at + chunk);
     step_name = "prefill chunk " + std::to_string(at / chunk + 1) + "/" + std::to_string(prompt_chunks) + " (tokens " +
                 std::to_string(at) + ".." + std::to_string(end - 1) + ")";
-    reference::StepOptions options;
+    reference::model::StepOptions options;
     options.decoder_replay_rows = a.decoder_replay;
     const std::vector<int64_t> ids(prompt.begin() + static_cast<std::ptrdiff_t>(at),
                                    prompt.begin() + static_cast<std::ptrdiff_t>(end));
@@ -341,21 +341,21 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   }
   std::vector<int64_t> tokens = prompt;  // the ids fed
   tokens.insert(tokens.end(), decode.begin(), decode.end());
-  GenerationRun generated;
+  runner::GenerationRun generated;
   if (gen) {
     // --dump: a decode step per plain token, a verify step per speculative round (its draft's
     // dspark_* items are dropped: the dump records target steps; docs/port-dump.md).
-    GenerateObserver observer;
+    runner::GenerateObserver observer;
     bool resumed_first = steps.empty() && !a.resume.empty();  // the session's first step is a generated one
     int64_t generated_steps = 0;
     observer.before_step = [&] {
-      if (dump) cap = StepCapture{};
+      if (dump) cap = runner::StepCapture{};
       step_name = (gen->speculative ? "speculative round " : "generated token ") + std::to_string(++generated_steps);
     };
     observer.after_step = [&](const StepRecord& rec, const std::vector<int64_t>& ids, int64_t kept) {
       ++step_index;
       if (!dump) return;
-      const std::string event = gen->speculative ? kPortDumpVerify : resumed_first ? "resume+decode" : "decode";
+      const std::string event = gen->speculative ? conform::kPortDumpVerify : resumed_first ? "resume+decode" : "decode";
       resumed_first = false;
       dump->add_model_step(cap, model, state, rec, ids, event, kept);
     };
@@ -410,27 +410,27 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     if (gen) {
       w->attr("/", "n_generate", gen->tokens);
       if (first_token) w->attr("/", "first_token", *first_token);
-      write_generation(*w, generated, *gen, c);
-      if (gen->speculative) std::fprintf(stderr, "dsv41 forward: %s\n", speculative_summary(generated, *gen).c_str());
+      runner::write_generation(*w, generated, *gen, c);
+      if (gen->speculative) std::fprintf(stderr, "dsv41 forward: %s\n", runner::speculative_summary(generated, *gen).c_str());
       std::fprintf(stderr, "dsv41 forward: pending token %lld (emitted, not yet run by the target)\n",
                    static_cast<long long>(generated.pending));
     }
   }
   // The session state, before the output is committed: if saving fails, no output is left.
   if (!a.save_state.empty()) {
-    reference::save_session(a.save_state, state, c, !a.drop_swa);
+    reference::session::save_session(a.save_state, state, c, !a.drop_swa);
     std::fprintf(stderr, "dsv41 forward: saved the session at position %lld to %s%s\n",
                  static_cast<long long>(state.pos), a.save_state.c_str(), a.drop_swa ? " (without SWA rings)" : "");
     if (gen) {
       std::fprintf(stderr, "dsv41 forward: continue the generation with --resume %s --first-token %lld\n",
-                   shell_quote(a.save_state).c_str(), static_cast<long long>(generated.pending));
+                   reports::shell_quote(a.save_state).c_str(), static_cast<long long>(generated.pending));
     }
   }
   if (w) {
     w->commit();
     std::fprintf(stderr, "dsv41 forward: wrote %s\n", a.output.c_str());
   }
-  return kExitOk;
+  return runner::kExitOk;
 }
 
 
@@ -492,11 +492,11 @@ Verb add_forward_verb(CLI::App& parent) {
             for (const CLI::Option* o : parent.get_subcommand("forward")->get_options()) {
               if (o->count() > 0 && o->get_name() != "--help") {
                 cmd += " " + o->get_name();
-                if (o->get_type_size() != 0) cmd += " " + shell_quote(o->as<std::string>());  // not a flag
+                if (o->get_type_size() != 0) cmd += " " + reports::shell_quote(o->as<std::string>());  // not a flag
               }
             }
             return run_forward(*args, cmd);
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

@@ -14,7 +14,7 @@
 #include "scenarios/cli/cli.h"
 #include "scenarios/runner/layer_kinds.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 
 Verb add_layer_config_verb(CLI::App& parent) {
   struct Args {
@@ -30,17 +30,17 @@ Verb add_layer_config_verb(CLI::App& parent) {
   app->add_flag("--list", a->list, "list the kinds, then exit");
   return {app, [a] {
             if (a->list) {
-              for (const LayerKind& k : layer_kinds()) {
+              for (const runner::LayerKind& k : runner::layer_kinds()) {
                 std::cout << std::left << std::setw(8) << k.name << " layer " << k.target << ": " << k.what
                           << " (released layers " << k.released_layers << ")\n";
               }
-              return kExitOk;
+              return runner::kExitOk;
             }
             DSV41_CHECK(!a->kind.empty(), "layer-config: give --kind KIND (--list shows the kinds)");
-            const LayerKind& kind = layer_kind(a->kind);
+            const runner::LayerKind& kind = runner::layer_kind(a->kind);
             const reference::ModelConfig base = reference::load_config(a->base);
-            const reference::ModelConfig c = kind_config(base, kind, "'" + a->base + "'");
-            const WeightBytes packed = weight_bytes(c, true), plain = weight_bytes(c, false);
+            const reference::ModelConfig c = runner::kind_config(base, kind, "'" + a->base + "'");
+            const runner::WeightBytes packed = runner::weight_bytes(c, true), plain = runner::weight_bytes(c, false);
             std::ostringstream line;
             line.setf(std::ios::fixed);
             line.precision(2);
@@ -57,8 +57,8 @@ Verb add_layer_config_verb(CLI::App& parent) {
               output::write_file_atomically(a->output, "layer config", json.data(), json.size());
               std::cout << "layer-config: wrote '" << a->output << "'\n";
             }
-            return kExitOk;
+            return runner::kExitOk;
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

@@ -15,7 +15,7 @@
 #include "scenarios/runner/progress.h"
 #include "scenarios/runner/replay_study.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 
 Verb add_replay_study_verb(CLI::App& parent) {
   struct Args {
@@ -23,7 +23,7 @@ Verb add_replay_study_verb(CLI::App& parent) {
     uint64_t seed = 0;
     bool seed_given = false;
     bool quiet = false;
-    ReplayStudyOptions study;
+    runner::ReplayStudyOptions study;
   };
   auto a = std::make_shared<Args>();
   CLI::App* app = parent.add_subcommand("replay-study", "measure SWA bounded replay: resumed vs uninterrupted sessions");
@@ -40,32 +40,32 @@ Verb add_replay_study_verb(CLI::App& parent) {
   app->add_flag("-q,--quiet", a->quiet, "no progress on stderr (a bar on a terminal, else lines)");
   return {app, [a] {
             const reference::ModelConfig c = reference::load_config(a->config);
-            reference::ModelWeights w;
+            reference::checkpoint::ModelWeights w;
             if (!a->weights.empty()) {
-              w = reference::ModelWeights::load(a->weights, c);
+              w = reference::checkpoint::ModelWeights::load(a->weights, c);
             } else {
               std::cerr << "replay-study: generated weights, seed " << a->seed << "\n";
-              w = reference::ModelWeights::load(
-                  reference::safetensors::SafetensorsFile::from_entries("generated weights",
-                                                                       reference::generate_weights(c, a->seed)),
+              w = reference::checkpoint::ModelWeights::load(
+                  reference::checkpoint::safetensors::SafetensorsFile::from_entries("generated weights",
+                                                                       reference::checkpoint::generate_weights(c, a->seed)),
                   c);
             }
             std::cerr << "replay-study: prompt token seed " << a->study.token_seed << "\n";
-            reference::Model model(c, std::move(w), reference::default_token_map(c));
-            Progress progress("replay-study", 0, a->quiet);
+            reference::model::Model model(c, std::move(w), reference::model::default_token_map(c));
+            runner::Progress progress("replay-study", 0, a->quiet);
             a->study.progress = [&progress](int done, int total, const std::string& what) {
               progress.set_total(total);
               if (done < total) progress.update(done, "case " + std::to_string(done + 1) + "/" + std::to_string(total) + ": " + what);
             };
-            const std::vector<ReplayStepResult> r = run_replay_study(model, a->study);
+            const std::vector<runner::ReplayStepResult> r = runner::run_replay_study(model, a->study);
             progress.finish(std::to_string(r.size()) + " rows");
-            std::cout << replay_study_markdown(r);
+            std::cout << runner::replay_study_markdown(r);
             if (!a->json.empty()) {
-              const std::string text = replay_study_json(r);
+              const std::string text = runner::replay_study_json(r);
               output::write_file_atomically(a->json, "replay-study JSON", text.data(), text.size());
             }
-            return kExitOk;
+            return runner::kExitOk;
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

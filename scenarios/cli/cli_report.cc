@@ -24,7 +24,7 @@
 #include "reports/report_html.h"
 #include "scenarios/cli/cli.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
 struct ReportOptions {
@@ -94,25 +94,25 @@ Verb add_report_verb(CLI::App& parent) {
               o.by = opts->by;
               o.quiet = opts->quiet;
               std::cout << reports::format_summary(reports::read_report(opts->file), o);
-              return kExitOk;
+              return runner::kExitOk;
             }
             if (check->parsed()) {
               const std::vector<std::string> problems = reports::check_report_schema(opts->file);
               if (problems.empty()) {
                 std::cout << "report check: " << opts->file << ": valid (schema 1)\n";
-                return kExitOk;
+                return runner::kExitOk;
               }
               for (const std::string& p : problems) std::cout << "report check: " << opts->file << ": " << p << "\n";
               std::cout << "report check: " << opts->file << ": " << problems.size() << " problem"
                         << (problems.size() == 1 ? "" : "s") << "\n";
-              return kExitCheckFailed;
+              return runner::kExitCheckFailed;
             }
             if (html->parsed()) {
               output::check_output_path(opts->output, "HTML report (-o)");  // before reading the report
               if (!reports::html_available()) reports::html_page({}, {});   // says which package is missing
               reports::write_html(opts->output, reports::read_report(opts->file, /*load_tensors=*/true), {opts->file});
               std::cout << "report html: wrote " << opts->output << "\n";
-              return kExitOk;
+              return runner::kExitOk;
             }
             if (diff->parsed()) {
               const reports::RunReport a = reports::read_report(opts->file), b = reports::read_report(opts->file_b);
@@ -122,13 +122,13 @@ Verb add_report_verb(CLI::App& parent) {
               o.max_rows = opts->rows;
               const reports::ReportDiff d = reports::diff_reports(a, b, o);
               std::cout << d.text;
-              return d.regressed ? kExitCheckFailed : kExitOk;
+              return d.regressed ? runner::kExitCheckFailed : runner::kExitOk;
             }
             output::check_output_path(opts->output, "JUnit file (-o)");  // before reading the report
             reports::write_junit(opts->output, reports::read_report(opts->file));
             std::cout << "report junit: wrote " << opts->output << "\n";
-            return kExitOk;
+            return runner::kExitOk;
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

@@ -30,7 +30,7 @@
 #include "scenarios/runner/runner.h"
 #include "base/sha256.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
 struct RunArgs {
@@ -74,23 +74,23 @@ std::vector<std::string> split_commas(const std::string& s) {
 int run(const RunArgs& a, const std::string& command_line) {
   if (a.list) {
     std::cout << "built-in scenarios (scenarios/suite/):\n";
-    for (const std::string& n : builtin_scenario_names()) {
-      const Scenario s = builtin_scenario(n);
+    for (const std::string& n : runner::builtin_scenario_names()) {
+      const runner::Scenario s = runner::builtin_scenario(n);
       std::cout << "  " << n << " [" << s.kind << "]: " << s.description << "\n";
     }
     std::cout << "backends:\n";
-    for (const auto& [n, d] : backend_catalog()) std::cout << "  " << n << ": " << d << "\n";
+    for (const auto& [n, d] : runner::backend_catalog()) std::cout << "  " << n << ": " << d << "\n";
     std::cout << "cache paths: cold, full, global, decoder:N, alone (docs/scenarios.md)\n";
-    return kExitOk;
+    return runner::kExitOk;
   }
   if (a.threads > 0) reference::set_reference_threads(a.threads);
   const auto t0 = std::chrono::steady_clock::now();
   // 1. Everything cheap to check, before the weights are read.
-  RunOptions opt;
+  runner::RunOptions opt;
   if (!a.sides.empty()) {
     opt.sides = split_commas(a.sides);
     DSV41_CHECK(opt.sides.size() == 2, "--sides '", a.sides, "': expected two sides A,B");
-    for (const std::string& s : opt.sides) parse_side(s);
+    for (const std::string& s : opt.sides) runner::parse_side(s);
   }
   for (const std::string& m : a.modes) {
     for (const std::string& x : split_commas(m)) {
@@ -103,11 +103,11 @@ int run(const RunArgs& a, const std::string& command_line) {
   opt.time_sides = a.time_sides;
   opt.replay_extra = a.replay;
   opt.replay_seed = a.replay_seed;
-  if (!a.save_tensors.empty()) opt.save_tensors = parse_focus(a.save_tensors);
-  std::vector<Scenario> scenarios;
+  if (!a.save_tensors.empty()) opt.save_tensors = runner::parse_focus(a.save_tensors);
+  std::vector<runner::Scenario> scenarios;
   std::set<std::string> names;
-  for (const std::string& n : a.scenarios.empty() ? builtin_scenario_names() : a.scenarios) {
-    scenarios.push_back(load_scenario(n));
+  for (const std::string& n : a.scenarios.empty() ? runner::builtin_scenario_names() : a.scenarios) {
+    scenarios.push_back(runner::load_scenario(n));
     if (a.seed) scenarios.back().seed = *a.seed;
     DSV41_CHECK(names.insert(scenarios.back().name).second, "scenario '", n, "': a second scenario named '",
                 scenarios.back().name, "' (names are the report's group names)");
@@ -116,10 +116,10 @@ int run(const RunArgs& a, const std::string& command_line) {
   const std::filesystem::path out_dir = std::filesystem::path(a.output).parent_path();
   DSV41_CHECK(out_dir.empty() || std::filesystem::is_directory(out_dir), "-o '", a.output, "': directory '",
               out_dir.string(), "' does not exist");
-  check_report_outputs(a.output, a.junit);
+  runner::check_report_outputs(a.output, a.junit);
   const reference::ModelConfig c = reference::load_config(a.config);
-  std::vector<int64_t> map = a.token_map.empty() ? reference::default_token_map(c)
-                                                 : parse_id_list("@" + a.token_map, "--token-map");
+  std::vector<int64_t> map = a.token_map.empty() ? reference::model::default_token_map(c)
+                                                 : runner::parse_id_list("@" + a.token_map, "--token-map");
   DSV41_CHECK(static_cast<int64_t>(map.size()) == c.vocab_size, "--token-map '", a.token_map, "': ", map.size(),
               " ids, but the config has a vocab of ", c.vocab_size);
 
@@ -127,17 +127,17 @@ int run(const RunArgs& a, const std::string& command_line) {
   // any work: bad input costs nothing and leaves no half run.
   int copies = 1;  // weight copies alive at once: the run's, and one per backend of a comparison
   const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  for (const Scenario& s : scenarios) {
-    const ScenarioPlan plan = plan_scenario(s, c, opt);
+  for (const runner::Scenario& s : scenarios) {
+    const runner::ScenarioPlan plan = plan_scenario(s, c, opt);
     // The reference materializes each index layer's score matrix of a step (docs/scale.md): a chunk
     // whose matrix cannot fit in half of this machine's memory is refused before any work.
     DSV41_CHECK(memory <= 0 || static_cast<double>(plan.largest_scores_bytes) <= memory / 2, "scenario '", s.name,
                 "': step ", plan.largest_scores_step, " would materialize an indexer score matrix of ",
                 plan.largest_scores_bytes / 1000000000, " GB (fp32 [chunk, reachable keys]); this machine has ",
                 static_cast<int64_t>(memory / 1e9), " GB: use smaller chunks");
-    for (const Pair& p : plan.pairs) {
-      const int per_side_a = p.a.path == CachePath::kAlone ? plan.sessions : 1;
-      const int per_side_b = p.b.path == CachePath::kAlone ? plan.sessions : 1;
+    for (const runner::Pair& p : plan.pairs) {
+      const int per_side_a = p.a.path == runner::CachePath::kAlone ? plan.sessions : 1;
+      const int per_side_b = p.b.path == runner::CachePath::kAlone ? plan.sessions : 1;
       copies = std::max(copies, 1 + per_side_a + per_side_b);
     }
   }
@@ -145,7 +145,7 @@ int run(const RunArgs& a, const std::string& command_line) {
   // --packed-experts, Engram tables as bytes): refuse a config this machine cannot hold instead
   // of exhausting its memory.
   {
-    const double need = copies * weight_bytes(c, a.packed_experts).held;
+    const double need = copies * runner::weight_bytes(c, a.packed_experts).held;
     const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     DSV41_CHECK(have <= 0 || need <= have, "config '", a.config, "': the CPU reference would hold ",
                 static_cast<int64_t>(need / 1e9), " GB of fp32 weights (", copies, " copies: the run's and one per backend), "
@@ -159,18 +159,18 @@ int run(const RunArgs& a, const std::string& command_line) {
   if (weights.empty() && a.config == "tiny" && std::filesystem::exists(default_oracle_weights())) {
     weights = default_oracle_weights();
   }
-  BackendResources res{c, {}, map};
+  runner::BackendResources res{c, {}, map};
   if (!weights.empty()) {
-    res.weights = reference::ModelWeights::load(weights, c, a.packed_experts);
+    res.weights = reference::checkpoint::ModelWeights::load(weights, c, a.packed_experts);
     // The path as given (a relative one stays relative, so the same command gives the same report
     // on any machine), the oracle's default as its path in the repository; the SHA-256 identifies
     // the weights whatever the path.
     meta.weights = "file:" + (a.weights.empty() ? std::string(kDefaultOracleWeights) : a.weights);
     meta.weights_sha256 = sha256_file_hex(weights);
   } else {
-    res.weights = reference::ModelWeights::load(
-        reference::safetensors::SafetensorsFile::from_entries("generated weights",
-                                                             reference::generate_weights(c, a.weight_seed)),
+    res.weights = reference::checkpoint::ModelWeights::load(
+        reference::checkpoint::safetensors::SafetensorsFile::from_entries("generated weights",
+                                                             reference::checkpoint::generate_weights(c, a.weight_seed)),
         c, a.packed_experts);
     meta.weights = "generated:seed=" + std::to_string(a.weight_seed);
     meta.seeds["weights"] = a.weight_seed;
@@ -179,24 +179,24 @@ int run(const RunArgs& a, const std::string& command_line) {
   meta.config_hash = reference::config_hash(c);
   meta.config_json = reference::to_json_string(c);
   meta.sides = opt.sides;
-  stamp_run_meta(meta, command_line);
+  runner::stamp_run_meta(meta, command_line);
   std::cerr << "dsv41 run: config " << a.config << " (hash " << meta.config_hash << "), weights " << meta.weights
             << ", " << scenarios.size() << " scenario(s), " << meta.threads << " thread(s)\n";
 
   // 3. The rerun line of a failure repeats what selects the model.
   std::ostringstream prefix;
-  prefix << "dsv41 run --config " << shell_quote(a.config);
-  if (!a.weights.empty()) prefix << " --weights " << shell_quote(a.weights);
+  prefix << "dsv41 run --config " << reports::shell_quote(a.config);
+  if (!a.weights.empty()) prefix << " --weights " << reports::shell_quote(a.weights);
   if (weights.empty()) prefix << " --weight-seed " << a.weight_seed;
-  if (!a.token_map.empty()) prefix << " --token-map " << shell_quote(a.token_map);
+  if (!a.token_map.empty()) prefix << " --token-map " << reports::shell_quote(a.token_map);
   if (a.packed_experts) prefix << " --packed-experts";
   opt.rerun_prefix = prefix.str();
   // Progress per event and step (scenarios/runner/progress.h): the unit is a scenario, a comparison its
   // share of it, an event its share of that.
-  Progress progress("run", static_cast<double>(scenarios.size()), a.quiet);
+  runner::Progress progress("run", static_cast<double>(scenarios.size()), a.quiet);
   size_t scenario_index = 0;
   if (progress.enabled()) {
-    opt.on_progress = [&progress, &scenario_index, n = scenarios.size()](const RunPosition& p) {
+    opt.on_progress = [&progress, &scenario_index, n = scenarios.size()](const runner::RunPosition& p) {
       const double c = static_cast<double>(p.comparisons), e = static_cast<double>(std::max<size_t>(1, p.events));
       const double done = static_cast<double>(scenario_index) +
                           (static_cast<double>(p.comparison) + static_cast<double>(p.event) / e) / c;
@@ -208,10 +208,10 @@ int run(const RunArgs& a, const std::string& command_line) {
       progress.update(done, what);
     };
   }
-  for (const Scenario& s : scenarios) {
+  for (const runner::Scenario& s : scenarios) {
     meta.seeds["scenario:" + s.name] = s.seed;
     progress.note("dsv41 run: scenario " + s.name + " (seed " + std::to_string(s.seed) + ")");
-    RunOptions o = opt;
+    runner::RunOptions o = opt;
     if (a.seed) o.rerun_prefix += " --seed " + std::to_string(*a.seed);
     try {
       report.scenarios.push_back(run_scenario(s, res, o));
@@ -255,7 +255,7 @@ std::string command_line_of(const CLI::App& app, const std::string& verb, const 
       continue;
     }
     for (const std::string& v : o->as<std::vector<std::string>>()) {
-      cmd += (o->get_name() == positional ? " " : " " + o->get_name() + " ") + shell_quote(v);
+      cmd += (o->get_name() == positional ? " " : " " + o->get_name() + " ") + reports::shell_quote(v);
     }
   }
   return cmd;
@@ -304,4 +304,4 @@ Verb add_run_verb(CLI::App& parent) {
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

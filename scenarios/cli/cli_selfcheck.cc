@@ -24,7 +24,7 @@
 #include "formats/qdq.h"
 #include "scenarios/cli/cli.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
 using namespace dsv41::formats;
@@ -300,7 +300,7 @@ int run_selfcheck(std::ostream& out, bool inject_failure) {
     }
   }
   out << "selfcheck: " << passed << " passed, " << failed << " failed\n";
-  return failed == 0 ? kExitOk : kExitCheckFailed;
+  return failed == 0 ? runner::kExitOk : runner::kExitCheckFailed;
 }
 
 Verb add_selfcheck_verb(CLI::App& parent) {
@@ -312,4 +312,4 @@ Verb add_selfcheck_verb(CLI::App& parent) {
   return {app, [inject] { return run_selfcheck(std::cout, *inject); }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

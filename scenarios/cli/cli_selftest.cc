@@ -12,7 +12,7 @@
 #include "scenarios/cli/cli.h"
 #include "scenarios/selftest/selftest.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
 struct SelftestArgs {
@@ -24,13 +24,13 @@ struct SelftestArgs {
 int run(const SelftestArgs& a) {
   if (a.threads > 0) reference::set_reference_threads(a.threads);
   if (a.list) {
-    for (const ZooBug& b : bug_zoo()) {
+    for (const selftest::ZooBug& b : selftest::bug_zoo()) {
       std::cout << b.name << (b.ci ? " [ci]" : "") << "  (" << name(b.kind) << ") " << b.description << "; expected "
                 << b.expected_component << "@" << b.expected_layer << " step " << b.expected_step << "\n";
     }
-    return kExitOk;
+    return runner::kExitOk;
   }
-  SelftestOptions o;
+  selftest::SelftestOptions o;
   o.config = a.config;
   o.weights = a.weights;
   o.ci = a.ci;
@@ -43,15 +43,15 @@ int run(const SelftestArgs& a) {
     if (!part.empty()) o.bugs.push_back(part);
   }
   if (!o.bugs.empty()) {
-    for (const std::string& n : o.bugs) zoo_bug(n);  // an unknown name: exit 2 before any run
+    for (const std::string& n : o.bugs) selftest::zoo_bug(n);  // an unknown name: exit 2 before any run
   }
-  const SelftestResult r = run_selftest(o, std::cerr);
-  std::cout << format_selftest_table(r);
-  for (const SelftestRow& row : r.rows) {
+  const selftest::SelftestResult r = run_selftest(o, std::cerr);
+  std::cout << selftest::format_selftest_table(r);
+  for (const selftest::SelftestRow& row : r.rows) {
     if (row.verdict != "ok") std::cout << row.bug << ": " << row.verdict << " (" << row.detail << ")\n";
   }
-  if (!a.junit.empty()) write_selftest_junit(r, a.junit);
-  const int code = selftest_exit_code(r);
+  if (!a.junit.empty()) selftest::write_selftest_junit(r, a.junit);
+  const int code = selftest::selftest_exit_code(r);
   std::cout << "selftest: " << (code == 0 ? "every bug flagged and located, the clean reference passes"
                                           : "FAILED") << " (" << r.rows.size() - 1 << " bugs)\n";
   return code;
@@ -80,4 +80,4 @@ Verb add_selftest_verb(CLI::App& parent) {
   return {app, [a] { return run(*a); }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

@@ -17,24 +17,24 @@
 #include "scenarios/cli/cli.h"
 #include "scenarios/sweep/sweep.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
 struct SweepArgs {
   std::string plan;
-  SweepOptions o;
+  sweep::SweepOptions o;
   bool list = false;
-  WorkerArgs worker;
+  sweep::WorkerArgs worker;
 };
 
 // Refuses a plan whose largest item would not fit this host's memory with one item per local rank
 // (the reference holds every weight as fp32 in each backend's copy, as `dsv41 run` checks).
-void check_memory(const SweepPlan& plan, int local_ranks) {
+void check_memory(const sweep::SweepPlan& plan, int local_ranks) {
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   if (have <= 0) return;
-  for (const SweepItem& it : plan.items) {
+  for (const sweep::SweepItem& it : plan.items) {
     double values = 0;
-    for (const reference::TensorSpec& t : reference::expected_tensors(plan.models[it.model].loaded)) {
+    for (const reference::checkpoint::TensorSpec& t : reference::checkpoint::expected_tensors(plan.models[it.model].loaded)) {
       values += static_cast<double>(reference::Tensor<float>::count(t.shape));
     }
     const double need = it.weight_copies * 4.0 * values * local_ranks;
@@ -45,37 +45,37 @@ void check_memory(const SweepPlan& plan, int local_ranks) {
   }
 }
 
-void print_items(const SweepPlan& plan) {
+void print_items(const sweep::SweepPlan& plan) {
   std::cout << "sweep plan " << plan.source << " (" << plan.name << "): " << plan.items.size() << " item(s)\n";
-  for (const SweepItem& it : plan.items) {
+  for (const sweep::SweepItem& it : plan.items) {
     std::printf("  %4zu  %-60s  model %s, est. cost %.3g%s\n", it.index, it.name.c_str(),
                 plan.models[it.model].name.c_str(), it.estimated_cost, it.uses_gpu ? ", GPU" : "");
   }
-  std::cout << "MPI: " << (built_with_mpi() ? "built with MPI" : "built without MPI (one process)") << "\n";
+  std::cout << "MPI: " << (sweep::built_with_mpi() ? "built with MPI" : "built without MPI (one process)") << "\n";
 }
 
 int run(SweepArgs& a, const std::string& command_line) {
   if (a.worker.item >= 0) {  // an item process: never MPI, whatever the environment says
-    return run_sweep_item(load_sweep_plan(a.plan), a.worker);
+    return sweep::run_sweep_item(sweep::load_sweep_plan(a.plan), a.worker);
   }
   a.o.plan_path = a.plan;
   a.o.command_line = command_line;
   DSV41_CHECK(!a.o.resume || !a.o.work_dir.empty(), "--resume: needs --work-dir (the folder of the earlier run's items)");
   DSV41_CHECK(a.o.deal == "queue" || a.o.deal == "static", "--deal '", a.o.deal, "': not queue or static");
-  std::unique_ptr<Comm> comm = make_comm();
+  std::unique_ptr<sweep::Comm> comm = sweep::make_comm();
   // 1. Every rank checks the plan and its GPU; rank 0 the outputs. One failure stops all, before any work.
-  std::optional<SweepPlan> plan;
+  std::optional<sweep::SweepPlan> plan;
   std::string error;
   try {
-    plan = load_sweep_plan(a.plan);
+    plan = sweep::load_sweep_plan(a.plan);
     if (!a.list) {
-      sweep_rank_gpu(*plan, *comm);
+      sweep::sweep_rank_gpu(*plan, *comm);
       check_memory(*plan, comm->local_size());
       if (comm->rank() == 0) {
         const std::filesystem::path out_dir = std::filesystem::path(a.o.output).parent_path();
         DSV41_CHECK(out_dir.empty() || std::filesystem::is_directory(out_dir), "-o '", a.o.output, "': directory '",
                     out_dir.string(), "' does not exist");
-        check_report_outputs(a.o.output, a.o.junit);
+        runner::check_report_outputs(a.o.output, a.o.junit);
         if (!a.o.work_dir.empty()) {
           std::filesystem::create_directories(a.o.work_dir);
           DSV41_CHECK(std::filesystem::is_directory(a.o.work_dir), "--work-dir '", a.o.work_dir, "': not a directory");
@@ -92,21 +92,21 @@ int run(SweepArgs& a, const std::string& command_line) {
       std::cerr << "dsv41: error: " << (comm->rank() == 0 ? "" : "rank " + std::to_string(comm->rank()) + ": ")
                 << error << "\n";
     }
-    return kExitBadInput;
+    return runner::kExitBadInput;
   }
-  if (std::count(failed.begin(), failed.end(), 1) > 0) return kExitBadInput;
+  if (std::count(failed.begin(), failed.end(), 1) > 0) return runner::kExitBadInput;
   if (a.list) {
     if (comm->rank() == 0) print_items(*plan);
-    return kExitOk;
+    return runner::kExitOk;
   }
   // 2. The sweep. A rank that fails now would leave the others waiting: end them all.
   try {
-    return run_sweep(*plan, a.o, *comm);
+    return sweep::run_sweep(*plan, a.o, *comm);
   } catch (const std::exception& e) {
     std::cerr << "dsv41: error: " << (comm->size() > 1 ? "rank " + std::to_string(comm->rank()) + ": " : "")
               << e.what() << "\n";
-    if (comm->size() > 1) comm->abort_all(kExitBadInput);
-    return kExitBadInput;
+    if (comm->size() > 1) comm->abort_all(runner::kExitBadInput);
+    return runner::kExitBadInput;
   }
 }
 
@@ -149,4 +149,4 @@ Verb add_sweep_verb(CLI::App& parent) {
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

@@ -20,7 +20,7 @@
 #include "scenarios/runner/runner.h"
 #include "scenarios/vectors/vectors.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
 struct VectorsArgs {
@@ -41,27 +41,27 @@ std::vector<std::string> split_sizes(const std::string& s) {
 int run(const VectorsArgs& a, const std::string& command_line) {
   const std::vector<std::string> sizes = split_sizes(a.sizes);
   std::cout << "vectors: seed " << a.seed << " (--seed), sizes " << a.sizes << "\n";
-  const VectorSetSummary s = write_vector_set(a.output, sizes, a.seed, command_line);
-  const VectorSet set = read_vector_set(a.output);
+  const vectors::VectorSetSummary s = vectors::write_vector_set(a.output, sizes, a.seed, command_line);
+  const vectors::VectorSet set = vectors::read_vector_set(a.output);
   std::map<std::string, int> per_size;
-  for (const VectorSetEntry& c : set.cases) ++per_size[c.size];
+  for (const vectors::VectorSetEntry& c : set.cases) ++per_size[c.size];
   for (const std::string& size : sizes) std::cout << "  " << size << ": " << per_size[size] << " cases\n";
   std::cout << "wrote " << s.cases << " cases, " << s.bytes << " bytes (" << (s.bytes >> 20) << " MiB) to " << a.output
-            << "/" << kVectorsManifest << "\n";
+            << "/" << vectors::kVectorsManifest << "\n";
   if (!a.reference_port.empty()) {
-    run_port_on_vectors(reference::reference_ops(), a.output, a.reference_port);
+    vectors::run_port_on_vectors(reference::seam::reference_ops(), a.output, a.reference_port);
     std::cout << "reference port outputs: " << a.reference_port << "\n";
   }
-  return kExitOk;
+  return runner::kExitOk;
 }
 
 }  // namespace
 
 int run_conform_vectors(const std::string& vectors_dir, const std::string& port_dir, const std::string& only,
                         const std::string& output, const std::string& junit, const std::string& command_line) {
-  check_report_outputs(output, junit);
-  reports::RunReport r = conform_vectors(vectors_dir, port_dir, only);
-  stamp_run_meta(r.meta, command_line);
+  runner::check_report_outputs(output, junit);
+  reports::RunReport r = vectors::conform_vectors(vectors_dir, port_dir, only);
+  runner::stamp_run_meta(r.meta, command_line);
   reports::write_report(output, r);
   if (!junit.empty()) reports::write_junit(junit, r);
   int pass = 0, fail = 0, open = 0;
@@ -92,11 +92,11 @@ Verb add_vectors_verb(CLI::App& parent) {
   app->add_option("--reference-port", a->reference_port,
                   "also write the reference's own outputs here (what a port writes, docs/port-dump.md)");
   return {app, [a] {
-            std::string cmd = "dsv41 vectors -o " + shell_quote(a->output) + " --sizes " + shell_quote(a->sizes) +
+            std::string cmd = "dsv41 vectors -o " + reports::shell_quote(a->output) + " --sizes " + reports::shell_quote(a->sizes) +
                               " --seed " + std::to_string(a->seed);
-            if (!a->reference_port.empty()) cmd += " --reference-port " + shell_quote(a->reference_port);
+            if (!a->reference_port.empty()) cmd += " --reference-port " + reports::shell_quote(a->reference_port);
             return run(*a, cmd);
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

@@ -13,7 +13,7 @@
 #include "reference/checkpoint/weights.h"
 #include "scenarios/cli/cli.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 
 CLI::Option* seed_option(CLI::Option* option) {
   const std::string name = option->get_name();
@@ -48,7 +48,7 @@ Verb add_weights_verb(CLI::App& parent) {
               // The generator builds every tensor in memory: refuse sizes this tool cannot hold
               // (the released config is about 512 GB) instead of exhausting memory.
               int64_t total = 0;
-              for (const reference::TensorSpec& t : reference::expected_tensors(c)) {
+              for (const reference::checkpoint::TensorSpec& t : reference::checkpoint::expected_tensors(c)) {
                 total += reference::stored_bytes(t.dtype, reference::Tensor<float>::count(t.shape));
               }
               constexpr int64_t kMaxGenerateBytes = int64_t{8} << 30;
@@ -61,18 +61,18 @@ Verb add_weights_verb(CLI::App& parent) {
                   {"producer", "dsv41 weights"},
                   {"seed", std::to_string(a->seed)},
                   {"config_hash", reference::config_hash(c)}};
-              reference::safetensors::write(a->output, reference::generate_weights(c, a->seed), meta);
-              std::cout << "weights: wrote '" << a->output << "' (" << reference::expected_tensors(c).size()
+              reference::checkpoint::safetensors::write(a->output, reference::checkpoint::generate_weights(c, a->seed), meta);
+              std::cout << "weights: wrote '" << a->output << "' (" << reference::checkpoint::expected_tensors(c).size()
                         << " tensors, seed " << a->seed << ")\n";
             }
             if (!a->check.empty()) {
-              reference::ModelWeights::load(a->check, c);
+              reference::checkpoint::ModelWeights::load(a->check, c);
               std::cout << "weights: '" << a->check << "' holds every tensor of the config ("
-                        << reference::expected_tensors(c).size()
+                        << reference::checkpoint::expected_tensors(c).size()
                         << " tensors), names, dtypes and shapes as expected\n";
             }
-            return kExitOk;
+            return runner::kExitOk;
           }};
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

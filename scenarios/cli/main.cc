@@ -59,26 +59,26 @@ int main(int argc, char** argv) {
   app.add_flag("--debug", debug,
                "on an error, also print where it was detected (source file, line and check)");
   app.require_subcommand(1);
-  const std::vector<Verb> verbs = {add_bytes_verb(app), add_selfcheck_verb(app),
-                                   add_forward_verb(app), add_weights_verb(app),
-                                   add_replay_study_verb(app), add_run_verb(app),
-                                   add_report_verb(app), add_agree_verb(app),
-                                   add_conform_verb(app), add_selftest_verb(app),
-                                   add_exact_verb(app), add_vectors_verb(app),
-                                   add_sweep_verb(app), add_layer_config_verb(app)};
+  const std::vector<dsv41::scenarios::cli::Verb> verbs = {dsv41::scenarios::cli::add_bytes_verb(app), dsv41::scenarios::cli::add_selfcheck_verb(app),
+                                   dsv41::scenarios::cli::add_forward_verb(app), dsv41::scenarios::cli::add_weights_verb(app),
+                                   dsv41::scenarios::cli::add_replay_study_verb(app), dsv41::scenarios::cli::add_run_verb(app),
+                                   dsv41::scenarios::cli::add_report_verb(app), dsv41::scenarios::cli::add_agree_verb(app),
+                                   dsv41::scenarios::cli::add_conform_verb(app), dsv41::scenarios::cli::add_selftest_verb(app),
+                                   dsv41::scenarios::cli::add_exact_verb(app), dsv41::scenarios::cli::add_vectors_verb(app),
+                                   dsv41::scenarios::cli::add_sweep_verb(app), dsv41::scenarios::cli::add_layer_config_verb(app)};
 
   if (const std::string unknown = unknown_verb(app, argc, argv); !unknown.empty()) {
     std::cerr << "dsv41: error: " << unknown << "\nRun with --help for more information.\n";
-    return kExitBadInput;
+    return dsv41::scenarios::runner::kExitBadInput;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version arrive here too, with exit code 0; app.exit prints them.
-    return app.exit(e) == 0 ? kExitOk : kExitBadInput;
+    return app.exit(e) == 0 ? dsv41::scenarios::runner::kExitOk : dsv41::scenarios::runner::kExitBadInput;
   }
   try {
-    for (const Verb& v : verbs) {
+    for (const dsv41::scenarios::cli::Verb& v : verbs) {
       if (v.app->parsed()) return v.run();
     }
   } catch (const dsv41::Error& e) {
@@ -87,10 +87,10 @@ int main(int argc, char** argv) {
       const std::string& origin = e.origin().empty() ? dsv41::Error::last_origin() : e.origin();
       std::cerr << "dsv41: debug: " << (origin.empty() ? "raised with DSV41_FAIL (no check)" : origin) << "\n";
     }
-    return kExitBadInput;
+    return dsv41::scenarios::runner::kExitBadInput;
   } catch (const std::exception& e) {
     std::cerr << "dsv41: error: unexpected failure: " << e.what() << "\n";
-    return kExitBadInput;
+    return dsv41::scenarios::runner::kExitBadInput;
   }
-  return kExitBadInput;  // unreachable: require_subcommand(1)
+  return dsv41::scenarios::runner::kExitBadInput;  // unreachable: require_subcommand(1)
 }

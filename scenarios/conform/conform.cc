@@ -19,14 +19,14 @@
 #include "scenarios/conform/conform_internal.h"
 #include "scenarios/judge/derived_bounds.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::conform {
 namespace conform_detail {
 namespace {
 
-using reference::Component;
+using reference::model::Component;
 using reference::DType;
 using reference::Tensor;
-using reference::safetensors::Entry;
+using reference::checkpoint::safetensors::Entry;
 
 template <typename T>
 std::vector<T> le_values(const Entry& e) {
@@ -56,9 +56,9 @@ const std::string& meta_of(const PortDumpStep& s, const std::string& key) {
 }
 
 // A cache of the dump as a CacheView, its format and dim from the file's metadata (checked).
-reference::CacheView cache_of(const PortDumpStep& s, int layer, const std::string& component) {
+reference::model::CacheView cache_of(const PortDumpStep& s, int layer, const std::string& component) {
   const Entry& e = *s.find(layer, component);
-  reference::CacheView v;
+  reference::model::CacheView v;
   v.kind = component.substr(std::strlen("cache."));
   v.layer = layer;
   try {
@@ -84,12 +84,12 @@ reference::CacheView cache_of(const PortDumpStep& s, int layer, const std::strin
 
 bool is_cache(const std::string& component) { return component.rfind("cache.", 0) == 0; }
 
-StepCapture port_capture(const PortDump& d, const PortDumpStep& s) {
-  StepCapture cap;
+runner::StepCapture port_capture(const PortDump& d, const PortDumpStep& s) {
+  runner::StepCapture cap;
   cap.start_pos = s.start_pos;
   cap.tokens = static_cast<int64_t>(s.tokens.size());
-  const std::string logits = reference::name(Component::kLogits);
-  for (const reference::ComponentInfo& row : reference::component_table()) {
+  const std::string logits = reference::model::name(Component::kLogits);
+  for (const reference::model::ComponentInfo& row : reference::model::component_table()) {
     const auto it = d.components.find(row.name);
     if (it == d.components.end()) continue;
     for (int layer : it->second) {
@@ -105,26 +105,26 @@ StepCapture port_capture(const PortDump& d, const PortDumpStep& s) {
         cap.logit_rows = 1;
         continue;
       }
-      CapturedItem it2;
+      runner::CapturedItem it2;
       it2.layer = layer;
       it2.component = row.name;
-      it2.type = hook_value_type(row.name);
+      it2.type = runner::hook_value_type(row.name);
       switch (e.dtype) {
         case DType::kBF16:
         case DType::kF32:
-          it2.kind = CapturedItem::kFloat;
+          it2.kind = runner::CapturedItem::kFloat;
           it2.f = Tensor<float>(e.shape, float_values(e), e.name);
           break;
         case DType::kI32:
-          it2.kind = CapturedItem::kIndex;
+          it2.kind = runner::CapturedItem::kIndex;
           it2.i = Tensor<int32_t>(e.shape, le_values<int32_t>(e), e.name);
           break;
         case DType::kU8:
-          it2.kind = CapturedItem::kMask;
+          it2.kind = runner::CapturedItem::kMask;
           it2.m = Tensor<uint8_t>(e.shape, e.bytes, e.name);
           break;
         case DType::kI64:
-          it2.kind = CapturedItem::kIds;
+          it2.kind = runner::CapturedItem::kIds;
           it2.ids = le_values<int64_t>(e);
           it2.ids_shape = e.shape;
           break;
@@ -141,16 +141,16 @@ namespace {
 // The port's selections, checked after they replaced the reference's (a value out of range would
 // make the reference read outside its caches): top-k in [-1, N) with N the layer's index_scores
 // width, experts in [0, n_routed_experts), candidate masks 0/1.
-reference::ForwardHooks checked_forcing(StepCapture& own, const StepCapture* port, const PortDumpStep& s,
+reference::model::ForwardHooks checked_forcing(runner::StepCapture& own, const runner::StepCapture* port, const PortDumpStep& s,
                                         const reference::ModelConfig& c, std::map<int, int64_t>& reach) {
-  reference::ForwardHooks h = capture_hooks(own, port);
+  reference::model::ForwardHooks h = capture_hooks(own, port);
   h.tensor = [inner = h.tensor, &reach](Component what, int layer, Tensor<float>& v) {
     if (what == Component::kIndexScores && v.rank() == 2) reach[layer] = v.dim(1);
     inner(what, layer, v);
   };
   h.index = [inner = h.index, &reach, &s, &c](Component what, int layer, Tensor<int32_t>& v) {
     inner(what, layer, v);
-    const std::string key = s.file + ": key '" + dump_key(layer, reference::name(what)) + "'";
+    const std::string key = s.file + ": key '" + dump_key(layer, reference::model::name(what)) + "'";
     const int64_t hi = what == Component::kTopk ? (reach.count(layer) ? reach[layer] : 0) : c.n_routed_experts;
     const int32_t lo = what == Component::kTopk ? -1 : 0;
     for (int64_t i = 0; i < v.numel(); ++i) {
@@ -166,7 +166,7 @@ reference::ForwardHooks checked_forcing(StepCapture& own, const StepCapture* por
     inner(what, layer, v);
     for (int64_t i = 0; i < v.numel(); ++i) {
       if (v.data()[static_cast<size_t>(i)] > 1) {
-        DSV41_FAIL(s.file, ": key '", dump_key(layer, reference::name(what)), "': element ", i, " is ",
+        DSV41_FAIL(s.file, ": key '", dump_key(layer, reference::model::name(what)), "': element ", i, " is ",
                    int{v.data()[static_cast<size_t>(i)]}, ", a mask holds 0 or 1");
       }
     }
@@ -174,10 +174,10 @@ reference::ForwardHooks checked_forcing(StepCapture& own, const StepCapture* por
   return h;
 }
 
-std::vector<reference::CacheView> all_caches(const reference::Model& m, const reference::ModelState& s) {
-  std::vector<reference::CacheView> caches = m.cache_views(s);
-  for (std::vector<reference::CacheView> more : {reference::compressor_views(s, m.ops()), reference::dspark_views(s, m.ops())}) {
-    for (reference::CacheView& v : more) caches.push_back(std::move(v));
+std::vector<reference::model::CacheView> all_caches(const reference::model::Model& m, const reference::model::ModelState& s) {
+  std::vector<reference::model::CacheView> caches = m.cache_views(s);
+  for (std::vector<reference::model::CacheView> more : {reference::model::compressor_views(s, m.ops()), reference::model::dspark_views(s, m.ops())}) {
+    for (reference::model::CacheView& v : more) caches.push_back(std::move(v));
   }
   return caches;
 }
@@ -185,27 +185,27 @@ std::vector<reference::CacheView> all_caches(const reference::Model& m, const re
 // Keeps of `own` what `port` covers: items whose (layer, component) the port holds (and index
 // scores, which the tie analysis of top-k reads), the logits when the port has them, and the port's
 // caches in the reference's order; returns the port's caches the reference does not have.
-std::vector<reference::CacheView> keep_covered(StepCapture& own, StepCapture& port, const std::set<std::string>& components) {
-  std::vector<CapturedItem> items;
-  for (CapturedItem& it : own.items) {
+std::vector<reference::model::CacheView> keep_covered(runner::StepCapture& own, runner::StepCapture& port, const std::set<std::string>& components) {
+  std::vector<runner::CapturedItem> items;
+  for (runner::CapturedItem& it : own.items) {
     if (!components.count(it.component)) continue;
-    if (port.find(it.layer, it.component) != nullptr || it.component == reference::name(Component::kIndexScores)) {
+    if (port.find(it.layer, it.component) != nullptr || it.component == reference::model::name(Component::kIndexScores)) {
       items.push_back(std::move(it));
     }
   }
   own.items = std::move(items);
-  std::vector<CapturedItem> port_items;
-  for (CapturedItem& it : port.items) {
+  std::vector<runner::CapturedItem> port_items;
+  for (runner::CapturedItem& it : port.items) {
     if (components.count(it.component)) port_items.push_back(std::move(it));
   }
   port.items = std::move(port_items);
-  if (port.logits.empty() || !components.count(reference::name(Component::kLogits))) {
+  if (port.logits.empty() || !components.count(reference::model::name(Component::kLogits))) {
     own.logits.clear();
     port.logits.clear();
   }
-  std::vector<reference::CacheView> a, b;
+  std::vector<reference::model::CacheView> a, b;
   std::vector<bool> used(port.caches.size(), false);
-  for (reference::CacheView& v : own.caches) {
+  for (reference::model::CacheView& v : own.caches) {
     for (size_t j = 0; j < port.caches.size(); ++j) {
       if (!used[j] && port.caches[j].kind == v.kind && port.caches[j].layer == v.layer) {
         used[j] = true;
@@ -216,7 +216,7 @@ std::vector<reference::CacheView> keep_covered(StepCapture& own, StepCapture& po
     }
   }
   own.caches = std::move(a);
-  std::vector<reference::CacheView> unmatched;
+  std::vector<reference::model::CacheView> unmatched;
   for (size_t j = 0; j < port.caches.size(); ++j) {
     if (!used[j]) unmatched.push_back(std::move(port.caches[j]));
   }
@@ -226,16 +226,16 @@ std::vector<reference::CacheView> keep_covered(StepCapture& own, StepCapture& po
 
 }  // namespace
 
-std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeights& weights,
+std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint::ModelWeights& weights,
                                   const std::vector<int64_t>& token_map, const ConformOptions& o) {
   const reference::ModelConfig& c = d.config;
-  reference::Model model(c, weights, token_map);
-  reference::ModelState forced = model.new_state(), free = model.new_state();
+  reference::model::Model model(c, weights, token_map);
+  reference::model::ModelState forced = model.new_state(), free = model.new_state();
   std::set<std::string> every, end_to_end;
-  for (const reference::ComponentInfo& row : reference::component_table()) every.insert(row.name);
+  for (const reference::model::ComponentInfo& row : reference::model::component_table()) every.insert(row.name);
   for (Component k : {Component::kEngramIds, Component::kCandidates, Component::kTopk, Component::kIndexScores,
                       Component::kExperts, Component::kLogits}) {
-    end_to_end.insert(reference::name(k));
+    end_to_end.insert(reference::model::name(k));
   }
   std::vector<StepJudgement> out;
   for (const PortDumpStep& s : d.steps) {
@@ -250,26 +250,26 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
       DSV41_CHECK(t >= 0 && t < c.vocab_size, s.file, ": key 'step.tokens': id ", t, " is not a token of the vocab (",
                   c.vocab_size, ")");
     }
-    CompareContext ctx;
+    runner::CompareContext ctx;
     ctx.step = s.index;
-    ctx.expect = Expectation::kMeasured;  // conform_report.cc gives each row its bound
+    ctx.expect = judge::Expectation::kMeasured;  // conform_report.cc gives each row its bound
     ctx.candidate_block_size = std::max(1, c.candidate_block_size);
     ctx.candidate_source_layer = c.candidate_source_layer;
-    ctx.topk_tie_rel = conform_detail::order_variant(d, o) ? topk_tie_band(c) : 0.0;
+    ctx.topk_tie_rel = conform_detail::order_variant(d, o) ? judge::topk_tie_band(c) : 0.0;
     // A verify step keeps its first s.kept tokens: after it, the state is rolled back to the one
-    // before it advanced by those (reference::roll_back, hook-free), as the port's caches are.
+    // before it advanced by those (reference::model::roll_back, hook-free), as the port's caches are.
     const bool rolls_back = s.kept < static_cast<int64_t>(s.tokens.size());
-    reference::StepOptions step_options;  // a verify step computes every row's head (final_norm_out [T, dim])
+    reference::model::StepOptions step_options;  // a verify step computes every row's head (final_norm_out [T, dim])
     step_options.all_logits = s.event == kPortDumpVerify;
-    const auto keep_kept = [&](reference::ModelState& state, const reference::ModelState& before) {
-      if (rolls_back) reference::roll_back(model, state, before, s.tokens, s.kept - 1);
+    const auto keep_kept = [&](reference::model::ModelState& state, const reference::model::ModelState& before) {
+      if (rolls_back) reference::model::roll_back(model, state, before, s.tokens, s.kept - 1);
     };
     {  // Teacher-forced: every component the port holds replaced by the port's value.
-      const std::optional<reference::ModelState> before = rolls_back ? std::optional(forced) : std::nullopt;
-      StepCapture port = port_capture(d, s), own;
+      const std::optional<reference::model::ModelState> before = rolls_back ? std::optional(forced) : std::nullopt;
+      runner::StepCapture port = port_capture(d, s), own;
       std::map<int, int64_t> reach;
       model.set_hooks(checked_forcing(own, &port, s, c, reach));
-      const reference::StepRecord rec = [&] {
+      const reference::model::StepRecord rec = [&] {
         try {
           return model.forward_chunk(forced, s.tokens, step_options);
         } catch (const Error& e) {
@@ -279,11 +279,11 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
       }();
       model.set_hooks({});
       if (before) keep_kept(forced, *before);
-      finish_capture(own, rec, all_caches(model, forced));
-      const std::vector<reference::CacheView> extra = keep_covered(own, port, every);
+      runner::finish_capture(own, rec, all_caches(model, forced));
+      const std::vector<reference::model::CacheView> extra = keep_covered(own, port, every);
       ctx.teacher_forced = true;
-      j.forced = compare_step(own, port, ctx);
-      for (const reference::CacheView& v : extra) {  // a cache the reference does not keep: a failure
+      j.forced = runner::compare_step(own, port, ctx);
+      for (const reference::model::CacheView& v : extra) {  // a cache the reference does not keep: a failure
         reports::MetricRow r;
         r.step = s.index;
         r.position = s.start_pos;
@@ -297,17 +297,17 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
       j.forced_port = std::move(port);
     }
     if (o.end_to_end) {  // End to end: nothing forced.
-      const std::optional<reference::ModelState> before = rolls_back ? std::optional(free) : std::nullopt;
-      StepCapture port = port_capture(d, s), own;
-      model.set_hooks(capture_hooks(own, nullptr));
-      const reference::StepRecord rec = model.forward_chunk(free, s.tokens, step_options);
+      const std::optional<reference::model::ModelState> before = rolls_back ? std::optional(free) : std::nullopt;
+      runner::StepCapture port = port_capture(d, s), own;
+      model.set_hooks(runner::capture_hooks(own, nullptr));
+      const reference::model::StepRecord rec = model.forward_chunk(free, s.tokens, step_options);
       model.set_hooks({});
       if (before) keep_kept(free, *before);
-      finish_capture(own, rec, {});
+      runner::finish_capture(own, rec, {});
       port.caches.clear();
       keep_covered(own, port, end_to_end);
       ctx.teacher_forced = false;
-      j.free = compare_step(own, port, ctx);
+      j.free = runner::compare_step(own, port, ctx);
       j.free_own = std::move(own);
       j.free_port = std::move(port);
     }
@@ -317,4 +317,4 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeigh
 }
 
 }  // namespace conform_detail
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::conform

@@ -30,8 +30,8 @@
 //
 // Example:
 //   PortDump d = read_port_dump("dump");
-//   reports::RunReport r = conform(d, reference::ModelWeights::load("w.safetensors", d.config),
-//                                  reference::default_token_map(d.config), ConformOptions{});
+//   reports::RunReport r = conform(d, reference::checkpoint::ModelWeights::load("w.safetensors", d.config),
+//                                  reference::model::default_token_map(d.config), ConformOptions{});
 //   if (std::optional<RootCause> rc = root_cause(r)) std::cout << rc->component << " " << rc->layer;
 //   return conform_exit_code(r);
 #pragma once
@@ -49,7 +49,7 @@
 #include "scenarios/conform/port_dump.h"
 #include "scenarios/judge/judge.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::conform {
 
 inline constexpr const char* kConformTeacherForced = "teacher-forced";
 inline constexpr const char* kConformEndToEnd = "end-to-end";
@@ -99,7 +99,7 @@ struct ConformOptions {
 // The judgement of one dump: a RunReport with one scenario (kind "conform", side_a "ref",
 // side_b "port"), comparisons teacher-forced then end-to-end. scenario_json records the tolerances
 // in effect and the support matrix.
-reports::RunReport conform(const PortDump& dump, const reference::ModelWeights& weights,
+reports::RunReport conform(const PortDump& dump, const reference::checkpoint::ModelWeights& weights,
                            const std::vector<int64_t>& token_map, const ConformOptions& options);
 
 // Where the port is first wrong: the teacher-forced comparison's first divergence, else the
@@ -127,10 +127,10 @@ std::vector<std::string> support_matrix_lines(const PortDump& dump);
 // reference's format): "" when they are equal; "written block-planar (pages of P entries), read
 // token-interleaved" when regrouping the port's pages gives the reference's bytes; "nibbles swapped"
 // likewise; else the two decodes' distance from the reference's values.
-std::string diagnose_cache_layout(const reference::CacheView& ref, const reference::CacheView& port);
+std::string diagnose_cache_layout(const reference::model::CacheView& ref, const reference::model::CacheView& port);
 
 // The block-planar form of an interleaved cache (pages of `page` entries: the page's value bytes,
 // then its scale bytes): what a port with that layout writes. For tests and the self-test zoo.
-std::vector<uint8_t> to_block_planar(const reference::CacheView& v, int64_t page);
+std::vector<uint8_t> to_block_planar(const reference::model::CacheView& v, int64_t page);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::conform

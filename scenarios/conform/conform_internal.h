@@ -14,15 +14,15 @@
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/port_dump.h"
 
-namespace dsv41::scenarios::conform_detail {
+namespace dsv41::scenarios::conform::conform_detail {
 
 // One dump step judged: the rows of compare_step (unchecked: conform_report.cc gives the bounds)
 // and the two captures of each mode (side A the reference, B the port), restricted to what the
 // port covers, for the failure details.
 struct StepJudgement {
   int64_t step = 0;
-  StepComparison forced, free;
-  StepCapture forced_own, forced_port, free_own, free_port;
+  runner::StepComparison forced, free;
+  runner::StepCapture forced_own, forced_port, free_own, free_port;
 };
 
 // Whether the port is judged under the order-variant claim (--order-variant, or the manifest's).
@@ -35,11 +35,11 @@ bool is_cache(const std::string& component);
 
 // A dump step as a StepCapture: every component the dump holds (items in table order, the last
 // row of model.logits, the caches with their format and dim from the file's metadata, checked).
-StepCapture port_capture(const PortDump& d, const PortDumpStep& s);
+runner::StepCapture port_capture(const PortDump& d, const PortDumpStep& s);
 
 // Replays the dump's steps in the reference: teacher-forced, and end to end (options.end_to_end).
 // A dsv41::Error naming the dump, the file and the key for a port value the reference cannot take.
-std::vector<StepJudgement> replay(const PortDump& d, const reference::ModelWeights& weights,
+std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint::ModelWeights& weights,
                                   const std::vector<int64_t>& token_map, const ConformOptions& o);
 
-}  // namespace dsv41::scenarios::conform_detail
+}  // namespace dsv41::scenarios::conform::conform_detail

@@ -18,7 +18,7 @@
 #include "reference/model/hooks.h"
 #include "scenarios/conform/conform.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::conform {
 
 using json = nlohmann::json;
 
@@ -46,7 +46,7 @@ ConformTolerances load_conform_tolerances(const std::string& path) {
   if (!in) DSV41_FAIL("--tolerances '", path, "': cannot open the file");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return parse_conform_tolerances(text, "--tolerances '" + path + "'", [](const std::string& key, const std::string& at) {
-    if (key != "*" && !reference::component_from_name(key)) {
+    if (key != "*" && !reference::model::component_from_name(key)) {
       DSV41_FAIL(at, ": not a component of reference/model/hooks.h (nor \"*\")");
     }
   });
@@ -108,7 +108,7 @@ namespace {
 
 // Value bytes per entry of a packed format (the scales follow them in the interleaved entry);
 // 0 for a layout without scales (bf16, the compressor's fp32 rows).
-int64_t value_bytes(const reference::CacheView& v) {
+int64_t value_bytes(const reference::model::CacheView& v) {
   if (v.kind == "compressor") return 0;
   switch (v.format) {
     case formats::CacheFormat::kCompressedKvFp4:
@@ -120,7 +120,7 @@ int64_t value_bytes(const reference::CacheView& v) {
 }
 
 // Interleaved entries [values | scales] regrouped from block-planar pages, or the inverse.
-std::vector<uint8_t> regroup(const reference::CacheView& v, const std::vector<uint8_t>& bytes, int64_t page,
+std::vector<uint8_t> regroup(const reference::model::CacheView& v, const std::vector<uint8_t>& bytes, int64_t page,
                              bool to_planar) {
   const int64_t vb = value_bytes(v), eb = v.entry_bytes, sb = eb - vb;
   std::vector<uint8_t> out(bytes.size());
@@ -150,7 +150,7 @@ struct Decoded {
   int64_t equal = 0, count = 0;
 };
 
-Decoded decode_against(const reference::CacheView& ref, const std::vector<uint8_t>& bytes,
+Decoded decode_against(const reference::model::CacheView& ref, const std::vector<uint8_t>& bytes,
                        const std::vector<float>& want) {
   Decoded d;
   std::vector<float> got;
@@ -186,14 +186,14 @@ std::string describe(const Decoded& d) {
 
 }  // namespace
 
-std::vector<uint8_t> to_block_planar(const reference::CacheView& v, int64_t page) {
+std::vector<uint8_t> to_block_planar(const reference::model::CacheView& v, int64_t page) {
   DSV41_CHECK(page >= 1 && value_bytes(v) > 0 && static_cast<int64_t>(v.bytes.size()) == v.entries * v.entry_bytes,
               "to_block_planar: cache ", v.kind, " of layer ", v.layer, " (", formats::info(v.format).name,
               ") has no value/scale split, or ", v.bytes.size(), " bytes for ", v.entries, " entries");
   return regroup(v, v.bytes, page, true);
 }
 
-std::string diagnose_cache_layout(const reference::CacheView& ref, const reference::CacheView& port) {
+std::string diagnose_cache_layout(const reference::model::CacheView& ref, const reference::model::CacheView& port) {
   if (ref.bytes == port.bytes) return "";
   if (ref.bytes.size() != port.bytes.size() || ref.entry_bytes != port.entry_bytes) {
     return std::to_string(port.entries) + " entries of " + std::to_string(port.entry_bytes) + " bytes, the reference " +
@@ -240,4 +240,4 @@ std::string diagnose_cache_layout(const reference::CacheView& ref, const referen
          std::to_string(best_page) + ") " + describe(best_planar);
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::conform

@@ -22,7 +22,7 @@
 #include "scenarios/runner/runner.h"
 #include "scenarios/runner/verdict.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::conform {
 
 using conform_detail::StepJudgement;
 using json = nlohmann::json;
@@ -73,22 +73,22 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
   if (kAlwaysExact.count(metric)) return exact_tol(metric);
   const std::map<std::string, Tolerance>* f = file_bounds(tol, component);
   if (f == nullptr && claim.order_variant) {  // the derived defaults (scenarios/judge/derived_bounds.h)
-    if (component == reference::name(reference::Component::kEngramIds)) {
+    if (component == reference::model::name(reference::model::Component::kEngramIds)) {
       return metric == "equal_frac" ? std::optional<Tolerance>(exact_tol(metric)) : std::nullopt;
     }
     if (!forced) return std::nullopt;
     const bool cache = conform_detail::is_cache(component);
     if (cache) return std::nullopt;  // no pre-quantisation values in a version 1 dump: measured
-    if (component == reference::name(reference::Component::kTopk)) {
+    if (component == reference::model::name(reference::model::Component::kTopk)) {
       if (metric != "tie_equivalent") return std::nullopt;
       Tolerance t = exact_tol("rows_equal_frac");
       t.origin = "analytic";
       t.note = "order-variant: identical outside the tie band of index_scores' derived bound (" +
-               std::to_string(topk_tie_band(*claim.config)) + " x the row's max |score|)";
+               std::to_string(judge::topk_tie_band(*claim.config)) + " x the row's max |score|)";
       return t;
     }
-    if (std::optional<DerivedBound> b = derived_bound(*claim.config, component)) {
-      return metric == kRowRelMetric ? std::optional<Tolerance>(derived_tolerance(*b)) : std::nullopt;
+    if (std::optional<judge::DerivedBound> b = judge::derived_bound(*claim.config, component)) {
+      return metric == judge::kRowRelMetric ? std::optional<Tolerance>(judge::derived_tolerance(*b)) : std::nullopt;
     }
     // Components exact given equal inputs (embed, in_stream, in_pre, candidates, experts): as bit-exact.
   }
@@ -105,17 +105,17 @@ std::pair<int, int> order_key(const MetricRow& r) {
   static const std::map<std::string, int> rank = [] {
     std::map<std::string, int> m;
     int i = 0;
-    const int attn_in = 100 * static_cast<int>(reference::Component::kAttnIn);
+    const int attn_in = 100 * static_cast<int>(reference::model::Component::kAttnIn);
     int cache = 0;  // the caches keep their table order among themselves
-    for (const reference::ComponentInfo& row : reference::component_table()) {
-      m[row.name] = row.kind == reference::ComponentKind::kCache ? attn_in + 1 + cache++ : 100 * i;
+    for (const reference::model::ComponentInfo& row : reference::model::component_table()) {
+      m[row.name] = row.kind == reference::model::ComponentKind::kCache ? attn_in + 1 + cache++ : 100 * i;
       ++i;
     }
     return m;
   }();
   const auto it = rank.find(r.component);
   const int c = it == rank.end() ? INT_MAX : it->second;
-  const int l = r.layer >= 0 ? r.layer : r.component == reference::name(reference::Component::kEmbed) ? -1 : INT_MAX;
+  const int l = r.layer >= 0 ? r.layer : r.component == reference::model::name(reference::model::Component::kEmbed) ? -1 : INT_MAX;
   return {l, c};
 }
 
@@ -132,7 +132,7 @@ Only parse_only(const std::string& s) {
   if (s.empty()) return o;
   const size_t at = s.find('@');
   o.component = s.substr(0, at);
-  DSV41_CHECK(reference::component_from_name(o.component), "--only '", s, "': '", o.component,
+  DSV41_CHECK(reference::model::component_from_name(o.component), "--only '", s, "': '", o.component,
               "' is not a component of reference/model/hooks.h");
   if (at != std::string::npos) {
     try {
@@ -149,7 +149,7 @@ Only parse_only(const std::string& s) {
 std::string layer_word(int layer) { return layer < 0 ? "model" : "layer " + std::to_string(layer); }
 
 // What a failing item shows: where the values first differ, or the cache layout diagnosis.
-std::string item_detail(const StepCapture& a, const StepCapture& b, int layer, const std::string& c,
+std::string item_detail(const runner::StepCapture& a, const runner::StepCapture& b, int layer, const std::string& c,
                         const reference::ModelConfig& cfg) {
   std::ostringstream d;
   d.precision(6);
@@ -159,7 +159,7 @@ std::string item_detail(const StepCapture& a, const StepCapture& b, int layer, c
       for (size_t i = 0; i < a.caches.size() && i < b.caches.size(); ++i) {
         if (a.caches[i].layer != layer || "cache." + a.caches[i].kind != c) continue;
         if (a.caches[i].entry_bytes == b.caches[i].entry_bytes && a.caches[i].bytes.size() == b.caches[i].bytes.size()) {
-          const BytesMetrics m = compare_bytes(a.caches[i].bytes, b.caches[i].bytes, a.caches[i].entry_bytes, what);
+          const judge::BytesMetrics m = judge::compare_bytes(a.caches[i].bytes, b.caches[i].bytes, a.caches[i].entry_bytes, what);
           if (m.first_mismatch_entry >= 0) {
             d << "first mismatch in entry " << m.first_mismatch_entry << " byte " << m.first_mismatch_byte << " ("
               << (m.entries - m.entries_equal) << " of " << m.entries << " entries differ); ";
@@ -169,19 +169,19 @@ std::string item_detail(const StepCapture& a, const StepCapture& b, int layer, c
       }
       return d.str();
     }
-    if (c == reference::name(reference::Component::kLogits)) {
-      const LogitMetrics m = compare_logits(a.logits, b.logits, 0.0);
+    if (c == reference::model::name(reference::model::Component::kLogits)) {
+      const judge::LogitMetrics m = judge::compare_logits(a.logits, b.logits, 0.0);
       d << "top-1 ref=" << m.top1_a << " port=" << m.top1_b << ", max |d| " << m.max_abs << ", NMSE " << m.nmse
         << ", KL " << m.kl;
       return d.str();
     }
-    const CapturedItem* ia = a.find(layer, c);
-    const CapturedItem* ib = b.find(layer, c);
+    const runner::CapturedItem* ia = a.find(layer, c);
+    const runner::CapturedItem* ib = b.find(layer, c);
     if (ia == nullptr || ib == nullptr) return ia ? "the port has no " + what : "the reference has no " + what;
     switch (ia->kind) {
-      case CapturedItem::kFloat: {
-        const TensorMetrics m = compare_tensors(ia->f, ib->f, ia->type, what);
-        const PortMetrics p = port_metrics(ia->f.data(), ib->f.data(), 0, 0, what);
+      case runner::CapturedItem::kFloat: {
+        const judge::TensorMetrics m = compare_tensors(ia->f, ib->f, ia->type, what);
+        const judge::PortMetrics p = judge::port_metrics(ia->f.data(), ib->f.data(), 0, 0, what);
         if (m.first_mismatch >= 0) {
           d << "first mismatch at [";
           for (size_t k = 0; k < m.first_mismatch_coord.size(); ++k) d << (k ? ", " : "") << m.first_mismatch_coord[k];
@@ -192,11 +192,11 @@ std::string item_detail(const StepCapture& a, const StepCapture& b, int layer, c
         if (m.nan_mismatch + m.inf_mismatch > 0) d << "; " << m.nan_mismatch << " NaN / " << m.inf_mismatch << " Inf masks differ";
         return d.str();
       }
-      case CapturedItem::kIndex: {
-        const CapturedItem* s = c == "topk" ? a.find(layer, "index_scores") : nullptr;
-        const IndexMetrics m = compare_index_sets(ia->i, ib->i, s && s->f.dim(0) == ia->i.dim(0) ? &s->f : nullptr, 0.0, what);
+      case runner::CapturedItem::kIndex: {
+        const runner::CapturedItem* s = c == "topk" ? a.find(layer, "index_scores") : nullptr;
+        const judge::IndexMetrics m = judge::compare_index_sets(ia->i, ib->i, s && s->f.dim(0) == ia->i.dim(0) ? &s->f : nullptr, 0.0, what);
         if (m.first_row_differs >= 0) {
-          const IndexRowMetrics& r = m.per_row[static_cast<size_t>(m.first_row_differs)];
+          const judge::IndexRowMetrics& r = m.per_row[static_cast<size_t>(m.first_row_differs)];
           d << "first differing row " << m.first_row_differs << " (position "
             << a.start_pos + m.first_row_differs << "): Jaccard " << r.jaccard << ", recall " << r.recall;
           if (s != nullptr) {
@@ -208,13 +208,13 @@ std::string item_detail(const StepCapture& a, const StepCapture& b, int layer, c
         d << "; " << (m.rows - m.rows_equal) << " of " << m.rows << " rows differ";
         return d.str();
       }
-      case CapturedItem::kMask: {
-        const CandidateMetrics m = compare_candidates(ia->m, ib->m, std::max(1, cfg.candidate_block_size), what);
+      case runner::CapturedItem::kMask: {
+        const judge::CandidateMetrics m = judge::compare_candidates(ia->m, ib->m, std::max(1, cfg.candidate_block_size), what);
         d << "first differing row " << m.first_row_differs << ", block recall min " << m.min_block_recall;
         return d.str();
       }
-      case CapturedItem::kIds: {
-        const IntMetrics m = compare_ints(ia->ids, ib->ids, what);
+      case runner::CapturedItem::kIds: {
+        const judge::IntMetrics m = judge::compare_ints(ia->ids, ib->ids, what);
         d << "first mismatch at flat index " << m.first_mismatch << " (" << (m.count - m.equal) << " of " << m.count
           << " differ)";
         return d.str();
@@ -227,17 +227,17 @@ std::string item_detail(const StepCapture& a, const StepCapture& b, int layer, c
 }
 
 // The metrics port engineers use, for every float output both sides hold (and the logits).
-void add_port_rows(const StepCapture& a, const StepCapture& b, int64_t step, const ConformTolerances& tol,
+void add_port_rows(const runner::StepCapture& a, const runner::StepCapture& b, int64_t step, const ConformTolerances& tol,
                    const Claim& claim, std::vector<MetricRow>& rows) {
   auto add = [&](int layer, const std::string& c, const std::vector<float>& x, const std::vector<float>& y, int64_t row) {
     const std::map<std::string, Tolerance>* f = file_bounds(tol, c);
     const double atol = f && f->count("atol") ? f->at("atol").bound : 0.0;
     const double rtol = f && f->count("rtol") ? f->at("rtol").bound : 0.0;
     const std::string what = c + " (" + layer_word(layer) + ", step " + std::to_string(step) + ")";
-    const PortMetrics p = port_metrics(x, y, atol, rtol, what);
+    const judge::PortMetrics p = judge::port_metrics(x, y, atol, rtol, what);
     std::vector<std::pair<const char*, double>> values = {
         {"calc_diff", p.calc_diff}, {"cosine", p.cosine}, {"allclose", p.allclose ? 1.0 : 0.0}};
-    if (claim.order_variant) values.push_back({kRowRelMetric, max_row_relative(x, y, row, what)});
+    if (claim.order_variant) values.push_back({judge::kRowRelMetric, judge::max_row_relative(x, y, row, what)});
     for (const auto& [metric, value] : values) {
       MetricRow r;
       r.step = step;
@@ -249,9 +249,9 @@ void add_port_rows(const StepCapture& a, const StepCapture& b, int64_t step, con
       rows.push_back(r);
     }
   };
-  for (const CapturedItem& ia : a.items) {
-    const CapturedItem* ib = b.find(ia.layer, ia.component);
-    if (ia.kind == CapturedItem::kFloat && ib != nullptr && ib->kind == ia.kind && ib->f.shape() == ia.f.shape()) {
+  for (const runner::CapturedItem& ia : a.items) {
+    const runner::CapturedItem* ib = b.find(ia.layer, ia.component);
+    if (ia.kind == runner::CapturedItem::kFloat && ib != nullptr && ib->kind == ia.kind && ib->f.shape() == ia.f.shape()) {
       add(ia.layer, ia.component, ia.f.data(), ib->f.data(), ia.f.rank() > 0 ? std::max<int64_t>(1, ia.f.dim(ia.f.rank() - 1)) : 1);
     }
   }
@@ -261,10 +261,10 @@ void add_port_rows(const StepCapture& a, const StepCapture& b, int64_t step, con
 }
 
 // Whether the port holds (layer, component) in this step's capture.
-bool port_holds(const StepCapture& b, int layer, const std::string& c) {
+bool port_holds(const runner::StepCapture& b, int layer, const std::string& c) {
   if (c == "logits") return !b.logits.empty();
   if (conform_detail::is_cache(c) || c == "cache") {
-    for (const reference::CacheView& v : b.caches) {
+    for (const reference::model::CacheView& v : b.caches) {
       if (v.layer == layer && "cache." + v.kind == c) return true;
     }
     return c == "cache";
@@ -291,23 +291,23 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
                     : std::string("bit-exact, except the components the tolerance file '") + o.tolerances_file +
                           "' bounds (docs/conform.md)";
   const Only only = parse_only(o.only);
-  Evidence ev;
+  judge::Evidence ev;
   ev.backend_gap = thin;
   std::set<std::tuple<int64_t, int, std::string>> failed;
   for (const StepJudgement& j : steps) {
-    const StepComparison& sc = forced ? j.forced : j.free;
-    const StepCapture& a = forced ? j.forced_own : j.free_own;
-    const StepCapture& b = forced ? j.forced_port : j.free_port;
+    const runner::StepComparison& sc = forced ? j.forced : j.free;
+    const runner::StepCapture& a = forced ? j.forced_own : j.free_own;
+    const runner::StepCapture& b = forced ? j.forced_port : j.free_port;
     std::vector<MetricRow> rows;
     for (const MetricRow& r : sc.rows) {
       // End to end, index scores serve the top-k's tie analysis only (docs/conform.md).
-      if (!forced && r.component == reference::name(reference::Component::kIndexScores)) continue;
+      if (!forced && r.component == reference::model::name(reference::model::Component::kIndexScores)) continue;
       if (port_holds(b, r.layer, r.component) && only.admits(r.component, r.layer)) rows.push_back(r);
     }
     std::vector<MetricRow> extra;
     add_port_rows(a, b, j.step, tol, claim, extra);
     for (const MetricRow& r : extra) {
-      if (!forced && r.component == reference::name(reference::Component::kIndexScores)) continue;
+      if (!forced && r.component == reference::model::name(reference::model::Component::kIndexScores)) continue;
       if (only.admits(r.component, r.layer)) rows.push_back(r);
     }
     std::stable_sort(rows.begin(), rows.end(),
@@ -315,7 +315,7 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
     std::set<std::pair<int, std::string>> items;
     for (MetricRow& r : rows) {
       r.tolerance = bound_of(tol, r.component, r.metric, claim, forced);
-      judge_row(r);
+      judge::judge_row(r);
       items.insert({r.layer, r.component});
       if (r.verdict != Verdict::kFail || !failed.insert({j.step, r.layer, r.component}).second) continue;
       const std::string repro = o.rerun_prefix + " --stop-after-step " + std::to_string(j.step) + " --only " +
@@ -327,7 +327,7 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
            << "; repro: " << repro;
       cmp.notes.push_back(line.str());
       if (!cmp.first_divergence) {
-        reports::Divergence dv = divergence_at(r);
+        reports::Divergence dv = judge::divergence_at(r);
         dv.tolerance = *r.tolerance;
         dv.detail = detail;
         dv.rerun = repro;
@@ -342,7 +342,7 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
     ++cmp.steps_compared;
     for (MetricRow& r : rows) cmp.rows.push_back(std::move(r));
   }
-  cmp.verdict = comparison_verdict(cmp, Expectation::kBitExact, ev);
+  cmp.verdict = judge::comparison_verdict(cmp, judge::Expectation::kBitExact, ev);
   return cmp;
 }
 
@@ -367,12 +367,12 @@ std::string thin_reason(const PortDump& d) {
     return "coverage too thin: the dump starts at position " + std::to_string(d.steps.front().start_pos) +
            " (a resumed session); conform replays from position 0, so dump the whole session";
   }
-  if (!d.components.count(reference::name(reference::Component::kLogits))) {
+  if (!d.components.count(reference::model::name(reference::model::Component::kLogits))) {
     return "coverage too thin: the dump holds no logits (model.logits)";
   }
   for (const auto& [c, layers] : d.components) {
-    const reference::ComponentInfo& row = reference::component_info(*reference::component_from_name(c));
-    if (row.kind == reference::ComponentKind::kTensor &&
+    const reference::model::ComponentInfo& row = reference::model::component_info(*reference::model::component_from_name(c));
+    if (row.kind == reference::model::ComponentKind::kTensor &&
         std::any_of(layers.begin(), layers.end(), [](int l) { return l >= 0; })) {
       return "";
     }
@@ -398,7 +398,7 @@ std::optional<Tolerance> bit_exact_bound(const std::map<std::string, Tolerance>*
 std::vector<std::string> support_matrix_lines(const PortDump& d) {
   std::vector<std::string> out;
   const std::string steps = d.steps.empty() ? "none" : "0-" + std::to_string(d.steps.back().index);
-  for (const reference::ComponentInfo& row : reference::component_table()) {
+  for (const reference::model::ComponentInfo& row : reference::model::component_table()) {
     const auto it = d.components.find(row.name);
     if (it == d.components.end()) {
       out.push_back(std::string(row.name) + ": not covered");
@@ -410,7 +410,7 @@ std::vector<std::string> support_matrix_lines(const PortDump& d) {
   return out;
 }
 
-reports::RunReport conform(const PortDump& d, const reference::ModelWeights& weights,
+reports::RunReport conform(const PortDump& d, const reference::checkpoint::ModelWeights& weights,
                            const std::vector<int64_t>& token_map, const ConformOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const ConformTolerances tol = o.tolerances_file.empty() ? ConformTolerances{} : load_conform_tolerances(o.tolerances_file);
@@ -448,8 +448,8 @@ reports::RunReport conform(const PortDump& d, const reference::ModelWeights& wei
                                : kExactNote;
   if (ov) {
     json db = json::array();
-    for (const DerivedBound& b : derived_bound_table(d.config)) {
-      db.push_back({{"component", b.component}, {"metric", kRowRelMetric}, {"bound", b.bound}, {"n", b.n},
+    for (const judge::DerivedBound& b : judge::derived_bound_table(d.config)) {
+      db.push_back({{"component", b.component}, {"metric", judge::kRowRelMetric}, {"bound", b.bound}, {"n", b.n},
                     {"op", b.op}, {"precisions", b.precisions}, {"origin", b.origin},
                     {"overridden", tol.count(b.component) > 0 || tol.count("*") > 0}});
     }
@@ -463,7 +463,7 @@ reports::RunReport conform(const PortDump& d, const reference::ModelWeights& wei
   sj["stop_after_step"] = o.stop_after_step;
   sj["only"] = o.only;
   s.scenario_json = sj.dump();
-  s.verdict = scenario_verdict(s.comparisons, &s.error);
+  s.verdict = judge::scenario_verdict(s.comparisons, &s.error);
   for (reports::Comparison& c : s.comparisons) {
     c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -493,4 +493,4 @@ std::optional<RootCause> root_cause(const reports::RunReport& report) {
 
 int conform_exit_code(const reports::RunReport& report) { return reports::exit_code(report.verdict); }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::conform

@@ -22,17 +22,17 @@
 #include "reports/h5_writer.h"
 #include "scenarios/conform/port_dump_internal.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::conform {
 
 namespace fs = std::filesystem;
 using reference::DType;
-using reference::safetensors::Entry;
+using reference::checkpoint::safetensors::Entry;
 using json = nlohmann::json;
 
-const reference::ComponentInfo& port_dump_detail::table_row(const std::string& component, const std::string& key) {
-  const std::optional<reference::Component> id = reference::component_from_name(component);
+const reference::model::ComponentInfo& port_dump_detail::table_row(const std::string& component, const std::string& key) {
+  const std::optional<reference::model::Component> id = reference::model::component_from_name(component);
   if (!id) DSV41_FAIL("key '", key, "': '", component, "' is not a component of reference/model/hooks.h");
-  return reference::component_info(*id);
+  return reference::model::component_info(*id);
 }
 
 namespace {
@@ -100,12 +100,12 @@ bool is_h5_dump_path(const std::string& path) {
 
 DType dump_dtype(const std::string& component) {
   switch (table_row(component, component).type) {
-    case reference::ComponentType::kBf16: return DType::kBF16;
-    case reference::ComponentType::kFp32: return DType::kF32;
-    case reference::ComponentType::kInt32: return DType::kI32;
-    case reference::ComponentType::kInt64: return DType::kI64;
-    case reference::ComponentType::kUint8:
-    case reference::ComponentType::kBytes: return DType::kU8;
+    case reference::model::ComponentType::kBf16: return DType::kBF16;
+    case reference::model::ComponentType::kFp32: return DType::kF32;
+    case reference::model::ComponentType::kInt32: return DType::kI32;
+    case reference::model::ComponentType::kInt64: return DType::kI64;
+    case reference::model::ComponentType::kUint8:
+    case reference::model::ComponentType::kBytes: return DType::kU8;
   }
   DSV41_FAIL("port dump: component '", component, "' has no storage dtype");
 }
@@ -150,13 +150,13 @@ PortDumpWriter::PortDumpWriter(std::string dir, const reference::ModelConfig& co
 // too (AtomicDirectory); DIR itself was never touched.
 PortDumpWriter::~PortDumpWriter() = default;
 
-void PortDumpWriter::add_model_step(StepCapture& cap, const reference::Model& model, const reference::ModelState& state,
-                                    const reference::StepRecord& rec, const std::vector<int64_t>& tokens,
+void PortDumpWriter::add_model_step(runner::StepCapture& cap, const reference::model::Model& model, const reference::model::ModelState& state,
+                                    const reference::model::StepRecord& rec, const std::vector<int64_t>& tokens,
                                     const std::string& event, int64_t kept) {
-  std::vector<reference::CacheView> caches = model.cache_views(state);
-  for (std::vector<reference::CacheView> more :
-       {reference::compressor_views(state, model.ops()), reference::dspark_views(state, model.ops())}) {
-    for (reference::CacheView& v : more) caches.push_back(std::move(v));
+  std::vector<reference::model::CacheView> caches = model.cache_views(state);
+  for (std::vector<reference::model::CacheView> more :
+       {reference::model::compressor_views(state, model.ops()), reference::model::dspark_views(state, model.ops())}) {
+    for (reference::model::CacheView& v : more) caches.push_back(std::move(v));
   }
   finish_capture(cap, rec, std::move(caches));
   if (rec.all_logits.rank() == 2 && rec.all_logits.dim(0) == rec.tokens) {  // a verify step: every row
@@ -164,10 +164,10 @@ void PortDumpWriter::add_model_step(StepCapture& cap, const reference::Model& mo
     cap.logit_rows = rec.tokens;
   }
   add_step(cap, tokens, event, kept);
-  cap = StepCapture{};
+  cap = runner::StepCapture{};
 }
 
-void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event,
+void PortDumpWriter::add_step(const runner::StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event,
                               int64_t kept) {
   PortDumpStep s;
   s.index = static_cast<int64_t>(steps_.size());
@@ -197,18 +197,18 @@ void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>
   };
   entries.push_back(int_entry("step.tokens", DType::kI64, {cap.tokens}, s.tokens));
   entries.push_back(int_entry("step.positions", DType::kI64, {cap.tokens}, s.positions));
-  for (const CapturedItem& it : cap.items) {
+  for (const runner::CapturedItem& it : cap.items) {
     const std::string key = dump_key(it.layer, it.component);
     const DType dt = dump_dtype(it.component);
     switch (it.kind) {
-      case CapturedItem::kFloat: add(it.layer, it.component, float_entry(key, dt, it.f.shape(), it.f.data())); break;
-      case CapturedItem::kIndex: add(it.layer, it.component, int_entry(key, dt, it.i.shape(), it.i.data())); break;
-      case CapturedItem::kMask: add(it.layer, it.component, int_entry(key, dt, it.m.shape(), it.m.data())); break;
-      case CapturedItem::kIds: add(it.layer, it.component, int_entry(key, dt, it.ids_shape, it.ids)); break;
+      case runner::CapturedItem::kFloat: add(it.layer, it.component, float_entry(key, dt, it.f.shape(), it.f.data())); break;
+      case runner::CapturedItem::kIndex: add(it.layer, it.component, int_entry(key, dt, it.i.shape(), it.i.data())); break;
+      case runner::CapturedItem::kMask: add(it.layer, it.component, int_entry(key, dt, it.m.shape(), it.m.data())); break;
+      case runner::CapturedItem::kIds: add(it.layer, it.component, int_entry(key, dt, it.ids_shape, it.ids)); break;
     }
   }
   if (!cap.logits.empty()) {
-    const std::string logits = reference::name(reference::Component::kLogits);
+    const std::string logits = reference::model::name(reference::model::Component::kLogits);
     add(-1, logits, float_entry(dump_key(-1, logits), DType::kF32,
                                 {cap.logit_rows, static_cast<int64_t>(cap.logits.size()) / cap.logit_rows},
                                 cap.logits));
@@ -220,7 +220,7 @@ void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>
                                              {"n_tokens", std::to_string(cap.tokens)},
                                              {"kept", std::to_string(s.kept)},
                                              {"event", event}};
-  for (const reference::CacheView& v : cap.caches) {
+  for (const reference::model::CacheView& v : cap.caches) {
     const std::string component = kCachePrefix + v.kind;
     const std::string key = dump_key(v.layer, component);
     add(v.layer, component, Entry{key, DType::kU8, {v.entries, v.entry_bytes}, v.bytes});
@@ -243,7 +243,7 @@ void PortDumpWriter::add_step(const StepCapture& cap, const std::vector<int64_t>
     port_dump_detail::write_h5_step(*h5_, s.file, entries, meta);
   } else {
     s.file = dump_step_file(s.index);
-    reference::safetensors::write((fs::path(dir_out_->temp_path()) / s.file).string(), entries, meta);
+    reference::checkpoint::safetensors::write((fs::path(dir_out_->temp_path()) / s.file).string(), entries, meta);
   }
   steps_.push_back(std::move(s));
 }
@@ -276,7 +276,7 @@ void PortDumpWriter::finish() {
   for (const auto& [name, layers] : components_) comps[name] = layers;
   m["components"] = comps;
   json absent = json::array();
-  for (const reference::ComponentInfo& row : reference::component_table()) {
+  for (const reference::model::ComponentInfo& row : reference::model::component_table()) {
     if (!components_.count(row.name)) absent.push_back(row.name);
   }
   m["not_covered"] = absent;
@@ -289,4 +289,4 @@ void PortDumpWriter::finish() {
   dir_out_->commit();
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::conform

@@ -8,7 +8,7 @@
 //              one group per step, /step_000123, one dataset per key (scenarios/conform/port_dump_h5.cc).
 // Keys: "layerNN.<component>" (NN two digits, the component names of reference/model/hooks.h),
 // "model.<component>" for layer -1 (embed, final_norm_out, logits, ...), "layerNN.cache.<kind>"
-// for a cache's packed bytes (reference::CacheView) with "layerNN.cache.<kind>.positions", and
+// for a cache's packed bytes (reference::model::CacheView) with "layerNN.cache.<kind>.positions", and
 // "step.tokens" / "step.positions" for the step's ids and positions.
 //
 // PortDumpWriter writes the reference's own dump from StepCaptures (scenarios/runner/capture.h);
@@ -22,7 +22,7 @@
 //   w.add_step(capture, {1, 2, 3}, "prefill");
 //   w.finish();
 //   PortDump d = read_port_dump("dump");           // or "dump.h5", written by PortDumpWriter("dump.h5", ...)
-//   const reference::safetensors::Entry* e = d.steps[0].find(3, "attn_out");   // [T, dim] BF16
+//   const reference::checkpoint::safetensors::Entry* e = d.steps[0].find(3, "attn_out");   // [T, dim] BF16
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ namespace dsv41::reports {
 class H5Writer;
 }
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::conform {
 
 inline constexpr const char* kPortDumpFormat = "dsv41 port dump";
 inline constexpr int kPortDumpVersion = 2;      // written; read_port_dump reads 1 and 2
@@ -66,11 +66,11 @@ struct PortDumpStep {
   int64_t kept = 0;                 // the tokens the run keeps (= tokens.size() except "verify" steps)
   std::string event;                // "prefill", "decode", "resume+prefill", "verify", ... (docs/port-dump.md)
   std::string file;                 // where the step is: the step file's path, or "DUMP.h5:/step_000123"
-  std::map<std::string, reference::safetensors::Entry> tensors;  // by key, as stored
+  std::map<std::string, reference::checkpoint::safetensors::Entry> tensors;  // by key, as stored
   std::map<std::string, std::string> metadata;                   // the file's __metadata__
 
   // The stored tensor of (layer, component); nullptr when the dump does not hold it.
-  const reference::safetensors::Entry* find(int layer, const std::string& component) const;
+  const reference::checkpoint::safetensors::Entry* find(int layer, const std::string& component) const;
 };
 
 inline constexpr const char* kClaimBitExact = "bit-exact";
@@ -108,15 +108,15 @@ class PortDumpWriter {
   // One step: the capture (items, logits, caches; capture.start_pos / tokens set), its ids and
   // its session event. Steps must follow each other (start_pos = the last step's start_pos + kept).
   // kept: the tokens the run keeps of this step, 1 .. T (-1: all T); fewer only for "verify".
-  void add_step(const StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event,
+  void add_step(const runner::StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event,
                 int64_t kept = -1);
   // A step a Model just ran, with `cap` the capture its hooks (capture_hooks) filled: adds the
   // record's Engram ids and logits and every cache of `state` (cache_views, then the compressors'
   // pending groups and the DSpark rings), writes the step and clears `cap` for the next one. A
   // verify step (rec.all_logits [T, vocab]) records the logits of every row; `state` is the one
   // after the round's rollback.
-  void add_model_step(StepCapture& cap, const reference::Model& model, const reference::ModelState& state,
-                      const reference::StepRecord& rec, const std::vector<int64_t>& tokens, const std::string& event,
+  void add_model_step(runner::StepCapture& cap, const reference::model::Model& model, const reference::model::ModelState& state,
+                      const reference::model::StepRecord& rec, const std::vector<int64_t>& tokens, const std::string& event,
                       int64_t kept = -1);
   // The manifest's "claim" (kClaimBitExact unless set): what a port declares of its sums.
   void set_claim(const std::string& claim);
@@ -135,4 +135,4 @@ class PortDumpWriter {
   std::vector<PortDumpStep> steps_;  // metadata only (no tensors kept)
 };
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::conform

@@ -15,10 +15,10 @@
 #include "scenarios/conform/port_dump.h"
 #include "scenarios/conform/port_dump_internal.h"
 
-namespace dsv41::scenarios::port_dump_detail {
+namespace dsv41::scenarios::conform::port_dump_detail {
 
 using reference::DType;
-using reference::safetensors::Entry;
+using reference::checkpoint::safetensors::Entry;
 using Type = reports::H5Reader::Type;
 using json = nlohmann::json;
 
@@ -32,7 +32,7 @@ struct Storage {
   int64_t bytes;
 };
 
-Storage storage_of(DType d, const std::string& where) {
+Storage storage_of(dsv41::reference::DType d, const std::string& where) {
   switch (d) {
     case DType::kBF16: return {Type::kUInt, 2};
     case DType::kF32: return {Type::kFloat, 4};
@@ -148,4 +148,4 @@ StoredStep read_h5_step(const reports::H5Reader& r, const std::string& group, co
   return s;
 }
 
-}  // namespace dsv41::scenarios::port_dump_detail
+}  // namespace dsv41::scenarios::conform::port_dump_detail

@@ -14,15 +14,15 @@
 #include "reports/h5_reader.h"
 #include "reports/h5_writer.h"
 
-namespace dsv41::scenarios::port_dump_detail {
+namespace dsv41::scenarios::conform::port_dump_detail {
 
 // A component of the table, or a dsv41::Error naming the key.
-const reference::ComponentInfo& table_row(const std::string& component, const std::string& key);
+const reference::model::ComponentInfo& table_row(const std::string& component, const std::string& key);
 
 // One step as stored: a safetensors file's __metadata__ and tensors, or an HDF5 group's.
 struct StoredStep {
   std::map<std::string, std::string> metadata;
-  std::map<std::string, reference::safetensors::Entry> tensors;
+  std::map<std::string, dsv41::reference::checkpoint::safetensors::Entry> tensors;
 };
 
 // The HDF5 container (docs/port-dump.md, "The HDF5 container"). The root attribute holding the
@@ -34,7 +34,7 @@ inline constexpr const char* kH5DtypeAttr = "dtype";
 // Writes one step as the group `group` ("step_000123"): one dataset per entry, the metadata as a
 // JSON object in the group's "metadata" attribute.
 void write_h5_step(reports::H5Writer& w, const std::string& group,
-                   const std::vector<reference::safetensors::Entry>& entries,
+                   const std::vector<reference::checkpoint::safetensors::Entry>& entries,
                    const std::map<std::string, std::string>& metadata);
 // The root attributes: format, version, and the manifest's JSON text.
 void write_h5_manifest(reports::H5Writer& w, const std::string& manifest_json);
@@ -45,4 +45,4 @@ std::string read_h5_manifest(const reports::H5Reader& r, const std::string& wher
 // ("port dump 'd.h5', group /step_000001") and name the dataset and the reason.
 StoredStep read_h5_step(const reports::H5Reader& r, const std::string& group, const std::string& where);
 
-}  // namespace dsv41::scenarios::port_dump_detail
+}  // namespace dsv41::scenarios::conform::port_dump_detail

@@ -18,13 +18,13 @@
 #include "scenarios/conform/port_dump.h"
 #include "scenarios/conform/port_dump_internal.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::conform {
 
 namespace fs = std::filesystem;
 using port_dump_detail::StoredStep;
 using port_dump_detail::table_row;
 using reference::DType;
-using reference::safetensors::Entry;
+using reference::checkpoint::safetensors::Entry;
 using json = nlohmann::json;
 
 namespace {
@@ -33,7 +33,7 @@ constexpr const char* kPositionsSuffix = ".positions";
 
 // The shape a component must have (the table's shape string with the config's sizes): -1 for a
 // free dimension (N, k, entries, ...), -2 for "1 or T".
-std::vector<int64_t> expected_shape(const reference::ComponentInfo& row, const reference::ModelConfig& c, int64_t t) {
+std::vector<int64_t> expected_shape(const reference::model::ComponentInfo& row, const reference::ModelConfig& c, int64_t t) {
   std::string s = row.shape;
   s = s.substr(s.find('[') + 1);
   s = s.substr(0, s.find(']'));
@@ -82,9 +82,9 @@ const json& field(const json& j, const std::string& name, const std::string& whe
 
 // A step file of the directory form as a StoredStep.
 StoredStep read_step_file(const std::string& path, const std::string& where) {
-  const reference::safetensors::SafetensorsFile f = [&] {
+  const reference::checkpoint::safetensors::SafetensorsFile f = [&] {
     try {
-      return reference::safetensors::SafetensorsFile::read(path);
+      return reference::checkpoint::safetensors::SafetensorsFile::read(path);
     } catch (const Error& e) {
       DSV41_FAIL(where, ": unreadable step file: ", e.what());
     }
@@ -141,7 +141,7 @@ void check_step(const PortDump& d, PortDumpStep& s, StoredStep st, const std::st
       promised.insert(key);
       if (!contains(key)) DSV41_FAIL(where, ": missing key '", key, "' (promised by ", kPortDumpManifest, ")");
       const Entry& e = get(key);
-      const reference::ComponentInfo& row = table_row(component, key);
+      const reference::model::ComponentInfo& row = table_row(component, key);
       const DType want = dump_dtype(component);
       if (e.dtype != want) {
         DSV41_FAIL(where, ": key '", key, "' has dtype ", reference::dtype_name(e.dtype), ", expected ",
@@ -152,7 +152,7 @@ void check_step(const PortDump& d, PortDumpStep& s, StoredStep st, const std::st
         DSV41_FAIL(where, ": key '", key, "' has shape ", reference::shape_string(e.shape), ", expected ",
                    want_string(shape), " (component '", component, "' ", row.shape, ", T = ", t, ")");
       }
-      if (row.kind == reference::ComponentKind::kCache && contains(key + kPositionsSuffix)) {
+      if (row.kind == reference::model::ComponentKind::kCache && contains(key + kPositionsSuffix)) {
         const std::string pk = key + kPositionsSuffix;
         promised.insert(pk);
         const Entry& p = get(pk);
@@ -246,7 +246,7 @@ PortDump read_port_dump(const std::string& dir) {
         d.components[name].push_back(layer);
       }
     }
-    for (const reference::ComponentInfo& row : reference::component_table()) {
+    for (const reference::model::ComponentInfo& row : reference::model::component_table()) {
       if (!d.components.count(row.name)) d.not_covered.push_back(row.name);
     }
     const json& steps = field(m, "steps", where);
@@ -298,4 +298,4 @@ PortDump read_port_dump(const std::string& dir) {
   return d;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::conform

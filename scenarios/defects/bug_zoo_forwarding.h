@@ -10,14 +10,14 @@
 
 #include "reference/seam/forwarding_ops.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::defects {
 
-class BugOps : public reference::ForwardingOps {
+class BugOps : public reference::seam::ForwardingOps {
  public:
-  explicit BugOps(const std::string& bug) : ForwardingOps(reference::reference_ops(), "reference+" + bug) {}
+  explicit BugOps(const std::string& bug) : ForwardingOps(reference::seam::reference_ops(), "reference+" + bug) {}
 
  protected:
-  static const reference::Ops& ref() { return reference::reference_ops(); }
+  static const reference::seam::Ops& ref() { return reference::seam::reference_ops(); }
 };
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::defects

@@ -20,7 +20,7 @@
 #include "scenarios/defects/bug_zoo_ops.h"
 #include "scenarios/defects/bug_zoo_forwarding.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::defects {
 namespace {
 
 using formats::CacheFormat;
@@ -439,18 +439,18 @@ class BatchDependentNorm : public BugOps {
 };
 
 template <typename B>
-std::function<std::unique_ptr<reference::Ops>(const ModelConfig&)> plain() {
-  return [](const ModelConfig&) { return std::unique_ptr<reference::Ops>(new B()); };
+std::function<std::unique_ptr<reference::seam::Ops>(const ModelConfig&)> plain() {
+  return [](const ModelConfig&) { return std::unique_ptr<reference::seam::Ops>(new B()); };
 }
 template <typename B>
-std::function<std::unique_ptr<reference::Ops>(const ModelConfig&)> with_config() {
-  return [](const ModelConfig& c) { return std::unique_ptr<reference::Ops>(new B(c)); };
+std::function<std::unique_ptr<reference::seam::Ops>(const ModelConfig&)> with_config() {
+  return [](const ModelConfig& c) { return std::unique_ptr<reference::seam::Ops>(new B(c)); };
 }
 
 }  // namespace
 
-std::function<std::unique_ptr<reference::Ops>(const ModelConfig&)> zoo_ops_factory(const std::string& bug) {
-  static const std::map<std::string, std::function<std::unique_ptr<reference::Ops>(const ModelConfig&)>> table = {
+std::function<std::unique_ptr<reference::seam::Ops>(const ModelConfig&)> zoo_ops_factory(const std::string& bug) {
+  static const std::map<std::string, std::function<std::unique_ptr<reference::seam::Ops>(const ModelConfig&)>> table = {
       {"kv_quant_before_rope", with_config<KvQuantBeforeRope>()},
       {"e8m0_scale_floor", plain<E8m0ScaleFloor>()},
       {"e2m1_ties_away", plain<E2m1TiesAway>()},
@@ -474,4 +474,4 @@ std::function<std::unique_ptr<reference::Ops>(const ModelConfig&)> zoo_ops_facto
   return it == table.end() ? nullptr : it->second;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::defects

@@ -6,7 +6,7 @@
 //
 // Example:
 //   auto factory = zoo_ops_factory("e8m0_scale_floor");
-//   std::unique_ptr<reference::Ops> ops = factory(config);
+//   std::unique_ptr<reference::seam::Ops> ops = factory(config);
 #pragma once
 
 #include <functional>
@@ -16,9 +16,9 @@
 #include "reference/ops/config.h"
 #include "reference/seam/ops.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::defects {
 
 // The ops-level bugs' factories (scenarios/defects/bug_zoo_ops.cc), by bug name; nullptr for an unknown name.
-std::function<std::unique_ptr<reference::Ops>(const reference::ModelConfig&)> zoo_ops_factory(const std::string& bug);
+std::function<std::unique_ptr<reference::seam::Ops>(const reference::ModelConfig&)> zoo_ops_factory(const std::string& bug);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::defects

@@ -11,7 +11,7 @@
 #include "base/base.h"
 #include "base/error.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::defects {
 namespace {
 
 using reference::Tensor;
@@ -29,7 +29,7 @@ int64_t parse_number(const std::string& text, const std::string& spec, const cha
   return v;
 }
 
-bool matches(const Mutation& m, reference::Component what, int layer, int64_t step) {
+bool matches(const Mutation& m, reference::model::Component what, int layer, int64_t step) {
   return !m.is_round() && m.id == what && m.layer == layer && m.step == step;
 }
 
@@ -58,7 +58,7 @@ Mutation parse_mutation(const std::string& spec) {
                 "defect applies to every layer), got '", s, "'");
     Mutation m;
     m.component = defect;
-    m.id = reference::Component::kAccept;
+    m.id = reference::model::Component::kAccept;
     m.round = kind;
     m.layer = -1;
     m.step = parse_number(s.substr(1), spec, "the step");
@@ -79,9 +79,9 @@ Mutation parse_mutation(const std::string& spec) {
   m.step = parse_number(s.substr(1), spec, "the step");
   DSV41_CHECK(m.layer >= -1, "mutant '", spec, "': layer ", m.layer, " < -1");
   DSV41_CHECK(m.step >= 0, "mutant '", spec, "': step ", m.step, " < 0");
-  const std::optional<reference::Component> id = reference::component_from_name(m.component);
-  DSV41_CHECK(id && reference::component_info(*id).kind != reference::ComponentKind::kIds &&
-                  *id != reference::Component::kLogits && *id != reference::Component::kCacheDSparkWindowKv,
+  const std::optional<reference::model::Component> id = reference::model::component_from_name(m.component);
+  DSV41_CHECK(id && reference::model::component_info(*id).kind != reference::model::ComponentKind::kIds &&
+                  *id != reference::model::Component::kLogits && *id != reference::model::Component::kCacheDSparkWindowKv,
               "mutant '", spec, "': '", m.component, "' is not a component a defect can be planted in (a tensor hook of "
               "reference/model/hooks.h, topk, experts, candidates, cache.window_kv, cache.compressed_kv, cache.index_keys; or a "
               "speculative defect: rollback_compressor:S<n>, rollback_dspark:S<n>, accept_one_more:S<n>, draft_rope_pos0:S<n>)");
@@ -89,7 +89,7 @@ Mutation parse_mutation(const std::string& spec) {
   return m;
 }
 
-bool mutate_tensor(const Mutation& m, reference::Component what, int layer, int64_t step, Tensor<float>& v) {
+bool mutate_tensor(const Mutation& m, reference::model::Component what, int layer, int64_t step, Tensor<float>& v) {
   if (!matches(m, what, layer, step) || v.numel() == 0) return false;
   const int64_t last_row = v.dim(0) - 1;
   float& x = v.data()[static_cast<size_t>(last_row * (v.numel() / v.dim(0)))];
@@ -98,7 +98,7 @@ bool mutate_tensor(const Mutation& m, reference::Component what, int layer, int6
   return true;
 }
 
-bool mutate_index(const Mutation& m, reference::Component what, int layer, int64_t step, Tensor<int32_t>& v,
+bool mutate_index(const Mutation& m, reference::model::Component what, int layer, int64_t step, Tensor<int32_t>& v,
                   int64_t n_choices) {
   if (!matches(m, what, layer, step) || v.numel() == 0) return false;
   int32_t* row = v.row(v.dim(0) - 1);
@@ -114,7 +114,7 @@ bool mutate_index(const Mutation& m, reference::Component what, int layer, int64
   for (int32_t cand = 0; cand < n_choices; ++cand) {
     if (chosen.count(cand) == 0) {
       row[at] = cand;
-      if (what == reference::Component::kTopk) std::sort(row, row + k, [](int32_t a, int32_t b) {  // ascending, -1 last
+      if (what == reference::model::Component::kTopk) std::sort(row, row + k, [](int32_t a, int32_t b) {  // ascending, -1 last
         return (a < 0 ? INT32_MAX : a) < (b < 0 ? INT32_MAX : b);
       });
       return true;
@@ -123,7 +123,7 @@ bool mutate_index(const Mutation& m, reference::Component what, int layer, int64
   return false;
 }
 
-bool mutate_mask(const Mutation& m, reference::Component what, int layer, int64_t step, Tensor<uint8_t>& v,
+bool mutate_mask(const Mutation& m, reference::model::Component what, int layer, int64_t step, Tensor<uint8_t>& v,
                  int block_size) {
   if (!matches(m, what, layer, step) || v.numel() == 0 || block_size <= 0) return false;
   uint8_t* row = v.row(v.dim(0) - 1);
@@ -145,40 +145,40 @@ bool mutate_mask(const Mutation& m, reference::Component what, int layer, int64_
   return false;
 }
 
-reference::ForwardHooks mutated_hooks(const Mutation& m, const reference::ForwardHooks& inner,
+reference::model::ForwardHooks mutated_hooks(const Mutation& m, const reference::model::ForwardHooks& inner,
                                       const reference::ModelConfig& c, int64_t start, int64_t T, int64_t step,
                                       bool* fired) {
-  reference::ForwardHooks h;
-  h.tensor = [inner, m, step, fired](reference::Component what, int layer, Tensor<float>& v) {
+  reference::model::ForwardHooks h;
+  h.tensor = [inner, m, step, fired](reference::model::Component what, int layer, Tensor<float>& v) {
     *fired = mutate_tensor(m, what, layer, step, v) || *fired;
     if (inner.tensor) inner.tensor(what, layer, v);
   };
-  h.index = [inner, m, step, &c, start, T, fired](reference::Component what, int layer, Tensor<int32_t>& v) {
+  h.index = [inner, m, step, &c, start, T, fired](reference::model::Component what, int layer, Tensor<int32_t>& v) {
     int64_t choices = c.n_routed_experts;
-    if (what == reference::Component::kTopk) {
+    if (what == reference::model::Component::kTopk) {
       const int ratio = c.compress_ratios[static_cast<size_t>(layer)];
       choices = ratio > 0 ? (start + T) / ratio : 0;
-    } else if (what == reference::Component::kDSparkExperts && c.dspark_n_routed_experts > 0) {
+    } else if (what == reference::model::Component::kDSparkExperts && c.dspark_n_routed_experts > 0) {
       choices = c.dspark_n_routed_experts;
-    } else if (what == reference::Component::kDSparkToken) {
+    } else if (what == reference::model::Component::kDSparkToken) {
       choices = c.vocab_size;
     }
     *fired = mutate_index(m, what, layer, step, v, choices) || *fired;
     if (inner.index) inner.index(what, layer, v);
   };
-  h.mask = [inner, m, step, &c, fired](reference::Component what, int layer, Tensor<uint8_t>& v) {
+  h.mask = [inner, m, step, &c, fired](reference::model::Component what, int layer, Tensor<uint8_t>& v) {
     *fired = mutate_mask(m, what, layer, step, v, c.candidate_block_size) || *fired;
     if (inner.mask) inner.mask(what, layer, v);
   };
   return h;
 }
 
-bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state) {
+bool mutate_cache(const Mutation& m, int64_t step, reference::model::ModelState& state) {
   if (!m.is_cache() || m.step != step) return false;
   DSV41_CHECK(m.layer >= 0 && m.layer < static_cast<int>(state.layers.size()), "mutant ", m.component,
               ": layer ", m.layer, " is not a layer of this model");
-  reference::LayerState& ls = state.layers[static_cast<size_t>(m.layer)];
-  if (m.id == reference::Component::kCacheWindowKv) {
+  reference::model::LayerState& ls = state.layers[static_cast<size_t>(m.layer)];
+  if (m.id == reference::model::Component::kCacheWindowKv) {
     // The newest position's slot.
     const std::vector<int64_t>& positions = ls.window_kv.positions;
     int64_t slot = -1;
@@ -200,7 +200,7 @@ bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state)
     cache.restore(bytes.data(), n);
     return true;
   };
-  if (m.id == reference::Component::kCacheCompressor) {
+  if (m.id == reference::model::Component::kCacheCompressor) {
     DSV41_CHECK(ls.compressor.has_value(), "mutant cache.compressor: layer ", m.layer, " has no compressor");
     if (ls.compressor->pending() == 0) return false;
     // The newest pending slot's first kv value: its lowest mantissa bit.
@@ -208,7 +208,7 @@ bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state)
     x = f32_from_bits(f32_bits(x) ^ 1u);
     return true;
   }
-  if (m.id == reference::Component::kCacheCompressedKv) {
+  if (m.id == reference::model::Component::kCacheCompressedKv) {
     DSV41_CHECK(ls.compressed_kv.has_value(), "mutant cache.compressed_kv: layer ", m.layer, " is not a kv source");
     return flip_newest(*ls.compressed_kv);
   }
@@ -216,4 +216,4 @@ bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state)
   return flip_newest(*ls.index_keys);
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::defects

@@ -41,17 +41,17 @@
 #include "reference/model/model.h"
 #include "scenarios/defects/round_defects.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::defects {
 
 struct Mutation {
   std::string component;  // its name, as written in the spec
-  reference::Component id = reference::Component::kAttnOut;
+  reference::model::Component id = reference::model::Component::kAttnOut;
   int layer = 0;
   int64_t step = 0;
   RoundDefect round = RoundDefect::kNone;  // a speculative-decoding defect
   bool is_round() const { return round != RoundDefect::kNone; }
   bool is_cache() const {
-    return !is_round() && reference::component_info(id).kind == reference::ComponentKind::kCache;
+    return !is_round() && reference::model::component_info(id).kind == reference::model::ComponentKind::kCache;
   }
 };
 
@@ -59,19 +59,19 @@ struct Mutation {
 Mutation parse_mutation(const std::string& spec);
 
 // Applies the defect to a hook value when (component, layer, step) match; returns whether it did.
-bool mutate_tensor(const Mutation& m, reference::Component what, int layer, int64_t step,
+bool mutate_tensor(const Mutation& m, reference::model::Component what, int layer, int64_t step,
                    reference::Tensor<float>& value);
-bool mutate_index(const Mutation& m, reference::Component what, int layer, int64_t step,
+bool mutate_index(const Mutation& m, reference::model::Component what, int layer, int64_t step,
                   reference::Tensor<int32_t>& value, int64_t n_choices);
-bool mutate_mask(const Mutation& m, reference::Component what, int layer, int64_t step,
+bool mutate_mask(const Mutation& m, reference::model::Component what, int layer, int64_t step,
                  reference::Tensor<uint8_t>& value, int block_size);
 // Hooks that plant the defect (when its step comes) and then call `inner`: what a mutant backend
 // runs a step of T tokens at position `start` with. `*fired` becomes true once the defect applied.
-reference::ForwardHooks mutated_hooks(const Mutation& m, const reference::ForwardHooks& inner,
+reference::model::ForwardHooks mutated_hooks(const Mutation& m, const reference::model::ForwardHooks& inner,
                                       const reference::ModelConfig& c, int64_t start, int64_t T, int64_t step,
                                       bool* fired);
 
 // Flips the bit in the state's cache after the step (cache mutations only).
-bool mutate_cache(const Mutation& m, int64_t step, reference::ModelState& state);
+bool mutate_cache(const Mutation& m, int64_t step, reference::model::ModelState& state);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::defects

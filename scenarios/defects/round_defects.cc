@@ -6,18 +6,18 @@
 
 #include "reference/ops/sampling.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::defects {
 namespace {
 
-using reference::ModelState;
+using reference::model::ModelState;
 
 // kCompressorNotRolledBack: the verified compressor slots stay (the next position is rolled back).
 bool keep_verified_compressors(ModelState& state, const ModelState& verified) {
   bool changed = false;
   for (size_t l = 0; l < state.layers.size(); ++l) {
-    std::optional<reference::CompressorState>& kept = state.layers[l].compressor;
+    std::optional<reference::model::CompressorState>& kept = state.layers[l].compressor;
     if (!kept) continue;
-    reference::CompressorState stale = *verified.layers[l].compressor;  // the verified slots stay
+    reference::model::CompressorState stale = *verified.layers[l].compressor;  // the verified slots stay
     stale.next_pos = kept->next_pos;
     for (int slot = 0; slot < kept->pending(); ++slot) {
       const size_t bytes = static_cast<size_t>(kept->dim) * sizeof(float);
@@ -33,8 +33,8 @@ bool keep_verified_compressors(ModelState& state, const ModelState& verified) {
 bool keep_verified_ring_bytes(ModelState& state, const ModelState& verified) {
   bool changed = false;
   for (size_t i = 0; i < state.dspark_window_kv.size(); ++i) {
-    reference::WindowKvRing& kept = state.dspark_window_kv[i];
-    const reference::WindowKvRing& stale = verified.dspark_window_kv[i];
+    reference::model::WindowKvRing& kept = state.dspark_window_kv[i];
+    const reference::model::WindowKvRing& stale = verified.dspark_window_kv[i];
     const size_t bytes = static_cast<size_t>(kept.entry_bytes());
     for (int s = 0; s < kept.window; ++s) {  // an empty slot is never read: no change there
       changed = changed || (kept.positions[static_cast<size_t>(s)] >= 0 &&
@@ -47,11 +47,11 @@ bool keep_verified_ring_bytes(ModelState& state, const ModelState& verified) {
 
 }  // namespace
 
-reference::RoundHooks round_defect_hooks(RoundDefect defect, const reference::ModelConfig& config, bool* fired) {
-  reference::RoundHooks h;
+reference::model::RoundHooks round_defect_hooks(RoundDefect defect, const reference::ModelConfig& config, bool* fired) {
+  reference::model::RoundHooks h;
   switch (defect) {
     case RoundDefect::kAcceptOneMore:
-      h.decided = [vocab = config.vocab_size, fired](reference::Verification& v, int64_t k) {
+      h.decided = [vocab = config.vocab_size, fired](reference::model::Verification& v, int64_t k) {
         if (v.decision.accepted >= k) return;
         ++v.decision.accepted;  // the first rejected draft is kept
         v.decision.next_token = reference::argmax_token(v.step.all_logits.row(v.decision.accepted), vocab);
@@ -75,4 +75,4 @@ reference::RoundHooks round_defect_hooks(RoundDefect defect, const reference::Mo
   return h;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::defects

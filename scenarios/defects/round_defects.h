@@ -8,7 +8,7 @@
 //
 // Example:
 //   bool fired = false;
-//   reference::SpeculativeOptions o;
+//   reference::model::SpeculativeOptions o;
 //   o.hooks = round_defect_hooks(RoundDefect::kAcceptOneMore, config, &fired);
 //   speculative_round(model, state, current, proposal, o, rng);   // fired: a rejected draft was kept
 #pragma once
@@ -18,7 +18,7 @@
 #include "reference/model/speculative.h"
 #include "reference/seam/forwarding_ops.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::defects {
 
 enum class RoundDefect {
   kNone,
@@ -36,16 +36,16 @@ enum class RoundDefect {
 // kCompressorNotRolledBack left a pending compressor slot as the verify step wrote it (the verify
 // step crossed a compressor group boundary after the kept tokens); kDSparkRingNotRolledBack left
 // an occupied ring slot with a rejected position's bytes (the slot held an earlier position).
-reference::RoundHooks round_defect_hooks(RoundDefect defect, const reference::ModelConfig& config, bool* fired);
+reference::model::RoundHooks round_defect_hooks(RoundDefect defect, const reference::ModelConfig& config, bool* fired);
 
 // The draft defect kDraftRopeAtBlockStart: while armed, every rope_rows call rotates all of its
 // rows at the first row's position (pos_stride 0). A draft's only RoPE is its DSpark attention's
 // (q, its own K/V rows, the output's inverse), so a model running on these ops, armed for one
 // Model::draft, rotates every block row at row 0's position: "draft position 1+ uses position 0's
 // RoPE". Unarmed it is the inner ops exactly.
-class DraftRopeAtBlockStartOps : public reference::ForwardingOps {
+class DraftRopeAtBlockStartOps : public reference::seam::ForwardingOps {
  public:
-  explicit DraftRopeAtBlockStartOps(const reference::Ops& inner)
+  explicit DraftRopeAtBlockStartOps(const reference::seam::Ops& inner)
       : ForwardingOps(inner, inner.name()) {}  // the same name: reports show the backend's spec
   void arm(bool on) const { armed_ = on; }
   void rope_rows(T32& x, int64_t heads, const reference::RopeTable& rope, int64_t first_pos, int64_t pos_stride,
@@ -57,4 +57,4 @@ class DraftRopeAtBlockStartOps : public reference::ForwardingOps {
   mutable bool armed_ = false;
 };
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::defects

@@ -112,7 +112,7 @@ std::vector<OpCase> make_cases(Sizes sizes, uint64_t seed) {
   return out;
 }
 
-SideError measure(const OpCase& c, const reference::Ops& ops, const std::string& backend) {
+SideError measure(const OpCase& c, const reference::seam::Ops& ops, const std::string& backend) {
   SideError s;
   s.backend = backend;
   s.output = c.run(ops);

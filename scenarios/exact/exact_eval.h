@@ -23,7 +23,7 @@
 // Example:
 //   std::vector<OpCase> cases = make_cases(Sizes::kTiny, 7);
 //   for (const OpCase& c : cases) {
-//     SideError e = measure(c, reference::reference_ops());
+//     SideError e = measure(c, reference::seam::reference_ops());
 //     // e.exceeded == 0 unless the backend is wrong
 //   }
 #pragma once
@@ -110,7 +110,7 @@ struct OpCase {
   std::vector<Exact> exact;   // [outputs] exact values (inf allowed: masked outputs)
   std::vector<double> bound;  // [outputs] absolute bound (0: must be bit-exact)
   // The op through a backend's table; outputs flattened in the order of `exact`.
-  std::function<std::vector<float>(const reference::Ops&)> run;
+  std::function<std::vector<float>(const reference::seam::Ops&)> run;
 };
 
 // What the seeded generator draws: tiny (the tiny preset's dims) or small (longer reductions).
@@ -140,7 +140,7 @@ struct SideError {
   int64_t exceeded = 0;      // outputs with |output - exact| > bound (or NaN, or a masked mismatch)
   int64_t nonfinite = 0;     // NaN outputs
 };
-SideError measure(const OpCase& c, const reference::Ops& ops, const std::string& backend);
+SideError measure(const OpCase& c, const reference::seam::Ops& ops, const std::string& backend);
 
 // Not vacuous: on a non-adversarial case, the bound is at most 1.5 bf16 ulps of the largest |exact|
 // of its row (one bf16 ulp plus the final half ulp) for at least 90% of the finite outputs: a

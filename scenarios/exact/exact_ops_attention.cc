@@ -55,7 +55,7 @@ OpCase compress_case(const std::string& inputs, const Tensor<float>& kv, const T
       c.bound.push_back(finish_bound(y, ((1 + eps_w) * (1 + gamma(ratio, u)) - 1) * to_double(mag), kBf16));
     }
   }
-  c.run = [kv, score, ratio, dim](const reference::Ops& ops) {
+  c.run = [kv, score, ratio, dim](const reference::seam::Ops& ops) {
     Tensor<float> kv_state = ops.upload(Tensor<float>({ratio, dim}, "kv_state"));
     Tensor<float> score_state =
         ops.upload(Tensor<float>({ratio, dim}, "score_state", -std::numeric_limits<float>::infinity()));
@@ -76,8 +76,8 @@ KeyCache make_key_cache(const Tensor<float>& keys) {
   KeyCache k{Tensor<uint8_t>({N, formats::entry_bytes(f, static_cast<int>(Di))}, "index_keys"), {}};
   std::vector<int64_t> entries(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) entries[static_cast<size_t>(i)] = i;
-  reference::reference_ops().write_entries(k.bytes, f, entries, keys);
-  k.values = reference::reference_ops().read_entries(reference::CacheRows{f, Di, N, &k.bytes}, entries);
+  reference::seam::reference_ops().write_entries(k.bytes, f, entries, keys);
+  k.values = reference::seam::reference_ops().read_entries(reference::CacheRows{f, Di, N, &k.bytes}, entries);
   return k;
 }
 
@@ -134,7 +134,7 @@ OpCase index_scores_case(const std::string& inputs, const Tensor<float>& q, cons
     }
   }
   const Tensor<uint8_t> bytes = cache.bytes;
-  c.run = [q, bytes, weights, reach, N, Di](const reference::Ops& ops) {
+  c.run = [q, bytes, weights, reach, N, Di](const reference::seam::Ops& ops) {
     const Tensor<uint8_t> dev_bytes = ops.upload(bytes);
     const reference::CacheRows rows{formats::CacheFormat::kIndexKeysFp4, Di, N, &dev_bytes};
     return ops.download(ops.index_scores(ops.upload(q), rows, ops.upload(weights), reach)).data();
@@ -172,7 +172,7 @@ OpCase index_topk_case(const OpCase& scores, const Tensor<float>& q, const Tenso
   c.bound.assign(static_cast<size_t>(T), 0.0);
   KeyCache cache = make_key_cache(keys);
   const Tensor<uint8_t> bytes = cache.bytes;
-  c.run = [q, bytes, weights, reach, N, T, k, sure](const reference::Ops& ops) {
+  c.run = [q, bytes, weights, reach, N, T, k, sure](const reference::seam::Ops& ops) {
     const Tensor<uint8_t> dev_bytes = ops.upload(bytes);
     const reference::CacheRows rows{formats::CacheFormat::kIndexKeysFp4, q.dim(2), N, &dev_bytes};
     const Tensor<float> s = ops.index_scores(ops.upload(q), rows, ops.upload(weights), reach);
@@ -216,7 +216,7 @@ void add_attention_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out) {
   {
     Draws d(seed, "index_scores");
     const int64_t T = small ? 8 : 4, Hi = 8, Di = 64, N = small ? 256 : 32;
-    auto qdq = [](const Tensor<float>& x) { return reference::reference_ops().qdq(formats::CacheFormat::kIndexKeysFp4, x); };
+    auto qdq = [](const Tensor<float>& x) { return reference::seam::reference_ops().qdq(formats::CacheFormat::kIndexKeysFp4, x); };
     const Tensor<float> q = qdq(bf16_tensor(d, {T, Hi, Di}, 1.0, "q"));
     const Tensor<float> keys = bf16_tensor(d, {N, Di}, 1.0, "keys");
     const Tensor<float> w = bf16_tensor(d, {T, Hi}, 0.05, "weights");

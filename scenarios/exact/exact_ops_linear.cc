@@ -113,7 +113,7 @@ OpCase quantized_case(const std::string& inputs, const Tensor<float>& x, const L
       c.bound.push_back(derived_bound(Accumulation::kQuantizedBlocks, in, to_double(mag(t, o)), y(t, o), kBf16));
     }
   }
-  c.run = [x, w](const reference::Ops& ops) { return ops.download(ops.linear(ops.upload(x), w)).data(); };
+  c.run = [x, w](const reference::seam::Ops& ops) { return ops.download(ops.linear(ops.upload(x), w)).data(); };
   return c;
 }
 
@@ -148,9 +148,9 @@ OpCase dense_case(const std::string& op, const std::string& inputs, const Tensor
     }
   }
   if (fp32_path) {
-    c.run = [x, w](const reference::Ops& ops) { return ops.download(ops.linear_fp32(ops.upload(x), w)).data(); };
+    c.run = [x, w](const reference::seam::Ops& ops) { return ops.download(ops.linear_fp32(ops.upload(x), w)).data(); };
   } else {
-    c.run = [x, w](const reference::Ops& ops) { return ops.download(ops.linear(ops.upload(x), w)).data(); };
+    c.run = [x, w](const reference::seam::Ops& ops) { return ops.download(ops.linear(ops.upload(x), w)).data(); };
   }
   return c;
 }
@@ -184,7 +184,7 @@ OpCase grouped_case(Draws& d, Dims dims, int groups) {
   }
   c.exact = std::move(y);
   c.bound = std::move(b);
-  c.run = [x, w, groups](const reference::Ops& ops) {
+  c.run = [x, w, groups](const reference::seam::Ops& ops) {
     return ops.download(ops.grouped_linear(ops.upload(x), w, groups)).data();
   };
   return c;

@@ -133,11 +133,11 @@ std::vector<OpCase> hc_cases(const std::string& inputs, const Tensor<float>& str
       comb.bound.push_back(std::numeric_limits<double>::infinity());
     }
   }
-  auto run = [stream, wp, cfg](const reference::Ops& ops) {
+  auto run = [stream, wp, cfg](const reference::seam::Ops& ops) {
     return ops.hc_mixes(ops.upload(stream), *wp, cfg.norm_eps, cfg.hc_sinkhorn_iters, cfg.hc_eps);
   };
   const int64_t H = hc;
-  split.run = [run, T, H](const reference::Ops& ops) {
+  split.run = [run, T, H](const reference::seam::Ops& ops) {
     const reference::HcMixes mx = run(ops);
     const Tensor<float> pre = ops.download(mx.pre), post = ops.download(mx.post);
     std::vector<float> o;
@@ -147,7 +147,7 @@ std::vector<OpCase> hc_cases(const std::string& inputs, const Tensor<float>& str
     }
     return o;
   };
-  comb.run = [run](const reference::Ops& ops) { return ops.download(run(ops).comb).data(); };
+  comb.run = [run](const reference::seam::Ops& ops) { return ops.download(run(ops).comb).data(); };
   return {split, comb};
 }
 

@@ -69,7 +69,7 @@ OpCase gate_case(const std::string& inputs, const Tensor<float>& x,
   const reference::ModelConfig config = cfg;
   // The reference's choice defines the weights' slots; a side with another choice outside the
   // tie band is flagged by its per-token flag.
-  const reference::MoeRouting ref_route = reference::reference_ops().moe_gate(x, w, cfg, layer);
+  const reference::MoeRouting ref_route = reference::seam::reference_ops().moe_gate(x, w, cfg, layer);
   for (int64_t t = 0; t < T; ++t) {
     Exact sum = 0;
     double eps = 0;
@@ -104,7 +104,7 @@ OpCase gate_case(const std::string& inputs, const Tensor<float>& x,
     c.exact.push_back(Exact(0));
     c.bound.push_back(0.0);
   }
-  c.run = [x, weights, config, layer, T, E, k, sure, ref_route](const reference::Ops& ops) {
+  c.run = [x, weights, config, layer, T, E, k, sure, ref_route](const reference::seam::Ops& ops) {
     reference::MoeRouting r = ops.moe_gate(ops.upload(x), *weights, config, layer);
     const Tensor<float> s = ops.download(r.scores), wt = ops.download(r.weights);
     const Tensor<int32_t> ex = ops.download(r.experts);

@@ -179,7 +179,7 @@ OpCase experts_case(const std::string& inputs, const Tensor<float>& x, const std
       c.bound.push_back(finish_bound(y[i], dev[i] + gamma(k, kU32) * mag[i], kBf16));
     }
   }
-  c.run = [x, wp, routing, cfg](const reference::Ops& ops) {
+  c.run = [x, wp, routing, cfg](const reference::seam::Ops& ops) {
     return ops.download(ops.moe_experts(ops.upload(x), *wp, routing, cfg)).data();
   };
   return c;

@@ -43,7 +43,7 @@ OpCase rms_case(const std::string& inputs, const Tensor<float>& x, const Tensor<
       c.bound.push_back(finish_bound(y, b_z * to_double(mp::abs(y)), kBf16));
     }
   }
-  c.run = [x, weight, eps](const reference::Ops& ops) {
+  c.run = [x, weight, eps](const reference::seam::Ops& ops) {
     return ops.download(ops.rms_norm(ops.upload(x), ops.upload(weight), eps)).data();
   };
   return c;
@@ -87,7 +87,7 @@ OpCase rope_case(const std::string& inputs, const Tensor<float>& x, int64_t head
       }
     }
   }
-  c.run = [x, heads, table, first_pos, stride, inverse](const reference::Ops& ops) {
+  c.run = [x, heads, table, first_pos, stride, inverse](const reference::seam::Ops& ops) {
     Tensor<float> y = ops.upload(x);
     ops.rope_rows(y, heads, *table, first_pos, stride, inverse);
     return ops.download(std::move(y)).data();

@@ -157,7 +157,7 @@ OpCase sparse_attn_case(const std::string& inputs, const Tensor<float>& q, const
       }
     }
   }
-  c.run = [q, kv, sink, idxs, scale, D](const reference::Ops& ops) {
+  c.run = [q, kv, sink, idxs, scale, D](const reference::seam::Ops& ops) {
     const Tensor<uint8_t> none({0, formats::entry_bytes(formats::CacheFormat::kCompressedKvFp4, static_cast<int>(D))},
                                "compressed");
     const Tensor<uint8_t> dev_none = ops.upload(none);

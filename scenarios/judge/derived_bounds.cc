@@ -12,7 +12,7 @@
 #include "base/error.h"
 #include "reference/model/hooks.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::judge {
 
 namespace {
 
@@ -67,8 +67,8 @@ DerivedBound make(const std::string& component, const std::string& op, int r16, 
 }  // namespace
 
 std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const std::string& component) {
-  using reference::Component;
-  const std::optional<Component> id = reference::component_from_name(component);
+  using reference::model::Component;
+  const std::optional<Component> id = reference::model::component_from_name(component);
   DSV41_CHECK(id.has_value(), "derived bound: '", component, "' is not a component of reference/model/hooks.h");
   const int64_t D = c.dim, hc = std::max(1, c.hc_mult), ql = std::max(1, c.q_lora_rank);
   const int64_t K = std::max(1, c.window_size + c.index_topk);
@@ -128,7 +128,7 @@ std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const
 
 std::vector<DerivedBound> derived_bound_table(const reference::ModelConfig& c) {
   std::vector<DerivedBound> out;
-  for (const reference::ComponentInfo& row : reference::component_table()) {
+  for (const reference::model::ComponentInfo& row : reference::model::component_table()) {
     if (std::optional<DerivedBound> b = derived_bound(c, row.name)) out.push_back(std::move(*b));
   }
   return out;
@@ -161,4 +161,4 @@ double max_row_relative(const std::vector<float>& a, const std::vector<float>& b
 
 double topk_tie_band(const reference::ModelConfig& c) { return derived_bound(c, "index_scores")->bound; }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::judge

@@ -38,7 +38,7 @@
 #include "reference/ops/tensor.h"
 #include "reports/report.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::judge {
 
 inline constexpr const char* kRowRelMetric = "max_rowrel";
 
@@ -73,4 +73,4 @@ double max_row_relative(const std::vector<float>& a, const std::vector<float>& b
 // The relative tie band of the top-k under order variance: index_scores' bound.
 double topk_tie_band(const reference::ModelConfig& c);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::judge

@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::judge {
 
 using reports::Comparison;
 using reports::MetricRow;
@@ -169,4 +169,4 @@ PortMetrics port_metrics(const std::vector<float>& a, const std::vector<float>& 
   return m;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::judge

@@ -37,7 +37,7 @@
 
 #include "reports/report.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::judge {
 
 // What a pair of sides is expected to show: the same bits, agreement within tolerance rules,
 // or differences that are measured and never asserted.
@@ -105,4 +105,4 @@ struct PortMetrics {
 PortMetrics port_metrics(const std::vector<float>& a, const std::vector<float>& b, double atol, double rtol,
                          const std::string& what);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::judge

@@ -17,7 +17,7 @@
 
 #include "base/error.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::judge {
 
 using reference::Tensor;
 
@@ -468,4 +468,4 @@ IntMetrics compare_ints(const std::vector<int64_t>& a, const std::vector<int64_t
   return m;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::judge

@@ -39,7 +39,7 @@
 
 #include "reference/ops/tensor.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::judge {
 
 // How a float tensor is stored; decides the ULP and the byte of a mismatch.
 enum class ValueType { kBf16, kFp32 };
@@ -172,4 +172,4 @@ struct IntMetrics {
 // a, b: the same length (else a dsv41::Error naming `what`).
 IntMetrics compare_ints(const std::vector<int64_t>& a, const std::vector<int64_t>& b, const std::string& what);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::judge

@@ -10,11 +10,11 @@
 #include "cuda/device.h"
 #endif
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 using reference::CachePrecision;
-using reference::ModelState;
+using reference::model::ModelState;
 
 struct RefSession final : BackendSession {
   explicit RefSession(ModelState s) : state(std::move(s)) {}
@@ -35,19 +35,19 @@ const RefSession& as_ref(const BackendSession& s) { return as_ref(const_cast<Bac
 // Moves every tensor of a state into `ops`' memory (to_device) or back to the host: session files
 // are written and read on the host (reference/session/session_*.cc), a device backend's state lives on
 // the device between steps.
-void move_state(ModelState& st, const reference::Ops& ops, bool to_device) {
+void move_state(ModelState& st, const reference::seam::Ops& ops, bool to_device) {
   const auto move = [&](auto& t) { t = to_device ? ops.upload(std::move(t)) : ops.download(std::move(t)); };
-  for (reference::LayerState& ls : st.layers) {
+  for (reference::model::LayerState& ls : st.layers) {
     move(ls.window_kv.bytes);
     if (ls.compressor) {
       move(ls.compressor->kv);
       move(ls.compressor->score);
     }
-    for (std::optional<reference::PackedCache>* c : {&ls.compressed_kv, &ls.index_keys}) {
+    for (std::optional<reference::model::PackedCache>* c : {&ls.compressed_kv, &ls.index_keys}) {
       if (*c) to_device ? (*c)->place(ops) : (*c)->fetch(ops);
     }
   }
-  for (reference::WindowKvRing& ring : st.dspark_window_kv) move(ring.bytes);
+  for (reference::model::WindowKvRing& ring : st.dspark_window_kv) move(ring.bytes);
 }
 
 // The reference (official formats or the bf16 ablation), optionally with one planted defect.
@@ -56,14 +56,14 @@ class ReferenceBackend final : public Backend {
   // ops: the components the model runs on (nullptr: the CPU reference). A device backend's
   // sessions are saved and restored through the host (move_state), with the same session bytes.
   ReferenceBackend(std::string name, const BackendResources& r, CachePrecision precision,
-                   std::optional<Mutation> mutation, std::unique_ptr<reference::Ops> ops = nullptr)
+                   std::optional<defects::Mutation> mutation, std::unique_ptr<reference::seam::Ops> ops = nullptr)
       : name_(std::move(name)),
         ops_(std::move(ops)),
-        draft_defect_ops_(mutation && mutation->round == RoundDefect::kDraftRopeAtBlockStart
-                              ? std::make_unique<DraftRopeAtBlockStartOps>(ops_ ? *ops_ : reference::reference_ops())
+        draft_defect_ops_(mutation && mutation->round == defects::RoundDefect::kDraftRopeAtBlockStart
+                              ? std::make_unique<defects::DraftRopeAtBlockStartOps>(ops_ ? *ops_ : reference::seam::reference_ops())
                               : nullptr),
         model_(r.config, r.weights, r.token_map,
-               draft_defect_ops_ ? *draft_defect_ops_ : ops_ ? *ops_ : reference::reference_ops()),
+               draft_defect_ops_ ? *draft_defect_ops_ : ops_ ? *ops_ : reference::seam::reference_ops()),
         resources_(ops_ ? &r : nullptr),
         precision_(precision),
         mutation_(std::move(mutation)) {
@@ -71,8 +71,8 @@ class ReferenceBackend final : public Backend {
     if (mutation_) {
       DSV41_CHECK(mutation_->is_round() ||
                       (mutation_->layer < r.config.n_layers && mutation_->layer >= 0) ||
-                      (mutation_->layer == -1 && (mutation_->id == reference::Component::kFinalNormOut ||
-                                                  mutation_->id == reference::Component::kEmbed)),
+                      (mutation_->layer == -1 && (mutation_->id == reference::model::Component::kFinalNormOut ||
+                                                  mutation_->id == reference::model::Component::kEmbed)),
                   "backend ", name_, ": layer ", mutation_->layer, " is not a layer of this model (0 .. ",
                   r.config.n_layers - 1, "; -1 for embed and final_norm_out)");
     }
@@ -109,58 +109,58 @@ class ReferenceBackend final : public Backend {
     return std::make_unique<RefSession>(model_.new_state());
   }
 
-  reference::StepRecord step(BackendSession& s, const std::vector<int64_t>& tokens,
-                             const reference::StepOptions& options, const reference::ForwardHooks& hooks,
+  reference::model::StepRecord step(BackendSession& s, const std::vector<int64_t>& tokens,
+                             const reference::model::StepOptions& options, const reference::model::ForwardHooks& hooks,
                              int64_t step) override {
     ModelState& state = as_ref(s).state;
-    reference::StepRecord rec;
+    reference::model::StepRecord rec;
     with_hooks(hooks, state.pos, static_cast<int64_t>(tokens.size()), step,
                [&] { rec = model_.forward_chunk(state, tokens, options); });
-    if (mutation_ && mutation_->is_cache()) fired_ = mutate_cache(*mutation_, step, state) || fired_;
+    if (mutation_ && mutation_->is_cache()) fired_ = defects::mutate_cache(*mutation_, step, state) || fired_;
     return rec;
   }
 
-  VerifyResult verify(BackendSession& s, const VerifyRequest& r, const reference::ForwardHooks& hooks,
+  VerifyResult verify(BackendSession& s, const VerifyRequest& r, const reference::model::ForwardHooks& hooks,
                       int64_t step) override {
     ModelState& state = as_ref(s).state;
     const int64_t k = static_cast<int64_t>(r.drafts.size());
     DSV41_CHECK(!r.keep || (*r.keep >= 0 && *r.keep <= k), "backend ", name_, ": keep ", r.keep.value_or(-1), " of ",
                 k, " drafts");
     // A speculative defect fires in the first round at or after its step where it changes something.
-    const RoundDefect defect =
-        mutation_ && mutation_->is_round() && !fired_ && step >= mutation_->step ? mutation_->round : RoundDefect::kNone;
+    const defects::RoundDefect defect =
+        mutation_ && mutation_->is_round() && !fired_ && step >= mutation_->step ? mutation_->round : defects::RoundDefect::kNone;
     bool defect_fired = false;
-    const reference::RoundHooks defect_hooks = round_defect_hooks(defect, model_.config(), &defect_fired);
+    const reference::model::RoundHooks defect_hooks = defects::round_defect_hooks(defect, model_.config(), &defect_fired);
     const ModelState before = state;
     reference::SampleRng rng(r.seed);
-    reference::Verification v;
+    reference::model::Verification v;
     // Value and cache defects never fire inside a round: one planted in a rolled-back row would
     // vanish and prove nothing (scenarios/runner/rounds.h).
     with_hooks(hooks, state.pos, k + 1, kNoDefectStep, [&] {
-      v = reference::verify_drafts(model_, state, r.current, r.drafts, r.p_draft, r.sampling, rng);
+      v = reference::model::verify_drafts(model_, state, r.current, r.drafts, r.p_draft, r.sampling, rng);
     });
     if (defect_hooks.decided) defect_hooks.decided(v, k);
     VerifyResult out;
     out.kept = r.keep.value_or(v.decision.accepted);
     std::vector<int64_t> tokens = {r.current};
     tokens.insert(tokens.end(), r.drafts.begin(), r.drafts.end());
-    reference::roll_back(model_, state, before, tokens, out.kept, defect_hooks);
+    reference::model::roll_back(model_, state, before, tokens, out.kept, defect_hooks);
     fired_ = fired_ || defect_fired;
     out.step = std::move(v.step);
     out.decision = std::move(v.decision);
     return out;
   }
 
-  reference::DraftResult draft(BackendSession& s, int64_t last_token, const reference::DraftSampling& sampling,
-                               const reference::ForwardHooks& hooks, int64_t step) override {
+  reference::model::DraftResult draft(BackendSession& s, int64_t last_token, const reference::model::DraftSampling& sampling,
+                               const reference::model::ForwardHooks& hooks, int64_t step) override {
     const ModelState& state = as_ref(s).state;
     // draft_rope_pos0 fires in the first draft at or after its step (a block of one row: nothing to change).
     const bool plant = draft_defect_ops_ && !fired_ && step >= mutation_->step &&
                        model_.config().dspark_block_size >= 2;
-    reference::DraftResult d;
+    reference::model::DraftResult d;
     // Value and cache defects never fire inside a round (rounds.h).
     struct Disarm {  // the defect is armed for this draft only, also when it throws
-      const DraftRopeAtBlockStartOps* ops;
+      const defects::DraftRopeAtBlockStartOps* ops;
       ~Disarm() {
         if (ops) ops->arm(false);
       }
@@ -184,43 +184,43 @@ class ReferenceBackend final : public Backend {
     if (precision_ == CachePrecision::kPacked && ops_) {
       ModelState host = state;  // a device copy, then moved to the host
       move_state(host, model_.ops(), /*to_device=*/false);
-      out.bytes = reference::session_bytes(host, model_.config(), include_swa);
+      out.bytes = reference::session::session_bytes(host, model_.config(), include_swa);
     } else if (precision_ == CachePrecision::kPacked) {
-      out.bytes = reference::session_bytes(state, model_.config(), include_swa);
+      out.bytes = reference::session::session_bytes(state, model_.config(), include_swa);
     } else {
       // Session files hold the official formats only: the ablation keeps its state in memory.
       ModelState copy = state;
       if (!include_swa) {
-        for (reference::LayerState& ls : copy.layers) ls.window_kv.clear();
+        for (reference::model::LayerState& ls : copy.layers) ls.window_kv.clear();
       }
       out.snapshot = std::make_shared<ModelState>(std::move(copy));
     }
     return out;
   }
 
-  std::unique_ptr<BackendSession> restore(const SavedState& saved, reference::ResumeMode mode) override {
+  std::unique_ptr<BackendSession> restore(const SavedState& saved, reference::session::ResumeMode mode) override {
     if (precision_ == CachePrecision::kPacked) {
       DSV41_CHECK(!saved.bytes.empty(), "backend ", name_, ": the saved state holds no session bytes");
       if (ops_) {
         // Loaded (and, global-only, replayed) by a host model of the same weights, then uploaded:
         // the same session bytes on both sides (the replay runs on the CPU reference for now).
         if (!host_model_) {
-          host_model_ = std::make_unique<reference::Model>(resources_->config, resources_->weights,
+          host_model_ = std::make_unique<reference::model::Model>(resources_->config, resources_->weights,
                                                            resources_->token_map);
         }
-        reference::LoadedSession l =
-            reference::load_session_bytes(saved.bytes, "saved session", model_.config(), *host_model_, mode);
+        reference::session::LoadedSession l =
+            reference::session::load_session_bytes(saved.bytes, "saved session", model_.config(), *host_model_, mode);
         move_state(l.state, model_.ops(), /*to_device=*/true);
         return std::make_unique<RefSession>(std::move(l.state));
       }
-      reference::LoadedSession l =
-          reference::load_session_bytes(saved.bytes, "saved session", model_.config(), model_, mode);
+      reference::session::LoadedSession l =
+          reference::session::load_session_bytes(saved.bytes, "saved session", model_.config(), model_, mode);
       return std::make_unique<RefSession>(std::move(l.state));
     }
     const auto* snap = std::any_cast<std::shared_ptr<ModelState>>(&saved.snapshot);
     DSV41_CHECK(snap != nullptr && *snap, "backend ", name_, ": the saved state holds no snapshot");
     ModelState state = **snap;
-    if (mode == reference::ResumeMode::kFull) {
+    if (mode == reference::session::ResumeMode::kFull) {
       DSV41_CHECK(saved.has_swa, "backend ", name_, ": a full resume needs the SWA rings, saved without them");
     } else {
       const int64_t n = std::min<int64_t>(state.pos, model_.config().window_size);
@@ -233,12 +233,12 @@ class ReferenceBackend final : public Backend {
     return std::make_unique<RefSession>(std::move(state));
   }
 
-  std::vector<reference::CacheView> caches(const BackendSession& s) const override {
+  std::vector<reference::model::CacheView> caches(const BackendSession& s) const override {
     // The caches, then the compressors' pending groups and the DSpark rings: what a rollback or a
     // resume must restore.
-    std::vector<reference::CacheView> v = model_.cache_views(as_ref(s).state);
-    for (std::vector<reference::CacheView> more : {reference::compressor_views(as_ref(s).state, model_.ops()),
-                                                   reference::dspark_views(as_ref(s).state, model_.ops())}) {
+    std::vector<reference::model::CacheView> v = model_.cache_views(as_ref(s).state);
+    for (std::vector<reference::model::CacheView> more : {reference::model::compressor_views(as_ref(s).state, model_.ops()),
+                                                   reference::model::dspark_views(as_ref(s).state, model_.ops())}) {
       v.insert(v.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
     }
     return v;
@@ -247,11 +247,11 @@ class ReferenceBackend final : public Backend {
  private:
   // Runs `fn` with the caller's hooks (and this backend's planted value defect) set on the model.
   template <typename F>
-  void with_hooks(const reference::ForwardHooks& hooks, int64_t start, int64_t T, int64_t step, F&& fn) {
+  void with_hooks(const reference::model::ForwardHooks& hooks, int64_t start, int64_t T, int64_t step, F&& fn) {
     if (!mutation_ || mutation_->is_cache() || mutation_->is_round()) {
       model_.set_hooks(hooks);
     } else {
-      model_.set_hooks(mutated_hooks(*mutation_, hooks, model_.config(), start, T, step, &fired_));
+      model_.set_hooks(defects::mutated_hooks(*mutation_, hooks, model_.config(), start, T, step, &fired_));
     }
     try {
       fn();
@@ -268,13 +268,13 @@ class ReferenceBackend final : public Backend {
   }
 
   std::string name_;
-  std::unique_ptr<reference::Ops> ops_;  // nullptr: reference_ops(); declared before the model using it
-  std::unique_ptr<DraftRopeAtBlockStartOps> draft_defect_ops_;  // mutant:draft_rope_pos0 only: wraps the ops
-  reference::Model model_;
+  std::unique_ptr<reference::seam::Ops> ops_;  // nullptr: reference_ops(); declared before the model using it
+  std::unique_ptr<defects::DraftRopeAtBlockStartOps> draft_defect_ops_;  // mutant:draft_rope_pos0 only: wraps the ops
+  reference::model::Model model_;
   const BackendResources* resources_;    // device backends: to build host_model_ (outlives the backend)
-  std::unique_ptr<reference::Model> host_model_;  // device backends: loads saved sessions on the host
+  std::unique_ptr<reference::model::Model> host_model_;  // device backends: loads saved sessions on the host
   CachePrecision precision_;
-  std::optional<Mutation> mutation_;
+  std::optional<defects::Mutation> mutation_;
   bool fired_ = false;
 };
 
@@ -302,7 +302,7 @@ void validate_backend_name(const std::string& spec) {
 #endif
   }
   if (spec.rfind("mutant:", 0) == 0) {
-    parse_mutation(spec.substr(7));
+    defects::parse_mutation(spec.substr(7));
     return;
   }
   DSV41_FAIL("unknown backend '", spec, "' (known: ref, ref-bf16kv, cuda, mutant:<component>:L<layer>:S<step>)");
@@ -324,7 +324,7 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendReso
                                               std::make_unique<gpu::CudaOps>());
   }
 #endif
-  return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, parse_mutation(spec.substr(7)));
+  return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, defects::parse_mutation(spec.substr(7)));
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -19,9 +19,9 @@
 // Example:
 //   std::unique_ptr<Backend> b = make_backend("ref", resources);
 //   std::unique_ptr<BackendSession> s = b->new_session();
-//   reference::StepRecord r = b->step(*s, prompt, {}, {});
+//   reference::model::StepRecord r = b->step(*s, prompt, {}, {});
 //   SavedState saved = b->save(*s, /*include_swa=*/false);
-//   std::unique_ptr<BackendSession> resumed = b->restore(saved, reference::ResumeMode::kGlobalOnly);
+//   std::unique_ptr<BackendSession> resumed = b->restore(saved, reference::session::ResumeMode::kGlobalOnly);
 #pragma once
 
 #include <any>
@@ -39,7 +39,7 @@
 #include "reference/model/speculative.h"
 #include "reference/checkpoint/weights.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 // What a backend claims about itself relative to the reference: "bitexact" (it must give the
 // reference's bits) or "approximate" (it differs by design; measured only).
@@ -65,13 +65,13 @@ struct SavedState {
 // What every backend of a run is built from.
 struct BackendResources {
   reference::ModelConfig config;
-  reference::ModelWeights weights;
+  reference::checkpoint::ModelWeights weights;
   std::vector<int64_t> token_map;  // [vocab] Engram compressed ids
 };
 
 // The verify step of a speculative round, as the runner asks a side for it (docs/dspark.md): one
 // step over [current, drafts] with every row's logits, the side's own accept decision
-// (reference::accept_drafts with a SampleRng seeded by `seed`), then the rollback to the kept drafts.
+// (reference::model::accept_drafts with a SampleRng seeded by `seed`), then the rollback to the kept drafts.
 struct VerifyRequest {
   int64_t current = -1;
   std::vector<int64_t> drafts;               // [k] the drafts verified
@@ -81,8 +81,8 @@ struct VerifyRequest {
   std::optional<int64_t> keep;               // lockstep: keep this many drafts whatever the own decision
 };
 struct VerifyResult {
-  reference::StepRecord step;      // the verify step: all_logits [k + 1, vocab]
-  reference::Acceptance decision;  // the side's own decision
+  reference::model::StepRecord step;      // the verify step: all_logits [k + 1, vocab]
+  reference::model::Acceptance decision;  // the side's own decision
   int64_t kept = 0;                // drafts the session kept (decision.accepted unless `keep` was given)
 };
 
@@ -103,26 +103,26 @@ class Backend {
   // Runs tokens at s.pos(). hooks (may be empty) see, and may replace, every component's output;
   // a backend calls them in the reference's order (reference/model/hooks.h) with the same shapes.
   // `step` counts the backend's steps of this session's run (a planted defect keys on it).
-  virtual reference::StepRecord step(BackendSession& s, const std::vector<int64_t>& tokens,
-                                     const reference::StepOptions& options,
-                                     const reference::ForwardHooks& hooks, int64_t step) = 0;
+  virtual reference::model::StepRecord step(BackendSession& s, const std::vector<int64_t>& tokens,
+                                     const reference::model::StepOptions& options,
+                                     const reference::model::ForwardHooks& hooks, int64_t step) = 0;
   // A speculative round's verify step and rollback (VerifyRequest); s ends at its position + kept + 1.
-  virtual VerifyResult verify(BackendSession& s, const VerifyRequest& request, const reference::ForwardHooks& hooks,
+  virtual VerifyResult verify(BackendSession& s, const VerifyRequest& request, const reference::model::ForwardHooks& hooks,
                               int64_t step) = 0;
-  // A DSpark draft after s.pos() (reference::Model::draft: last_token at s.pos(), the drafts at the
+  // A DSpark draft after s.pos() (reference::model::Model::draft: last_token at s.pos(), the drafts at the
   // positions after it); the session is not changed. hooks see, and may replace, the dspark_*
   // components. A backend without DSpark (config n_mtp_layers = 0) throws a dsv41::Error.
-  virtual reference::DraftResult draft(BackendSession& s, int64_t last_token, const reference::DraftSampling& sampling,
-                                       const reference::ForwardHooks& hooks, int64_t step) = 0;
+  virtual reference::model::DraftResult draft(BackendSession& s, int64_t last_token, const reference::model::DraftSampling& sampling,
+                                       const reference::model::ForwardHooks& hooks, int64_t step) = 0;
   // An independent copy of a session (the runner's greedy lookahead drafts run on one).
   virtual std::unique_ptr<BackendSession> fork(const BackendSession& s) = 0;
   virtual SavedState save(const BackendSession& s, bool include_swa) = 0;
   // A session continuing from `saved`: kFull needs has_swa; kGlobalOnly rebuilds the SWA rings by
   // encoder replay (approximate by design, docs/sessions.md).
-  virtual std::unique_ptr<BackendSession> restore(const SavedState& saved, reference::ResumeMode mode) = 0;
-  // Every cache of the session as raw bytes, in a fixed order: reference::cache_views, then the
+  virtual std::unique_ptr<BackendSession> restore(const SavedState& saved, reference::session::ResumeMode mode) = 0;
+  // Every cache of the session as raw bytes, in a fixed order: reference::model::cache_views, then the
   // compressors' pending groups (compressor_views) and the DSpark rings (dspark_views).
-  virtual std::vector<reference::CacheView> caches(const BackendSession& s) const = 0;
+  virtual std::vector<reference::model::CacheView> caches(const BackendSession& s) const = 0;
   // Why this backend's run proves less than it claims ("" when nothing is missing): a planted
   // defect that never applied (its step, layer or selection never came) makes a comparison
   // inconclusive, never a pass.
@@ -146,4 +146,4 @@ void validate_backend_name(const std::string& spec);
 // building it: a pair's default expectation follows from it.
 Claim backend_claim(const std::string& spec);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

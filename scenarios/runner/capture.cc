@@ -9,7 +9,7 @@
 
 #include "base/error.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 using reference::Tensor;
@@ -27,7 +27,7 @@ bool tail_fits(const Tensor<T>& a, const Tensor<T>& own) {
 template <typename T>
 const Tensor<T>* forced_value(const StepCapture* forced, int layer, const std::string& what,
                               const Tensor<T>& own, const Tensor<T> CapturedItem::*member, Tensor<T>& scratch) {
-  if (forced == nullptr || what == reference::name(reference::Component::kIndexScores)) return nullptr;
+  if (forced == nullptr || what == reference::model::name(reference::model::Component::kIndexScores)) return nullptr;
   const CapturedItem* it = forced->find(layer, what);
   if (it == nullptr) return nullptr;
   const Tensor<T>& v = (*it).*member;
@@ -54,18 +54,18 @@ const CapturedItem* StepCapture::find(int layer, const std::string& component) c
 const std::vector<std::string>& known_components() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (const reference::ComponentInfo& i : reference::component_table()) n.push_back(i.name);
+    for (const reference::model::ComponentInfo& i : reference::model::component_table()) n.push_back(i.name);
     return n;
   }();
   return names;
 }
 
-bool is_known_component(const std::string& name) { return reference::component_from_name(name).has_value(); }
+bool is_known_component(const std::string& name) { return reference::model::component_from_name(name).has_value(); }
 
-ValueType hook_value_type(const std::string& c) {
-  const std::optional<reference::Component> id = reference::component_from_name(c);
-  return id && reference::component_info(*id).type == reference::ComponentType::kFp32 ? ValueType::kFp32
-                                                                                    : ValueType::kBf16;
+judge::ValueType hook_value_type(const std::string& c) {
+  const std::optional<reference::model::Component> id = reference::model::component_from_name(c);
+  return id && reference::model::component_info(*id).type == reference::model::ComponentType::kFp32 ? judge::ValueType::kFp32
+                                                                                    : judge::ValueType::kBf16;
 }
 
 namespace {
@@ -87,42 +87,42 @@ void record_and_force(StepCapture& into, const StepCapture* forced, const std::s
 
 }  // namespace
 
-reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced, bool skip_index_scores) {
-  reference::ForwardHooks h;
+reference::model::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced, bool skip_index_scores) {
+  reference::model::ForwardHooks h;
   // Logits are compared from the StepRecord (finish_capture); a sampled replay leaves index_scores out.
-  h.skipped = {reference::Component::kLogits};
-  if (skip_index_scores) h.skipped.push_back(reference::Component::kIndexScores);
+  h.skipped = {reference::model::Component::kLogits};
+  if (skip_index_scores) h.skipped.push_back(reference::model::Component::kIndexScores);
   h.read_only = forced == nullptr;
   // The same two checks again: a hook that wraps these (mutated_hooks) calls them directly, with
   // skipped empty so that its own defect still fires on index_scores.
-  h.tensor = [&into, forced, skip_index_scores](reference::Component what, int layer, Tensor<float>& v) {
-    if (what == reference::Component::kLogits) return;
-    if (skip_index_scores && what == reference::Component::kIndexScores) return;
-    record_and_force(into, forced, reference::name(what), layer, v, CapturedItem::kFloat, &CapturedItem::f);
+  h.tensor = [&into, forced, skip_index_scores](reference::model::Component what, int layer, Tensor<float>& v) {
+    if (what == reference::model::Component::kLogits) return;
+    if (skip_index_scores && what == reference::model::Component::kIndexScores) return;
+    record_and_force(into, forced, reference::model::name(what), layer, v, CapturedItem::kFloat, &CapturedItem::f);
   };
-  h.index = [&into, forced](reference::Component what, int layer, Tensor<int32_t>& v) {
-    record_and_force(into, forced, reference::name(what), layer, v, CapturedItem::kIndex, &CapturedItem::i);
+  h.index = [&into, forced](reference::model::Component what, int layer, Tensor<int32_t>& v) {
+    record_and_force(into, forced, reference::model::name(what), layer, v, CapturedItem::kIndex, &CapturedItem::i);
   };
-  h.mask = [&into, forced](reference::Component what, int layer, Tensor<uint8_t>& v) {
-    record_and_force(into, forced, reference::name(what), layer, v, CapturedItem::kMask, &CapturedItem::m);
+  h.mask = [&into, forced](reference::model::Component what, int layer, Tensor<uint8_t>& v) {
+    record_and_force(into, forced, reference::model::name(what), layer, v, CapturedItem::kMask, &CapturedItem::m);
   };
   return h;
 }
 
-void finish_capture(StepCapture& cap, const reference::StepRecord& rec, std::vector<reference::CacheView> caches) {
+void finish_capture(StepCapture& cap, const reference::model::StepRecord& rec, std::vector<reference::model::CacheView> caches) {
   cap.start_pos = rec.start_pos;
   cap.tokens = rec.tokens;
   // Engram ids: integer outputs, placed right before the layer's Engram output.
   for (const auto& [layer, ids] : rec.engram_ids) {
     CapturedItem it;
     it.layer = layer;
-    it.component = reference::name(reference::Component::kEngramIds);
+    it.component = reference::model::name(reference::model::Component::kEngramIds);
     it.kind = CapturedItem::kIds;
     it.ids = ids.data();
     it.ids_shape = ids.shape();
     std::vector<CapturedItem>::iterator at = cap.items.end();
     for (auto i = cap.items.begin(); i != cap.items.end(); ++i) {
-      if (i->layer == layer && i->component == reference::name(reference::Component::kEngramOut)) {
+      if (i->layer == layer && i->component == reference::model::name(reference::model::Component::kEngramOut)) {
         at = i;
         break;
       }
@@ -185,7 +185,7 @@ void cut_columns(Tensor<T>& v, int64_t cols) {
 }
 
 bool per_token(const CapturedItem& it) {
-  return it.component != reference::name(reference::Component::kAccept);
+  return it.component != reference::model::name(reference::model::Component::kAccept);
 }
 
 }  // namespace
@@ -238,13 +238,13 @@ StepCapture concat_rows(const std::vector<StepCapture>& steps) {
       case CapturedItem::kFloat: {
         std::vector<const Tensor<float>*> t;
         for (const CapturedItem* p : parts) t.push_back(&p->f);
-        c.f = cat_rows(t, neg_inf, first.component == reference::name(reference::Component::kIndexScores), what);
+        c.f = cat_rows(t, neg_inf, first.component == reference::model::name(reference::model::Component::kIndexScores), what);
         break;
       }
       case CapturedItem::kIndex: {
         std::vector<const Tensor<int32_t>*> t;
         for (const CapturedItem* p : parts) t.push_back(&p->i);
-        c.i = cat_rows(t, int32_t{-1}, first.component == reference::name(reference::Component::kTopk), what);
+        c.i = cat_rows(t, int32_t{-1}, first.component == reference::model::name(reference::model::Component::kTopk), what);
         break;
       }
       case CapturedItem::kMask: {
@@ -273,8 +273,8 @@ void align_columns(StepCapture& a, StepCapture& b) {
   for (CapturedItem& ia : a.items) {
     for (CapturedItem& ib : b.items) {
       if (ib.layer != ia.layer || ib.component != ia.component || ib.kind != ia.kind) continue;
-      if (ia.component != reference::name(reference::Component::kIndexScores) &&
-          ia.component != reference::name(reference::Component::kCandidates)) {
+      if (ia.component != reference::model::name(reference::model::Component::kIndexScores) &&
+          ia.component != reference::model::name(reference::model::Component::kCandidates)) {
         break;
       }
       if (ia.kind == CapturedItem::kFloat && ia.f.rank() == 2 && ib.f.rank() == 2) {
@@ -291,4 +291,4 @@ void align_columns(StepCapture& a, StepCapture& b) {
   }
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

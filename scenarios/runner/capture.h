@@ -7,8 +7,8 @@
 //
 // Example:
 //   StepCapture cap;
-//   reference::ForwardHooks h = capture_hooks(cap, nullptr);   // record only
-//   reference::StepRecord r = backend.step(session, tokens, {}, h, step);
+//   reference::model::ForwardHooks h = capture_hooks(cap, nullptr);   // record only
+//   reference::model::StepRecord r = backend.step(session, tokens, {}, h, step);
 //   finish_capture(cap, r, backend.caches(session));
 #pragma once
 
@@ -20,14 +20,14 @@
 #include "reference/model/model.h"
 #include "scenarios/judge/metrics.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 struct CapturedItem {
   enum Kind { kFloat, kIndex, kMask, kIds };
   int layer = -1;
   std::string component;
   Kind kind = kFloat;
-  ValueType type = ValueType::kBf16;  // kFloat
+  judge::ValueType type = judge::ValueType::kBf16;  // kFloat
   reference::Tensor<float> f;         // kFloat
   reference::Tensor<int32_t> i;       // kIndex: [T, k] (-1 padding)
   reference::Tensor<uint8_t> m;       // kMask: [T, N]
@@ -40,7 +40,7 @@ struct StepCapture {
   std::vector<CapturedItem> items;
   std::vector<float> logits;                  // [logit_rows, vocab] fp32: the last position (a step)
   int64_t logit_rows = 1;                     //   or every kept position (a speculative round)
-  std::vector<reference::CacheView> caches;   // after the step
+  std::vector<reference::model::CacheView> caches;   // after the step
   const CapturedItem* find(int layer, const std::string& component) const;
 };
 
@@ -50,7 +50,7 @@ const std::vector<std::string>& known_components();
 bool is_known_component(const std::string& name);
 
 // The storage type of a hook's values (fp32 for in_pre and the mHC mixes, bf16 otherwise).
-ValueType hook_value_type(const std::string& component);
+judge::ValueType hook_value_type(const std::string& component);
 
 // Values a teacher-forced side continues with: after recording its own output of a component,
 // the side takes `forced`'s value of the same (layer, component), when it has one of the same
@@ -58,11 +58,11 @@ ValueType hook_value_type(const std::string& component);
 // (it is internal to the indexer; the selection it makes is).
 // The returned hooks record into `into` and, when forced != nullptr, replace the values.
 // skip_index_scores: index_scores is not recorded (sampled replay at scale, docs/scale.md).
-reference::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced, bool skip_index_scores = false);
+reference::model::ForwardHooks capture_hooks(StepCapture& into, const StepCapture* forced, bool skip_index_scores = false);
 
 // Adds the StepRecord's Engram ids (before each Engram layer's "engram_out" item), the logits and
 // the caches.
-void finish_capture(StepCapture& cap, const reference::StepRecord& rec, std::vector<reference::CacheView> caches);
+void finish_capture(StepCapture& cap, const reference::model::StepRecord& rec, std::vector<reference::model::CacheView> caches);
 
 // Speculative rounds (docs/dspark.md): a round's capture holds the kept positions only, so the
 // verify step of a speculative side and the one-token steps of a plain side compare row by row.
@@ -78,4 +78,4 @@ StepCapture first_rows(const StepCapture& cap, int64_t rows);
 StepCapture concat_rows(const std::vector<StepCapture>& steps);
 void align_columns(StepCapture& a, StepCapture& b);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -9,7 +9,7 @@
 #include "base/error.h"
 #include "scenarios/judge/metrics.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 using reference::Tensor;
@@ -43,19 +43,19 @@ class Rows {
     r.metric = metric;
     r.value = value;
     std::optional<Tolerance> t;
-    if (ctx_.expect == Expectation::kBitExact) {
+    if (ctx_.expect == judge::Expectation::kBitExact) {
       t = exact ? exact : always;
-    } else if (ctx_.expect == Expectation::kTolerance) {
+    } else if (ctx_.expect == judge::Expectation::kTolerance) {
       t = always;
       if (!t && ctx_.rules) {
-        if (const ToleranceRule* rule = rule_for(*ctx_.rules, component, metric)) {
+        if (const judge::ToleranceRule* rule = judge::rule_for(*ctx_.rules, component, metric)) {
           t = rule->tolerance;
           covered_ = true;
         }
       }
     }
     r.tolerance = t;
-    judge_row(r);
+    judge::judge_row(r);
     if (r.verdict == Verdict::kFail && out_.first_failure_row < 0) {
       out_.first_failure_row = static_cast<int>(out_.rows.size());
       out_.first_failure_detail = detail;
@@ -66,14 +66,14 @@ class Rows {
   // Under "tolerance", an output that no rule covers is an error (never a silent pass).
   void begin_item() { covered_ = false; }
   void end_item(int layer, const std::string& component, bool needs_rule) {
-    if (ctx_.expect == Expectation::kTolerance && needs_rule && !covered_) {
+    if (ctx_.expect == judge::Expectation::kTolerance && needs_rule && !covered_) {
       DSV41_FAIL("tolerance pair: no tolerance rule covers '", component, "' (layer ", layer,
                  "); add one to the scenario's tolerances (docs/scenarios.md)");
     }
   }
 
   Tolerance stated_exact(bool higher, double bound) const {
-    return make_tolerance(bound, higher, "stated", ctx_.why.empty() ? "bit-exact pair" : ctx_.why);
+    return judge::make_tolerance(bound, higher, "stated", ctx_.why.empty() ? "bit-exact pair" : ctx_.why);
   }
 
  private:
@@ -107,7 +107,7 @@ std::string what_of(const CapturedItem& it, const CompareContext& ctx) {
   return it.component + " (layer " + std::to_string(it.layer) + ", step " + std::to_string(ctx.step) + ")";
 }
 
-std::string float_detail(const TensorMetrics& m) {
+std::string float_detail(const judge::TensorMetrics& m) {
   std::ostringstream s;
   if (m.nan_mismatch + m.inf_mismatch > 0) s << m.nan_mismatch << " NaN / " << m.inf_mismatch << " Inf masks differ; ";
   if (m.first_mismatch >= 0) {
@@ -136,7 +136,7 @@ void compare_float(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, S
   Tensor<float> a = ia.f;
   if (align(a, ib.f)) out.notes.push_back(ia.component + " layer " + std::to_string(ia.layer) + ": rows aligned by tail");
   const std::string what = ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")";
-  const TensorMetrics m = compare_tensors(a, ib.f, ia.type, what);
+  const judge::TensorMetrics m = compare_tensors(a, ib.f, ia.type, what);
   if (m.a_all_zero && m.b_all_zero) out.vacuous_items.push_back(what);
   if (has_nonfinite(ia.component, a, ib.f)) out.nonfinite_items.push_back(what);
   const std::string d = float_detail(m);
@@ -149,10 +149,10 @@ void compare_float(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, S
     rows.add(L, c, "nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch),
              rows.stated_exact(false, 0), std::nullopt, d);
     rows.add(L, c, "nan_mismatch", static_cast<double>(m.nan_mismatch), rows.stated_exact(false, 0),
-             make_tolerance(0, false, "stated", "NaN masks are compared before any numeric tolerance"), d);
+             judge::make_tolerance(0, false, "stated", "NaN masks are compared before any numeric tolerance"), d);
   } else {
     rows.add(L, c, "nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch),
-             rows.stated_exact(false, 0), make_tolerance(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"),
+             rows.stated_exact(false, 0), judge::make_tolerance(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"),
              d);
   }
   rows.add(L, c, "bit_equal_frac", m.bit_equal_frac, rows.stated_exact(true, 1.0), std::nullopt, d);
@@ -173,22 +173,22 @@ void compare_logits_item(const StepCapture& a, const StepCapture& b, Rows& rows,
               b.logits.size(), " entries");
   const int64_t V = n / R;
   const Tensor<float> ta({R, V}, a.logits, "logits"), tb({R, V}, b.logits, "logits");
-  const TensorMetrics m = compare_tensors(ta, tb, ValueType::kFp32, "logits (step " + std::to_string(ctx.step) + ")");
+  const judge::TensorMetrics m = judge::compare_tensors(ta, tb, judge::ValueType::kFp32, "logits (step " + std::to_string(ctx.step) + ")");
   if (m.a_all_zero && m.b_all_zero) out.vacuous_items.push_back("logits (step " + std::to_string(ctx.step) + ")");
   if (m.nonfinite_a + m.nonfinite_b > 0) out.nonfinite_items.push_back("logits (step " + std::to_string(ctx.step) + ")");
   // The perturbation a pair is allowed: a flip where A's top-2 margin is within twice the allowed
   // max |d| can come from a perturbation inside the tolerance (near tie); 0 for bitexact pairs.
   double bound = 0;
-  if (ctx.expect != Expectation::kBitExact && ctx.rules) {
-    if (const ToleranceRule* r = rule_for(*ctx.rules, "logits", "max_abs")) bound = 2 * r->tolerance.bound;
+  if (ctx.expect != judge::Expectation::kBitExact && ctx.rules) {
+    if (const judge::ToleranceRule* r = judge::rule_for(*ctx.rules, "logits", "max_abs")) bound = 2 * r->tolerance.bound;
   }
   // Per row; the worst row speaks for the item (the first flip, else the largest KL).
-  LogitMetrics lm;
+  judge::LogitMetrics lm;
   int64_t worst = 0;
   for (int64_t r = 0; r < R; ++r) {
     const std::vector<float> ra(a.logits.begin() + r * V, a.logits.begin() + (r + 1) * V);
     const std::vector<float> rb(b.logits.begin() + r * V, b.logits.begin() + (r + 1) * V);
-    const LogitMetrics row = compare_logits(ra, rb, bound);
+    const judge::LogitMetrics row = judge::compare_logits(ra, rb, bound);
     const bool worse = r == 0 || row.flip > lm.flip || (row.flip == lm.flip && !(row.kl <= lm.kl));
     if (worse) {
       lm = row;
@@ -201,7 +201,7 @@ void compare_logits_item(const StepCapture& a, const StepCapture& b, Rows& rows,
     << m.max_abs << ", KL " << lm.kl << "; " << float_detail(m);
   rows.begin_item();
   rows.add(-1, "logits", "nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch),
-           rows.stated_exact(false, 0), make_tolerance(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"),
+           rows.stated_exact(false, 0), judge::make_tolerance(0, false, "stated", "NaN/Inf masks are compared before any numeric tolerance"),
            d.str());
   rows.add(-1, "logits", "bit_equal_frac", m.bit_equal_frac, rows.stated_exact(true, 1.0), std::nullopt, d.str());
   rows.add(-1, "logits", "max_abs", m.max_abs, std::nullopt, std::nullopt, d.str());
@@ -232,10 +232,10 @@ void compare_index(const CapturedItem& ia, const CapturedItem& ib, const StepCap
       if (std::isfinite(v)) tie_eps = std::max(tie_eps, ctx.topk_tie_rel * std::fabs(static_cast<double>(v)));
     }
   }
-  const IndexMetrics m = compare_index_sets(ta, ib.i, scores ? &sa : nullptr, tie_eps, what);
+  const judge::IndexMetrics m = judge::compare_index_sets(ta, ib.i, scores ? &sa : nullptr, tie_eps, what);
   std::ostringstream d;
   if (m.first_row_differs >= 0) {
-    const IndexRowMetrics& r = m.per_row[static_cast<size_t>(m.first_row_differs)];
+    const judge::IndexRowMetrics& r = m.per_row[static_cast<size_t>(m.first_row_differs)];
     d << "first differing row " << m.first_row_differs << ": jaccard " << r.jaccard << ", recall " << r.recall
       << ", tie band " << r.tie_band << (r.tie_equivalent ? " (every difference inside it)" : "");
   }
@@ -256,7 +256,7 @@ void compare_index(const CapturedItem& ia, const CapturedItem& ib, const StepCap
   if (c == "topk" && !ctx.teacher_forced && ctx.candidate_source_layer >= 0 && L > ctx.candidate_source_layer) {
     const CapturedItem* mb = b.find(ctx.candidate_source_layer, "candidates");
     if (mb != nullptr && mb->m.dim(0) == ib.i.dim(0)) {
-      rows.add(L, c, "recall_within_candidates", recall_within_candidates(ta, ib.i, mb->m), std::nullopt,
+      rows.add(L, c, "recall_within_candidates", judge::recall_within_candidates(ta, ib.i, mb->m), std::nullopt,
                std::nullopt, d.str());
     }
   }
@@ -267,7 +267,7 @@ void compare_mask(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, St
                   const CompareContext& ctx) {
   Tensor<uint8_t> ta = ia.m;
   if (align(ta, ib.m)) out.notes.push_back(ia.component + " layer " + std::to_string(ia.layer) + ": rows aligned by tail");
-  const CandidateMetrics m = compare_candidates(
+  const judge::CandidateMetrics m = judge::compare_candidates(
       ta, ib.m, ctx.candidate_block_size,
       ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")");
   const std::string d = m.first_row_differs >= 0 ? "first differing row " + std::to_string(m.first_row_differs) : "";
@@ -287,14 +287,14 @@ void compare_ids(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, con
       ia.ids_shape[1] == ib.ids_shape[1]) {
     a.erase(a.begin(), a.end() - static_cast<std::ptrdiff_t>(ib.ids.size()));
   }
-  const IntMetrics m = compare_ints(
+  const judge::IntMetrics m = judge::compare_ints(
       a, ib.ids, ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")");
   const std::string d = m.first_mismatch >= 0 ? "first mismatch at flat index " + std::to_string(m.first_mismatch) : "";
   // Engram ids are exact on every pair; an accept decision [m, next token] only where the logits
   // are (bitexact pairs): elsewhere a near-tie flip of the target's argmax may change it (measured).
-  const bool accept = ia.component == reference::name(reference::Component::kAccept);
+  const bool accept = ia.component == reference::model::name(reference::model::Component::kAccept);
   std::optional<reports::Tolerance> t;
-  if (!accept) t = make_tolerance(1.0, true, "analytic", "Engram ids are an integer hash of the token ids: exact on every backend");
+  if (!accept) t = judge::make_tolerance(1.0, true, "analytic", "Engram ids are an integer hash of the token ids: exact on every backend");
   rows.begin_item();
   rows.add(ia.layer, ia.component, "equal_frac",
            m.count ? static_cast<double>(m.equal) / static_cast<double>(m.count) : 1.0, rows.stated_exact(true, 1.0),
@@ -316,8 +316,8 @@ void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, Step
     return;
   }
   for (size_t i = 0; i < a.caches.size(); ++i) {
-    const reference::CacheView& ca = a.caches[i];
-    const reference::CacheView& cb = b.caches[i];
+    const reference::model::CacheView& ca = a.caches[i];
+    const reference::model::CacheView& cb = b.caches[i];
     const std::string c = "cache." + ca.kind;
     if (ca.kind != cb.kind || ca.layer != cb.layer) {
       missing(ca.layer, c, "side B's cache " + std::to_string(i) + " is " + cb.kind + " of layer " + std::to_string(cb.layer));
@@ -335,7 +335,7 @@ void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, Step
                std::to_string(ca.entries) + " vs " + std::to_string(cb.entries) + " entries");
       continue;
     }
-    const BytesMetrics m = compare_bytes(ca.bytes, cb.bytes, ca.entry_bytes, c + " layer " + std::to_string(ca.layer));
+    const judge::BytesMetrics m = judge::compare_bytes(ca.bytes, cb.bytes, ca.entry_bytes, c + " layer " + std::to_string(ca.layer));
     std::string d;
     if (m.first_mismatch_entry >= 0) {
       d = "first mismatch in entry " + std::to_string(m.first_mismatch_entry) + " byte " +
@@ -363,13 +363,13 @@ const std::vector<std::string>& known_metrics() {
   return names;
 }
 
-std::vector<ToleranceRule> default_tolerance_rules() {
+std::vector<judge::ToleranceRule> default_tolerance_rules() {
   const auto rule = [](const char* component, const char* metric, double bound, bool higher, const char* origin,
                        const char* note) {
-    ToleranceRule r;
+    judge::ToleranceRule r;
     r.component = component;
     r.metric = metric;
-    r.tolerance = make_tolerance(bound, higher, origin, note);
+    r.tolerance = judge::make_tolerance(bound, higher, origin, note);
     return r;
   };
   return {
@@ -396,7 +396,7 @@ StepComparison compare_step(const StepCapture& a, const StepCapture& b, const Co
     const CapturedItem* ib = b.find(ia.layer, ia.component);
     if (ib == nullptr || ib->kind != ia.kind) {
       rows.add(ia.layer, ia.component, "present", 0.0, rows.stated_exact(true, 1.0),
-               make_tolerance(1.0, true, "stated", "both sides must produce every component output"),
+               judge::make_tolerance(1.0, true, "stated", "both sides must produce every component output"),
                "side B has no '" + ia.component + "' at layer " + std::to_string(ia.layer));
       ++out.items;
       continue;
@@ -412,7 +412,7 @@ StepComparison compare_step(const StepCapture& a, const StepCapture& b, const Co
   for (const CapturedItem& ib : b.items) {
     if (a.find(ib.layer, ib.component) == nullptr) {
       rows.add(ib.layer, ib.component, "present", 0.0, rows.stated_exact(true, 1.0),
-               make_tolerance(1.0, true, "stated", "both sides must produce every component output"),
+               judge::make_tolerance(1.0, true, "stated", "both sides must produce every component output"),
                "side A has no '" + ib.component + "' at layer " + std::to_string(ib.layer));
       ++out.items;
     }
@@ -425,4 +425,4 @@ StepComparison compare_step(const StepCapture& a, const StepCapture& b, const Co
   return out;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

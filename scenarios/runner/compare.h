@@ -19,14 +19,14 @@
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/scenario.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 struct CompareContext {
   int64_t step = 0;
   int session = 0;
-  Expectation expect = Expectation::kMeasured;
+  judge::Expectation expect = judge::Expectation::kMeasured;
   std::string why;                          // origin note of bitexact rows
-  const std::vector<ToleranceRule>* rules = nullptr;  // kTolerance
+  const std::vector<judge::ToleranceRule>* rules = nullptr;  // kTolerance
   int candidate_block_size = 8;
   int candidate_source_layer = -1;
   bool teacher_forced = false;
@@ -53,6 +53,6 @@ StepComparison compare_step(const StepCapture& a, const StepCapture& b, const Co
 const std::vector<std::string>& known_metrics();
 
 // The default rules of a "tolerance" pair (docs/scenarios.md gives their origins).
-std::vector<ToleranceRule> default_tolerance_rules();
+std::vector<judge::ToleranceRule> default_tolerance_rules();
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -11,10 +11,10 @@
 #include "base/error.h"
 #include "reference/ops/numerics.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 using reference::ModelConfig;
-using reference::StepRecord;
+using reference::model::StepRecord;
 using reference::Tensor;
 
 namespace {
@@ -62,8 +62,8 @@ StepRecord kept_rows(const StepRecord& r, int64_t rows, const ModelConfig& c) {
 }
 
 // The proposal of the first `n` drafts of a DSpark draft.
-reference::Proposal proposal_of(const reference::DraftResult& d, int64_t n) {
-  reference::Proposal p;
+reference::model::Proposal proposal_of(const reference::model::DraftResult& d, int64_t n) {
+  reference::model::Proposal p;
   p.tokens.assign(d.tokens.begin(), d.tokens.begin() + n);
   for (int64_t i = 0; i < n; ++i) p.probs.emplace_back(d.probs.row(i), d.probs.row(i) + d.probs.dim(1));
   p.confidence_logits.assign(d.confidence.begin(), d.confidence.begin() + n);
@@ -72,10 +72,10 @@ reference::Proposal proposal_of(const reference::DraftResult& d, int64_t n) {
 
 }  // namespace
 
-reference::VerifyPolicy parse_speculative(const std::string& text) {
+reference::model::VerifyPolicy parse_speculative(const std::string& text) {
   const bool integer = !text.empty() && std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
   try {
-    return reference::VerifyPolicy::parse(integer ? "fixed:" + text : text);
+    return reference::model::VerifyPolicy::parse(integer ? "fixed:" + text : text);
   } catch (const Error& e) {
     DSV41_FAIL("--speculative '", text, "': ", e.what(), " (an integer K means fixed:K)");
   }
@@ -95,7 +95,7 @@ reference::SamplingParams parse_sampling(const std::string& text) {
 
 uint64_t split_seed(uint64_t s, uint64_t i) { return reference::splitmix64(s, i); }
 
-GenerationRun generate(const reference::Model& model, reference::ModelState& state,
+GenerationRun generate(const reference::model::Model& model, reference::model::ModelState& state,
                        const std::vector<float>* prompt_logits, std::optional<int64_t> first_token,
                        const GenerateOptions& o, const GenerateObserver& observer) {
   const ModelConfig& c = model.config();
@@ -133,17 +133,17 @@ GenerationRun generate(const reference::Model& model, reference::ModelState& sta
     rec.accept_seed = accept_seed(o.seed, r);
     rec.start_pos = state.pos;
     rec.current = current;
-    const reference::DraftResult draft =
-        model.draft(state, current, reference::DraftSampling{o.sampling.temperature, rec.draft_seed});
+    const reference::model::DraftResult draft =
+        model.draft(state, current, reference::model::DraftSampling{o.sampling.temperature, rec.draft_seed});
     // Offer at most remaining - 1 drafts: the round emits at most k + 1 <= remaining tokens.
     const int64_t offered = std::min<int64_t>(static_cast<int64_t>(draft.tokens.size()), remaining - 1);
-    const reference::Proposal proposal = proposal_of(draft, offered);
-    reference::SpeculativeOptions so;
+    const reference::model::Proposal proposal = proposal_of(draft, offered);
+    reference::model::SpeculativeOptions so;
     so.policy = *o.speculative;
     so.sampling = o.sampling;
     reference::SampleRng rng(rec.accept_seed);
     if (observer.before_step) observer.before_step();
-    reference::SpeculativeRound round = reference::speculative_round(model, state, current, proposal, so, rng);
+    reference::model::SpeculativeRound round = reference::model::speculative_round(model, state, current, proposal, so, rng);
     if (observer.after_step) {
       std::vector<int64_t> ran = {current};
       ran.insert(ran.end(), round.verified.begin(), round.verified.end());
@@ -152,7 +152,7 @@ GenerationRun generate(const reference::Model& model, reference::ModelState& sta
     rec.drafts = proposal.tokens;
     double survival = 1;
     for (float z : proposal.confidence_logits) {
-      rec.confidence.push_back(reference::confidence_of(z));
+      rec.confidence.push_back(reference::model::confidence_of(z));
       survival *= rec.confidence.back();
       rec.survival.push_back(survival);
     }
@@ -235,4 +235,4 @@ std::string speculative_summary(const GenerationRun& run, const GenerateOptions&
   return buf;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -2,7 +2,7 @@
 //
 // Generation for `dsv41 forward --generate N` (docs/cli.md, docs/forward-output.md): N tokens
 // after the prompt, plain (one decode step per token) or speculative (--speculative: rounds of
-// Model::draft + reference::speculative_round), greedy or sampled (--sampling T[,TOP_P]), from
+// Model::draft + reference::model::speculative_round), greedy or sampled (--sampling T[,TOP_P]), from
 // one printed seed (--seed S).
 //
 // The current token: the last emitted token, not yet run by the target. After a prompt it is the
@@ -42,17 +42,17 @@
 #include "reference/model/speculative.h"
 #include "reports/h5_writer.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 struct GenerateOptions {
   int64_t tokens = 0;                                 // N >= 1
-  std::optional<reference::VerifyPolicy> speculative;  // absent: plain generation
+  std::optional<reference::model::VerifyPolicy> speculative;  // absent: plain generation
   reference::SamplingParams sampling;                 // temperature 0: greedy
   uint64_t seed = 0;                                  // S
 };
 
 // "K" (an integer: fixed:K) or a VerifyPolicy spec; a dsv41::Error naming --speculative otherwise.
-reference::VerifyPolicy parse_speculative(const std::string& text);
+reference::model::VerifyPolicy parse_speculative(const std::string& text);
 // "T" or "T,TOP_P": T finite >= 0, TOP_P in (0, 1] (default 1); a dsv41::Error naming --sampling.
 reference::SamplingParams parse_sampling(const std::string& text);
 
@@ -82,7 +82,7 @@ struct GenerationRun {
   int64_t pending = -1;                         // the current token at the end (emitted, not run)
   // One per decode step / round, cut to the fed rows; a round's all_logits holds the logits of
   // each fed position [m + 1, vocab] (a decode step's: logits only).
-  std::vector<reference::StepRecord> steps;
+  std::vector<reference::model::StepRecord> steps;
   std::vector<RoundRecord> rounds;              // speculative only
 };
 
@@ -93,12 +93,12 @@ struct GenerationRun {
 // ([current] or [current, d_1..d_k]) and the tokens kept (1, or m + 1).
 struct GenerateObserver {
   std::function<void()> before_step;
-  std::function<void(const reference::StepRecord& step, const std::vector<int64_t>& tokens, int64_t kept)> after_step;
+  std::function<void(const reference::model::StepRecord& step, const std::vector<int64_t>& tokens, int64_t kept)> after_step;
 };
 
 // Generates on `state`. Either `prompt_logits` (the prompt's last row [vocab]: token 0 is picked
 // from it) or `first_token` (the pending token of a resumed session) must be given.
-GenerationRun generate(const reference::Model& model, reference::ModelState& state,
+GenerationRun generate(const reference::model::Model& model, reference::model::ModelState& state,
                        const std::vector<float>* prompt_logits, std::optional<int64_t> first_token,
                        const GenerateOptions& options, const GenerateObserver& observer = {});
 
@@ -109,4 +109,4 @@ void write_generation(reports::H5Writer& w, const GenerationRun& run, const Gene
 // "speculative fixed:3: 4 rounds, mean accepted length 2.25, 3.25 tokens/round".
 std::string speculative_summary(const GenerationRun& run, const GenerateOptions& options);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

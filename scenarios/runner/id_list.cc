@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 int64_t parse_one(const std::string& text, const std::string& where) {
@@ -58,4 +58,4 @@ std::vector<int64_t> parse_id_list(const std::string& spec, const std::string& o
   return ids;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

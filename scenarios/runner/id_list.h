@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 std::vector<int64_t> parse_id_list(const std::string& spec, const std::string& option);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

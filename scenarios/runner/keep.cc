@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "scenarios/runner/capture.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 using reports::Comparison;
@@ -31,7 +31,7 @@ void keep_item(Comparison& cmp, const CapturedItem& it, int64_t step, const std:
   t.side = side;
   switch (it.kind) {
     case CapturedItem::kFloat:
-      t.logical_dtype = it.type == ValueType::kBf16 ? "bf16" : "fp32";
+      t.logical_dtype = it.type == judge::ValueType::kBf16 ? "bf16" : "fp32";
       t.shape = it.f.shape();
       t.values.assign(it.f.data().begin(), it.f.data().end());
       break;
@@ -101,7 +101,7 @@ void keep_focus(Comparison& cmp, const Focus& f, int64_t step, const StepCapture
     if (f.matches(step, it.layer, it.component)) keep_item(cmp, it, step, "b");
   }
   for (const auto& [cap, side] : {std::pair{&a, "a"}, std::pair{&b, "b"}}) {
-    for (const reference::CacheView& v : cap->caches) {
+    for (const reference::model::CacheView& v : cap->caches) {
       if (!f.matches(step, v.layer, "cache." + v.kind)) continue;
       StoredTensor t;
       t.step = step;
@@ -120,7 +120,7 @@ void keep_focus(Comparison& cmp, const Focus& f, int64_t step, const StepCapture
       CapturedItem it;
       it.layer = -1;
       it.component = "logits";
-      it.type = ValueType::kFp32;
+      it.type = judge::ValueType::kFp32;
       it.f = reference::Tensor<float>({cap->logit_rows, static_cast<int64_t>(cap->logits.size()) / cap->logit_rows},
                                       cap->logits, "logits");
       keep_item(cmp, it, step, side);
@@ -128,4 +128,4 @@ void keep_focus(Comparison& cmp, const Focus& f, int64_t step, const StepCapture
   }
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -23,7 +23,7 @@
 #include "reports/report.h"
 #include "scenarios/runner/capture.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 // One (step, layer, component) whose tensors the report keeps (--save-tensors).
 struct Focus {
@@ -41,4 +41,4 @@ Focus parse_focus(const std::string& text);
 void keep_focus(reports::Comparison& cmp, const Focus& f, int64_t step, const StepCapture& a,
                 const StepCapture& b);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

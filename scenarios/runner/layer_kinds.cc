@@ -10,7 +10,7 @@
 #include "reference/ops/tensor.h"
 #include "reference/checkpoint/weights.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 using reference::LayerRole;
 using reference::ModelConfig;
@@ -126,7 +126,7 @@ void check_kind(const ModelConfig& c, const LayerKind& kind) {
 
 WeightBytes weight_bytes(const ModelConfig& c, bool packed_fp4) {
   WeightBytes b;
-  for (const reference::TensorSpec& t : reference::expected_tensors(c)) {
+  for (const reference::checkpoint::TensorSpec& t : reference::checkpoint::expected_tensors(c)) {
     const int64_t n = reference::Tensor<float>::count(t.shape);
     b.file += static_cast<double>(reference::stored_bytes(t.dtype, n));
     const bool table = t.name.find("engram.embed.") != std::string::npos;  // held as bytes
@@ -138,4 +138,4 @@ WeightBytes weight_bytes(const ModelConfig& c, bool packed_fp4) {
   return b;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

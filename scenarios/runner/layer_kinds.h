@@ -28,7 +28,7 @@
 
 #include "reference/ops/config.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 struct LayerKind {
   std::string name;             // "swa", "full2", ...
@@ -65,4 +65,4 @@ struct WeightBytes {
 };
 WeightBytes weight_bytes(const reference::ModelConfig& c, bool packed_fp4);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

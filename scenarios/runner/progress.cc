@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 Progress::Style Progress::style_for(std::FILE* out, bool quiet) {
   if (quiet) return Style::kOff;
@@ -103,4 +103,4 @@ void Progress::finish(const std::string& what) {
   std::fflush(out_);
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

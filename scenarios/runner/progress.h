@@ -17,7 +17,7 @@
 #include <cstdio>
 #include <string>
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 class Progress {
  public:
@@ -59,4 +59,4 @@ class Progress {
   std::chrono::steady_clock::time_point t0_;
 };
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

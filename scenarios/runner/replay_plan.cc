@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 uint64_t splitmix64(uint64_t& s) {
@@ -103,4 +103,4 @@ std::string step_ranges(const std::vector<int64_t>& steps) {
   return s.str();
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -22,7 +22,7 @@
 
 #include "scenarios/runner/scenario.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 // One step of a scenario as the runner will number it.
 struct PlannedStep {
@@ -51,4 +51,4 @@ ReplaySample sample_replay_steps(const Scenario& sc, const TokenPlan& tokens, co
 // "0-3, 7, 12" (ascending steps as ranges): how the summary and /meta/replay write a step list.
 std::string step_ranges(const std::vector<int64_t>& steps);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -9,12 +9,12 @@
 
 #include "base/error.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
-using reference::Model;
-using reference::ModelState;
-using reference::StepRecord;
+using reference::model::Model;
+using reference::model::ModelState;
+using reference::model::StepRecord;
 using reference::Tensor;
 
 std::vector<int64_t> random_tokens(uint64_t seed, int64_t n, int64_t vocab) {
@@ -41,9 +41,9 @@ struct Captured {
 
 Captured step(Model& m, ModelState& s, const std::vector<int64_t>& tokens) {
   Captured c;
-  reference::ForwardHooks h;
-  h.tensor = [&c](reference::Component what, int layer, Tensor<float>& v) {
-    if (what == reference::Component::kOutStream) c.streams[layer] = v.data();
+  reference::model::ForwardHooks h;
+  h.tensor = [&c](reference::model::Component what, int layer, Tensor<float>& v) {
+    if (what == reference::model::Component::kOutStream) c.streams[layer] = v.data();
   };
   m.set_hooks(std::move(h));
   c.rec = m.forward_chunk(s, tokens);
@@ -210,4 +210,4 @@ std::string replay_study_json(const std::vector<ReplayStepResult>& rs) {
   return os.str();
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -21,7 +21,7 @@
 
 #include "reference/model/model.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 struct ReplayStudyOptions {
   int64_t length = 0;                    // prompt tokens (default: 3 windows)
@@ -45,10 +45,10 @@ struct ReplayStepResult {
   std::vector<double> stream_nmse;                   // [n_layers]
 };
 
-std::vector<ReplayStepResult> run_replay_study(reference::Model& model, const ReplayStudyOptions& o);
+std::vector<ReplayStepResult> run_replay_study(reference::model::Model& model, const ReplayStudyOptions& o);
 
 // The results as a Markdown table (one row per compared step) and as JSON.
 std::string replay_study_markdown(const std::vector<ReplayStepResult>& r);
 std::string replay_study_json(const std::vector<ReplayStepResult>& r);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "reference/ops/sampling.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -16,10 +16,10 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // lookahead, a plain side's one-token steps): no planted defect keys on it.
 constexpr int64_t kNoStep = -1;
 
-CapturedItem accept_item(const reference::Acceptance& d) {
+CapturedItem accept_item(const reference::model::Acceptance& d) {
   CapturedItem it;
   it.layer = -1;
-  it.component = reference::name(reference::Component::kAccept);
+  it.component = reference::model::name(reference::model::Component::kAccept);
   it.kind = CapturedItem::kIds;
   it.ids = {d.accepted, d.next_token};
   it.ids_shape = {2};
@@ -29,9 +29,9 @@ CapturedItem accept_item(const reference::Acceptance& d) {
 // The candidate masks of a round compare on their reachable part (StepRecord::candidates): the
 // pinned newest block of a row may extend past the row's reach by an amount that depends on where
 // the step ends (a verify step ends k - m rows after the kept rows, a one-token step at the row).
-void reachable_candidates(StepCapture& cap, const reference::StepRecord& rec) {
+void reachable_candidates(StepCapture& cap, const reference::model::StepRecord& rec) {
   for (CapturedItem& it : cap.items) {
-    if (it.component != reference::name(reference::Component::kCandidates)) continue;
+    if (it.component != reference::model::name(reference::model::Component::kCandidates)) continue;
     const auto r = rec.candidates.find(it.layer);
     if (r != rec.candidates.end() && r->second.shape() == it.m.shape()) it.m = r->second;
   }
@@ -48,7 +48,7 @@ RoundSide speculative(Backend& b, BackendSession& s, const RoundPlan& plan, std:
   req.seed = plan.seed;
   req.keep = keep;
   RoundSide out;
-  const reference::ForwardHooks h = capture_hooks(out.verify, forced);
+  const reference::model::ForwardHooks h = capture_hooks(out.verify, forced);
   VerifyResult v = b.verify(s, req, h, step);
   finish_capture(out.verify, v.step, {});
   reachable_candidates(out.verify, v.step);
@@ -72,8 +72,8 @@ RoundSide plain(Backend& b, BackendSession& s, const RoundPlan& plan, std::optio
   int64_t token = plan.current;
   for (int64_t i = 0;; ++i) {
     StepCapture cap;
-    const reference::ForwardHooks h = capture_hooks(cap, nullptr);
-    const reference::StepRecord rec = b.step(s, {token}, {}, h, kNoStep);
+    const reference::model::ForwardHooks h = capture_hooks(cap, nullptr);
+    const reference::model::StepRecord rec = b.step(s, {token}, {}, h, kNoStep);
     finish_capture(cap, rec, {});
     reachable_candidates(cap, rec);
     argmax.push_back(reference::argmax_token(rec.logits.data(), static_cast<int64_t>(rec.logits.size())));
@@ -103,7 +103,7 @@ RoundSide plain(Backend& b, BackendSession& s, const RoundPlan& plan, std::optio
 DraftSide run_draft(Backend& backend, BackendSession& session, int64_t current, const SpeculateSpec& spec,
                     uint64_t draft_seed, const StepCapture* forced, int64_t step) {
   DraftSide out;
-  reference::DraftSampling sampling;
+  reference::model::DraftSampling sampling;
   sampling.temperature = spec.temperature;
   sampling.seed = draft_seed;
   out.capture.start_pos = session.pos();
@@ -113,7 +113,7 @@ DraftSide run_draft(Backend& backend, BackendSession& session, int64_t current, 
 }
 
 RoundPlan plan_round(Backend& backend, BackendSession& session, int64_t current, const SpeculateSpec& spec,
-                     int64_t round, uint64_t seed, const reference::DraftResult* draft) {
+                     int64_t round, uint64_t seed, const reference::model::DraftResult* draft) {
   const int64_t vocab = backend.config().vocab_size;
   RoundPlan p;
   p.current = current;
@@ -125,7 +125,7 @@ RoundPlan plan_round(Backend& backend, BackendSession& session, int64_t current,
     std::unique_ptr<BackendSession> fork = backend.fork(session);
     int64_t token = current;
     for (int64_t i = 0; i < spec.lookahead; ++i) {
-      const reference::StepRecord rec = backend.step(*fork, {token}, {}, {}, kNoStep);
+      const reference::model::StepRecord rec = backend.step(*fork, {token}, {}, {}, kNoStep);
       token = reference::argmax_token(rec.logits.data(), static_cast<int64_t>(rec.logits.size()));
       p.proposal.push_back(token);
     }
@@ -146,7 +146,7 @@ RoundPlan plan_round(Backend& backend, BackendSession& session, int64_t current,
       p.corrupted = at;
     }
   }
-  p.k = reference::VerifyPolicy::parse(spec.policy).choose(p.confidence_logits, static_cast<int64_t>(p.proposal.size()));
+  p.k = reference::model::VerifyPolicy::parse(spec.policy).choose(p.confidence_logits, static_cast<int64_t>(p.proposal.size()));
   return p;
 }
 
@@ -190,7 +190,7 @@ std::vector<reports::AcceptanceRow> acceptance_rows(const RoundPlan& plan, const
     r.draft_index = static_cast<int64_t>(i);
     r.draft_token = plan.proposal[i];
     if (i < plan.confidence_logits.size()) {
-      r.confidence = reference::confidence_of(plan.confidence_logits[i]);
+      r.confidence = reference::model::confidence_of(plan.confidence_logits[i]);
       survival *= r.confidence;
       r.predicted_survival = survival;
     } else {
@@ -205,4 +205,4 @@ std::vector<reports::AcceptanceRow> acceptance_rows(const RoundPlan& plan, const
   return rows;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -40,7 +40,7 @@
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/scenario.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 // What side A fixed for a round; both sides follow it.
 struct RoundPlan {
@@ -59,7 +59,7 @@ struct RoundPlan {
 struct RoundSide {
   StepCapture capture;             // the kept positions, "accept", their logits, the caches after
   StepCapture verify;              // a speculative side's verify step as run (teacher forcing source)
-  reference::Acceptance decision;  // the side's own decision (next_token -1: beyond what it ran)
+  reference::model::Acceptance decision;  // the side's own decision (next_token -1: beyond what it ran)
   int64_t kept = 0;                // drafts kept (side A's decision)
 };
 
@@ -67,7 +67,7 @@ struct RoundSide {
 // temperature (no top-p: the official sampler) with `draft_seed`.
 struct DraftSide {
   StepCapture capture;             // the dspark_* outputs, in the draft's order
-  reference::DraftResult result;
+  reference::model::DraftResult result;
 };
 DraftSide run_draft(Backend& backend, BackendSession& session, int64_t current, const SpeculateSpec& spec,
                     uint64_t draft_seed, const StepCapture* forced, int64_t step);
@@ -75,7 +75,7 @@ DraftSide run_draft(Backend& backend, BackendSession& session, int64_t current, 
 // Step 1 on side A's session (unchanged: lookahead drafts run on a fork). draft: side A's DSpark
 // draft (the "dspark" drafter; nullptr otherwise).
 RoundPlan plan_round(Backend& backend, BackendSession& session, int64_t current, const SpeculateSpec& spec,
-                     int64_t round, uint64_t seed, const reference::DraftResult* draft);
+                     int64_t round, uint64_t seed, const reference::model::DraftResult* draft);
 
 // Steps 2 and 3 on one side. keep: side A's decision (std::nullopt: this side is A and decides).
 // forced: side A's verify capture (teacher forcing; speculative sides only).
@@ -87,4 +87,4 @@ std::vector<reports::AcceptanceRow> acceptance_rows(const RoundPlan& plan, const
                                                     const std::string& which, int64_t step, int session,
                                                     int64_t start_pos);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -11,7 +11,7 @@
 #include "reference/ops/numerics.h"
 #include "reports/report.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 void check_report_outputs(const std::string& output, const std::string& junit) {
   const std::string report = output::check_output_path(output, "report (-o)");
@@ -38,4 +38,4 @@ void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line) {
   meta.threads = reference::reference_threads();
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

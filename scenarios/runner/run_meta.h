@@ -15,7 +15,7 @@ namespace dsv41::reports {
 struct RunMeta;
 }  // namespace dsv41::reports
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitCheckFailed = 1;
@@ -31,4 +31,4 @@ void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line);
 // (base/output_file.h); scenarios/runner/run_meta.cc.
 void check_report_outputs(const std::string& output, const std::string& junit);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

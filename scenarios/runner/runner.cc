@@ -23,7 +23,7 @@
 #include "scenarios/runner/runner_side.h"
 #include "scenarios/runner/verdict.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 using reports::Comparison;
@@ -51,7 +51,7 @@ std::string scenario_ref(const Scenario& s) {
 class ComparisonRun {
  public:
   ComparisonRun(const Scenario& sc, const BackendResources& res, const RunOptions& opt, const TokenPlan& plan,
-                const std::vector<ToleranceRule>& rules, const std::map<std::string, int>& session_ids,
+                const std::vector<judge::ToleranceRule>& rules, const std::map<std::string, int>& session_ids,
                 const Pair& pair, const std::string& mode, std::vector<StepInfo>* steps,
                 const std::optional<ReplaySample>& replay)
       : sc_(sc), c_(res.config), opt_(opt), plan_(plan), rules_(rules), session_ids_(session_ids), pair_(pair),
@@ -77,10 +77,10 @@ class ComparisonRun {
       join_b();
       evidence_.backend_gap = A_.missing_evidence();
       if (evidence_.backend_gap.empty()) evidence_.backend_gap = B_.missing_evidence();
-      cmp_.verdict = comparison_verdict(cmp_, pair_.expect, evidence_);
+      cmp_.verdict = judge::comparison_verdict(cmp_, pair_.expect, evidence_);
       if (cmp_.verdict == Verdict::kMeasured) {
         // Where a measured pair first differs (information: nothing is asserted; no tensors kept).
-        if (std::optional<reports::Divergence> d = first_difference(cmp_.rows)) cmp_.first_divergence = *d;
+        if (std::optional<reports::Divergence> d = judge::first_difference(cmp_.rows)) cmp_.first_divergence = *d;
       }
     } catch (const Error& err) {
       cmp_.verdict = Verdict::kError;
@@ -261,7 +261,7 @@ class ComparisonRun {
   RoundSide run_round_side(SideRunner& side, const std::string& session, const RoundPlan& plan, bool plain,
                            std::optional<int64_t> keep, const StepCapture* forced, int64_t step) {
     return side.timed(
-        [&] { return scenarios::run_round(side.backend(session), side.session(session), plan, plain, keep, forced, step); });
+        [&] { return runner::run_round(side.backend(session), side.session(session), plan, plain, keep, forced, step); });
   }
 
   void run_step(const std::string& session, const std::vector<int64_t>& tokens, const char* phase, bool probe,
@@ -341,7 +341,7 @@ class ComparisonRun {
   }
 
   // The global bytes a side holds after a prompt event against `dsv41 bytes` (runner_internal.h).
-  void bytes_rows(const std::string& which, const std::vector<reference::CacheView>& views, int64_t tokens,
+  void bytes_rows(const std::string& which, const std::vector<reference::model::CacheView>& views, int64_t tokens,
                   const std::string& session, int64_t step) {
     const Side& side = which == "a" ? pair_.a : pair_.b;
     if (backend_claim(side.backend) != Claim::kBitExact) {
@@ -354,7 +354,7 @@ class ComparisonRun {
         global_bytes_rows(views, tokens, c_, which, step, session_ids_.at(session), &detail);
     cmp_.rows.insert(cmp_.rows.end(), rows.begin(), rows.end());
     if (!detail.empty() && !cmp_.first_divergence) {
-      reports::Divergence d = divergence_at(rows.back());
+      reports::Divergence d = judge::divergence_at(rows.back());
       d.tolerance = *rows.back().tolerance;
       d.detail = detail;
       cmp_.first_divergence = d;
@@ -412,7 +412,7 @@ class ComparisonRun {
 
   // The first failing row: where, how much, and the command that reruns just that case.
   void divergence(const MetricRow& r, const std::string& detail, const StepCapture& a, const StepCapture& b) {
-    reports::Divergence d = divergence_at(r);
+    reports::Divergence d = judge::divergence_at(r);
     d.tolerance = *r.tolerance;
     d.detail = detail;
     std::ostringstream cmd;
@@ -436,7 +436,7 @@ class ComparisonRun {
   const reference::ModelConfig& c_;
   const RunOptions& opt_;
   const TokenPlan& plan_;
-  const std::vector<ToleranceRule>& rules_;
+  const std::vector<judge::ToleranceRule>& rules_;
   const std::map<std::string, int>& session_ids_;
   const Pair& pair_;
   const bool forced_;
@@ -447,7 +447,7 @@ class ComparisonRun {
   std::map<std::string, int64_t> pending_;                  // a round's next token, not yet fed
   std::map<std::string, int64_t> boundary_;                 // last resume position, per session
   std::set<std::string> notes_;
-  Evidence evidence_;  // what the verdict weighs besides the rows (backend gap: filled at the end)
+  judge::Evidence evidence_;  // what the verdict weighs besides the rows (backend gap: filled at the end)
   int64_t step_ = 0;
   bool stop_ = false;
   bool sampled_ = false;          // sampled replay: side B runs the steps in checked_ only
@@ -477,7 +477,7 @@ ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, con
   const ScenarioPlan plan = plan_scenario(sc, res.config, opt);
   const std::vector<Pair>& pairs = plan.pairs;
   const std::vector<std::string>& modes = plan.modes;
-  const std::vector<ToleranceRule>& rules = plan.rules;
+  const std::vector<judge::ToleranceRule>& rules = plan.rules;
   std::map<std::string, int> session_ids;
   for (const Event& e : sc.events) session_ids.emplace(e.session, static_cast<int>(session_ids.size()));
 
@@ -499,8 +499,8 @@ ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, con
           ComparisonRun(sc, res, o, plan.tokens, rules, session_ids, pair, mode, steps, replay).run());
     }
   }
-  out.verdict = scenario_verdict(out.comparisons, &out.error);
+  out.verdict = judge::scenario_verdict(out.comparisons, &out.error);
   return out;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

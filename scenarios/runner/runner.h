@@ -31,7 +31,7 @@
 #include "scenarios/runner/replay_plan.h"
 #include "scenarios/runner/scenario.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 // Where a run is, for a progress display (scenarios/runner/progress.h): given at the start of each event
 // and of each step of each comparison.
@@ -72,7 +72,7 @@ struct RunOptions {
 struct ScenarioPlan {
   std::vector<Pair> pairs;
   std::vector<std::string> modes;
-  std::vector<ToleranceRule> rules;
+  std::vector<judge::ToleranceRule> rules;
   TokenPlan tokens;
   int sessions = 0;
   std::vector<std::optional<ReplaySample>> replay;  // [pair] the steps side B replays (none: every step)
@@ -94,4 +94,4 @@ reports::ScenarioResult scenario_result_header(const Scenario& scenario);
 // A word a POSIX shell reads back as itself (reports/report.h).
 using reports::shell_quote;
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -14,7 +14,7 @@
 #include "scenarios/runner/runner.h"
 #include "scenarios/runner/verdict.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 // Refuses a scenario one of whose sessions would pass max_seq_len, before any token is planned or
 // step run: its prompts, decode steps and speculative rounds (each at least one token) add up.
@@ -133,7 +133,7 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
                   "': side '", side->text(), "': decoder replay needs at least window_size = ", c.window_size,
                   " rows (docs/sessions.md: R = W + the speculative block), else the later layers' rings keep holes");
       if (side->backend.rfind("mutant:", 0) == 0) {
-        const Mutation m = parse_mutation(side->backend.substr(7));
+        const defects::Mutation m = defects::parse_mutation(side->backend.substr(7));
         DSV41_CHECK(m.layer < c.n_layers, "scenario '", sc.name, "': side '", side->text(), "': layer ", m.layer,
                     " is not a layer of this model (0 .. ", c.n_layers - 1, ")");
       }
@@ -159,7 +159,7 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
                   "distribution, not its tokens: compare plain sides at temperature 0");
     }
   }
-  for (const ToleranceRule& r : sc.tolerances) {
+  for (const judge::ToleranceRule& r : sc.tolerances) {
     const std::vector<std::string>& metrics = known_metrics();
     DSV41_CHECK(std::find(metrics.begin(), metrics.end(), r.metric) != metrics.end(), "scenario '", sc.name,
                 "': tolerance rule for '", r.component, "': unknown metric '", r.metric, "' (docs/scenarios.md lists them)");
@@ -174,7 +174,7 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
   }
   plan.rules = sc.tolerances;
   if (sc.default_tolerances) {
-    const std::vector<ToleranceRule> defaults = default_tolerance_rules();
+    const std::vector<judge::ToleranceRule> defaults = default_tolerance_rules();
     plan.rules.insert(plan.rules.end(), defaults.begin(), defaults.end());
   }
   plan_replay(sc, opt, plan);
@@ -185,4 +185,4 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
   return plan;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -5,7 +5,7 @@
 #include "reference/session/byte_accounting.h"
 #include "scenarios/runner/runner_internal.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 using reports::MetricRow;
 
@@ -57,14 +57,14 @@ void probe_rows(const StepCapture& a, const StepCapture& b, int64_t step, int se
   }
 }
 
-std::vector<MetricRow> global_bytes_rows(const std::vector<reference::CacheView>& views, int64_t tokens,
+std::vector<MetricRow> global_bytes_rows(const std::vector<reference::model::CacheView>& views, int64_t tokens,
                                          const reference::ModelConfig& c, const std::string& which, int64_t step,
                                          int session, std::string* detail) {
   int64_t held = 0;
-  for (const reference::CacheView& v : views) {
+  for (const reference::model::CacheView& v : views) {
     if (v.kind == "compressed_kv" || v.kind == "index_keys") held += static_cast<int64_t>(v.bytes.size());
   }
-  const int64_t expected = reference::global_bytes_for_tokens(reference::byte_accounting(c), tokens);
+  const int64_t expected = reference::session::global_bytes_for_tokens(reference::session::byte_accounting(c), tokens);
   std::vector<MetricRow> rows;
   MetricRow r;
   r.step = step;
@@ -81,7 +81,7 @@ std::vector<MetricRow> global_bytes_rows(const std::vector<reference::CacheView>
   r.metric = "held_minus_expected";
   r.value = static_cast<double>(std::llabs(held - expected));
   r.tolerance = reports::Tolerance{0, false, "analytic",
-                                   "dsv41 bytes: reference::global_bytes_for_tokens(byte_accounting(config), tokens)"};
+                                   "dsv41 bytes: reference::session::global_bytes_for_tokens(byte_accounting(config), tokens)"};
   r.verdict = held == expected ? reports::Verdict::kPass : reports::Verdict::kFail;
   rows.push_back(r);
   detail->clear();
@@ -92,4 +92,4 @@ std::vector<MetricRow> global_bytes_rows(const std::vector<reference::CacheView>
   return rows;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

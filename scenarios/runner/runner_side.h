@@ -16,7 +16,7 @@
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/scenario.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 // One side of a comparison: its backend(s) and sessions.
 class SideRunner {
@@ -68,7 +68,7 @@ class SideRunner {
   // and its pending decoder replay (when the step after a resume is replayed).
   void load(const std::string& name, const SavedState& saved, bool pending_decoder) {
     timed([&] {
-      sessions_[name] = backend(name).restore(saved, reference::ResumeMode::kFull);
+      sessions_[name] = backend(name).restore(saved, reference::session::ResumeMode::kFull);
       return 0;
     });
     pending_decoder_[name] = pending_decoder;
@@ -86,7 +86,7 @@ class SideRunner {
   std::vector<float> step_unrecorded(const std::string& name, const std::vector<int64_t>& tokens, int64_t step_index,
                                      bool prompt) {
     BackendSession& s = session(name);
-    reference::StepOptions o;
+    reference::model::StepOptions o;
     o.logits_only = true;
     if (prompt && pending_decoder_[name] && side_.path == CachePath::kDecoder) o.decoder_replay_rows = side_.decoder_rows;
     if (prompt) pending_decoder_[name] = false;
@@ -103,15 +103,15 @@ class SideRunner {
   StepCapture step(const std::string& name, const std::vector<int64_t>& tokens, int64_t step_index,
                    const StepCapture* forced, bool prompt) {
     BackendSession& s = session(name);
-    reference::StepOptions o;
+    reference::model::StepOptions o;
     // Decoder replay applies to the first prompt step after a resume (a decode step in between
     // leaves it pending).
     if (prompt && pending_decoder_[name] && side_.path == CachePath::kDecoder) o.decoder_replay_rows = side_.decoder_rows;
     if (prompt) pending_decoder_[name] = false;
     StepCapture cap;
-    const reference::ForwardHooks h = capture_hooks(cap, forced, skip_index_scores_);
+    const reference::model::ForwardHooks h = capture_hooks(cap, forced, skip_index_scores_);
     timed([&] {
-      const reference::StepRecord rec = backend(name).step(s, tokens, o, h, step_index);
+      const reference::model::StepRecord rec = backend(name).step(s, tokens, o, h, step_index);
       finish_capture(cap, rec, backend(name).caches(s));
       return 0;
     });
@@ -137,13 +137,13 @@ class SideRunner {
         break;
       case CachePath::kFull: {
         const SavedState saved = b.save(s, /*include_swa=*/true);
-        sessions_[name] = b.restore(saved, reference::ResumeMode::kFull);
+        sessions_[name] = b.restore(saved, reference::session::ResumeMode::kFull);
         break;
       }
       case CachePath::kGlobal:
       case CachePath::kDecoder: {
         const SavedState saved = b.save(s, /*include_swa=*/false);
-        sessions_[name] = b.restore(saved, reference::ResumeMode::kGlobalOnly);
+        sessions_[name] = b.restore(saved, reference::session::ResumeMode::kGlobalOnly);
         pending_decoder_[name] = true;
         break;
       }
@@ -193,4 +193,4 @@ class SideRunner {
   }
 };
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -11,7 +11,7 @@
 #include "reference/model/speculative.h"
 #include "scenarios/runner/backend.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 using nlohmann::json;
@@ -116,7 +116,7 @@ SpeculateSpec parse_speculate(const json& e, const std::string& w) {
   if (e.contains("policy")) {
     sp.policy = text(e["policy"], w + ".policy");
     try {
-      reference::VerifyPolicy::parse(sp.policy);
+      reference::model::VerifyPolicy::parse(sp.policy);
     } catch (const Error& err) {
       DSV41_FAIL(w, ".policy: ", err.what());
     }
@@ -135,7 +135,7 @@ SpeculateSpec parse_speculate(const json& e, const std::string& w) {
       }
       DSV41_CHECK(used == d.size() - 10 && used > 0 && sp.lookahead >= 1 && sp.lookahead <= 64, w,
                   ".drafts: lookahead:N needs N in [1, 64], got '", d, "'");
-      DSV41_CHECK(reference::VerifyPolicy::parse(sp.policy).kind == reference::VerifyPolicy::Kind::kFixed, w,
+      DSV41_CHECK(reference::model::VerifyPolicy::parse(sp.policy).kind == reference::model::VerifyPolicy::Kind::kFixed, w,
                   ": lookahead drafts have no confidence: the policy must be fixed:K, got ", sp.policy);
     } else {
       DSV41_FAIL(w, ".drafts: '", d, "' is not dspark or lookahead:N");
@@ -342,11 +342,11 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
       pair.b = parse_side(text(p["b"], w + ".b"));
       const std::string ex = text(p["expect"], w + ".expect");
       if (ex == "bitexact") {
-        pair.expect = Expectation::kBitExact;
+        pair.expect = judge::Expectation::kBitExact;
       } else if (ex == "tolerance") {
-        pair.expect = Expectation::kTolerance;
+        pair.expect = judge::Expectation::kTolerance;
       } else if (ex == "measured") {
-        pair.expect = Expectation::kMeasured;
+        pair.expect = judge::Expectation::kMeasured;
       } else {
         DSV41_FAIL(w, ".expect: '", ex, "' is not bitexact, tolerance or measured");
       }
@@ -373,7 +373,7 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
       const std::string w = where + ".tolerances[" + std::to_string(i) + "]";
       const json& t = j["tolerances"][i];
       only_keys(t, w, {"component", "metric", "max", "min", "origin", "note"});
-      ToleranceRule r;
+      judge::ToleranceRule r;
       DSV41_CHECK(t.contains("component") && t.contains("metric"), w, ": needs component and metric");
       r.component = text(t["component"], w + ".component");
       r.metric = text(t["metric"], w + ".metric");
@@ -484,4 +484,4 @@ TokenPlan plan_tokens(const Scenario& s, int64_t vocab) {
   return plan;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -54,7 +54,7 @@
 #include "reports/report.h"
 #include "scenarios/judge/judge.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 enum class CachePath { kCold, kFull, kGlobal, kDecoder, kAlone };
 const char* name(CachePath p);
@@ -82,7 +82,7 @@ struct ReplaySpec {
 
 struct Pair {
   Side a, b;
-  Expectation expect = Expectation::kMeasured;
+  judge::Expectation expect = judge::Expectation::kMeasured;
   std::string why;          // the origin of the expectation (shown in the report)
   std::optional<ReplaySpec> replay;  // given: side B replays sampled steps only (above)
 };
@@ -97,7 +97,7 @@ struct TokenSegment {
 // A speculate event's rounds (above).
 struct SpeculateSpec {
   int64_t rounds = 0;
-  std::string policy = "fixed:4";     // reference::VerifyPolicy::parse
+  std::string policy = "fixed:4";     // reference::model::VerifyPolicy::parse
   enum Drafter { kDSpark, kLookahead } drafter = kDSpark;
   int64_t lookahead = 0;              // kLookahead: N drafts
   std::vector<int64_t> reject_at;     // per round (cycling): the draft index corrupted, -1 none
@@ -122,7 +122,7 @@ struct Scenario {
   std::vector<Event> events;
   std::vector<Pair> pairs;
   std::vector<std::string> modes;      // "free-running", "teacher-forced"
-  std::vector<ToleranceRule> tolerances;
+  std::vector<judge::ToleranceRule> tolerances;
   bool default_tolerances = true;      // the default rules (compare.h) follow the scenario's own
   // "check_bytes": at the end of every prompt event, the global bytes each side holds (its
   // compressed KV and index-key caches) must equal `dsv41 bytes` for the tokens (docs/scale.md).
@@ -154,4 +154,4 @@ TokenPlan plan_tokens(const Scenario& s, int64_t vocab);
 // (token segments "event:E:I", spans "span:NAME:I", speculative rounds "round:STEP").
 uint64_t stream_seed(uint64_t seed, const std::string& name);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

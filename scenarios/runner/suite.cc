@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "scenarios/runner/scenario.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 const std::vector<std::pair<std::string, std::string>>& builtin_suite_files();  // suite_data.cc
 
@@ -38,4 +38,4 @@ Scenario builtin_scenario(const std::string& name) {
   DSV41_FAIL("no built-in scenario '", name, "'");
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

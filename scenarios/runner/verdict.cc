@@ -2,9 +2,9 @@
 
 #include "scenarios/runner/backend.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
-Expectation default_expectation(const Side& a, const Side& b, const Scenario& s, std::string* why) {
+judge::Expectation default_expectation(const Side& a, const Side& b, const Scenario& s, std::string* why) {
   const bool resumes = [&] {
     for (const Event& e : s.events) {
       if (e.kind == Event::kResume) return true;
@@ -18,17 +18,17 @@ Expectation default_expectation(const Side& a, const Side& b, const Scenario& s,
   const bool same_path = a.path == b.path && a.decoder_rows == b.decoder_rows;
   if (exact_backend(a) && exact_backend(b) && same_path) {
     *why = "both backends claim the reference's bits and take the same cache path: the same computation";
-    return Expectation::kBitExact;
+    return judge::Expectation::kBitExact;
   }
   if (exact_backend(a) && exact_backend(b) && exact_path(a) && exact_path(b)) {
     *why = "both backends claim the reference's bits and no path replays (docs/sessions.md: chunking, full resume "
            "and separate sessions are exact)";
-    return Expectation::kBitExact;
+    return judge::Expectation::kBitExact;
   }
   *why = !exact_backend(a) || !exact_backend(b)
              ? "a backend is approximate by design (ref-bf16kv: precision ablation)"
              : "bounded replay (global / decoder path) is approximate by design (docs/replay-divergence.md)";
-  return Expectation::kMeasured;
+  return judge::Expectation::kMeasured;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -18,11 +18,11 @@
 #include "scenarios/judge/judge.h"
 #include "scenarios/runner/scenario.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 
 // The expectation of a pair given on the command line (not in the scenario): bitexact when both
 // backends claim the reference's bits and neither path replays (cold/full/alone) or the scenario
 // never resumes; measured otherwise. `why` receives the origin.
-Expectation default_expectation(const Side& a, const Side& b, const Scenario& s, std::string* why);
+judge::Expectation default_expectation(const Side& a, const Side& b, const Scenario& s, std::string* why);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -17,16 +17,16 @@
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/port_dump.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::selftest {
 namespace {
 
-namespace st = reference::safetensors;
+namespace st = reference::checkpoint::safetensors;
 
 // Rewrites every step file of the dump: edit(entries) on its tensors, metadata kept.
 template <typename F>
 void rewrite_steps(const std::string& dir, F edit) {
   for (int64_t step = 0;; ++step) {
-    const std::string path = dir + "/" + dump_step_file(step);
+    const std::string path = dir + "/" + conform::dump_step_file(step);
     if (!std::filesystem::exists(path)) break;
     const st::SafetensorsFile f = st::SafetensorsFile::read(path);
     std::vector<st::Entry> entries;
@@ -45,14 +45,14 @@ void index_keys_block_planar(const std::string& dir, const reference::ModelConfi
       if (e.name.size() < suffix.size() || e.name.compare(e.name.size() - suffix.size(), suffix.size(), suffix) != 0) {
         continue;
       }
-      reference::CacheView v;
+      reference::model::CacheView v;
       v.kind = "index_keys";
       v.format = formats::CacheFormat::kIndexKeysFp4;
       v.dim = c.index_head_dim;
       v.entry_bytes = formats::entry_bytes(v.format, static_cast<int>(v.dim));
       v.entries = static_cast<int64_t>(e.bytes.size()) / v.entry_bytes;
       v.bytes = e.bytes;
-      e.bytes = to_block_planar(v, 8);
+      e.bytes = conform::to_block_planar(v, 8);
     }
   });
 }
@@ -68,7 +68,7 @@ ZooBug ops_bug(std::string name, std::string description, std::string origin, st
   b.expected_layer = layer;
   b.expected_step = step;
   b.ci = ci;
-  b.make_ops = zoo_ops_factory(b.name);
+  b.make_ops = defects::zoo_ops_factory(b.name);
   DSV41_CHECK(b.make_ops != nullptr, "bug zoo: no ops for '", b.name, "'");
   return b;
 }
@@ -184,17 +184,17 @@ const ZooBug& zoo_bug(const std::string& name) {
 }
 
 void write_zoo_dump(const std::string& dir, const reference::ModelConfig& c, const std::string& weights_path,
-                    const reference::ModelWeights& weights, const ZooBug* bug) {
+                    const reference::checkpoint::ModelWeights& weights, const ZooBug* bug) {
   const ZooScenario& s = zoo_scenario();
-  std::unique_ptr<reference::Ops> ops = bug != nullptr && bug->make_ops ? bug->make_ops(c) : nullptr;
-  reference::Model model(c, weights, reference::default_token_map(c), ops ? *ops : reference::reference_ops());
-  PortDumpWriter dump(dir, c, weights_path, "default",
+  std::unique_ptr<reference::seam::Ops> ops = bug != nullptr && bug->make_ops ? bug->make_ops(c) : nullptr;
+  reference::model::Model model(c, weights, reference::model::default_token_map(c), ops ? *ops : reference::seam::reference_ops());
+  conform::PortDumpWriter dump(dir, c, weights_path, "default",
                       "dsv41 selftest" + std::string(bug != nullptr ? " --bugs " + bug->name : " (clean)"));
-  reference::ModelState state = model.new_state();
-  StepCapture cap;
-  model.set_hooks(capture_hooks(cap, nullptr));
+  reference::model::ModelState state = model.new_state();
+  runner::StepCapture cap;
+  model.set_hooks(runner::capture_hooks(cap, nullptr));
   auto step = [&](const std::vector<int64_t>& ids, const std::string& event) {
-    const reference::StepRecord rec = model.forward_chunk(state, ids);
+    const reference::model::StepRecord rec = model.forward_chunk(state, ids);
     dump.add_model_step(cap, model, state, rec, ids, event);
   };
   int64_t index = 0, at = 0;
@@ -210,7 +210,7 @@ void write_zoo_dump(const std::string& dir, const reference::ModelConfig& c, con
     // A full resume is a continuation (bit-exact, docs/sessions.md). The driver bug: a global-only
     // cache hit that does not rebuild the window rings (fresh, zero-filled).
     if (resume && bug != nullptr && bug->driver_zero_window_at_resume) {
-      for (reference::LayerState& ls : state.layers) {
+      for (reference::model::LayerState& ls : state.layers) {
         reference::Tensor<uint8_t> host = model.ops().download(std::move(ls.window_kv.bytes));
         std::fill(host.data().begin(), host.data().end(), uint8_t{0});
         ls.window_kv.bytes = model.ops().upload(std::move(host));
@@ -223,4 +223,4 @@ void write_zoo_dump(const std::string& dir, const reference::ModelConfig& c, con
   if (bug != nullptr && bug->transform_dump) bug->transform_dump(dir, c);
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::selftest

@@ -14,7 +14,7 @@
 //
 // Example:
 //   for (const ZooBug& b : bug_zoo()) {
-//     std::unique_ptr<reference::Ops> ops = b.make_ops ? b.make_ops(config) : nullptr;   // else the reference
+//     std::unique_ptr<reference::seam::Ops> ops = b.make_ops ? b.make_ops(config) : nullptr;   // else the reference
 //     write_zoo_dump(dir, config, weights_path, b);
 //   }
 #pragma once
@@ -30,7 +30,7 @@
 #include "reference/checkpoint/weights.h"
 #include "scenarios/defects/bug_zoo_ops.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::selftest {
 
 enum class ZooKind { kOps, kDump, kDriver };
 const char* name(ZooKind k);
@@ -46,7 +46,7 @@ struct ZooBug {
   int64_t expected_step = 0;
   bool ci = false;  // in the `--ci` subset
   // kOps: the buggy ops (forwarding all but one op to the reference).
-  std::function<std::unique_ptr<reference::Ops>(const reference::ModelConfig&)> make_ops;
+  std::function<std::unique_ptr<reference::seam::Ops>(const reference::ModelConfig&)> make_ops;
   // kDump: rewrites the dump directory in place (after it was written).
   std::function<void(const std::string& dir, const reference::ModelConfig&)> transform_dump;
   // kDriver: the step at which the driver plants the defect (see ZooScenario::resume_step).
@@ -73,6 +73,6 @@ const ZooBug& zoo_bug(const std::string& name);
 // `dsv41 forward --dump` (capture_hooks, PortDumpWriter), with the bug planted (nullptr: the clean
 // reference). token_map: the default map of the config.
 void write_zoo_dump(const std::string& dir, const reference::ModelConfig& config, const std::string& weights_path,
-                    const reference::ModelWeights& weights, const ZooBug* bug);
+                    const reference::checkpoint::ModelWeights& weights, const ZooBug* bug);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::selftest

@@ -18,18 +18,18 @@
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/port_dump.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::selftest {
 namespace {
 
 namespace fs = std::filesystem;
-namespace st = reference::safetensors;
+namespace st = reference::checkpoint::safetensors;
 
 std::string oracle(const std::string& file) { return std::string(DSV41_SOURCE_DIR_STRING) + "/golden/oracle/" + file; }
 
 // Whether any tensor of any step differs between two dumps of the same scenario.
 bool dumps_differ(const std::string& a, const std::string& b) {
   for (int64_t step = 0;; ++step) {
-    const std::string pa = a + "/" + dump_step_file(step), pb = b + "/" + dump_step_file(step);
+    const std::string pa = a + "/" + conform::dump_step_file(step), pb = b + "/" + conform::dump_step_file(step);
     if (!fs::exists(pa) || !fs::exists(pb)) return fs::exists(pa) != fs::exists(pb);
     const st::SafetensorsFile fa = st::SafetensorsFile::read(pa), fb = st::SafetensorsFile::read(pb);
     if (fa.names() != fb.names()) return true;
@@ -63,8 +63,8 @@ SelftestResult run_selftest(const SelftestOptions& o, std::ostream& progress) {
   const std::string config_path = o.config.empty() ? oracle("config.json") : o.config;
   const std::string weights_path = o.weights.empty() ? oracle("weights.safetensors") : o.weights;
   const reference::ModelConfig c = reference::load_config_file(config_path);
-  const reference::ModelWeights weights = reference::ModelWeights::load(weights_path, c);
-  const std::vector<int64_t> token_map = reference::default_token_map(c);
+  const reference::checkpoint::ModelWeights weights = reference::checkpoint::ModelWeights::load(weights_path, c);
+  const std::vector<int64_t> token_map = reference::model::default_token_map(c);
 
   std::vector<const ZooBug*> bugs;
   if (!o.bugs.empty()) {
@@ -91,13 +91,13 @@ SelftestResult run_selftest(const SelftestOptions& o, std::ostream& progress) {
       fs::remove_all(dir);
       write_zoo_dump(dir, c, weights_path, weights, bug);
       row.fired = bug ? dumps_differ(clean_dir, dir) : false;
-      ConformOptions co;
+      conform::ConformOptions co;
       co.name = row.bug;
       co.order_variant = o.order_variant;
-      const reports::RunReport report = conform(read_port_dump(dir), weights, token_map, co);
-      row.conform_exit = conform_exit_code(report);
+      const reports::RunReport report = conform::conform(conform::read_port_dump(dir), weights, token_map, co);
+      row.conform_exit = conform::conform_exit_code(report);
       row.flagged = row.conform_exit == 1;
-      if (const std::optional<RootCause> rc = root_cause(report)) {
+      if (const std::optional<conform::RootCause> rc = conform::root_cause(report)) {
         row.component = rc->component;
         row.layer = rc->layer;
         row.step = rc->step;
@@ -181,4 +181,4 @@ int selftest_exit_code(const SelftestResult& r) {
   return 0;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::selftest

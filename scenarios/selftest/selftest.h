@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::selftest {
 
 struct SelftestOptions {
   std::string config;            // config.json ("": the built-in tiny oracle's)
@@ -51,11 +51,11 @@ struct SelftestResult {
 };
 
 SelftestResult run_selftest(const SelftestOptions& options, std::ostream& progress);
-// The detection table (markdown, as pasted into docs/selftest.md).
+// The detection table (markdown; the measured one is in bench/RESULTS.md, "The self-test's detection table").
 std::string format_selftest_table(const SelftestResult& r);
 // JUnit XML: one testcase per row.
 void write_selftest_junit(const SelftestResult& r, const std::string& path);
 // 0: clean passes and every bug is flagged and located; 1 otherwise; 2 when a run errored.
 int selftest_exit_code(const SelftestResult& r);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::selftest

@@ -35,7 +35,7 @@
 #include "cuda/device.h"
 #endif
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::sweep {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -258,7 +258,7 @@ reports::ScenarioResult item_result(const SweepItem& it, const ItemOutcome& out,
   } else {
     why = "no report: " + out.exit;  // "signal 9 (Killed)", "timeout after S s (killed)", "exit 2", ...
   }
-  reports::ScenarioResult r = scenario_result_header(it.scenario);
+  reports::ScenarioResult r = runner::scenario_result_header(it.scenario);
   r.name = it.name;
   r.verdict = reports::Verdict::kError;
   r.error = "sweep item " + std::to_string(it.index) + ": " + why + " (where: /meta/volatile/items)" +
@@ -329,7 +329,7 @@ int write_merged(const SweepPlan& plan, const SweepOptions& o, const std::map<in
     if (std::find(distinct.begin(), distinct.end(), s) == distinct.end()) distinct.push_back(s);
   }
   meta.sides = distinct;
-  stamp_run_meta(meta, o.command_line);
+  runner::stamp_run_meta(meta, o.command_line);
   meta.threads = threads;
   for (const SweepItem& it : plan.items) {
     const auto found = outcomes.find(static_cast<int64_t>(it.index));
@@ -476,9 +476,9 @@ int run_sweep(const SweepPlan& plan, const SweepOptions& o, Comm& comm) {
   Rank rank(plan, o, comm, scratch);
   if (comm.rank() != 0) {
     serve(rank, comm, o.test_kill_rank == comm.rank());
-    return kExitOk;
+    return runner::kExitOk;
   }
   return lead(plan, o, comm, rank, work_dir);
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::sweep

@@ -28,7 +28,7 @@
 #include "scenarios/sweep/sweep_comm.h"
 #include "scenarios/sweep/sweep_plan.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::sweep {
 
 struct SweepOptions {
   std::string plan_path;             // the plan file (item processes read it again)
@@ -72,4 +72,4 @@ int run_sweep_item(const SweepPlan& plan, const WorkerArgs& args);
 // and rank 0, so a resumed item is recognized.
 reports::ItemMeta stable_item_meta(const SweepPlan& plan, const SweepItem& item);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::sweep

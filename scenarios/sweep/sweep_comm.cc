@@ -11,7 +11,7 @@
 #include <mpi.h>
 #endif
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::sweep {
 namespace {
 
 class LocalComm final : public Comm {
@@ -195,4 +195,4 @@ std::vector<uint8_t> ByteReader::blob() {
   return b;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::sweep

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::sweep {
 
 struct CommMessage {
   int source = -1;
@@ -73,4 +73,4 @@ class ByteReader {
   size_t at_ = 0;
 };
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::sweep

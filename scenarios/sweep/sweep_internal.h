@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::sweep {
 
 inline constexpr int kTagRequest = 1;  // rank -> 0: give me an item
 inline constexpr int kTagItem = 2;     // 0 -> rank: an item index, or -1: no more
@@ -61,4 +61,4 @@ std::string file_tail(const std::string& path, size_t max_bytes);
 // This executable's path (/proc/self/exe), for the item processes.
 std::string self_executable();
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::sweep

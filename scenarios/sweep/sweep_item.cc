@@ -34,7 +34,7 @@
 
 extern char** environ;
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::sweep {
 
 // ---- what a rank reports about an item ----
 
@@ -191,18 +191,18 @@ std::string hostname() {
 }
 
 // The model of an item: config, token map and weights, as `dsv41 run` builds them.
-BackendResources load_resources(const SweepModel& m) {
-  BackendResources res{m.loaded, {}, {}};
-  res.token_map = m.token_map.empty() ? reference::default_token_map(m.loaded)
-                                      : parse_id_list("@" + m.token_map, "token_map");
+runner::BackendResources load_resources(const SweepModel& m) {
+  runner::BackendResources res{m.loaded, {}, {}};
+  res.token_map = m.token_map.empty() ? reference::model::default_token_map(m.loaded)
+                                      : runner::parse_id_list("@" + m.token_map, "token_map");
   DSV41_CHECK(static_cast<int64_t>(res.token_map.size()) == m.loaded.vocab_size, "model '", m.name, "': token_map '",
               m.token_map, "': ", res.token_map.size(), " ids, but the config has a vocab of ", m.loaded.vocab_size);
   if (!m.weights.empty()) {
-    res.weights = reference::ModelWeights::load(m.weights, m.loaded);
+    res.weights = reference::checkpoint::ModelWeights::load(m.weights, m.loaded);
   } else {
-    res.weights = reference::ModelWeights::load(
-        reference::safetensors::SafetensorsFile::from_entries("generated weights",
-                                                             reference::generate_weights(m.loaded, m.weight_seed)),
+    res.weights = reference::checkpoint::ModelWeights::load(
+        reference::checkpoint::safetensors::SafetensorsFile::from_entries("generated weights",
+                                                             reference::checkpoint::generate_weights(m.loaded, m.weight_seed)),
         m.loaded);
   }
   return res;
@@ -214,7 +214,7 @@ int run_sweep_item(const SweepPlan& plan, const WorkerArgs& w) {
   // Die with the rank that started us (a killed rank leaves no item process running on).
   if (w.parent > 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != static_cast<pid_t>(w.parent)) return kExitBadInput;
+    if (getppid() != static_cast<pid_t>(w.parent)) return runner::kExitBadInput;
   }
   DSV41_CHECK(w.item >= 0 && w.item < static_cast<int64_t>(plan.items.size()), "sweep --worker ", w.item,
               ": the plan has ", plan.items.size(), " items");
@@ -236,8 +236,8 @@ int run_sweep_item(const SweepPlan& plan, const WorkerArgs& w) {
             << m.name << ", seed " << it.scenario.seed << ")\n";
   reports::ScenarioResult result;
   try {
-    const BackendResources res = load_resources(m);
-    RunOptions o;
+    const runner::BackendResources res = load_resources(m);
+    runner::RunOptions o;
     o.sides = it.sides;
     o.modes = it.modes;
     o.stop_after_step = plan.stop_after_step;
@@ -248,10 +248,10 @@ int run_sweep_item(const SweepPlan& plan, const WorkerArgs& w) {
       if (w.kill_mid_item && !first) ::raise(SIGKILL);  // after the first event: mid-item
       first = false;
     };
-    result = run_scenario(it.scenario, res, o);
+    result = runner::run_scenario(it.scenario, res, o);
   } catch (const std::exception& e) {
     // As `dsv41 run`: the item's failure is its verdict.
-    result = scenario_result_header(it.scenario);
+    result = runner::scenario_result_header(it.scenario);
     result.verdict = reports::Verdict::kError;
     result.error = e.what();
   }
@@ -268,7 +268,7 @@ int run_sweep_item(const SweepPlan& plan, const WorkerArgs& w) {
   report.verdict = reports::roll_up(report.scenarios);
   reports::write_report(w.out, report);
   std::cerr << "dsv41 sweep: item " << it.index << ": " << reports::name(report.verdict) << "\n";
-  return kExitOk;
+  return runner::kExitOk;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::sweep

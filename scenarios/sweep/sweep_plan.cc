@@ -17,7 +17,7 @@
 #include "scenarios/runner/backend.h"
 #include "scenarios/runner/runner.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::sweep {
 namespace {
 
 using nlohmann::json;
@@ -120,8 +120,8 @@ std::vector<std::string> parse_pair(const json& j, const std::string& where) {
   std::vector<std::string> pair = {s.substr(0, comma), s.substr(comma + 1)};
   for (const std::string& side : pair) {
     try {
-      parse_side(side);
-      validate_backend_name(parse_side(side).backend);
+      runner::parse_side(side);
+      runner::validate_backend_name(runner::parse_side(side).backend);
     } catch (const Error& e) {
       DSV41_FAIL(where, ": ", e.what());
     }
@@ -144,10 +144,10 @@ std::string item_name(const SweepItem& it, const SweepPlan& plan) {
 }  // namespace
 
 std::string SweepModel::rerun_prefix() const {
-  std::string p = "dsv41 run --config " + shell_quote(config);
-  if (!weights.empty() && weights != default_oracle_weights()) p += " --weights " + shell_quote(weights);
+  std::string p = "dsv41 run --config " + reports::shell_quote(config);
+  if (!weights.empty() && weights != default_oracle_weights()) p += " --weights " + reports::shell_quote(weights);
   if (weights.empty()) p += " --weight-seed " + std::to_string(weight_seed);
-  if (!token_map.empty()) p += " --token-map " + shell_quote(token_map);
+  if (!token_map.empty()) p += " --token-map " + reports::shell_quote(token_map);
   return p;
 }
 
@@ -163,18 +163,18 @@ bool SweepPlan::uses_gpu() const {
   return false;
 }
 
-double estimate_cost(const Scenario& s, size_t comparisons, const reference::ModelConfig& c) {
-  const TokenPlan tokens = plan_tokens(s, c.vocab_size);
+double estimate_cost(const runner::Scenario& s, size_t comparisons, const reference::ModelConfig& c) {
+  const runner::TokenPlan tokens = plan_tokens(s, c.vocab_size);
   double n = 0;
   for (size_t e = 0; e < s.events.size(); ++e) {
-    const Event& ev = s.events[e];
-    if (ev.kind == Event::kPrompt) n += static_cast<double>(tokens.prompts[e].size());
-    if (ev.kind == Event::kDecode) n += static_cast<double>(ev.decode);
+    const runner::Event& ev = s.events[e];
+    if (ev.kind == runner::Event::kPrompt) n += static_cast<double>(tokens.prompts[e].size());
+    if (ev.kind == runner::Event::kDecode) n += static_cast<double>(ev.decode);
     // A round drafts, verifies k + 1 rows and may replay: about 2 (k + 1) token rows; k <= 8 here.
-    if (ev.kind == Event::kSpeculate) n += static_cast<double>(ev.speculate.rounds) * 2 * 9;
+    if (ev.kind == runner::Event::kSpeculate) n += static_cast<double>(ev.speculate.rounds) * 2 * 9;
   }
   double values = 0;
-  for (const reference::TensorSpec& t : reference::expected_tensors(c)) {
+  for (const reference::checkpoint::TensorSpec& t : reference::checkpoint::expected_tensors(c)) {
     values += static_cast<double>(reference::Tensor<float>::count(t.shape));
   }
   return 2.0 * static_cast<double>(comparisons) * n * values;
@@ -200,7 +200,7 @@ SweepPlan parse_sweep_plan(const std::string& json_text, const std::string& sour
   for (size_t i = 0; i < scen.size(); ++i) {
     const std::string s = text(scen[i], where + ": scenarios[" + std::to_string(i) + "]");
     if (s == "suite") {
-      for (const std::string& n : builtin_scenario_names()) plan.scenarios.push_back(n);
+      for (const std::string& n : runner::builtin_scenario_names()) plan.scenarios.push_back(n);
     } else {
       plan.scenarios.push_back(is_path(s) ? resolve(base_dir, s) : s);
     }
@@ -240,12 +240,12 @@ SweepPlan parse_sweep_plan(const std::string& json_text, const std::string& sour
   const size_t n_items = plan.models.size() * plan.scenarios.size() * std::max<size_t>(1, plan.sides.size()) *
                          std::max<size_t>(1, plan.modes.size()) * std::max<size_t>(1, plan.seeds.size());
   DSV41_CHECK(n_items <= kMaxItems, where, ": expands to ", n_items, " items, more than ", kMaxItems);
-  std::map<std::string, Scenario> loaded;
+  std::map<std::string, runner::Scenario> loaded;
   for (size_t si = 0; si < plan.scenarios.size(); ++si) {
     const std::string& ref = plan.scenarios[si];
     if (loaded.count(ref)) continue;
     try {
-      loaded.emplace(ref, load_scenario(ref));
+      loaded.emplace(ref, runner::load_scenario(ref));
     } catch (const Error& e) {
       DSV41_FAIL(where, ": scenarios: ", e.what());
     }
@@ -274,19 +274,19 @@ SweepPlan parse_sweep_plan(const std::string& json_text, const std::string& sour
             }
             DSV41_CHECK(names.insert(it.name).second, w, ": a second item of this name (the plan lists scenario '",
                         ref, "' twice, or two scenarios share a name)");
-            RunOptions o;
+            runner::RunOptions o;
             o.sides = it.sides;
             o.modes = it.modes;
-            ScenarioPlan sp;
+            runner::ScenarioPlan sp;
             try {
-              sp = plan_scenario(it.scenario, plan.models[m].loaded, o);
+              sp = runner::plan_scenario(it.scenario, plan.models[m].loaded, o);
             } catch (const Error& e) {
               DSV41_FAIL(w, ": ", e.what());
             }
-            for (const Pair& pair : sp.pairs) {
+            for (const runner::Pair& pair : sp.pairs) {
               it.uses_gpu = it.uses_gpu || pair.a.backend == "cuda" || pair.b.backend == "cuda";
-              const int per_a = pair.a.path == CachePath::kAlone ? sp.sessions : 1;
-              const int per_b = pair.b.path == CachePath::kAlone ? sp.sessions : 1;
+              const int per_a = pair.a.path == runner::CachePath::kAlone ? sp.sessions : 1;
+              const int per_b = pair.b.path == runner::CachePath::kAlone ? sp.sessions : 1;
               it.weight_copies = std::max(it.weight_copies, 1 + per_a + per_b);
             }
             it.estimated_cost = estimate_cost(it.scenario, sp.pairs.size() * sp.modes.size(), plan.models[m].loaded);
@@ -308,4 +308,4 @@ SweepPlan load_sweep_plan(const std::string& path) {
   return parse_sweep_plan(ss.str(), path, std::filesystem::path(path).parent_path().string());
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::sweep

@@ -36,7 +36,7 @@
 #include "reference/ops/config.h"
 #include "scenarios/runner/scenario.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::sweep {
 
 struct SweepModel {
   std::string name;          // unique in the plan; [A-Za-z0-9_.+-]
@@ -60,7 +60,7 @@ struct SweepItem {
   std::vector<std::string> sides;    // {} (the scenario's pairs) or {A, B}
   std::vector<std::string> modes;    // {} (the scenario's modes) or {mode}
   std::optional<uint64_t> seed;      // the token seed override
-  Scenario scenario;                 // loaded (seed applied)
+  runner::Scenario scenario;                 // loaded (seed applied)
   bool uses_gpu = false;             // a side of one of its pairs is the cuda backend
   int weight_copies = 1;             // weight copies alive at once (the run's, one per backend)
   double estimated_cost = 0;         // docs/sweep.md "Estimated cost"
@@ -86,6 +86,6 @@ SweepPlan load_sweep_plan(const std::string& path);
 
 // The relative cost of a scenario run under a model: 2 sides x comparisons x tokens the sides
 // process x weight values (a crude FLOP count; it orders the work queue and deals the static split).
-double estimate_cost(const Scenario& scenario, size_t comparisons, const reference::ModelConfig& config);
+double estimate_cost(const runner::Scenario& scenario, size_t comparisons, const reference::ModelConfig& config);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::sweep

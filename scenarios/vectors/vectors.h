@@ -4,7 +4,7 @@
 // test cases a port runs one kernel at a time, without a model, weights file or dump.
 //
 //   write_vector_set    `dsv41 vectors -o DIR`: DIR/vectors.json (the manifest, written last) and
-//                       one safetensors file per case: the op (a reference::Ops method name), the
+//                       one safetensors file per case: the op (a reference::seam::Ops method name), the
 //                       config size (tiny, small, released), the op's scalar parameters, the inputs
 //                       "in.<name>", the expected outputs "out.<name>", the tolerance and its
 //                       origin, the seed and the adversarial property the case pins down
@@ -22,7 +22,7 @@
 //
 // Example:
 //   write_vector_set("vec", {"tiny"}, 0, "dsv41 vectors -o vec");
-//   run_port_on_vectors(reference::reference_ops(), "vec", "port");   // what a port does
+//   run_port_on_vectors(reference::seam::reference_ops(), "vec", "port");   // what a port does
 //   reports::RunReport r = conform_vectors("vec", "port", "");
 //   return reports::exit_code(r.verdict);                              // 0
 #pragma once
@@ -37,7 +37,7 @@
 #include "reference/checkpoint/safetensors.h"
 #include "reports/report.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::vectors {
 
 inline constexpr const char* kVectorsFormat = "dsv41 vectors";
 inline constexpr int kVectorsVersion = 1;
@@ -52,7 +52,7 @@ reference::ModelConfig vector_size_config(const std::string& size);
 // One case as written (the file's metadata and tensors).
 struct VectorCase {
   std::string name;         // "<size>.<op>.<variant>": the file is "<name>.safetensors"
-  std::string op;           // the reference::Ops method (the component name used everywhere)
+  std::string op;           // the reference::seam::Ops method (the component name used everywhere)
   std::string size;         // tiny, small or released
   uint64_t seed = 0;        // the case's input seed (derived from the set's seed and the name)
   std::string description;  // what the case computes
@@ -60,7 +60,7 @@ struct VectorCase {
   double tolerance = 0;     // max |expected - port| allowed; 0 = bit-exact
   std::string tolerance_origin;
   std::map<std::string, std::string> params;       // the op's scalar parameters (strings)
-  std::vector<reference::safetensors::Entry> tensors;  // "in.<name>" then "out.<name>"
+  std::vector<reference::checkpoint::safetensors::Entry> tensors;  // "in.<name>" then "out.<name>"
 };
 
 // The cases of one size (inputs and expected outputs), deterministic in (size, seed).
@@ -93,12 +93,12 @@ VectorSet read_vector_set(const std::string& dir);
 
 // A case file's inputs through `ops` -> the outputs "out.<name>", in the case's dtypes and shapes.
 // A dsv41::Error naming the file and key for a missing or misshaped input or parameter.
-std::vector<reference::safetensors::Entry> run_vector_case(const reference::Ops& ops,
-                                                           const reference::safetensors::SafetensorsFile& file);
+std::vector<reference::checkpoint::safetensors::Entry> run_vector_case(const reference::seam::Ops& ops,
+                                                           const reference::checkpoint::safetensors::SafetensorsFile& file);
 
 // A port's outputs for every case of the set (`only`: the cases whose op is `only`), written as
 // PORT_DIR/<case file> holding only "out.*" keys (and the metadata format/version/case).
-void run_port_on_vectors(const reference::Ops& ops, const std::string& vectors_dir, const std::string& port_dir,
+void run_port_on_vectors(const reference::seam::Ops& ops, const std::string& vectors_dir, const std::string& port_dir,
                          const std::string& only = "");
 
 // The judgement (see above). only: "" every case, else an op name (the other cases are skipped,
@@ -106,4 +106,4 @@ void run_port_on_vectors(const reference::Ops& ops, const std::string& vectors_d
 reports::RunReport conform_vectors(const std::string& vectors_dir, const std::string& port_dir,
                                    const std::string& only);
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::vectors

@@ -15,11 +15,11 @@
 #include "scenarios/vectors/vectors.h"
 #include "scenarios/vectors/vectors_internal.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::vectors {
 
 using reference::DType;
 using reference::Tensor;
-namespace st = reference::safetensors;
+namespace st = reference::checkpoint::safetensors;
 
 namespace vectors_detail {
 
@@ -67,7 +67,7 @@ VectorCase CaseSet::begin(const std::string& op, const std::string& variant, con
 
 void CaseSet::finish(VectorCase c) {
   const st::SafetensorsFile in = st::SafetensorsFile::from_entries(c.name, c.tensors, vector_metadata(c));
-  for (st::Entry& out : run_vector_case(reference::reference_ops(), in)) {
+  for (st::Entry& out : run_vector_case(reference::seam::reference_ops(), in)) {
     if (out.dtype == DType::kF32) {
       for (const float v : out.to_f32()) DSV41_CHECK(!std::isnan(v), "vectors: case ", c.name, " gives NaN in ", out.name);
     }
@@ -87,13 +87,13 @@ std::vector<st::Entry> CaseSet::last_outputs() const {
 
 void CaseSet::add_weight(VectorCase& c, const std::string& as, const std::string& ckpt, DType dtype, int64_t out,
                          int64_t in) const {
-  st::Entry w = reference::generate_tensor({ckpt + ".weight", dtype, {out, in}}, c.seed);
+  st::Entry w = reference::checkpoint::generate_tensor({ckpt + ".weight", dtype, {out, in}}, c.seed);
   w.name = "in." + as + ".weight";
   c.tensors.push_back(std::move(w));
   if (dtype == DType::kF8E4M3 || dtype == DType::kF4) {
     const std::vector<int64_t> shape =
         dtype == DType::kF4 ? std::vector<int64_t>{out, in / 32} : std::vector<int64_t>{(out + 31) / 32, (in + 31) / 32};
-    st::Entry s = reference::generate_tensor({ckpt + ".scale", DType::kF8E8M0, shape}, c.seed);
+    st::Entry s = reference::checkpoint::generate_tensor({ckpt + ".scale", DType::kF8E8M0, shape}, c.seed);
     s.name = "in." + as + ".scale";
     c.tensors.push_back(std::move(s));
   }
@@ -331,4 +331,4 @@ std::vector<VectorCase> make_vector_cases(const std::string& size, uint64_t seed
   return s.take();
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::vectors

@@ -22,7 +22,7 @@
 #include "scenarios/vectors/vectors.h"
 #include "scenarios/vectors/vectors_internal.h"
 
-namespace dsv41::scenarios::vectors_detail {
+namespace dsv41::scenarios::vectors::vectors_detail {
 
 using reference::DType;
 using reference::Tensor;
@@ -46,7 +46,7 @@ Tensor<float> tied_scores(CaseRng& rng, int64_t n, const std::vector<int64_t>& r
 
 // Makes the k-th highest score of row t tied with a score outside the top k (when the row reaches
 // more than k positions): if no unselected score equals the k-th, the first lower one is raised to it.
-void force_tie_at_cut(Tensor<float>& s, int64_t t, int64_t reach, int64_t k) {
+void force_tie_at_cut(dsv41::reference::Tensor<float>& s, int64_t t, int64_t reach, int64_t k) {
   if (reach <= k) return;
   std::vector<float> row(s.data().begin() + t * s.dim(1), s.data().begin() + t * s.dim(1) + reach);
   std::nth_element(row.begin(), row.begin() + (k - 1), row.end(), std::greater<float>());
@@ -79,8 +79,8 @@ void add_indexer_cases(CaseSet& s) {
                            "row 0 empty (reach 0: all -inf), row 1 length 1 (reach 1), row 2 reaches half the keys");
     CaseRng rng(v.seed);
     const Tensor<float> q = reference::qdq(formats::CacheFormat::kIndexKeysFp4, rng.bf16({kRows * Hi, Di}, 1.0, "q"));
-    v.tensors.push_back(f32_entry("in.q", Tensor<float>({kRows, Hi, Di}, q.data(), "q")));
-    Tensor<uint8_t> keys({N, formats::entry_bytes(formats::CacheFormat::kIndexKeysFp4, static_cast<int>(Di))}, "keys");
+    v.tensors.push_back(f32_entry("in.q", dsv41::reference::Tensor<float>({kRows, Hi, Di}, q.data(), "q")));
+    reference::Tensor<uint8_t> keys({N, formats::entry_bytes(formats::CacheFormat::kIndexKeysFp4, static_cast<int>(Di))}, "keys");
     std::vector<int64_t> all(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i) all[static_cast<size_t>(i)] = i;
     reference::write_entries(keys, formats::CacheFormat::kIndexKeysFp4, all, rng.bf16({N, Di}, 1.0, "keys"));
@@ -96,7 +96,7 @@ void add_indexer_cases(CaseSet& s) {
   const int64_t B = c.candidate_topk_blocks, bs = c.candidate_block_size;
   const int64_t Nc = (B + 3) * bs + 3;  // more blocks than kept, the last one partial
   const std::vector<int64_t> reach_c = {0, 1, Nc / 2, Nc};
-  Tensor<float> cand_scores;
+  dsv41::reference::Tensor<float> cand_scores;
   {
     VectorCase v = s.begin("candidate_blocks", "",
                            "the candidate source's mask: per row the topk_blocks blocks of highest max score (the "
@@ -115,7 +115,7 @@ void add_indexer_cases(CaseSet& s) {
                                                                                "(its empty and length-1 rows)");
     v.tensors.push_back(f32_entry("in.scores", cand_scores));
     v.tensors.push_back(u8_entry(
-        "in.mask", reference::reference_ops().candidate_blocks(cand_scores, reach_c, static_cast<int>(B), static_cast<int>(bs))));
+        "in.mask", reference::seam::reference_ops().candidate_blocks(cand_scores, reach_c, static_cast<int>(B), static_cast<int>(bs))));
     s.finish(std::move(v));
   }
   {
@@ -127,7 +127,7 @@ void add_indexer_cases(CaseSet& s) {
                            "(reach 0: all -1), row 1 length 1, row 2 fewer reachable than k (-1 padding)");
     CaseRng rng(v.seed);
     const std::vector<int64_t> reach = {0, 1, k - 5, N};
-    Tensor<float> scores = tied_scores(rng, N, reach);
+    reference::Tensor<float> scores = tied_scores(rng, N, reach);
     force_tie_at_cut(scores, 3, N, k);
     v.tensors.push_back(f32_entry("in.scores", scores));
     v.tensors.push_back(i64_entry("in.reach", {kRows}, reach));
@@ -186,13 +186,13 @@ void add_attention_cases(CaseSet& s) {
                          "by definition); the sink enters the denominator only");
   CaseRng rng(v.seed);
   const int64_t width = W + kc;
-  Tensor<int32_t> idxs = reference::attention_index_rows(window, topk_rows(rng, kc, Nc), W, kc);
+  dsv41::reference::Tensor<int32_t> idxs = reference::attention_index_rows(window, topk_rows(rng, kc, Nc), W, kc);
   for (int64_t j = 0; j < width; ++j) idxs.at(3, j) = -1;  // all -1
   v.tensors.push_back(f32_entry("in.q", rng.bf16({kRows, H, D}, 1.0, "q")));
   v.tensors.push_back(f32_entry(
       "in.window_kv", reference::qdq(formats::CacheFormat::kWindowKvFp8, rng.bf16({W, D}, 1.0, "window_kv"))));
   const formats::CacheFormat cf = formats::CacheFormat::kCompressedKvFp4;
-  Tensor<uint8_t> compressed({Nc, formats::entry_bytes(cf, static_cast<int>(D))}, "compressed");
+  reference::Tensor<uint8_t> compressed({Nc, formats::entry_bytes(cf, static_cast<int>(D))}, "compressed");
   std::vector<int64_t> all(static_cast<size_t>(Nc));
   for (int64_t i = 0; i < Nc; ++i) all[static_cast<size_t>(i)] = i;
   reference::write_entries(compressed, cf, all, rng.bf16({Nc, D}, 1.0, "compressed"));
@@ -219,8 +219,8 @@ void add_mhc_cases(CaseSet& s) {
   const Tensor<float> stream = rng.bf16({T, hc, dim}, 1.0, "stream");
   v.tensors.push_back(f32_entry("in.stream", stream));
   const auto gen = [&](const std::string& n, std::vector<int64_t> shape) {
-    const reference::safetensors::Entry e = reference::generate_tensor({"layers.0.hc_attn_" + n, DType::kF32, shape}, v.seed);
-    return Tensor<float>(shape, e.to_f32(), n);
+    const reference::checkpoint::safetensors::Entry e = reference::checkpoint::generate_tensor({"layers.0.hc_attn_" + n, DType::kF32, shape}, v.seed);
+    return dsv41::reference::Tensor<float>(shape, e.to_f32(), n);
   };
   const reference::HcWeights w{gen("fn", {mixes, hc * dim}), gen("base", {mixes}), gen("scale", {3})};
   v.tensors.push_back(f32_entry("in.fn", w.fn));
@@ -229,7 +229,7 @@ void add_mhc_cases(CaseSet& s) {
   v.params = {{"norm_eps", real_string(c.norm_eps)}, {"iters", str(c.hc_sinkhorn_iters)}, {"hc_eps", real_string(c.hc_eps)}};
   s.finish(std::move(v));
   const reference::HcMixes m =
-      reference::reference_ops().hc_mixes(stream, w, c.norm_eps, c.hc_sinkhorn_iters, c.hc_eps);
+      reference::seam::reference_ops().hc_mixes(stream, w, c.norm_eps, c.hc_sinkhorn_iters, c.hc_eps);
   VectorCase pre = s.begin("hc_pre", "", "x = bf16(sum_i pre[t, i] stream[t, i, :])", "");
   pre.tensors.push_back(f32_entry("in.stream", stream));
   pre.tensors.push_back(f32_entry("in.pre", m.pre));
@@ -257,11 +257,11 @@ void add_moe_cases(CaseSet& s) {
   CaseRng rng(v.seed);
   v.tensors.push_back(f32_entry("in.x", rng.bf16({T, dim}, 2.0, "x")));
   s.add_weight(v, "gate", "layers.0.ffn.gate", DType::kBF16, E, dim);
-  reference::safetensors::Entry bias =
-      reference::generate_tensor({"layers.0.ffn.gate.bias", DType::kF32, {E}}, v.seed);
+  reference::checkpoint::safetensors::Entry bias =
+      reference::checkpoint::generate_tensor({"layers.0.ffn.gate.bias", DType::kF32, {E}}, v.seed);
   bias.name = "in.gate.bias";
   v.tensors.push_back(bias);
-  for (reference::safetensors::Entry& e : v.tensors) {
+  for (reference::checkpoint::safetensors::Entry& e : v.tensors) {
     const size_t row = e.name == "in.gate.weight" ? static_cast<size_t>(dim) * 2 : e.name == "in.gate.bias" ? 4 : 0;
     for (int64_t x = 0; row > 0 && x < E; ++x) {
       if (x % g != 0) std::memcpy(e.bytes.data() + x * row, e.bytes.data() + (x - x % g) * row, row);
@@ -280,7 +280,7 @@ void add_moe_cases(CaseSet& s) {
   reference::MoeWeights gw;
   gw.gate = reference::LinearWeight{"gate", DType::kF32, E, dim, {}, {}, {}};
   for (int64_t i = 0; i < E * dim; ++i) gw.gate.w.push_back(static_cast<float>(r2.uniform()));
-  gw.gate_bias = Tensor<float>({E}, "bias", 0.0f);
+  gw.gate_bias = dsv41::reference::Tensor<float>({E}, "bias", 0.0f);
   const reference::MoeRouting routing = reference::moe_gate(x, gw, c, 0);
   m.tensors.push_back(i32_entry("in.routing.experts", routing.experts));
   m.tensors.push_back(f32_entry("in.routing.weights", routing.weights));
@@ -301,9 +301,9 @@ void add_engram_cases(CaseSet& s) {
   const int64_t T = s.tokens(), hc = c.hc_mult, dim = c.dim;
   const reference::EngramLayout layout = reference::EngramLayout::build(c);
   const int layer_id = layout.layer_ids.front();
-  const int64_t pad = reference::engram_pad_id(reference::default_token_map(c), c.engram_pad_id);
+  const int64_t pad = reference::engram_pad_id(reference::model::default_token_map(c), c.engram_pad_id);
   const int64_t tail = layout.max_ngram_size - 1;
-  Tensor<int64_t> ids;
+  dsv41::reference::Tensor<int64_t> ids;
   for (const bool resume : {false, true}) {
     VectorCase v = s.begin("engram_hash_ids", resume ? "resume" : "start",
                            "per position and (n-gram order, head) column: the hashed table row of the compressed ids of "
@@ -320,16 +320,16 @@ void add_engram_cases(CaseSet& s) {
     v.params = {{"layer_id", str(layer_id)}, {"pad_id", str(pad)}, {"history_first", str(first)},
                 {"start_pos", str(start)}, {"count", str(T)}};
     s.finish(std::move(v));
-    const auto out = reference::safetensors::SafetensorsFile::from_entries("ids", s.last_outputs());
-    ids = Tensor<int64_t>(out.get("out.ids").shape, get_i64(out, "out.ids"), "ids");
+    const auto out = reference::checkpoint::safetensors::SafetensorsFile::from_entries("ids", s.last_outputs());
+    ids = reference::Tensor<int64_t>(out.get("out.ids").shape, get_i64(out, "out.ids"), "ids");
   }
   if (!s.released()) {  // the table: 384M rows at released dims
     VectorCase v = s.begin("engram_lookup", "", "out[t, col*hd + d] = bf16(e4m3(code[id, d]) * e8m0(scale[id, d/32]))",
                            "ids include the table's first and last rows");
     const int64_t rows = layout.rows.front(), hd = layout.head_dim;
     const std::string p = "layers." + str(layer_id) + ".engram.embed.";
-    auto w = reference::generate_tensor({p + "weight", DType::kF8E4M3, {rows, hd}}, v.seed);
-    auto sc = reference::generate_tensor({p + "scale", DType::kF8E8M0, {rows, hd / 32}}, v.seed);
+    auto w = reference::checkpoint::generate_tensor({p + "weight", DType::kF8E4M3, {rows, hd}}, v.seed);
+    auto sc = reference::checkpoint::generate_tensor({p + "scale", DType::kF8E8M0, {rows, hd / 32}}, v.seed);
     w.name = "in.table.weight";
     sc.name = "in.table.scale";
     v.tensors.push_back(w);
@@ -349,8 +349,8 @@ void add_engram_cases(CaseSet& s) {
   v.tensors.push_back(f32_entry("in.x", rng.bf16({T, hc, dim}, 1.0, "x")));
   v.tensors.push_back(f32_entry("in.kv", rng.bf16({T, (hc + 1) * dim}, 1.0, "kv")));
   for (const char* n : {"q_weight", "k_weight"}) {
-    const auto e = reference::generate_tensor({"layers.1.engram." + std::string(n), DType::kBF16, {hc, dim}}, v.seed);
-    v.tensors.push_back(f32_entry(std::string("in.") + n, Tensor<float>({hc, dim}, e.to_f32(), n)));
+    const auto e = reference::checkpoint::generate_tensor({"layers.1.engram." + std::string(n), DType::kBF16, {hc, dim}}, v.seed);
+    v.tensors.push_back(f32_entry(std::string("in.") + n, reference::Tensor<float>({hc, dim}, e.to_f32(), n)));
   }
   v.params["eps"] = real_string(c.norm_eps);
   s.finish(std::move(v));
@@ -364,8 +364,8 @@ void add_embed_case(CaseSet& s) {
   CaseRng rng(v.seed);
   std::vector<int64_t> tokens = {0, c.vocab_size - 1, rng.below(c.vocab_size), rng.below(c.vocab_size), 0};
   v.tensors.push_back(i64_entry("in.tokens", {static_cast<int64_t>(tokens.size())}, tokens));
-  const auto t = reference::generate_tensor({"embed.weight", DType::kBF16, {c.vocab_size, c.dim}}, v.seed);
-  v.tensors.push_back(f32_entry("in.table", Tensor<float>({c.vocab_size, c.dim}, t.to_f32(), "table")));
+  const auto t = reference::checkpoint::generate_tensor({"embed.weight", DType::kBF16, {c.vocab_size, c.dim}}, v.seed);
+  v.tensors.push_back(f32_entry("in.table", dsv41::reference::Tensor<float>({c.vocab_size, c.dim}, t.to_f32(), "table")));
   v.params["hc"] = str(c.hc_mult);
   s.finish(std::move(v));
 }
@@ -381,4 +381,4 @@ void add_model_cases(CaseSet& s) {
   add_embed_case(s);
 }
 
-}  // namespace dsv41::scenarios::vectors_detail
+}  // namespace dsv41::scenarios::vectors::vectors_detail

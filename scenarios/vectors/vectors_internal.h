@@ -17,9 +17,9 @@
 #include "reference/ops/tensor.h"
 #include "scenarios/vectors/vectors.h"
 
-namespace dsv41::scenarios::vectors_detail {
+namespace dsv41::scenarios::vectors::vectors_detail {
 
-namespace st = reference::safetensors;
+namespace st = reference::checkpoint::safetensors;
 
 st::Entry f32_entry(const std::string& name, const reference::Tensor<float>& t);
 st::Entry i32_entry(const std::string& name, const reference::Tensor<int32_t>& t);
@@ -33,7 +33,7 @@ reference::Tensor<int32_t> get_i32(const st::SafetensorsFile& f, const std::stri
 std::vector<int64_t> get_i64(const st::SafetensorsFile& f, const std::string& key);
 reference::Tensor<uint8_t> get_u8(const st::SafetensorsFile& f, const std::string& key);
 // A linear weight stored under "<prefix>.weight" (F8_E4M3, F4, BF16 or F32 [out, in]) and, for
-// F8_E4M3 / F4, "<prefix>.scale" (E8M0), as reference::load_linear reads it.
+// F8_E4M3 / F4, "<prefix>.scale" (E8M0), as reference::checkpoint::load_linear reads it.
 reference::LinearWeight get_linear(const st::SafetensorsFile& f, const std::string& prefix);
 
 // Metadata "param.<key>" as a string / integer / real; "config" as a ModelConfig.
@@ -76,13 +76,13 @@ class CaseSet {
   VectorCase begin(const std::string& op, const std::string& variant, const std::string& description,
                    const std::string& adversarial);
   void finish(VectorCase c);
-  // A generated checkpoint tensor (reference::generate_tensor of `ckpt` = "<checkpoint name>"),
+  // A generated checkpoint tensor (reference::checkpoint::generate_tensor of `ckpt` = "<checkpoint name>"),
   // stored as "in.<as>.weight" (and "in.<as>.scale" for F8_E4M3 / F4).
   void add_weight(VectorCase& c, const std::string& as, const std::string& ckpt, reference::DType dtype, int64_t out,
                   int64_t in) const;
   std::vector<VectorCase> take() { return std::move(cases_); }
   // The "out.*" tensors of the case finished last (a later case's inputs).
-  std::vector<reference::safetensors::Entry> last_outputs() const;
+  std::vector<dsv41::reference::checkpoint::safetensors::Entry> last_outputs() const;
 
  private:
   std::string size_;
@@ -95,4 +95,4 @@ class CaseSet {
 void add_dense_cases(CaseSet& set);   // linears, rms_norm, rope_rows, the cache formats, compress
 void add_model_cases(CaseSet& set);   // indexer, sparse attention, mHC, MoE, Engram, embed, head
 
-}  // namespace dsv41::scenarios::vectors_detail
+}  // namespace dsv41::scenarios::vectors::vectors_detail

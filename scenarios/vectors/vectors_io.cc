@@ -19,10 +19,10 @@
 #include "scenarios/vectors/vectors.h"
 #include "scenarios/vectors/vectors_internal.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::vectors {
 
 namespace fs = std::filesystem;
-namespace st = reference::safetensors;
+namespace st = reference::checkpoint::safetensors;
 using json = nlohmann::json;
 using reference::DType;
 using reference::Tensor;
@@ -89,7 +89,7 @@ reference::LinearWeight get_linear(const st::SafetensorsFile& f, const std::stri
   DSV41_CHECK(f.contains(key), f.path(), ": no tensor '", key, "'");
   const st::Entry& w = f.get(key);
   DSV41_CHECK(w.shape.size() == 2, f.path(), ": tensor '", key, "' has rank ", w.shape.size(), ", expected [out, in]");
-  reference::LinearWeight lw = reference::load_linear(f, prefix, w.dtype, w.shape[0], w.shape[1]);
+  reference::LinearWeight lw = reference::checkpoint::load_linear(f, prefix, w.dtype, w.shape[0], w.shape[1]);
   lw.name = prefix;
   return lw;
 }
@@ -237,4 +237,4 @@ VectorSet read_vector_set(const std::string& dir) {
   return s;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::vectors

@@ -22,10 +22,10 @@
 #include "scenarios/vectors/vectors.h"
 #include "scenarios/vectors/vectors_internal.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::vectors {
 
 namespace fs = std::filesystem;
-namespace st = reference::safetensors;
+namespace st = reference::checkpoint::safetensors;
 using json = nlohmann::json;
 using reports::MetricRow;
 using reports::Tolerance;
@@ -68,7 +68,7 @@ std::vector<MetricRow> compare_output(const std::string& op, const std::string& 
     r.metric = key + ":" + metric;
     r.value = value;
     r.tolerance = std::move(t);
-    judge_row(r);
+    judge::judge_row(r);
     rows.push_back(r);
   };
   const st::Entry& a = exp.get(key);
@@ -81,7 +81,7 @@ std::vector<MetricRow> compare_output(const std::string& op, const std::string& 
   d.precision(9);
   try {
     if (a.dtype == reference::DType::kF32) {
-      const TensorMetrics m = compare_tensors(get_f32(exp, key), get_f32(port, key), ValueType::kFp32, what);
+      const judge::TensorMetrics m = judge::compare_tensors(get_f32(exp, key), get_f32(port, key), judge::ValueType::kFp32, what);
       add("bit_equal_frac", m.bit_equal_frac, tol == 0 ? std::optional<Tolerance>(bound(1, true, origin)) : std::nullopt);
       add("max_abs", m.max_abs, tol > 0 ? std::optional<Tolerance>(bound(tol, false, origin)) : std::nullopt);
       add("nonfinite_mismatch", static_cast<double>(m.nan_mismatch + m.inf_mismatch), bound(0, false, origin));
@@ -92,7 +92,7 @@ std::vector<MetricRow> compare_output(const std::string& op, const std::string& 
           << ")";
       }
     } else if (a.dtype == reference::DType::kI32 && op == "index_topk") {
-      const IndexMetrics m = compare_index_sets(get_i32(exp, key), get_i32(port, key), nullptr, 0.0, what);
+      const judge::IndexMetrics m = judge::compare_index_sets(get_i32(exp, key), get_i32(port, key), nullptr, 0.0, what);
       add("rows_equal_frac", m.rows ? static_cast<double>(m.rows_equal) / static_cast<double>(m.rows) : 1.0,
           bound(1, true, origin));
       if (m.first_row_differs >= 0) {
@@ -110,7 +110,7 @@ std::vector<MetricRow> compare_output(const std::string& op, const std::string& 
         return std::vector<int64_t>(t.data().begin(), t.data().end());
       };
       const std::vector<int64_t> x = ints(exp), y = ints(port);
-      const IntMetrics m = compare_ints(x, y, what);
+      const judge::IntMetrics m = judge::compare_ints(x, y, what);
       const double frac = m.count ? static_cast<double>(m.equal) / static_cast<double>(m.count) : 1.0;
       add(a.dtype == reference::DType::kU8 ? "bytes_equal_frac" : "equal_frac", frac, bound(1, true, origin));
       if (m.first_mismatch >= 0) {
@@ -177,7 +177,7 @@ reports::ScenarioResult judge_case(const VectorSet& set, const VectorSetEntry& c
       ++cmp.items_compared;
       for (MetricRow& r : rows) {
         if (r.verdict == Verdict::kFail && !cmp.first_divergence) {
-          reports::Divergence dv = divergence_at(r);
+          reports::Divergence dv = judge::divergence_at(r);
           dv.tolerance = *r.tolerance;
           dv.detail = detail;
           dv.rerun = "dsv41 conform --vectors " + set.dir + " --port-out " + port_dir + " --only " + c.op;
@@ -216,4 +216,4 @@ reports::RunReport conform_vectors(const std::string& vectors_dir, const std::st
   return r;
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::vectors

@@ -15,7 +15,7 @@
 #include "scenarios/vectors/vectors.h"
 #include "scenarios/vectors/vectors_internal.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::vectors {
 
 using namespace reference;  // NOLINT: the reference's types throughout
 using vectors_detail::case_config;
@@ -31,12 +31,12 @@ using vectors_detail::param;
 using vectors_detail::param_int;
 using vectors_detail::param_real;
 using vectors_detail::u8_entry;
-namespace st = reference::safetensors;
+namespace st = reference::checkpoint::safetensors;
 
 namespace {
 
 using Outputs = std::vector<st::Entry>;
-using Runner = std::function<Outputs(const Ops&, const st::SafetensorsFile&)>;
+using Runner = std::function<Outputs(const reference::seam::Ops&, const st::SafetensorsFile&)>;
 
 CacheRows cache_rows(const st::SafetensorsFile& f, const std::string& prefix, const Tensor<uint8_t>& bytes) {
   CacheRows r;
@@ -58,29 +58,29 @@ MoeWeights gate_weights(const st::SafetensorsFile& f) {
 const std::map<std::string, Runner>& runners() {
   static const std::map<std::string, Runner> m = {
       {"embed",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{f32_entry("out.x", o.embed(get_i64(f, "in.tokens"), get_f32(f, "in.table"),
                                                    param_int(f, "hc")))};
        }},
       {"linear",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{f32_entry("out.y", o.linear(get_f32(f, "in.x"), get_linear(f, "in.w")))};
        }},
       {"linear_fp32",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{f32_entry("out.y", o.linear_fp32(get_f32(f, "in.x"), get_linear(f, "in.w")))};
        }},
       {"grouped_linear",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{f32_entry("out.y", o.grouped_linear(get_f32(f, "in.x"), get_linear(f, "in.w"),
                                                             static_cast<int>(param_int(f, "groups"))))};
        }},
       {"rms_norm",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{f32_entry("out.y", o.rms_norm(get_f32(f, "in.x"), get_f32(f, "in.weight"), param_real(f, "eps")))};
        }},
       {"rope_rows",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          RopeParams p;
          p.rope_dim = param_int(f, "rope_dim");
          p.max_seq_len = param_int(f, "max_seq_len");
@@ -95,23 +95,23 @@ const std::map<std::string, Runner>& runners() {
          return Outputs{f32_entry("out.x", x)};
        }},
       {"qdq",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{f32_entry("out.y", o.qdq(formats::cache_format_from_name(param(f, "format")), get_f32(f, "in.x")))};
        }},
       {"write_entries",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          Tensor<uint8_t> storage = get_u8(f, "in.storage");
          o.write_entries(storage, formats::cache_format_from_name(param(f, "format")), get_i64(f, "in.entries"),
                          get_f32(f, "in.rows"));
          return Outputs{u8_entry("out.storage", storage)};
        }},
       {"read_entries",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          const Tensor<uint8_t> storage = get_u8(f, "in.storage");
          return Outputs{f32_entry("out.rows", o.read_entries(cache_rows(f, "cache", storage), get_i64(f, "in.entries")))};
        }},
       {"compress",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          Tensor<float> kv_state = get_f32(f, "in.kv_state"), score_state = get_f32(f, "in.score_state");
          const Tensor<float> kv = get_f32(f, "in.kv");
          const CompressedLatents c = o.compress(kv, get_f32(f, "in.score"), param_int(f, "start_pos"),
@@ -121,40 +121,40 @@ const std::map<std::string, Runner>& runners() {
                         f32_entry("out.kv_state", kv_state), f32_entry("out.score_state", score_state)};
        }},
       {"index_weights",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{f32_entry("out.weights", o.index_weights(get_f32(f, "in.proj"),
                                                                  static_cast<int>(param_int(f, "index_head_dim"))))};
        }},
       {"index_scores",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          const Tensor<uint8_t> keys = get_u8(f, "in.keys");
          return Outputs{f32_entry("out.scores", o.index_scores(get_f32(f, "in.q"), cache_rows(f, "keys", keys),
                                                                get_f32(f, "in.weights"), get_i64(f, "in.reach")))};
        }},
       {"candidate_blocks",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{u8_entry("out.mask", o.candidate_blocks(get_f32(f, "in.scores"), get_i64(f, "in.reach"),
                                                                 static_cast<int>(param_int(f, "topk_blocks")),
                                                                 static_cast<int>(param_int(f, "block_size"))))};
        }},
       {"mask_scores",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          Tensor<float> scores = get_f32(f, "in.scores");
          o.mask_scores(scores, get_u8(f, "in.mask"));
          return Outputs{f32_entry("out.scores", scores)};
        }},
       {"index_topk",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{i32_entry("out.topk", o.index_topk(get_f32(f, "in.scores"), get_i64(f, "in.reach"),
                                                            static_cast<int>(param_int(f, "k"))))};
        }},
       {"attention_index_rows",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{i32_entry("out.idxs", o.attention_index_rows(get_i32(f, "in.window"), get_i32(f, "in.topk"),
                                                                      param_int(f, "offset"), param_int(f, "width")))};
        }},
       {"sparse_attn",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          const Tensor<uint8_t> compressed = get_u8(f, "in.compressed");
          return Outputs{f32_entry(
              "out.o", o.sparse_attn(get_f32(f, "in.q"), get_f32(f, "in.window_kv"), cache_rows(f, "compressed", compressed),
@@ -162,23 +162,23 @@ const std::map<std::string, Runner>& runners() {
                                     static_cast<float>(param_real(f, "softmax_scale"))))};
        }},
       {"hc_mixes",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          const HcWeights w{get_f32(f, "in.fn"), get_f32(f, "in.base"), get_f32(f, "in.scale")};
          const HcMixes m = o.hc_mixes(get_f32(f, "in.stream"), w, param_real(f, "norm_eps"),
                                       static_cast<int>(param_int(f, "iters")), param_real(f, "hc_eps"));
          return Outputs{f32_entry("out.pre", m.pre), f32_entry("out.post", m.post), f32_entry("out.comb", m.comb)};
        }},
       {"hc_pre",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{f32_entry("out.x", o.hc_pre(get_f32(f, "in.stream"), get_f32(f, "in.pre")))};
        }},
       {"hc_post",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          return Outputs{f32_entry("out.stream", o.hc_post(get_f32(f, "in.f"), get_f32(f, "in.residual"),
                                                           get_f32(f, "in.post"), get_f32(f, "in.comb")))};
        }},
       {"engram_hash_ids",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          const ModelConfig c = case_config(f);
          const EngramLayout layout = EngramLayout::build(c);
          EngramHistory history(param_int(f, "pad_id"));
@@ -188,7 +188,7 @@ const std::map<std::string, Runner>& runners() {
          return Outputs{i64_entry("out.ids", ids.shape(), ids.data())};
        }},
       {"engram_lookup",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          const st::Entry& table = f.get("in.table.weight");
          EngramWeights w;
          w.table = Tensor<uint8_t>(table.shape, table.bytes, "in.table.weight");
@@ -202,7 +202,7 @@ const std::map<std::string, Runner>& runners() {
          return Outputs{f32_entry("out.kv", o.engram_lookup(w, static_cast<int>(param_int(f, "head_dim")), t))};
        }},
       {"engram_gate_residual",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          EngramWeights w;
          w.q_weight = get_f32(f, "in.q_weight");
          w.k_weight = get_f32(f, "in.k_weight");
@@ -210,14 +210,14 @@ const std::map<std::string, Runner>& runners() {
                                                                   param_real(f, "eps")))};
        }},
       {"moe_gate",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          const MoeRouting r = o.moe_gate(get_f32(f, "in.x"), gate_weights(f), case_config(f),
                                          static_cast<int>(param_int(f, "layer")));
          return Outputs{i32_entry("out.experts", r.experts), f32_entry("out.weights", r.weights),
                         f32_entry("out.scores", r.scores)};
        }},
       {"moe_experts",
-       [](const Ops& o, const st::SafetensorsFile& f) {
+       [](const reference::seam::Ops& o, const st::SafetensorsFile& f) {
          const ModelConfig c = case_config(f);
          MoeWeights w;
          for (int e = 0; e < c.n_routed_experts; ++e) {
@@ -240,7 +240,7 @@ const std::map<std::string, Runner>& runners() {
 
 }  // namespace
 
-std::vector<st::Entry> run_vector_case(const Ops& ops, const st::SafetensorsFile& file) {
+std::vector<st::Entry> run_vector_case(const reference::seam::Ops& ops, const st::SafetensorsFile& file) {
   const auto& md = file.metadata();
   const auto it = md.find("op");
   DSV41_CHECK(it != md.end(), file.path(), ": __metadata__ has no 'op'");
@@ -254,7 +254,7 @@ std::vector<st::Entry> run_vector_case(const Ops& ops, const st::SafetensorsFile
   }
 }
 
-void run_port_on_vectors(const Ops& ops, const std::string& vectors_dir, const std::string& port_dir,
+void run_port_on_vectors(const reference::seam::Ops& ops, const std::string& vectors_dir, const std::string& port_dir,
                          const std::string& only) {
   const VectorSet set = read_vector_set(vectors_dir);
   std::filesystem::create_directories(port_dir);
@@ -267,4 +267,4 @@ void run_port_on_vectors(const Ops& ops, const std::string& vectors_dir, const s
   }
 }
 
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::vectors

@@ -33,7 +33,7 @@ inline const gpu::CudaOps& cuda_ops() {
   static const gpu::CudaOps ops;  // constructed only after the skip check
   return ops;
 }
-inline const reference::Ops& ref_ops() { return reference::reference_ops(); }
+inline const reference::seam::Ops& ref_ops() { return reference::seam::reference_ops(); }
 
 inline std::mt19937_64& rng() {
   static std::mt19937_64 g = [] {

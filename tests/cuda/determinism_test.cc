@@ -1,4 +1,4 @@
-// tests/cuda/determinism_test.cc: issue 17 deliverable 4. The `cuda` backend (reference::Model over
+// tests/cuda/determinism_test.cc: issue 17 deliverable 4. The `cuda` backend (reference::model::Model over
 // gpu::CudaOps, what scenarios/runner/backend.cc's "cuda" runs) gives the same bits
 //   - run to run: the same session twice, each on a fresh Model (fresh device mirrors), and across
 //     processes (the test prints an FNV-1a hash of session A's bits; bench/run.sh runs the binary
@@ -23,11 +23,11 @@ namespace {
 
 // The bits a session produced: per step the full logits and selections, then its caches.
 struct SessionBits {
-  std::vector<reference::StepRecord> steps;
-  std::vector<reference::CacheView> caches;
+  std::vector<reference::model::StepRecord> steps;
+  std::vector<reference::model::CacheView> caches;
 };
 
-void expect_same_step(const reference::StepRecord& a, const reference::StepRecord& b, const std::string& what) {
+void expect_same_step(const reference::model::StepRecord& a, const reference::model::StepRecord& b, const std::string& what) {
   ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
   ASSERT_FALSE(a.logits.empty()) << what;
   bool nonzero = false;
@@ -48,7 +48,7 @@ void expect_same_step(const reference::StepRecord& a, const reference::StepRecor
   same(a.experts, b.experts, "experts");
 }
 
-void expect_same_caches(const std::vector<reference::CacheView>& a, const std::vector<reference::CacheView>& b,
+void expect_same_caches(const std::vector<reference::model::CacheView>& a, const std::vector<reference::model::CacheView>& b,
                         const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   ASSERT_FALSE(a.empty()) << what;
@@ -86,16 +86,16 @@ const std::vector<int64_t> kChunk = {5, 17};
 const std::vector<int64_t> kDecode = {3, 250, 9};
 std::vector<int64_t> prompt(int which) { return oracle_tokens(which * 90, 48); }  // A 0, B 1, C 2
 
-std::unique_ptr<reference::Model> cuda_model() {
+std::unique_ptr<reference::model::Model> cuda_model() {
   const OracleModel& o = oracle_model();
-  auto m = std::make_unique<reference::Model>(o.config, o.model->weights(), o.token_map, cuda_ops());
+  auto m = std::make_unique<reference::model::Model>(o.config, o.model->weights(), o.token_map, cuda_ops());
   m->set_full_logits(true);
   return m;
 }
 
-SessionBits run_alone(const reference::Model& m) {
+SessionBits run_alone(const reference::model::Model& m) {
   SessionBits a;
-  reference::ModelState s = m.new_state();
+  reference::model::ModelState s = m.new_state();
   a.steps.push_back(m.prefill(s, prompt(0)));
   a.steps.push_back(m.forward_chunk(s, kChunk));
   for (int64_t t : kDecode) a.steps.push_back(m.decode(s, t));
@@ -106,14 +106,14 @@ SessionBits run_alone(const reference::Model& m) {
 // A, B, C interleaved. order 0 and 1 differ in every choice: B's and C's prefill chunking, the
 // order of the chunk steps, and which sessions share each decode_batch call (in which order).
 // Returns A's bits; b_out gets B's last step and caches.
-SessionBits run_mixed(const reference::Model& m, int order, SessionBits* b_out) {
-  std::vector<reference::ModelState> st;
+SessionBits run_mixed(const reference::model::Model& m, int order, SessionBits* b_out) {
+  std::vector<reference::model::ModelState> st;
   for (int i = 0; i < 3; ++i) st.push_back(m.new_state());
-  reference::ModelState &A = st[0], &B = st[1], &C = st[2];
+  reference::model::ModelState &A = st[0], &B = st[1], &C = st[2];
   SessionBits a, b;
-  const auto chunks = [&](reference::ModelState& s, const std::vector<int64_t>& p, std::vector<size_t> cuts) {
+  const auto chunks = [&](reference::model::ModelState& s, const std::vector<int64_t>& p, std::vector<size_t> cuts) {
     size_t at = 0;
-    reference::StepRecord last;
+    reference::model::StepRecord last;
     for (size_t n : cuts) {
       last = m.forward_chunk(s, std::vector<int64_t>(p.begin() + at, p.begin() + at + n));
       at += n;
@@ -123,10 +123,10 @@ SessionBits run_mixed(const reference::Model& m, int order, SessionBits* b_out) 
   // Decode one step for the sessions `who` (indices into st), grouped as `groups` says.
   const auto decode_groups = [&](size_t step, const std::vector<std::vector<int>>& groups) {
     for (const auto& g : groups) {
-      std::vector<reference::ModelState> batch;
+      std::vector<reference::model::ModelState> batch;
       std::vector<int64_t> tokens;
       for (int i : g) batch.push_back(std::move(st[i])), tokens.push_back(kDecode[step] + i);
-      std::vector<reference::StepRecord> r = m.decode_batch(batch, tokens);
+      std::vector<reference::model::StepRecord> r = m.decode_batch(batch, tokens);
       for (size_t j = 0; j < g.size(); ++j) {
         st[g[j]] = std::move(batch[j]);
         if (g[j] == 0) a.steps.push_back(std::move(r[j]));

@@ -1,4 +1,4 @@
-// tests/cuda/model_test.cc: the whole forward on CudaOps (reference::Model over gpu::CudaOps) on the
+// tests/cuda/model_test.cc: the whole forward on CudaOps (reference::model::Model over gpu::CudaOps) on the
 // tiny oracle (golden/oracle), against the reference Model: a 333-token prefill, a chunked
 // continuation and decode steps, every logit and every recorded selection bit for bit (every ported
 // op is bit-exact and every fallback is the reference, so the bound is zero). Then the `cuda`
@@ -14,7 +14,7 @@
 namespace dsv41::test {
 namespace {
 
-void expect_same(const reference::StepRecord& a, const reference::StepRecord& b, const std::string& what) {
+void expect_same(const reference::model::StepRecord& a, const reference::model::StepRecord& b, const std::string& what) {
   ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
   for (size_t i = 0; i < a.logits.size(); ++i) {
     ASSERT_EQ(bits(a.logits[i]), bits(b.logits[i])) << what << ": first differing logit " << i;
@@ -33,9 +33,9 @@ TEST(CudaModel, OracleForwardEqualsReferenceBitForBit) {
   DSV41_SKIP_WITHOUT_DEVICE();
   const OracleModel& o = oracle_model();
   cuda_ops().reset_counts();
-  reference::Model ref(o.config, o.model->weights(), o.token_map);
-  reference::Model dev(o.config, o.model->weights(), o.token_map, cuda_ops());
-  reference::ModelState sr = ref.new_state(), sd = dev.new_state();
+  reference::model::Model ref(o.config, o.model->weights(), o.token_map);
+  reference::model::Model dev(o.config, o.model->weights(), o.token_map, cuda_ops());
+  reference::model::ModelState sr = ref.new_state(), sd = dev.new_state();
   expect_same(ref.prefill(sr, o.tokens), dev.prefill(sd, o.tokens), "prefill 333");
   const std::vector<int64_t> next = {5, 17, 3, 250, 9};
   expect_same(ref.forward_chunk(sr, {next[0], next[1]}), dev.forward_chunk(sd, {next[0], next[1]}), "chunk of 2");
@@ -57,18 +57,18 @@ TEST(CudaModel, OracleForwardEqualsReferenceBitForBit) {
 TEST(CudaBackend, SessionSavedOnOneSideResumesOnTheOther) {
   DSV41_SKIP_WITHOUT_DEVICE();
   const OracleModel& o = oracle_model();
-  scenarios::BackendResources r{o.config, o.model->weights(), o.token_map};
-  auto cuda = scenarios::make_backend("cuda", r);
-  auto ref = scenarios::make_backend("ref", r);
-  EXPECT_EQ(cuda->claim(), scenarios::Claim::kBitExact);
+  scenarios::runner::BackendResources r{o.config, o.model->weights(), o.token_map};
+  auto cuda = scenarios::runner::make_backend("cuda", r);
+  auto ref = scenarios::runner::make_backend("ref", r);
+  EXPECT_EQ(cuda->claim(), scenarios::runner::Claim::kBitExact);
   auto sc = cuda->new_session();
   auto sr = ref->new_session();
   const std::vector<int64_t> prompt = oracle_tokens(0, 40);
   expect_same(ref->step(*sr, prompt, {}, {}, 0), cuda->step(*sc, prompt, {}, {}, 0), "backend prefill");
   for (bool swa : {true, false}) {
-    const scenarios::SavedState from_cuda = cuda->save(*sc, swa), from_ref = ref->save(*sr, swa);
+    const scenarios::runner::SavedState from_cuda = cuda->save(*sc, swa), from_ref = ref->save(*sr, swa);
     ASSERT_EQ(from_cuda.bytes, from_ref.bytes) << "session bytes, include_swa " << swa;
-    const auto mode = swa ? reference::ResumeMode::kFull : reference::ResumeMode::kGlobalOnly;
+    const auto mode = swa ? reference::session::ResumeMode::kFull : reference::session::ResumeMode::kGlobalOnly;
     auto on_ref = ref->restore(from_cuda, mode);
     auto on_cuda = cuda->restore(from_ref, mode);
     expect_same(ref->step(*on_ref, {7}, {}, {}, 1), cuda->step(*on_cuda, {7}, {}, {}, 1), "after resume");

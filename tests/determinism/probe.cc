@@ -47,8 +47,8 @@
 namespace dsv41::determinism {
 namespace {
 
-using reference::ModelState;
-using reference::StepRecord;
+using reference::model::ModelState;
+using reference::model::StepRecord;
 using reference::Tensor;
 
 // FNV-1a, 64 bit (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
@@ -116,7 +116,7 @@ void hash_step(Fnv1a64& h, const StepRecord& r) {
 }
 
 // Entries [0, size) of a packed cache (compressed_kv or index_keys).
-void hash_cache(Fnv1a64& h, const char* name, const reference::PackedCache& c) {
+void hash_cache(Fnv1a64& h, const char* name, const reference::model::PackedCache& c) {
   h.tag(name);
   h.i64(c.owner_layer());
   h.i64(c.ratio());
@@ -132,7 +132,7 @@ void hash_state(Fnv1a64& h, const ModelState& s) {
   h.u64(s.layers.size());
   // The tags are the names of the first version of this probe ("swa" = window_kv, "kv_cache" =
   // compressed_kv, "key_cache" = index_keys): kept, so that the hash of a run never changes.
-  for (const reference::LayerState& l : s.layers) {
+  for (const reference::model::LayerState& l : s.layers) {
     h.tag("swa");
     h.i64(l.window_kv.window);
     h.i64(l.window_kv.head_dim);
@@ -171,7 +171,7 @@ int run(int argc, char** argv) {
   }
   DSV41_CHECK(steps.size() == 8, "decode.h5 has ", steps.size(), " steps, expected 8");
 
-  const reference::Model model(config, reference::ModelWeights::load(dir + "weights.safetensors", config),
+  const reference::model::Model model(config, reference::checkpoint::ModelWeights::load(dir + "weights.safetensors", config),
                                prefill.read<int64_t>("prefill/state/engram/token_map/value").data);
   const auto t0 = std::chrono::steady_clock::now();
   ModelState state = model.new_state();

@@ -14,8 +14,8 @@
 //
 // Example:
 //   FakeDeviceOps fake;
-//   reference::Model m(config, weights, token_map, fake);
-//   reference::ModelState s = m.new_state();
+//   reference::model::Model m(config, weights, token_map, fake);
+//   reference::model::ModelState s = m.new_state();
 //   m.prefill(s, tokens);
 //   EXPECT_GT(fake.calls.at("sparse_attn"), 0);
 #pragma once
@@ -40,7 +40,7 @@ class FakeStorage final : public reference::DeviceStorage {
   std::vector<T> values;
 };
 
-class FakeDeviceOps final : public reference::Ops {
+class FakeDeviceOps final : public reference::seam::Ops {
  public:
   template <typename T>
   using Tensor = reference::Tensor<T>;
@@ -237,7 +237,7 @@ class FakeDeviceOps final : public reference::Ops {
   }
 
  private:
-  static const reference::Ops& ref() { return reference::reference_ops(); }
+  static const reference::seam::Ops& ref() { return reference::seam::reference_ops(); }
 
   void note(const char* op) const {
     events.emplace_back(op);

@@ -21,7 +21,7 @@ inline const std::string kOracleDir = DSV41_SOURCE_DIR "/golden/oracle/";
 
 struct OracleModel {
   reference::ModelConfig config;
-  std::unique_ptr<reference::Model> model;
+  std::unique_ptr<reference::model::Model> model;
   std::vector<int64_t> tokens;     // [333] the oracle prompt
   std::vector<int64_t> token_map;  // [vocab] the oracle's Engram map
 };
@@ -33,8 +33,8 @@ inline const OracleModel& oracle_model() {
     golden::H5File prefill(kOracleDir + "prefill.h5");
     x.tokens = prefill.read<int64_t>("prefill/tokens/value").data;
     x.token_map = prefill.read<int64_t>("prefill/state/engram/token_map/value").data;
-    x.model = std::make_unique<reference::Model>(
-        x.config, reference::ModelWeights::load(kOracleDir + "weights.safetensors", x.config), x.token_map);
+    x.model = std::make_unique<reference::model::Model>(
+        x.config, reference::checkpoint::ModelWeights::load(kOracleDir + "weights.safetensors", x.config), x.token_map);
     x.model->set_full_logits(true);
     return x;
   }();
@@ -48,9 +48,9 @@ inline std::vector<int64_t> oracle_tokens(int64_t first, int64_t count) {
 }
 
 // Every layer's SWA ring: packed bytes, then slot positions.
-inline std::vector<uint8_t> ring_bytes(const reference::ModelState& s) {
+inline std::vector<uint8_t> ring_bytes(const reference::model::ModelState& s) {
   std::vector<uint8_t> out;
-  for (const reference::LayerState& ls : s.layers) {
+  for (const reference::model::LayerState& ls : s.layers) {
     out.insert(out.end(), ls.window_kv.bytes.data().begin(), ls.window_kv.bytes.data().end());
     const auto* b = reinterpret_cast<const uint8_t*>(ls.window_kv.positions.data());
     out.insert(out.end(), b, b + ls.window_kv.positions.size() * sizeof(int64_t));

@@ -19,11 +19,11 @@
 
 namespace dsv41::test {
 
-inline const scenarios::BackendResources& oracle_resources() {
-  static const scenarios::BackendResources r = [] {
+inline const scenarios::runner::BackendResources& oracle_resources() {
+  static const scenarios::runner::BackendResources r = [] {
     const OracleModel& m = oracle_model();
-    return scenarios::BackendResources{
-        m.config, reference::ModelWeights::load(kOracleDir + "weights.safetensors", m.config), m.token_map};
+    return scenarios::runner::BackendResources{
+        m.config, reference::checkpoint::ModelWeights::load(kOracleDir + "weights.safetensors", m.config), m.token_map};
   }();
   return r;
 }

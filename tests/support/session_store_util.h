@@ -49,7 +49,7 @@ constexpr int64_t kTokens = 120;  // oracle prompt tokens used (the longest run:
 
 struct Fixture {
   const ModelConfig& config;
-  const Model* model;
+  const model::Model* model;
 };
 
 inline Fixture fixture() {
@@ -63,17 +63,17 @@ inline std::vector<int64_t> tokens(int64_t first, int64_t count) {
 }
 
 // A state after prefilling the first n oracle tokens.
-inline ModelState prefilled(int64_t n) {
-  ModelState s = fixture().model->new_state();
+inline model::ModelState prefilled(int64_t n) {
+  model::ModelState s = fixture().model->new_state();
   fixture().model->forward_chunk(s, tokens(0, n));
   return s;
 }
 
 // Copies of one run's state at each of the ascending positions (one forward per gap: chunking
 // gives the same bits as one prefill, model_chunking_test).
-inline std::vector<ModelState> states_at(const std::vector<int64_t>& positions) {
-  std::vector<ModelState> out;
-  ModelState s = fixture().model->new_state();
+inline std::vector<model::ModelState> states_at(const std::vector<int64_t>& positions) {
+  std::vector<model::ModelState> out;
+  model::ModelState s = fixture().model->new_state();
   for (int64_t p : positions) {
     if (p > s.pos) fixture().model->forward_chunk(s, tokens(s.pos, p - s.pos));
     out.push_back(s);
@@ -86,14 +86,14 @@ inline std::vector<ModelState> states_at(const std::vector<int64_t>& positions) 
 // pending slots (the others are stale and carry no meaning); the Engram tail (the last
 // max_ngram - 1 ids: the hash of a later position reads no further back); the raw tokens of the
 // token tail's positions (the ring's other slots are never read).
-inline std::vector<uint8_t> carried_state(const ModelState& s, const ModelConfig& c, bool with_swa) {
+inline std::vector<uint8_t> carried_state(const model::ModelState& s, const ModelConfig& c, bool with_swa) {
   std::vector<uint8_t> out;
   auto put = [&out](const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
     out.insert(out.end(), b, b + n);
   };
   put(&s.pos, sizeof s.pos);
-  for (const LayerState& ls : s.layers) {
+  for (const model::LayerState& ls : s.layers) {
     if (with_swa) {
       put(ls.window_kv.bytes.data().data(), ls.window_kv.bytes.data().size());
       put(ls.window_kv.positions.data(), ls.window_kv.positions.size() * sizeof(int64_t));
@@ -105,7 +105,7 @@ inline std::vector<uint8_t> carried_state(const ModelState& s, const ModelConfig
       for (int64_t e = 0; e < ls.index_keys->size(); ++e) put(ls.index_keys->entry(e), static_cast<size_t>(ls.index_keys->entry_bytes()));
     }
     if (ls.compressor) {
-      const CompressorState& cs = *ls.compressor;
+      const model::CompressorState& cs = *ls.compressor;
       put(&cs.next_pos, sizeof cs.next_pos);
       for (int slot = 0; slot < cs.pending(); ++slot) {
         put(cs.kv.row(slot), static_cast<size_t>(cs.dim) * sizeof(float));
@@ -139,7 +139,7 @@ struct Trace {
 
 // Appends one step's records; rows padded to fixed widths (top-k: -1 to index_topk;
 // candidates: 0 to `width` compressed positions).
-inline void record(Trace& tr, const StepRecord& r, const ModelConfig& c, int64_t width) {
+inline void record(Trace& tr, const model::StepRecord& r, const ModelConfig& c, int64_t width) {
   if (tr.logits.empty()) tr.first = r.start_pos;
   for (int64_t t = 0; t < r.tokens; ++t) {
     std::vector<uint32_t> row;
@@ -257,7 +257,7 @@ inline void fix_section_crc(std::vector<uint8_t>& b, size_t i) {
   fix_table_crc(b);
 }
 // Index of the first section of `kind` (and `layer`, unless -2).
-inline size_t find_section(const std::vector<uint8_t>& b, SessionSection kind, int layer = -2) {
+inline size_t find_section(const std::vector<uint8_t>& b, session::SessionSection kind, int layer = -2) {
   for (size_t i = 0; i < n_sections(b); ++i) {
     if (get_u32(b, table_entry(i)) == static_cast<uint32_t>(kind) &&
         (layer == -2 || static_cast<int32_t>(get_u32(b, table_entry(i) + 4)) == layer)) {
@@ -269,7 +269,7 @@ inline size_t find_section(const std::vector<uint8_t>& b, SessionSection kind, i
 }
 
 inline std::string load_error(const std::vector<uint8_t>& bytes, const ModelConfig& c) {
-  return error_of([&] { load_session_bytes(bytes, "patched.dsv41s", c, *fixture().model); });
+  return error_of([&] { session::load_session_bytes(bytes, "patched.dsv41s", c, *fixture().model); });
 }
 
 }  // namespace

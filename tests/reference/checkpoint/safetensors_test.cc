@@ -20,7 +20,7 @@
 
 #include "base/error.h"
 
-namespace dsv41::reference::safetensors {
+namespace dsv41::reference::checkpoint::safetensors {
 namespace {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -80,7 +80,7 @@ Entry make_entry(const std::string& name, DType dtype, std::vector<int64_t> shap
   t.name = name;
   t.dtype = dtype;
   t.shape = std::move(shape);
-  t.bytes.resize(static_cast<size_t>(stored_bytes(dtype, t.numel())));
+  t.bytes.resize(static_cast<size_t>(dsv41::reference::stored_bytes(dtype, t.numel())));
   for (size_t i = 0; i < t.bytes.size(); ++i) t.bytes[i] = static_cast<uint8_t>(first + 37 * i);
   return t;
 }
@@ -436,4 +436,4 @@ TEST_F(SafetensorsWrite, RejectsInconsistentTensors) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference::safetensors
+}  // namespace dsv41::reference::checkpoint::safetensors

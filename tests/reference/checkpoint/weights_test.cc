@@ -26,7 +26,7 @@
 #include "reference/model/model.h"
 #include "reference/checkpoint/safetensors.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::checkpoint {
 namespace {
 
 using safetensors::SafetensorsFile;
@@ -408,20 +408,20 @@ TEST(GenerateWeights, QuantizedSpreadIsOneOverSqrtIn) {
 TEST(GenerateWeights, ForwardStaysFiniteAndOrderOne) {
   const std::string path = temp_path(".safetensors");
   safetensors::write(path, generate_weights(tiny(), 7), {});
-  Model m(tiny(), ModelWeights::load(path, tiny()), default_token_map(tiny()));
+  model::Model m(tiny(), ModelWeights::load(path, tiny()), model::default_token_map(tiny()));
   std::filesystem::remove(path);
   std::map<std::string, std::vector<double>> seen;  // what -> rms per (step, layer)
-  ForwardHooks hooks;
-  hooks.tensor = [&](Component what, int, Tensor<float>& v) {
-    if (what == Component::kOutStream || what == Component::kAttnOut || what == Component::kFfnOut) {
+  model::ForwardHooks hooks;
+  hooks.tensor = [&](model::Component what, int, Tensor<float>& v) {
+    if (what == model::Component::kOutStream || what == model::Component::kAttnOut || what == model::Component::kFfnOut) {
       seen[name(what)].push_back(rms(v.data()));
     }
   };
   m.set_hooks(hooks);
-  ModelState s = m.new_state();
+  model::ModelState s = m.new_state();
   std::vector<int64_t> prompt;
   for (int i = 0; i < 80; ++i) prompt.push_back((i * 389 + 17) % tiny().vocab_size);
-  std::vector<StepRecord> steps = {m.prefill(s, prompt)};
+  std::vector<model::StepRecord> steps = {m.prefill(s, prompt)};
   for (int64_t tok : {5, 723, 380}) steps.push_back(m.decode(s, tok));
 
   for (size_t k = 0; k < steps.size(); ++k) {
@@ -454,4 +454,4 @@ TEST(GenerateWeights, ForwardStaysFiniteAndOrderOne) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::checkpoint

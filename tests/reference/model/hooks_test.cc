@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 TEST(ComponentTable, InEnumOrderWithUniqueNames) {
@@ -51,4 +51,4 @@ TEST(ForwardHooks, AReplacementMustKeepTheShape) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

@@ -16,7 +16,7 @@
 #include "tests/support/oracle_model.h"
 #include "tests/support/seed.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 constexpr int64_t kTokens = 150;
@@ -171,4 +171,4 @@ TEST(ModelChunking, RandomChunkingsEqualOneShot) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

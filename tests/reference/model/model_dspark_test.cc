@@ -26,7 +26,7 @@
 #include "tests/support/error_of.h"
 #include "tests/support/oracle_model.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 using ::testing::HasSubstr;
@@ -220,4 +220,4 @@ TEST(DSparkState, TheBf16AblationDrafts) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

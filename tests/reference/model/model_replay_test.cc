@@ -15,7 +15,7 @@
 #include "reference/checkpoint/weights.h"
 #include "tests/support/oracle_model.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 struct Fixture {
@@ -141,9 +141,9 @@ TEST(DecoderReplay, ShortTailKeepsGlobalStateExact) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 // The official batch: rows of equal length that never interact. Row b equals its own run.
@@ -151,7 +151,7 @@ TEST(ModelBatch, RowsEqualSeparateRuns) {
   const test::OracleModel& o = test::oracle_model();
   ModelConfig c2 = o.config;
   c2.max_batch_size = 2;  // the tiny config's is 1
-  const Model m2(c2, ModelWeights::load(test::kOracleDir + "weights.safetensors", c2), o.token_map);
+  const Model m2(c2, checkpoint::ModelWeights::load(test::kOracleDir + "weights.safetensors", c2), o.token_map);
   const Fixture f{c2, &m2, o.tokens};
   EXPECT_THROW(o.model->prefill_batch(*std::make_unique<std::vector<ModelState>>(2, o.model->new_state()),
                                       {slice(f.tokens, 0, 5), slice(f.tokens, 5, 5)}),
@@ -172,4 +172,4 @@ TEST(ModelBatch, RowsEqualSeparateRuns) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

@@ -23,7 +23,7 @@
 #include "tests/support/oracle_model.h"
 #include "tests/support/seed.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 using ::testing::HasSubstr;
@@ -102,4 +102,4 @@ TEST(SpeculativeDSpark, GreedyRoundsWithDSparkDraftsEmitPlainGreedyTokensAndStat
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

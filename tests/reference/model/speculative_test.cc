@@ -41,7 +41,7 @@
 #include "tests/support/oracle_model.h"
 #include "tests/support/seed.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::model {
 namespace {
 
 using ::testing::HasSubstr;
@@ -540,4 +540,4 @@ TEST(SpeculativeSampling, ReplaysBitExactlyWithTheSameSeedAndDiffersWithAnother)
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::model

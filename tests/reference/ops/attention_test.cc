@@ -58,8 +58,8 @@ Tensor<int32_t> int_tensor(const golden::H5File& f, const std::string& name) {
 }
 
 std::vector<float> sink_of(int layer) {
-  static const safetensors::SafetensorsFile w =
-      safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+  static const checkpoint::safetensors::SafetensorsFile w =
+      checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   return w.get("layers." + std::to_string(layer) + ".attn.attn_sink").to_f32();
 }
 
@@ -244,25 +244,25 @@ TEST(AttentionConcat, KvRowsAreWindowThenCompressedCache) {
 }
 
 TEST(AttentionCompressedKvCache, StoresPackedEntriesAndChecksOwnership) {
-  PackedCache cache("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, /*owner_layer=*/2, /*ratio=*/2,
+  model::PackedCache cache("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, /*owner_layer=*/2, /*ratio=*/2,
                     /*head_dim=*/128, /*capacity=*/4);
   EXPECT_EQ(cache.entry_bytes(), 72);  // 64 nibble bytes + 8 E4M3 scales
-  EXPECT_EQ(PackedCache("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, 20, 1, 512, 1).entry_bytes(), 288);
+  EXPECT_EQ(model::PackedCache("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, 20, 1, 512, 1).entry_bytes(), 288);
   Tensor<float> rows({2, 128}, "latent");
   for (int64_t i = 0; i < rows.numel(); ++i) {
     rows.data()[static_cast<size_t>(i)] = formats::round_to_bf16(std::sin(0.37f * static_cast<float>(i)));
   }
-  cache.write(reference_ops(), 0, rows);
+  cache.write(seam::reference_ops(), 0, rows);
   std::vector<uint8_t> expect(72);
   formats::pack_compressed_kv(rows.row(1), 128, expect.data());
   EXPECT_EQ(std::vector<uint8_t>(cache.entry(1), cache.entry(1) + 72), expect);
-  const Tensor<float> back = cache.read(reference_ops(), 2, 2, 2);
+  const Tensor<float> back = cache.read(seam::reference_ops(), 2, 2, 2);
   EXPECT_EQ(back.data(), qdq(formats::CacheFormat::kCompressedKvFp4, rows).data());
-  EXPECT_THROW(cache.read(reference_ops(), 4, 2, 2), Error);  // another kv source's consumer
-  EXPECT_THROW(cache.read(reference_ops(), 2, 1, 2), Error);  // wrong ratio
-  EXPECT_THROW(cache.read(reference_ops(), 2, 2, 3), Error);  // beyond what was written
-  EXPECT_THROW(cache.write(reference_ops(), 3, rows), Error); // a gap
-  cache.write(reference_ops(), 1, rows);                       // rewrite the tail: size 3
+  EXPECT_THROW(cache.read(seam::reference_ops(), 4, 2, 2), Error);  // another kv source's consumer
+  EXPECT_THROW(cache.read(seam::reference_ops(), 2, 1, 2), Error);  // wrong ratio
+  EXPECT_THROW(cache.read(seam::reference_ops(), 2, 2, 3), Error);  // beyond what was written
+  EXPECT_THROW(cache.write(seam::reference_ops(), 3, rows), Error); // a gap
+  cache.write(seam::reference_ops(), 1, rows);                       // rewrite the tail: size 3
   EXPECT_EQ(cache.size(), 3);
 }
 

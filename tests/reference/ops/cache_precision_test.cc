@@ -55,14 +55,14 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kPrompt = 90, kSteps = 3;
 
-static_assert(std::is_copy_constructible_v<ModelState> && std::is_copy_assignable_v<ModelState>,
+static_assert(std::is_copy_constructible_v<model::ModelState> && std::is_copy_assignable_v<model::ModelState>,
               "a scenario runner snapshots states by copying them");
 
 const ModelConfig& config() { return test::oracle_model().config; }
 
 // A copy of the oracle model (full logits on) in the given precision, with its own hooks.
-Model model_in(CachePrecision p) {
-  Model m = *test::oracle_model().model;
+model::Model model_in(CachePrecision p) {
+  model::Model m = *test::oracle_model().model;
   m.set_cache_precision(p);
   return m;
 }
@@ -110,11 +110,11 @@ double nmse(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 struct Trace {
-  std::vector<StepRecord> steps;  // the prefill, then the decode steps
-  ModelState state = ModelState(0);
+  std::vector<model::StepRecord> steps;  // the prefill, then the decode steps
+  model::ModelState state = model::ModelState(0);
 };
 
-Trace run_steps(const Model& m, int64_t prompt = kPrompt, int64_t steps = kSteps) {
+Trace run_steps(const model::Model& m, int64_t prompt = kPrompt, int64_t steps = kSteps) {
   Trace r{{}, m.new_state()};
   r.steps.push_back(m.prefill(r.state, test::oracle_tokens(0, prompt)));
   for (int64_t tok : test::oracle_tokens(prompt, steps)) r.steps.push_back(m.decode(r.state, tok));
@@ -124,18 +124,18 @@ Trace run_steps(const Model& m, int64_t prompt = kPrompt, int64_t steps = kSteps
 // The logits of every position of a run, position order.
 std::vector<float> all_logits(const Trace& r) {
   std::vector<float> out;
-  for (const StepRecord& s : r.steps) out.insert(out.end(), s.all_logits.data().begin(), s.all_logits.data().end());
+  for (const model::StepRecord& s : r.steps) out.insert(out.end(), s.all_logits.data().begin(), s.all_logits.data().end());
   return out;
 }
 
-std::vector<float> values_of(const CacheView& v) {
+std::vector<float> values_of(const model::CacheView& v) {
   return formats::unpack_rows(v.format, v.bytes, static_cast<int>(v.entries), static_cast<int>(v.dim));
 }
 
 // ---- kPacked: the default, unchanged ----
 
 TEST(CachePrecisionAblation, DefaultIsThePackedOfficialPath) {
-  const Model& m = *test::oracle_model().model;
+  const model::Model& m = *test::oracle_model().model;
   EXPECT_EQ(m.cache_precision(), CachePrecision::kPacked);
   EXPECT_STREQ(name(CachePrecision::kPacked), "packed");
   EXPECT_STREQ(name(CachePrecision::kBf16), "bf16");
@@ -144,11 +144,11 @@ TEST(CachePrecisionAblation, DefaultIsThePackedOfficialPath) {
   expect_usable(all_logits(a), "packed logits");
   EXPECT_EQ(bits_of(all_logits(a)), bits_of(all_logits(b)));
 
-  const std::vector<CacheView> va = cache_views(a.state, reference_ops()), vb = cache_views(b.state, reference_ops());
+  const std::vector<model::CacheView> va = model::cache_views(a.state, seam::reference_ops()), vb = cache_views(b.state, seam::reference_ops());
   ASSERT_EQ(va.size(), vb.size());
   const int64_t pos = kPrompt + kSteps, D = config().head_dim, Di = config().index_head_dim;
   for (size_t i = 0; i < va.size(); ++i) {
-    const CacheView& v = va[i];
+    const model::CacheView& v = va[i];
     SCOPED_TRACE(v.kind + " of layer " + std::to_string(v.layer));
     EXPECT_EQ(v.bytes, vb[i].bytes);
     EXPECT_EQ(v.positions, vb[i].positions);
@@ -175,9 +175,9 @@ TEST(CachePrecisionAblation, DefaultIsThePackedOfficialPath) {
 }
 
 TEST(CachePrecisionAblation, CacheViewsListEveryCacheInLayerOrder) {
-  const ModelState s = test::oracle_model().model->new_state();
+  const model::ModelState s = test::oracle_model().model->new_state();
   std::vector<std::string> got;
-  for (const CacheView& v : cache_views(s, reference_ops())) got.push_back(v.kind + std::to_string(v.layer));
+  for (const model::CacheView& v : cache_views(s, seam::reference_ops())) got.push_back(v.kind + std::to_string(v.layer));
   std::vector<std::string> want;
   for (int l = 0; l < config().n_layers; ++l) want.push_back("window_kv" + std::to_string(l));
   for (int l : config().kv_source_layers) {
@@ -185,7 +185,7 @@ TEST(CachePrecisionAblation, CacheViewsListEveryCacheInLayerOrder) {
     want.push_back("index_keys" + std::to_string(l));
   }
   EXPECT_EQ(got, want);
-  for (const CacheView& v : cache_views(s, reference_ops())) EXPECT_EQ(v.entries, 0) << "a fresh state holds nothing";
+  for (const model::CacheView& v : cache_views(s, seam::reference_ops())) EXPECT_EQ(v.entries, 0) << "a fresh state holds nothing";
 }
 
 // ---- kBf16: the caches hold the pre-QDQ values ----
@@ -203,19 +203,19 @@ struct ForcedPair {
 const ForcedPair& forced_pair() {
   static const ForcedPair f = [] {
     ForcedPair x;
-    Model packed = model_in(CachePrecision::kPacked);
-    ForwardHooks record;
-    record.tensor = [&x](Component what, int layer, Tensor<float>& v) {
-      if (what == Component::kAttnIn) x.attn_in.insert_or_assign(layer, v);
-      if (what == Component::kIndexScores) x.packed_scores.insert_or_assign(layer, v);
+    model::Model packed = model_in(CachePrecision::kPacked);
+    model::ForwardHooks record;
+    record.tensor = [&x](model::Component what, int layer, Tensor<float>& v) {
+      if (what == model::Component::kAttnIn) x.attn_in.insert_or_assign(layer, v);
+      if (what == model::Component::kIndexScores) x.packed_scores.insert_or_assign(layer, v);
     };
     packed.set_hooks(record);
     x.packed = run_steps(packed, kPrompt, 0);
-    Model bf16 = model_in(CachePrecision::kBf16);
-    ForwardHooks force;
-    force.tensor = [&x](Component what, int layer, Tensor<float>& v) {
-      if (what == Component::kAttnIn) v = x.attn_in.at(layer);
-      if (what == Component::kIndexScores) x.bf16_scores.insert_or_assign(layer, v);
+    model::Model bf16 = model_in(CachePrecision::kBf16);
+    model::ForwardHooks force;
+    force.tensor = [&x](model::Component what, int layer, Tensor<float>& v) {
+      if (what == model::Component::kAttnIn) v = x.attn_in.at(layer);
+      if (what == model::Component::kIndexScores) x.bf16_scores.insert_or_assign(layer, v);
     };
     bf16.set_hooks(force);
     x.bf16 = run_steps(bf16, kPrompt, 0);
@@ -228,10 +228,10 @@ TEST(CachePrecisionAblation, Bf16CachesHoldThePreQdqValues) {
   const Trace& p = forced_pair().packed;
   const Trace& b = forced_pair().bf16;
   EXPECT_EQ(b.state.precision, CachePrecision::kBf16);
-  const std::vector<CacheView> vp = cache_views(p.state, reference_ops()), vb = cache_views(b.state, reference_ops());
+  const std::vector<model::CacheView> vp = model::cache_views(p.state, seam::reference_ops()), vb = cache_views(b.state, seam::reference_ops());
   ASSERT_EQ(vp.size(), vb.size());
   for (size_t i = 0; i < vp.size(); ++i) {
-    const CacheView &q = vp[i], &x = vb[i];
+    const model::CacheView &q = vp[i], &x = vb[i];
     SCOPED_TRACE(x.kind + " of layer " + std::to_string(x.layer));
     ASSERT_EQ(x.kind, q.kind);
     ASSERT_EQ(x.entries, q.entries);
@@ -262,8 +262,8 @@ TEST(CachePrecisionAblation, Bf16IndexScoresUseUnquantizedQueriesAndKeys) {
   const ModelConfig& c = config();
   const int layer = 2, ratio = 2;
   const ForcedPair& f = forced_pair();
-  const ModelWeights weights_file = ModelWeights::load(test::kOracleDir + "weights.safetensors", c);
-  const AttentionWeights& w = weights_file.blocks[static_cast<size_t>(layer)].attn;
+  const checkpoint::ModelWeights weights_file = checkpoint::ModelWeights::load(test::kOracleDir + "weights.safetensors", c);
+  const checkpoint::AttentionWeights& w = weights_file.blocks[static_cast<size_t>(layer)].attn;
   const Tensor<float>& x = f.attn_in.at(layer);  // [T, dim] bf16
   const int64_t T = x.dim(0), Hi = c.index_n_heads, Di = c.index_head_dim;
   const Tensor<float> qr = rms_norm(linear(x, w.wq_a), w.q_norm.data(), c.norm_eps);
@@ -276,7 +276,7 @@ TEST(CachePrecisionAblation, Bf16IndexScoresUseUnquantizedQueriesAndKeys) {
   const Tensor<float> weights = index_weights(linear(x, w.idx_weights_proj), static_cast<int>(Di));
   const std::vector<int64_t> reach = compressed_reach(0, T, ratio);
   const auto keys = [&](const Trace& r) {
-    for (const CacheView& v : cache_views(r.state, reference_ops())) {
+    for (const model::CacheView& v : cache_views(r.state, seam::reference_ops())) {
       if (v.kind == "index_keys" && v.layer == layer) return Tensor<float>({v.entries, Di}, values_of(v), "keys");
     }
     ADD_FAILURE() << "no index keys of layer " << layer;
@@ -298,27 +298,27 @@ TEST(CachePrecisionAblation, Bf16CacheClassesStoreRawBf16) {
   for (int64_t i = 0; i < rows.numel(); ++i) {  // bf16 values, not on the FP4 grid
     rows.data()[static_cast<size_t>(i)] = formats::round_to_bf16(0.1f + 0.37f * static_cast<float>(i % 11) - 1.3f);
   }
-  PackedCache kv("compressed KV cache", CacheFormat::kBf16, 2, 2, D, 4);
-  PackedCache keys("index-key cache", CacheFormat::kBf16, 2, 2, D, 4);
+  model::PackedCache kv("compressed KV cache", CacheFormat::kBf16, 2, 2, D, 4);
+  model::PackedCache keys("index-key cache", CacheFormat::kBf16, 2, 2, D, 4);
   EXPECT_EQ(kv.entry_bytes(), 2 * D);
   EXPECT_EQ(keys.entry_bytes(), 2 * D);
-  kv.write(reference_ops(), 0, rows);
-  keys.write(reference_ops(), 0, rows);
-  EXPECT_EQ(bits_of(kv.read(reference_ops(), 2, 2, 2).data()), bits_of(rows.data()));
-  EXPECT_EQ(bits_of(keys.read(reference_ops(), 2, 2, 2).data()), bits_of(rows.data()));
+  kv.write(seam::reference_ops(), 0, rows);
+  keys.write(seam::reference_ops(), 0, rows);
+  EXPECT_EQ(bits_of(kv.read(seam::reference_ops(), 2, 2, 2).data()), bits_of(rows.data()));
+  EXPECT_EQ(bits_of(keys.read(seam::reference_ops(), 2, 2, 2).data()), bits_of(rows.data()));
   const std::vector<uint8_t> want = formats::pack_rows(CacheFormat::kBf16, rows.data(), 2, static_cast<int>(D));
   EXPECT_EQ(std::vector<uint8_t>(kv.entry(1), kv.entry(1) + kv.entry_bytes()),
             std::vector<uint8_t>(want.begin() + 2 * D, want.end()));
 
   // restore: any finite bf16 is accepted; NaN / Inf is refused.
   std::vector<uint8_t> bytes = want;
-  PackedCache kv2("compressed KV cache", CacheFormat::kBf16, 2, 2, D, 4);
+  model::PackedCache kv2("compressed KV cache", CacheFormat::kBf16, 2, 2, D, 4);
   kv2.restore(bytes.data(), 2);
-  EXPECT_EQ(bits_of(kv2.read(reference_ops(), 2, 2, 2).data()), bits_of(rows.data()));
+  EXPECT_EQ(bits_of(kv2.read(seam::reference_ops(), 2, 2, 2).data()), bits_of(rows.data()));
   bytes[2 * D + 7] = 0x7F;  // the high byte of value D + 3
   bytes[2 * D + 6] = 0xC0;  // 0x7FC0: a bf16 NaN
   EXPECT_THAT(error_of([&] { kv2.restore(bytes.data(), 2); }), HasSubstr("NaN or Inf"));
-  PackedCache keys2("index-key cache", CacheFormat::kBf16, 2, 2, D, 4);
+  model::PackedCache keys2("index-key cache", CacheFormat::kBf16, 2, 2, D, 4);
   EXPECT_THAT(error_of([&] { keys2.restore(bytes.data(), 2); }), HasSubstr("NaN or Inf"));
 }
 
@@ -349,7 +349,7 @@ TEST(CachePrecisionAblation, Bf16LogitsAreCloseButNotEqual) {
 // ---- kBf16: sessions ----
 
 TEST(CachePrecisionAblation, Bf16IsChunkingInvariant) {
-  const Model m = model_in(CachePrecision::kBf16);
+  const model::Model m = model_in(CachePrecision::kBf16);
   const Trace whole = run_steps(m, kPrompt, 0);
   Trace chunked{{}, m.new_state()};
   const std::vector<int64_t> tokens = test::oracle_tokens(0, kPrompt);
@@ -365,7 +365,7 @@ TEST(CachePrecisionAblation, Bf16IsChunkingInvariant) {
   // a step ends, so the -1 padding is dropped).
   const auto rows = [](const Trace& r) {
     std::map<int, std::vector<std::vector<int32_t>>> out;
-    for (const StepRecord& s : r.steps) {
+    for (const model::StepRecord& s : r.steps) {
       for (const auto& [layer, t] : s.topk) {
         for (int64_t i = 0; i < t.dim(0); ++i) {
           std::vector<int32_t> row;
@@ -381,7 +381,7 @@ TEST(CachePrecisionAblation, Bf16IsChunkingInvariant) {
   const auto want = rows(whole);
   ASSERT_FALSE(want.empty());
   EXPECT_EQ(rows(chunked), want);
-  const std::vector<CacheView> vw = cache_views(whole.state, reference_ops()), vc = cache_views(chunked.state, reference_ops());
+  const std::vector<model::CacheView> vw = model::cache_views(whole.state, seam::reference_ops()), vc = cache_views(chunked.state, seam::reference_ops());
   ASSERT_EQ(vw.size(), vc.size());
   for (size_t i = 0; i < vw.size(); ++i) {
     EXPECT_EQ(vc[i].bytes, vw[i].bytes) << vw[i].kind << " of layer " << vw[i].layer;
@@ -390,26 +390,26 @@ TEST(CachePrecisionAblation, Bf16IsChunkingInvariant) {
 }
 
 TEST(CachePrecisionAblation, ACopiedBf16StateIsAnIndependentSnapshot) {
-  const Model m = model_in(CachePrecision::kBf16);
+  const model::Model m = model_in(CachePrecision::kBf16);
   Trace r = run_steps(m, kPrompt, 0);
-  ModelState snapshot = r.state;
+  model::ModelState snapshot = r.state;
   const int64_t next = test::oracle_tokens(kPrompt, 1)[0];
-  const StepRecord a = m.decode(r.state, next);
-  const StepRecord b = m.decode(snapshot, next);  // the copy continues like the original
+  const model::StepRecord a = m.decode(r.state, next);
+  const model::StepRecord b = m.decode(snapshot, next);  // the copy continues like the original
   expect_usable(a.logits, "bf16 decode logits");
   EXPECT_EQ(bits_of(b.logits), bits_of(a.logits));
-  ModelState again = snapshot;  // and is unaffected by the original's later steps
+  model::ModelState again = snapshot;  // and is unaffected by the original's later steps
   m.decode(r.state, next);
   EXPECT_EQ(again.pos, kPrompt + 1);
-  EXPECT_EQ(cache_views(again, reference_ops())[0].bytes, cache_views(snapshot, reference_ops())[0].bytes);
+  EXPECT_EQ(model::cache_views(again, seam::reference_ops())[0].bytes, cache_views(snapshot, seam::reference_ops())[0].bytes);
 }
 
 TEST(CachePrecisionAblation, AStateOfTheOtherPrecisionIsRefused) {
-  const Model& packed = *test::oracle_model().model;
-  const Model bf16 = model_in(CachePrecision::kBf16);
+  const model::Model& packed = *test::oracle_model().model;
+  const model::Model bf16 = model_in(CachePrecision::kBf16);
   const std::vector<int64_t> tokens = test::oracle_tokens(0, 5);
-  ModelState b = bf16.new_state();
-  ModelState p = packed.new_state();
+  model::ModelState b = bf16.new_state();
+  model::ModelState p = packed.new_state();
   EXPECT_THAT(error_of([&] { packed.prefill(b, tokens); }),
               HasSubstr("a bf16-cache state given to a model set to packed caches"));
   EXPECT_THAT(error_of([&] { bf16.forward_chunk(p, tokens); }),
@@ -424,22 +424,22 @@ TEST(CachePrecisionAblation, AStateOfTheOtherPrecisionIsRefused) {
 }
 
 TEST(CachePrecisionAblation, SessionFilesRefuseBf16) {
-  const Model bf16 = model_in(CachePrecision::kBf16);
-  ModelState b = bf16.new_state();
+  const model::Model bf16 = model_in(CachePrecision::kBf16);
+  model::ModelState b = bf16.new_state();
   bf16.prefill(b, test::oracle_tokens(0, 7));
-  EXPECT_THAT(error_of([&] { session_bytes(b, config(), true); }),
+  EXPECT_THAT(error_of([&] { session::session_bytes(b, config(), true); }),
               HasSubstr("session files hold the official packed formats only"));
   const std::string path =
       (std::filesystem::temp_directory_path() / ("dsv41_cache_precision_" + std::to_string(::getpid()))).string();
-  EXPECT_THAT(error_of([&] { save_session(path, b, config(), false); }), HasSubstr("packed formats only"));
+  EXPECT_THAT(error_of([&] { session::save_session(path, b, config(), false); }), HasSubstr("packed formats only"));
   EXPECT_FALSE(std::filesystem::exists(path));
   // A valid packed file cannot be loaded into a bf16 model either.
-  const Model& packed = *test::oracle_model().model;
-  ModelState p = packed.new_state();
+  const model::Model& packed = *test::oracle_model().model;
+  model::ModelState p = packed.new_state();
   packed.prefill(p, test::oracle_tokens(0, 7));
-  const std::vector<uint8_t> file = session_bytes(p, config(), true);
-  EXPECT_NO_THROW(load_session_bytes(file, "p.dsv41s", config(), packed));
-  EXPECT_THAT(error_of([&] { load_session_bytes(file, "p.dsv41s", config(), bf16); }),
+  const std::vector<uint8_t> file = session::session_bytes(p, config(), true);
+  EXPECT_NO_THROW(session::load_session_bytes(file, "p.dsv41s", config(), packed));
+  EXPECT_THAT(error_of([&] { session::load_session_bytes(file, "p.dsv41s", config(), bf16); }),
               HasSubstr("session files hold the official packed formats only"));
 }
 
@@ -451,14 +451,14 @@ struct Seen {
   std::vector<Tensor<float>> logits;
 };
 
-ForwardHooks watch(Seen& seen) {
-  ForwardHooks h;
-  h.tensor = [&seen](Component what, int layer, Tensor<float>& v) {
-    if (what == Component::kIndexScores) {
+model::ForwardHooks watch(Seen& seen) {
+  model::ForwardHooks h;
+  h.tensor = [&seen](model::Component what, int layer, Tensor<float>& v) {
+    if (what == model::Component::kIndexScores) {
       seen.scores.insert_or_assign(layer, v);
       ++seen.calls[layer];
     }
-    if (what == Component::kLogits) {
+    if (what == model::Component::kLogits) {
       EXPECT_EQ(layer, -1);
       seen.logits.push_back(v);
     }
@@ -508,15 +508,15 @@ TEST(IndexScoresHook, FiresForEveryIndexLayerAndIsWhatTheTopkTakes) {
   }
   ASSERT_EQ(index_layers, (std::set<int>{2, 4, 6, 8}));  // the tiny config's index sources
 
-  Model m = model_in(CachePrecision::kPacked);
+  model::Model m = model_in(CachePrecision::kPacked);
   Seen seen;
   m.set_hooks(watch(seen));
-  ModelState s = m.new_state();
+  model::ModelState s = m.new_state();
   // Prefill of kPrompt, then one decode step: T = 90 and T = 1.
   for (const std::vector<int64_t>& step : {test::oracle_tokens(0, kPrompt), test::oracle_tokens(kPrompt, 1)}) {
     seen = Seen{};
     const int64_t start = s.pos, T = static_cast<int64_t>(step.size());
-    const StepRecord r = m.forward_chunk(s, step);
+    const model::StepRecord r = m.forward_chunk(s, step);
     SCOPED_TRACE("step at " + std::to_string(start) + ", T = " + std::to_string(T));
     std::set<int> fired;
     for (const auto& [layer, n] : seen.calls) {
@@ -543,11 +543,11 @@ TEST(IndexScoresHook, FiresForEveryIndexLayerAndIsWhatTheTopkTakes) {
 
 TEST(IndexScoresHook, ScoresAfterTheCandidateMaskAreMinusInfOutsideIt) {
   const ModelConfig& c = config();
-  Model m = model_in(CachePrecision::kPacked);
+  model::Model m = model_in(CachePrecision::kPacked);
   Seen seen;
   m.set_hooks(watch(seen));
-  ModelState s = m.new_state();
-  const StepRecord r = m.prefill(s, test::oracle_tokens(0, kPrompt));
+  model::ModelState s = m.new_state();
+  const model::StepRecord r = m.prefill(s, test::oracle_tokens(0, kPrompt));
   const Tensor<uint8_t>& mask = r.candidates.at(c.candidate_source_layer);  // [T, N], reachable part
   const Tensor<float>& scores = seen.scores.at(8);                         // layer 8 uses the candidates
   ASSERT_EQ(mask.shape(), scores.shape());
@@ -562,11 +562,11 @@ TEST(IndexScoresHook, ScoresAfterTheCandidateMaskAreMinusInfOutsideIt) {
 }
 
 TEST(IndexScoresHook, AReplacementChangesTheSelection) {
-  Model m = model_in(CachePrecision::kPacked);
-  ForwardHooks h;
+  model::Model m = model_in(CachePrecision::kPacked);
+  model::ForwardHooks h;
   // Layer 2's scores become -position: the top-k must be the first index_topk reachable positions.
-  h.tensor = [](Component what, int layer, Tensor<float>& v) {
-    if (what != Component::kIndexScores || layer != 2) return;
+  h.tensor = [](model::Component what, int layer, Tensor<float>& v) {
+    if (what != model::Component::kIndexScores || layer != 2) return;
     for (int64_t t = 0; t < v.dim(0); ++t) {
       for (int64_t n = 0; n < v.dim(1); ++n) {
         if (std::isfinite(v.at(t, n))) v.at(t, n) = -static_cast<float>(n);
@@ -574,13 +574,13 @@ TEST(IndexScoresHook, AReplacementChangesTheSelection) {
     }
   };
   m.set_hooks(h);
-  ModelState s = m.new_state();
-  const StepRecord r = m.prefill(s, test::oracle_tokens(0, kPrompt));
+  model::ModelState s = m.new_state();
+  const model::StepRecord r = m.prefill(s, test::oracle_tokens(0, kPrompt));
   const Tensor<int32_t>& top = r.topk.at(2);
   const int64_t t = kPrompt - 1;  // reach 45 > index_topk 32
   for (int64_t j = 0; j < top.dim(1); ++j) EXPECT_EQ(top.at(t, j), j) << "column " << j;
-  const StepRecord plain = [&] {
-    ModelState fresh = test::oracle_model().model->new_state();
+  const model::StepRecord plain = [&] {
+    model::ModelState fresh = test::oracle_model().model->new_state();
     return test::oracle_model().model->prefill(fresh, test::oracle_tokens(0, kPrompt));
   }();
   EXPECT_NE(plain.topk.at(2).data(), top.data()) << "the plain selection was already the first positions";

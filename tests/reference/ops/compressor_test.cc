@@ -33,9 +33,9 @@ constexpr int64_t kHeadDim = 128;
 constexpr int kRopeDim = 32;
 constexpr float kNormEps = 1e-20f;
 
-const safetensors::SafetensorsFile& weights() {
-  static const safetensors::SafetensorsFile w =
-      safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+const checkpoint::safetensors::SafetensorsFile& weights() {
+  static const checkpoint::safetensors::SafetensorsFile w =
+      checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   return w;
 }
 std::vector<float> weight(const std::string& name) { return weights().get(name).to_f32(); }
@@ -133,7 +133,7 @@ Projected project_layer2(const Tensor<float>& x) {
           linear_fp32_fma(x, weight("layers.2.attn.compressor.wgate.weight"), kHeadDim)};
 }
 
-void expect_state(const CompressorState& st, const golden::H5File& f, const std::string& group) {
+void expect_state(const model::CompressorState& st, const golden::H5File& f, const std::string& group) {
   const golden::Array<float> kv = f.read<float>(group + "compressor_kv_state/value");
   const golden::Array<float> score = f.read<float>(group + "compressor_score_state/value");
   ASSERT_EQ(kv.data.size(), st.kv.data().size());
@@ -146,8 +146,8 @@ TEST(CompressorPrefill, LatentsAndStateMatchOfficialRun) {
   const golden::H5File attn(kOracle + "prefill_attn.h5");
   const golden::H5File pre(kOracle + "prefill.h5");
   const Projected p = project_layer2(bf16_rows(attn, "prefill/layer02/attn_in/bits"));
-  CompressorState st(2, kHeadDim);
-  const CompressedLatents c = compress(reference_ops(), st, p.kv, p.score, 0);
+  model::CompressorState st(2, kHeadDim);
+  const CompressedLatents c = compress(seam::reference_ops(), st, p.kv, p.score, 0);
   ASSERT_EQ(c.first_group, 0);
   ASSERT_EQ(c.count(), kPrefillLen / 2);
   const Tensor<float> normed = rmsnorm(c.latent, weight("layers.2.attn.compressor.norm.weight"));
@@ -165,8 +165,8 @@ TEST(CompressorDecode, EightStepsMatchOfficialRun) {
   const golden::H5File attn(kOracle + "prefill_attn.h5");
   const golden::H5File dec(kOracle + "decode.h5");
   const Projected p = project_layer2(bf16_rows(attn, "prefill/layer02/attn_in/bits"));
-  CompressorState st(2, kHeadDim);
-  compress(reference_ops(), st, p.kv, p.score, 0);
+  model::CompressorState st(2, kHeadDim);
+  compress(seam::reference_ops(), st, p.kv, p.score, 0);
   const std::vector<float> norm_w = weight("layers.2.attn.compressor.norm.weight");
   for (int step = 0; step < 8; ++step) {
     const std::string g = "decode/step" + std::to_string(step) + "/";
@@ -177,7 +177,7 @@ TEST(CompressorDecode, EightStepsMatchOfficialRun) {
     const auto sc_slot = sc_state.data.begin() + (pos % 2) * kHeadDim;
     const Tensor<float> kv({1, kHeadDim}, std::vector<float>(slot, slot + kHeadDim), "kv");
     const Tensor<float> score({1, kHeadDim}, std::vector<float>(sc_slot, sc_slot + kHeadDim), "score");
-    const CompressedLatents c = compress(reference_ops(), st, kv, score, pos);
+    const CompressedLatents c = compress(seam::reference_ops(), st, kv, score, pos);
     const bool completes = (pos + 1) % 2 == 0;
     ASSERT_EQ(c.count(), completes ? 1 : 0) << step;
     if (completes) {
@@ -193,18 +193,18 @@ TEST(CompressorDecode, EightStepsMatchOfficialRun) {
 TEST(CompressorChunked, ChunkedPrefillGivesTheUnchunkedLatents) {
   const golden::H5File attn(kOracle + "prefill_attn.h5");
   const Projected p = project_layer2(bf16_rows(attn, "prefill/layer02/attn_in/bits"));
-  CompressorState whole(2, kHeadDim);
-  const CompressedLatents all = compress(reference_ops(), whole, p.kv, p.score, 0);
+  model::CompressorState whole(2, kHeadDim);
+  const CompressedLatents all = compress(seam::reference_ops(), whole, p.kv, p.score, 0);
   // Chunk boundaries on odd and even positions, a one-token chunk and decode-like steps.
   const std::vector<int64_t> cuts = {0, 1, 2, 101, 200, 201, 202, 290, 333};
-  CompressorState st(2, kHeadDim);
+  model::CompressorState st(2, kHeadDim);
   std::vector<float> latents;
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     const int64_t a = cuts[i], n = cuts[i + 1] - a;
     Tensor<float> kv({n, kHeadDim}, "kv"), score({n, kHeadDim}, "score");
     std::copy(p.kv.row(a), p.kv.row(a) + n * kHeadDim, kv.data().begin());
     std::copy(p.score.row(a), p.score.row(a) + n * kHeadDim, score.data().begin());
-    const CompressedLatents c = compress(reference_ops(), st, kv, score, a);
+    const CompressedLatents c = compress(seam::reference_ops(), st, kv, score, a);
     EXPECT_EQ(c.first_group, a / 2);
     latents.insert(latents.end(), c.latent.data().begin(), c.latent.data().end());
   }
@@ -248,7 +248,7 @@ TEST(CompressorRatioOne, PlainPathIsNormOfWkv) {
               static_cast<long long>(max_ulp));
   EXPECT_LE(max_ulp, kRatioOneMaxUlp);
   EXPECT_LE(static_cast<double>(differ) / static_cast<double>(want.numel()), kRatioOneMaxDifferingFraction);
-  EXPECT_THROW(CompressorState(1, kHeadDim), Error);
+  EXPECT_THROW(model::CompressorState(1, kHeadDim), Error);
 }
 
 TEST(CompressorCache, RopedQdqLatentsAreTheOfficialCompressedKvCache) {
@@ -256,13 +256,13 @@ TEST(CompressorCache, RopedQdqLatentsAreTheOfficialCompressedKvCache) {
   for (const auto& [layer, ratio] : {std::pair{2, 2}, std::pair{6, 1}}) {
     const std::string l = layer == 2 ? "layer02" : "layer06";
     const Tensor<float> roped = rope_rows(bf16_rows(pre, "prefill/" + l + "/compressor_latent/bits"), ratio);
-    PackedCache cache("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, layer, ratio, kHeadDim, 512 / ratio);
-    cache.write(reference_ops(), 0, roped);
-    const Tensor<float> got = cache.read(reference_ops(), layer, ratio, roped.dim(0));
+    model::PackedCache cache("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, layer, ratio, kHeadDim, 512 / ratio);
+    cache.write(seam::reference_ops(), 0, roped);
+    const Tensor<float> got = cache.read(seam::reference_ops(), layer, ratio, roped.dim(0));
     const Tensor<float> want = bf16_rows(pre, "prefill/state/" + l + "/compress_kv_cache/bits");
     expect_bits_equal(got.data().data(), want.data().data(), want.numel(), l + " compress_kv_cache");
     EXPECT_EQ(qdq(formats::CacheFormat::kCompressedKvFp4, roped).data(), got.data());
-    EXPECT_THROW(cache.read(reference_ops(), layer == 2 ? 4 : 2, ratio, 1), Error);  // another owner's consumer
+    EXPECT_THROW(cache.read(seam::reference_ops(), layer == 2 ? 4 : 2, ratio, 1), Error);  // another owner's consumer
   }
 }
 
@@ -273,30 +273,30 @@ TEST(CompressorCache, DecodeAppendsGiveTheOfficialFinalCache) {
   const golden::H5File dec(kOracle + "decode.h5");
   for (const auto& [layer, ratio] : {std::pair{2, 2}, std::pair{6, 1}}) {
     const std::string l = layer == 2 ? "layer02" : "layer06";
-    PackedCache cache("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, layer, ratio, kHeadDim, 512 / ratio);
-    cache.write(reference_ops(), 0, rope_rows(bf16_rows(pre, "prefill/" + l + "/compressor_latent/bits"), ratio));
+    model::PackedCache cache("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, layer, ratio, kHeadDim, 512 / ratio);
+    cache.write(seam::reference_ops(), 0, rope_rows(bf16_rows(pre, "prefill/" + l + "/compressor_latent/bits"), ratio));
     for (int step = 0; step < 8; ++step) {
       const int64_t pos = kPrefillLen + step;
       const std::string g = "decode/step" + std::to_string(step) + "/" + l + "/compressor_latent/bits";
       ASSERT_EQ(dec.has(g), (pos + 1) % ratio == 0) << g;
       if (!dec.has(g)) continue;
       const int64_t group = pos / ratio;
-      cache.write(reference_ops(), group, rope_rows(bf16_rows(dec, g), ratio, group));
+      cache.write(seam::reference_ops(), group, rope_rows(bf16_rows(dec, g), ratio, group));
     }
     const Tensor<float> want = bf16_rows(dec, "decode/final_state/" + l + "/compress_kv_cache/bits");
     ASSERT_EQ(cache.size(), want.dim(0));
-    expect_bits_equal(cache.read(reference_ops(), layer, ratio, cache.size()).data().data(), want.data().data(), want.numel(),
+    expect_bits_equal(cache.read(seam::reference_ops(), layer, ratio, cache.size()).data().data(), want.data().data(), want.numel(),
                       l + " final compress_kv_cache");
   }
 }
 
 TEST(CompressorState, RejectsGapsAndBadShapes) {
-  CompressorState st(2, 4);
+  model::CompressorState st(2, 4);
   Tensor<float> one({1, 4}, "kv", 1.0f);
-  EXPECT_EQ(compress(reference_ops(), st, one, one, 0).count(), 0);
-  EXPECT_THROW(compress(reference_ops(), st, one, one, 2), Error);  // position 1 skipped
-  EXPECT_THROW(compress(reference_ops(), st, one, Tensor<float>({1, 3}, "score"), 1), Error);
-  const CompressedLatents c = compress(reference_ops(), st, one, one, 1);
+  EXPECT_EQ(compress(seam::reference_ops(), st, one, one, 0).count(), 0);
+  EXPECT_THROW(compress(seam::reference_ops(), st, one, one, 2), Error);  // position 1 skipped
+  EXPECT_THROW(compress(seam::reference_ops(), st, one, Tensor<float>({1, 3}, "score"), 1), Error);
+  const CompressedLatents c = compress(seam::reference_ops(), st, one, one, 1);
   ASSERT_EQ(c.count(), 1);
   EXPECT_EQ(c.first_group, 0);
   EXPECT_EQ(c.latent.at(0, 0), 1.0f);  // equal scores, equal rows: 1 * 0.5 + 1 * 0.5

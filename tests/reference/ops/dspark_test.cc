@@ -35,7 +35,7 @@
 namespace dsv41::reference {
 namespace {
 
-using scenarios::OracleRun;
+using scenarios::agree::OracleRun;
 
 const std::string kRuns = DSV41_SOURCE_DIR "/golden/runs/";
 
@@ -91,12 +91,12 @@ struct DraftCapture {
   std::map<std::pair<std::string, int>, Tensor<float>> f;
   std::map<std::pair<std::string, int>, Tensor<int32_t>> i;
   std::vector<int64_t> forced;  // [block] official draft_ids[1 ..]
-  ForwardHooks hooks() {
-    ForwardHooks h;
-    h.tensor = [this](Component what, int layer, Tensor<float>& v) { f[{name(what), layer}] = v; };
-    h.index = [this](Component what, int layer, Tensor<int32_t>& v) {
+  model::ForwardHooks hooks() {
+    model::ForwardHooks h;
+    h.tensor = [this](model::Component what, int layer, Tensor<float>& v) { f[{name(what), layer}] = v; };
+    h.index = [this](model::Component what, int layer, Tensor<int32_t>& v) {
       i[{name(what), layer}] = v;
-      if (what == Component::kDSparkToken && !forced.empty()) v.at(0, 0) = static_cast<int32_t>(forced.at(layer));
+      if (what == model::Component::kDSparkToken && !forced.empty()) v.at(0, 0) = static_cast<int32_t>(forced.at(layer));
     };
     return h;
   }
@@ -109,7 +109,7 @@ TEST(DSparkMainHidden, IsTheMeanOfTheTargetLayersInputs) {
   const test::OracleModel& o = test::oracle_model();
   std::vector<Tensor<float>> parts;
   for (int l : o.config.dspark_target_layer_ids) {  // 7, 8, 9: no Engram: the input is l-1's output
-    parts.push_back(hc_mean(OracleRun::bf16(streams_file(), "prefill/" + scenarios::oracle_layer(l - 1) + "/out_stream")
+    parts.push_back(hc_mean(OracleRun::bf16(streams_file(), "prefill/" + scenarios::agree::oracle_layer(l - 1) + "/out_stream")
                                 .reshaped({333, o.config.hc_mult, o.config.dim})));
   }
   const Diff d = diff(concat_cols(parts).data(), bf16_item(prefill_file(), "prefill/main_hidden"), o.config.dim);
@@ -155,7 +155,7 @@ void expect_within(const std::string& what, const Diff& d, const Bound& b) {
 TEST(DSparkTeacherForced, MainXFromTheOfficialMainHiddenIsBitExact) {
   const test::OracleModel& o = test::oracle_model();
   const ModelConfig& c = o.config;
-  const DSparkWeights& w = o.model->weights().dspark;
+  const checkpoint::DSparkWeights& w = o.model->weights().dspark;
   const auto main_x = [&](const golden::H5File& f, const std::string& step) {
     Tensor<float> mh = OracleRun::bf16(f, step + "main_hidden");
     const int64_t T = mh.numel() / w.main_proj.in;
@@ -205,7 +205,7 @@ void expect_mixes(const std::string& what, const DraftCapture& cap, const char* 
 // reference's FMA chain), so |ours - official| <= 2 gamma_K sum_k |in_k w_k| (Higham's bound of a
 // recursive fp32 sum, both sides; gamma_K = K u / (1 - K u), u = 2^-24), on the same inputs.
 void expect_confidence(const std::vector<float>& got, const std::vector<float>& want, const DraftCapture& cap,
-                       const ModelConfig& c, const DSparkWeights& w) {
+                       const ModelConfig& c, const checkpoint::DSparkWeights& w) {
   const int layer = c.n_layers + c.n_mtp_layers - 1;
   const Tensor<float> x = hc_pre(cap.f.at({"dspark_out_stream", layer}), cap.f.at({"dspark_hc_ffn_pre", layer}));
   const int64_t K = c.dim + c.dspark_markov_rank;
@@ -228,30 +228,30 @@ void expect_confidence(const std::vector<float>& got, const std::vector<float>& 
 TEST(DSparkTeacherForced, TheRingsAndEveryDecodeStepsDraft) {
   const test::OracleModel& o = test::oracle_model();
   const ModelConfig& c = o.config;
-  Model& m = *o.model;
-  const Ops& ops = m.ops();
+  model::Model& m = *o.model;
+  const seam::Ops& ops = m.ops();
   const int layer = c.n_layers;  // dspark0
   const int64_t B = c.dspark_block_size, dim = c.dim, hc = c.hc_mult, V = c.vocab_size;
   // Forward steps with the official main_x: the rings are a function of it alone.
-  const auto forward = [&](ModelState& s, const std::vector<int64_t>& tokens, const std::string& item) {
-    ForwardHooks h;
+  const auto forward = [&](model::ModelState& s, const std::vector<int64_t>& tokens, const std::string& item) {
+    model::ForwardHooks h;
     const golden::H5File& f = item == "prefill/" ? prefill_file() : decode_file();
     const Tensor<float> official = OracleRun::bf16(f, item + "dspark/dspark_main_x");
-    h.tensor = [&](Component what, int, Tensor<float>& v) {
-      if (what == Component::kDSparkMainX) v.data() = official.data();
+    h.tensor = [&](model::Component what, int, Tensor<float>& v) {
+      if (what == model::Component::kDSparkMainX) v.data() = official.data();
     };
     m.set_hooks(h);
     m.forward_chunk(s, tokens);
     m.set_hooks({});
   };
-  const auto ring_diff = [&](const ModelState& s, const golden::H5File& f, const std::string& item) {
+  const auto ring_diff = [&](const model::ModelState& s, const golden::H5File& f, const std::string& item) {
     return diff(s.dspark_window_kv.at(0).read_all(ops).data(), bf16_item(f, item), c.head_dim);
   };
-  ModelState s = m.new_state();
+  model::ModelState s = m.new_state();
   forward(s, o.tokens, "prefill/");
   expect_within("prefill/state/dspark0 ring", ring_diff(s, prefill_file(), "prefill/state/dspark0/window_kv_cache"), kExact);
   const RopeTable rope = RopeTable::for_layer(c, layer);
-  const AttentionWeights& aw = m.weights().blocks[static_cast<size_t>(layer)].attn;
+  const checkpoint::AttentionWeights& aw = m.weights().blocks[static_cast<size_t>(layer)].attn;
   int ids_equal = 0, steps = 0;
   for (int k = 0; decode_file().has("decode/step" + std::to_string(k)); ++k, ++steps) {
     const std::string st = "decode/step" + std::to_string(k) + "/", ds = st + "dspark/", b0 = ds + "dspark0/";
@@ -261,7 +261,7 @@ TEST(DSparkTeacherForced, TheRingsAndEveryDecodeStepsDraft) {
     DraftCapture cap;
     cap.forced.assign(ids.begin() + 1, ids.end());
     m.set_hooks(cap.hooks());
-    const DraftResult r = m.draft(s, ids.at(0));
+    const model::DraftResult r = m.draft(s, ids.at(0));
     m.set_hooks({});
     // The block's inputs and its attention, item by item.
     const std::vector<float>& emb = cap.at("dspark_embed", -1);
@@ -292,7 +292,7 @@ TEST(DSparkTeacherForced, TheRingsAndEveryDecodeStepsDraft) {
     expect_within("sparse_out", diff(o_attn.data(), bf16_item(decode_file(), b0 + "sparse_out"), D), kStream);
     // The block's outputs.
     expect_within("attn_out", diff(cap.at("dspark_attn_out", layer), bf16_item(decode_file(), b0 + "attn_out"), dim), kStream);
-    const BlockWeights& bw = m.weights().blocks[static_cast<size_t>(layer)];
+    const checkpoint::BlockWeights& bw = m.weights().blocks[static_cast<size_t>(layer)];
     expect_mixes("hc_attn mixes", cap, "hc_attn", layer, bw.hc_attn, c, b0 + "hc_attn");
     expect_mixes("hc_ffn mixes", cap, "hc_ffn", layer, bw.hc_ffn, c, b0 + "hc_ffn");
     expect_within("ffn_in", diff(cap.at("dspark_ffn_in", layer), bf16_item(decode_file(), b0 + "ffn_in"), dim), kStream);
@@ -334,17 +334,17 @@ TEST(DSparkTeacherForced, TheRingsAndEveryDecodeStepsDraft) {
 TEST(DSparkFreeRunning, DraftsAgainstTheTieRuleRun) {
   const test::OracleModel& o = test::oracle_model();
   const ModelConfig& c = o.config;
-  const Model& m = *o.model;
+  const model::Model& m = *o.model;
   const golden::H5File tie(test::kOracleDir + "tie_lowest_index.h5");
-  ModelState s = m.new_state();
+  model::ModelState s = m.new_state();
   m.prefill(s, o.tokens);
   int same_input = 0, same_ids = 0, steps = 0;
   double worst_nmse = 0, worst_conf = 0;
   for (int k = 0; decode_file().has("decode/step" + std::to_string(k)); ++k, ++steps) {
     const std::string st = "decode/step" + std::to_string(k) + "/";
-    const StepRecord rec = m.decode(s, i64_item(decode_file(), st + "input_token").at(0));
+    const model::StepRecord rec = m.decode(s, i64_item(decode_file(), st + "input_token").at(0));
     const int64_t argmax = std::max_element(rec.logits.begin(), rec.logits.end()) - rec.logits.begin();
-    const DraftResult r = m.draft(s, argmax);
+    const model::DraftResult r = m.draft(s, argmax);
     const std::vector<int64_t> ids = i64_item(tie, st + "dspark/draft_ids");
     std::vector<int64_t> own = {argmax};
     own.insert(own.end(), r.tokens.begin(), r.tokens.end());

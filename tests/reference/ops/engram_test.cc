@@ -327,14 +327,14 @@ Tensor<float> bf16_tensor(const golden::H5File& f, const std::string& item,
 
 // One engram layer's weights from the oracle's checkpoint.
 struct EngramLayerWeights {
-  safetensors::Entry table, table_scale;
+  checkpoint::safetensors::Entry table, table_scale;
   std::vector<float> q_weight, k_weight;
 #if DSV41_ENGRAM_TEST_HAS_LINEAR
   LinearWeight wkv;
 #endif
 };
 
-EngramLayerWeights load_engram_weights(const safetensors::SafetensorsFile& w, const ModelConfig& c,
+EngramLayerWeights load_engram_weights(const checkpoint::safetensors::SafetensorsFile& w, const ModelConfig& c,
                                        const EngramLayout& l, int layer) {
   const std::string p = "layers." + std::to_string(layer) + ".engram.";
   EngramLayerWeights e;
@@ -343,7 +343,7 @@ EngramLayerWeights load_engram_weights(const safetensors::SafetensorsFile& w, co
   e.q_weight = w.get(p + "q_weight", DType::kBF16, {c.hc_mult, c.dim}).to_f32();
   e.k_weight = w.get(p + "k_weight", DType::kBF16, {c.hc_mult, c.dim}).to_f32();
 #if DSV41_ENGRAM_TEST_HAS_LINEAR
-  e.wkv = load_linear(w, p + "wkv", DType::kF8E4M3,
+  e.wkv = checkpoint::load_linear(w, p + "wkv", DType::kF8E4M3,
                              int64_t{c.hc_mult + 1} * c.dim, int64_t{l.n_cols()} * l.head_dim);
 #else
   (void)l;
@@ -376,7 +376,7 @@ TEST(EngramGate, PrefillMatchesOracle) {
 #else
   const ModelConfig c = load_config("tiny");
   const EngramLayout l = EngramLayout::build(c);
-  const auto w = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+  const auto w = checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   const golden::H5File prefill(kOracle + "prefill.h5");
   const golden::H5File streams(kOracle + "prefill_streams.h5");
   const int64_t T = kPrefillTokens;
@@ -390,7 +390,7 @@ TEST(EngramGate, PrefillMatchesOracle) {
     const Tensor<float> want =
         bf16_tensor(streams, "prefill/" + layer_name(layer) + "/engram_out", {T, c.hc_mult, c.dim});
     const Tensor<float> kv =
-        linear(engram_lookup(engram_table(e.table, e.table_scale), ids), e.wkv);
+        linear(engram_lookup(checkpoint::engram_table(e.table, e.table_scale), ids), e.wkv);
     const Tensor<float> got = engram_gate_residual(x, kv, e.q_weight, e.k_weight, c.norm_eps);
     const int64_t equal = count_equal(got, want, "prefill " + layer_name(layer) + " engram_out");
     EXPECT_EQ(equal, want.numel());
@@ -405,7 +405,7 @@ TEST(EngramGate, DecodeMatchesOracle) {
 #else
   const ModelConfig c = load_config("tiny");
   const EngramLayout l = EngramLayout::build(c);
-  const auto w = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+  const auto w = checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   const golden::H5File f(kOracle + "decode.h5");
   for (int layer : {1, 4}) {
     const EngramLayerWeights e = load_engram_weights(w, c, l, layer);
@@ -419,7 +419,7 @@ TEST(EngramGate, DecodeMatchesOracle) {
       const Tensor<float> want =
           bf16_tensor(f, s + layer_name(layer) + "/engram_out", {1, c.hc_mult, c.dim});
       const Tensor<float> kv =
-          linear(engram_lookup(engram_table(e.table, e.table_scale), ids), e.wkv);
+          linear(engram_lookup(checkpoint::engram_table(e.table, e.table_scale), ids), e.wkv);
       const Tensor<float> got = engram_gate_residual(x, kv, e.q_weight, e.k_weight, c.norm_eps);
       std::copy(got.data().begin(), got.data().end(), got_all.row(step, 0));
       std::copy(want.data().begin(), want.data().end(), want_all.row(step, 0));

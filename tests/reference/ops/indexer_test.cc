@@ -44,9 +44,9 @@ std::string lname(int layer) { return std::string("layer0") + std::to_string(lay
 int ratio_of(int layer) { return layer < 6 ? 2 : 1; }
 int key_owner(int layer) { return layer == 8 ? 6 : layer; }
 
-const safetensors::SafetensorsFile& weights() {
-  static const safetensors::SafetensorsFile w =
-      safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+const checkpoint::safetensors::SafetensorsFile& weights() {
+  static const checkpoint::safetensors::SafetensorsFile w =
+      checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   return w;
 }
 std::vector<float> weight(const std::string& name) { return weights().get(name).to_f32(); }
@@ -239,16 +239,16 @@ TEST(IndexerKeys, IndexKeyCacheHoldsTheOfficialKeys) {
     std::vector<int64_t> pos(static_cast<size_t>(k.dim(0)));
     for (size_t j = 0; j < pos.size(); ++j) pos[j] = static_cast<int64_t>(j) * ratio;
     rope_inplace(k, kIndexDim, pos);
-    PackedCache cache("index-key cache", formats::CacheFormat::kIndexKeysFp4, layer, ratio, kIndexDim, 512 / ratio);
+    model::PackedCache cache("index-key cache", formats::CacheFormat::kIndexKeysFp4, layer, ratio, kIndexDim, 512 / ratio);
     EXPECT_EQ(cache.entry_bytes(), 34);  // 32 nibble bytes + 2 E8M0 scales (68 at Di = 128)
-    cache.write(reference_ops(), 0, k);
-    const Tensor<float> got = cache.read(reference_ops(), layer, ratio, k.dim(0));
+    cache.write(seam::reference_ops(), 0, k);
+    const Tensor<float> got = cache.read(seam::reference_ops(), layer, ratio, k.dim(0));
     expect_same_bits(got, bf16_rows(pre, "prefill/state/" + lname(layer) + "/index_k_cache/bits"), lname(layer));
     EXPECT_EQ(got.data(), qdq(formats::CacheFormat::kIndexKeysFp4, k).data());
-    EXPECT_THROW(cache.read(reference_ops(), layer == 2 ? 4 : 2, ratio, 1), Error);  // a consumer of another source
-    EXPECT_THROW(cache.read(reference_ops(), layer, 3 - ratio, 1), Error);           // wrong ratio
+    EXPECT_THROW(cache.read(seam::reference_ops(), layer == 2 ? 4 : 2, ratio, 1), Error);  // a consumer of another source
+    EXPECT_THROW(cache.read(seam::reference_ops(), layer, 3 - ratio, 1), Error);           // wrong ratio
   }
-  EXPECT_EQ(PackedCache("index-key cache", formats::CacheFormat::kIndexKeysFp4, 20, 1, 128, 1).entry_bytes(), 68);
+  EXPECT_EQ(model::PackedCache("index-key cache", formats::CacheFormat::kIndexKeysFp4, 20, 1, 128, 1).entry_bytes(), 68);
 }
 
 // One recorded top-k call: scores [T, N], its reach, offset and recorded output.

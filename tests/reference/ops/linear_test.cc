@@ -173,7 +173,7 @@ TEST(LinearOracle, Fp4GemmMatchesOracle) {
   const Array<uint8_t> ws = f.read<uint8_t>("gemm/fp4/w_scale/bits", 2);  // [64, 8] e8m0
   const Array<uint16_t> y = f.read<uint16_t>("gemm/fp4/y/bits", 2);       // [5, 64] bf16
   // The checkpoint reader's F4 decoding (low nibble = even element) gives the oracle's codes.
-  safetensors::Entry t;
+  checkpoint::safetensors::Entry t;
   t.name = "gemm/fp4/w";
   t.dtype = DType::kF4;
   t.shape = {codes.dim(0), codes.dim(1)};
@@ -210,10 +210,10 @@ constexpr double kBf16GemmNormMaxDifferingFraction = 1e-3;
 TEST(LinearOracle, Bf16LinearThenNormMatchesCompressorLatentWithinBudget) {
   H5File attn(kOracle + "prefill_attn.h5");
   H5File prefill(kOracle + "prefill.h5");
-  const auto weights = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+  const auto weights = checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   const Array<uint16_t> x = attn.read<uint16_t>("prefill/layer06/attn_in/bits", 3);  // [1, 333, 256]
   const Array<uint16_t> want = prefill.read<uint16_t>("prefill/layer06/compressor_latent/bits", 3);
-  const LinearWeight wkv = load_linear(weights, "layers.6.attn.compressor.wkv", DType::kBF16, 128, 256);
+  const LinearWeight wkv = checkpoint::load_linear(weights, "layers.6.attn.compressor.wkv", DType::kBF16, 128, 256);
   const std::vector<float> norm =
       weights.get("layers.6.attn.compressor.norm.weight", DType::kBF16, {128}).to_f32();
   const Tensor<float> latent =
@@ -227,7 +227,7 @@ TEST(LinearOracle, Bf16LinearThenNormMatchesCompressorLatentWithinBudget) {
 }
 
 TEST(LinearLoad, ReadsEveryWeightDtypeWithOfficialShapes) {
-  const auto file = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+  const auto file = checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   struct Case {
     const char* prefix;
     DType dtype;
@@ -240,7 +240,7 @@ TEST(LinearLoad, ReadsEveryWeightDtypeWithOfficialShapes) {
       {"layers.2.attn.compressor.wkv", DType::kF32, 128, 256, 0},    // ratio-2 compressor
   };
   for (const Case& c : cases) {
-    const LinearWeight w = load_linear(file, c.prefix, c.dtype, c.out, c.in);
+    const LinearWeight w = checkpoint::load_linear(file, c.prefix, c.dtype, c.out, c.in);
     EXPECT_EQ(w.name, c.prefix);
     EXPECT_EQ(static_cast<int64_t>(w.w.size()), c.out * c.in) << c.prefix;
     EXPECT_EQ(static_cast<int64_t>(w.scale.size()), c.scales) << c.prefix;
@@ -252,16 +252,16 @@ TEST(LinearLoad, ReadsEveryWeightDtypeWithOfficialShapes) {
 }
 
 TEST(LinearLoad, RejectsWrongDtypeOrShapeNamingTheTensor) {
-  const auto file = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+  const auto file = checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   try {
-    load_linear(file, "layers.2.attn.wq_a", DType::kBF16, 128, 256);
+    checkpoint::load_linear(file, "layers.2.attn.wq_a", DType::kBF16, 128, 256);
     FAIL() << "wrong dtype accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("layers.2.attn.wq_a.weight"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(load_linear(file, "layers.2.attn.wq_a", DType::kF8E4M3, 256, 128), Error);
-  EXPECT_THROW(load_linear(file, "layers.2.attn.missing", DType::kF8E4M3, 128, 256), Error);
-  EXPECT_THROW(load_linear(file, "layers.2.attn.wq_a", DType::kF8E8M0, 128, 256), Error);
+  EXPECT_THROW(checkpoint::load_linear(file, "layers.2.attn.wq_a", DType::kF8E4M3, 256, 128), Error);
+  EXPECT_THROW(checkpoint::load_linear(file, "layers.2.attn.missing", DType::kF8E4M3, 128, 256), Error);
+  EXPECT_THROW(checkpoint::load_linear(file, "layers.2.attn.wq_a", DType::kF8E8M0, 128, 256), Error);
 }
 
 // Seeded random weights of each dtype (values drawn from the dtype's own code set).

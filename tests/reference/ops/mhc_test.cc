@@ -88,7 +88,7 @@ std::string layer_name(int l) { return (l < 10 ? "layer0" : "layer") + std::to_s
 struct HcParams {
   std::vector<float> fn, base, scale;
 };
-HcParams hc_params(const safetensors::SafetensorsFile& w, int layer, const std::string& kind) {
+HcParams hc_params(const checkpoint::safetensors::SafetensorsFile& w, int layer, const std::string& kind) {
   const std::string p = "layers." + std::to_string(layer) + ".hc_" + kind + "_";
   return {w.get(p + "fn").to_f32(), w.get(p + "base").to_f32(), w.get(p + "scale").to_f32()};
 }
@@ -315,7 +315,7 @@ TEST(MhcPost, RebuildsEveryOracleStreamBitExact) {
 // steps): attn_in = attn_norm(hc_pre(in, pre of the previous FFN, one-hot for layer 0)),
 // ffn_in = ffn_norm(hc_pre(mid, this layer's attention pre)); RMSNorm is bit-exact (rmsnorm_test).
 TEST(MhcPre, ReproducesOracleSublayerInputsBitExact) {
-  const auto w = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+  const auto w = checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   const golden::H5File prefill_attn(kOracle + "prefill_attn.h5");
   const golden::H5File decode(kOracle + "decode.h5");
   const auto& forwards = all_forwards();
@@ -382,7 +382,7 @@ void check_mixes(const Tensor<float>& stream, const HcParams& p, const MixRecord
 }
 
 TEST(MhcMixes, OracleForwardsWithinGemmErrorBudget) {
-  const auto w = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+  const auto w = checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   const auto& forwards = all_forwards();
   for (size_t f = 0; f < forwards.size(); ++f) {
     Budget b;

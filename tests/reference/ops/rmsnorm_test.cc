@@ -90,7 +90,7 @@ TEST(RmsNormOracle, PrefillNormsMatchBitwise) {
   H5File streams(kOracle + "prefill_streams.h5");
   H5File attn(kOracle + "prefill_attn.h5");
   H5File prefill(kOracle + "prefill.h5");
-  const auto weights = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+  const auto weights = checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   const double eps = load_config_file(kOracle + "config.json").norm_eps;
   auto norm_weight = [&](const std::string& name) {
     return weights.get(name, DType::kBF16, {256}).to_f32();

@@ -132,7 +132,7 @@ Tensor<float> bf16_rows(const Array<uint16_t>& a, int64_t rows, int64_t cols, co
 TEST(RopeOracle, PrefillQueryAndWindowKvChainsMatchBitwise) {
   const ModelConfig c = tiny();
   H5File attn(kOracle + "prefill_attn.h5");
-  const auto weights = safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
+  const auto weights = checkpoint::safetensors::SafetensorsFile::read(kOracle + "weights.safetensors");
   const int64_t dim = c.dim, H = c.n_heads, D = c.head_dim, rd = c.rope_head_dim, q_lora = c.q_lora_rank;
   auto norm_weight = [&](const std::string& name, int64_t n) {
     return weights.get(name, DType::kBF16, {n}).to_f32();
@@ -148,8 +148,8 @@ TEST(RopeOracle, PrefillQueryAndWindowKvChainsMatchBitwise) {
     const RopeTable rope = RopeTable::for_layer(c, layer);
 
     // q: [T, H * D] bf16, RoPE on the last rd channels of every head at position t.
-    const LinearWeight wq_a = load_linear(weights, p + "wq_a", DType::kF8E4M3, q_lora, dim);
-    const LinearWeight wq_b = load_linear(weights, p + "wq_b", DType::kF8E4M3, H * D, q_lora);
+    const LinearWeight wq_a = checkpoint::load_linear(weights, p + "wq_a", DType::kF8E4M3, q_lora, dim);
+    const LinearWeight wq_b = checkpoint::load_linear(weights, p + "wq_b", DType::kF8E4M3, H * D, q_lora);
     Tensor<float> q = linear(rms_norm(linear(attn_in, wq_a), norm_weight(p + "q_norm.weight", q_lora), c.norm_eps), wq_b);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t h = 0; h < H; ++h) rope.apply(q.row(t) + h * D + (D - rd), t);
@@ -159,7 +159,7 @@ TEST(RopeOracle, PrefillQueryAndWindowKvChainsMatchBitwise) {
     q_total += q.numel();
 
     // window kv: [T, D] bf16: kv_norm(wkv(x)), RoPE, then act_quant in place (fp8 QDQ, block 32).
-    const LinearWeight wkv = load_linear(weights, p + "wkv", DType::kF8E4M3, D, dim);
+    const LinearWeight wkv = checkpoint::load_linear(weights, p + "wkv", DType::kF8E4M3, D, dim);
     Tensor<float> kv = rms_norm(linear(attn_in, wkv), norm_weight(p + "kv_norm.weight", D), c.norm_eps);
     const Array<uint16_t> want_kv = attn.read<uint16_t>(std::string(g) + "sparse_kv/bits", 3);  // [1, n, D]
     int64_t nonzero = 0;

@@ -31,7 +31,7 @@
 #include "tests/support/fake_device_ops.h"
 #include "tests/support/oracle_model.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::seam {
 namespace {
 
 using test::FakeDeviceOps;
@@ -51,9 +51,9 @@ std::vector<int64_t> decode_tokens() {
 }
 
 // A model of the oracle's config, weights and token map on `ops`.
-Model oracle_model_on(const Ops& ops, CachePrecision precision = CachePrecision::kPacked) {
+model::Model oracle_model_on(const Ops& ops, CachePrecision precision = CachePrecision::kPacked) {
   const test::OracleModel& o = oracle();
-  Model m(o.config, ModelWeights::load(test::kOracleDir + "weights.safetensors", o.config), o.token_map, ops);
+  model::Model m(o.config, checkpoint::ModelWeights::load(test::kOracleDir + "weights.safetensors", o.config), o.token_map, ops);
   m.set_cache_precision(precision);
   return m;
 }
@@ -64,7 +64,7 @@ uint32_t bits(float v) {
   return u;
 }
 
-void expect_same_record(const StepRecord& a, const StepRecord& b, const std::string& what) {
+void expect_same_record(const model::StepRecord& a, const model::StepRecord& b, const std::string& what) {
   ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
   bool nonzero = false;
   for (size_t i = 0; i < a.logits.size(); ++i) {
@@ -87,7 +87,7 @@ void expect_same_record(const StepRecord& a, const StepRecord& b, const std::str
   same(a.experts, b.experts, "experts");
 }
 
-void expect_same_draft(const DraftResult& a, const DraftResult& b, const std::string& what) {
+void expect_same_draft(const model::DraftResult& a, const model::DraftResult& b, const std::string& what) {
   EXPECT_EQ(a.position, b.position) << what;
   EXPECT_EQ(a.tokens, b.tokens) << what;
   ASSERT_EQ(a.logits.shape(), b.logits.shape()) << what;
@@ -99,9 +99,9 @@ void expect_same_draft(const DraftResult& a, const DraftResult& b, const std::st
   for (size_t i = 0; i < a.confidence.size(); ++i) EXPECT_EQ(bits(a.confidence[i]), bits(b.confidence[i])) << what;
 }
 
-void expect_same_state(const Model& ma, const ModelState& a, const Model& mb, const ModelState& b) {
+void expect_same_state(const model::Model& ma, const model::ModelState& a, const model::Model& mb, const model::ModelState& b) {
   ASSERT_EQ(a.pos, b.pos);
-  const std::vector<CacheView> va = ma.cache_views(a), vb = mb.cache_views(b);
+  const std::vector<model::CacheView> va = ma.cache_views(a), vb = mb.cache_views(b);
   ASSERT_EQ(va.size(), vb.size());
   int64_t bytes = 0;
   for (size_t i = 0; i < va.size(); ++i) {
@@ -114,14 +114,14 @@ void expect_same_state(const Model& ma, const ModelState& a, const Model& mb, co
   EXPECT_GT(bytes, 0) << "no cache bytes compared";
   for (size_t l = 0; l < a.layers.size(); ++l) {
     if (!a.layers[l].compressor) continue;
-    const CompressorState &ca = *a.layers[l].compressor, &cb = *b.layers[l].compressor;
+    const model::CompressorState &ca = *a.layers[l].compressor, &cb = *b.layers[l].compressor;
     EXPECT_EQ(ca.next_pos, cb.next_pos);
     EXPECT_EQ(ma.ops().download(ca.kv).data(), mb.ops().download(cb.kv).data()) << "compressor of layer " << l;
     EXPECT_EQ(ma.ops().download(ca.score).data(), mb.ops().download(cb.score).data()) << "compressor of layer " << l;
   }
   ASSERT_EQ(a.dspark_window_kv.size(), b.dspark_window_kv.size());
   for (size_t i = 0; i < a.dspark_window_kv.size(); ++i) {
-    const WindowKvRing &ra = a.dspark_window_kv[i], &rb = b.dspark_window_kv[i];
+    const model::WindowKvRing &ra = a.dspark_window_kv[i], &rb = b.dspark_window_kv[i];
     EXPECT_EQ(ra.positions, rb.positions) << "DSpark ring " << i;
     EXPECT_EQ(ma.ops().download(ra.bytes).data(), mb.ops().download(rb.bytes).data()) << "DSpark ring " << i;
   }
@@ -144,9 +144,9 @@ class OpsSeam : public ::testing::TestWithParam<CachePrecision> {};
 
 TEST_P(OpsSeam, FakeDeviceRunsTheOracleForwardBitForBit) {
   FakeDeviceOps fake;
-  const Model ref = oracle_model_on(reference_ops(), GetParam());
-  const Model dev = oracle_model_on(fake, GetParam());
-  ModelState sr = ref.new_state(), sd = dev.new_state();
+  const model::Model ref = oracle_model_on(reference_ops(), GetParam());
+  const model::Model dev = oracle_model_on(fake, GetParam());
+  model::ModelState sr = ref.new_state(), sd = dev.new_state();
   expect_same_record(ref.prefill(sr, oracle().tokens), dev.prefill(sd, oracle().tokens), "prefill");
   expect_same_draft(ref.draft(sr, 17), dev.draft(sd, 17), "draft after the prefill");
   for (size_t k = 0; k < decode_tokens().size(); ++k) {
@@ -154,7 +154,7 @@ TEST_P(OpsSeam, FakeDeviceRunsTheOracleForwardBitForBit) {
     expect_same_record(ref.decode(sr, decode_tokens()[k]), dev.decode(sd, decode_tokens()[k]), step);
     expect_same_draft(ref.draft(sr, decode_tokens()[k]), dev.draft(sd, decode_tokens()[k]), "draft after " + step);
   }
-  const DraftSampling sampled{0.9, 1234};
+  const model::DraftSampling sampled{0.9, 1234};
   expect_same_draft(ref.draft(sr, 40, sampled), dev.draft(sd, 40, sampled), "sampled draft");
   expect_same_state(ref, sr, dev, sd);
   // The host cannot read what the device holds.
@@ -170,11 +170,11 @@ INSTANTIATE_TEST_SUITE_P(BothPrecisions, OpsSeam, ::testing::Values(CachePrecisi
 // its record: one tensor per recorded selection, plus the logits.
 TEST(OpsSeamTransfers, AStepWithoutHooksDownloadsOnlyItsRecordAtTheEnd) {
   FakeDeviceOps fake;
-  const Model dev = oracle_model_on(fake);
-  ModelState s = dev.new_state();
+  const model::Model dev = oracle_model_on(fake);
+  model::ModelState s = dev.new_state();
   dev.prefill(s, test::oracle_tokens(0, 100));
   fake.clear();
-  const StepRecord r = dev.decode(s, decode_tokens()[0]);
+  const model::StepRecord r = dev.decode(s, decode_tokens()[0]);
   const std::vector<std::string>& ev = fake.events;
   const auto first_download = std::find(ev.begin(), ev.end(), "download");
   ASSERT_NE(first_download, ev.end());
@@ -191,7 +191,7 @@ TEST(OpsSeamTransfers, AStepWithoutHooksDownloadsOnlyItsRecordAtTheEnd) {
   // A draft downloads each slot's logits row (the sampler runs on the host), then its logits and
   // confidence; nothing else.
   fake.clear();
-  const DraftResult d = dev.draft(s, 3);
+  const model::DraftResult d = dev.draft(s, 3);
   EXPECT_EQ(std::count(fake.events.begin(), fake.events.end(), "download"),
             static_cast<int64_t>(d.tokens.size()) + 2);
 }
@@ -200,15 +200,15 @@ TEST(OpsSeamTransfers, AStepWithoutHooksDownloadsOnlyItsRecordAtTheEnd) {
 // nothing else, with the logits and the state of a full step.
 TEST(OpsSeamTransfers, ALogitsOnlyStepDownloadsOnlyItsLogits) {
   FakeDeviceOps full_ops, lean_ops;
-  const Model full = oracle_model_on(full_ops), lean = oracle_model_on(lean_ops);
-  ModelState sf = full.new_state(), sl = lean.new_state();
-  StepOptions o;
+  const model::Model full = oracle_model_on(full_ops), lean = oracle_model_on(lean_ops);
+  model::ModelState sf = full.new_state(), sl = lean.new_state();
+  model::StepOptions o;
   o.logits_only = true;
   for (const auto& [first, n] : {std::pair<int64_t, int64_t>{0, 100}, {100, 60}}) {
     full_ops.clear();
     lean_ops.clear();
-    const StepRecord rf = full.forward_chunk(sf, test::oracle_tokens(first, n), StepOptions{});
-    const StepRecord rl = lean.forward_chunk(sl, test::oracle_tokens(first, n), o);
+    const model::StepRecord rf = full.forward_chunk(sf, test::oracle_tokens(first, n), model::StepOptions{});
+    const model::StepRecord rl = lean.forward_chunk(sl, test::oracle_tokens(first, n), o);
     ASSERT_FALSE(rf.candidates.empty()) << "the full step records no candidate mask: nothing is left out";
     EXPECT_TRUE(rl.topk.empty() && rl.candidates.empty() && rl.engram_ids.empty() && rl.experts.empty());
     EXPECT_EQ(std::count(lean_ops.events.begin(), lean_ops.events.end(), "download"), 1);
@@ -224,17 +224,17 @@ TEST(OpsSeamTransfers, ALogitsOnlyStepDownloadsOnlyItsLogits) {
 // device gives the bits it gives on the host, and a replaced expert choice gets its weights.
 TEST(OpsSeamTransfers, HooksSeeAndReplaceDeviceValues) {
   FakeDeviceOps fake;
-  Model ref = oracle_model_on(reference_ops());
-  Model dev = oracle_model_on(fake);
+  model::Model ref = oracle_model_on(reference_ops());
+  model::Model dev = oracle_model_on(fake);
   std::vector<std::vector<float>> seen_ref, seen_dev;
   const auto hooks = [](std::vector<std::vector<float>>& seen) {
-    ForwardHooks h;
-    h.tensor = [&seen](Component what, int layer, Tensor<float>& v) {
+    model::ForwardHooks h;
+    h.tensor = [&seen](model::Component what, int layer, Tensor<float>& v) {
       seen.push_back(v.data());
-      if (what == Component::kAttnOut && layer == 3) v.at(0, 0) = 0.5f;  // a forced value
+      if (what == model::Component::kAttnOut && layer == 3) v.at(0, 0) = 0.5f;  // a forced value
     };
-    h.index = [](Component what, int layer, Tensor<int32_t>& v) {
-      if (what != Component::kExperts || layer != 2) return;
+    h.index = [](model::Component what, int layer, Tensor<int32_t>& v) {
+      if (what != model::Component::kExperts || layer != 2) return;
       const std::set<int32_t> used(v.row(0), v.row(0) + v.dim(1));  // token 0's last expert -> the lowest unused
       for (int32_t e = 0; used.count(v.at(0, v.dim(1) - 1)) != 0; ++e) {
         if (used.count(e) == 0) v.at(0, v.dim(1) - 1) = e;
@@ -244,7 +244,7 @@ TEST(OpsSeamTransfers, HooksSeeAndReplaceDeviceValues) {
   };
   ref.set_hooks(hooks(seen_ref));
   dev.set_hooks(hooks(seen_dev));
-  ModelState sr = ref.new_state(), sd = dev.new_state();
+  model::ModelState sr = ref.new_state(), sd = dev.new_state();
   expect_same_record(ref.prefill(sr, test::oracle_tokens(0, 40)), dev.prefill(sd, test::oracle_tokens(0, 40)),
                      "hooked prefill");
   expect_same_record(ref.decode(sr, 5), dev.decode(sd, 5), "hooked decode");
@@ -260,39 +260,39 @@ TEST(OpsSeamTransfers, HooksSeeAndReplaceDeviceValues) {
 // uploaded back (its writes reach nothing), and the step's results are those of a step without hooks.
 TEST(OpsSeamTransfers, SkippedComponentsAndReadOnlyHooksMoveNothingBack) {
   FakeDeviceOps plain_ops, all_ops_seen, read_only_ops;
-  const Model plain = oracle_model_on(plain_ops);
-  Model all = oracle_model_on(all_ops_seen), read_only = oracle_model_on(read_only_ops);
-  std::map<Component, int64_t> seen_all, seen_read_only;
-  const auto hooks = [](std::map<Component, int64_t>& seen, bool write) {
-    ForwardHooks h;
-    h.tensor = [&seen, write](Component what, int, Tensor<float>& v) {
+  const model::Model plain = oracle_model_on(plain_ops);
+  model::Model all = oracle_model_on(all_ops_seen), read_only = oracle_model_on(read_only_ops);
+  std::map<model::Component, int64_t> seen_all, seen_read_only;
+  const auto hooks = [](std::map<model::Component, int64_t>& seen, bool write) {
+    model::ForwardHooks h;
+    h.tensor = [&seen, write](model::Component what, int, Tensor<float>& v) {
       ++seen[what];
       if (write && v.numel() > 0) v.data()[0] = 1e30f;  // it must not reach a read-only step
     };
-    h.index = [&seen, write](Component what, int, Tensor<int32_t>& v) {
+    h.index = [&seen, write](model::Component what, int, Tensor<int32_t>& v) {
       ++seen[what];
       if (write && v.numel() > 0) v.data()[0] = -7;
     };
-    h.mask = [&seen](Component what, int, Tensor<uint8_t>&) { ++seen[what]; };
+    h.mask = [&seen](model::Component what, int, Tensor<uint8_t>&) { ++seen[what]; };
     return h;
   };
-  ForwardHooks ro = hooks(seen_read_only, /*write=*/true);
-  ro.skipped = {Component::kIndexScores, Component::kLogits};
+  model::ForwardHooks ro = hooks(seen_read_only, /*write=*/true);
+  ro.skipped = {model::Component::kIndexScores, model::Component::kLogits};
   ro.read_only = true;
   all.set_hooks(hooks(seen_all, /*write=*/false));
   read_only.set_hooks(ro);
   const std::vector<int64_t> tokens = test::oracle_tokens(0, 40);
-  ModelState sp = plain.new_state(), sa = all.new_state(), sr = read_only.new_state();
-  const StepRecord rp = plain.prefill(sp, tokens);
+  model::ModelState sp = plain.new_state(), sa = all.new_state(), sr = read_only.new_state();
+  const model::StepRecord rp = plain.prefill(sp, tokens);
   all.prefill(sa, tokens);
-  const StepRecord rr = read_only.prefill(sr, tokens);
-  ASSERT_GT(seen_all[Component::kIndexScores], 0) << "the oracle step has no index scores: the skip is untested";
-  ASSERT_GT(seen_all[Component::kLogits], 0);
-  EXPECT_EQ(seen_read_only.count(Component::kIndexScores), 0u);
-  EXPECT_EQ(seen_read_only.count(Component::kLogits), 0u);
+  const model::StepRecord rr = read_only.prefill(sr, tokens);
+  ASSERT_GT(seen_all[model::Component::kIndexScores], 0) << "the oracle step has no index scores: the skip is untested";
+  ASSERT_GT(seen_all[model::Component::kLogits], 0);
+  EXPECT_EQ(seen_read_only.count(model::Component::kIndexScores), 0u);
+  EXPECT_EQ(seen_read_only.count(model::Component::kLogits), 0u);
   int64_t shown = 0;
   for (const auto& [what, n] : seen_all) {
-    if (what == Component::kIndexScores || what == Component::kLogits) continue;
+    if (what == model::Component::kIndexScores || what == model::Component::kLogits) continue;
     EXPECT_EQ(seen_read_only[what], n) << name(what);
     shown += n;
   }
@@ -303,17 +303,17 @@ TEST(OpsSeamTransfers, SkippedComponentsAndReadOnlyHooksMoveNothingBack) {
   EXPECT_EQ(read_only_ops.calls["download"] - plain_ops.calls["download"], shown);
   EXPECT_EQ(read_only_ops.calls["upload"], plain_ops.calls["upload"]);
   EXPECT_EQ(all_ops_seen.calls["upload"] - plain_ops.calls["upload"],
-            shown + seen_all[Component::kIndexScores] + seen_all[Component::kLogits]);
+            shown + seen_all[model::Component::kIndexScores] + seen_all[model::Component::kLogits]);
 }
 
 // Decoder replay (rows after the candidate source dropped) and encoder replay (the rings rebuilt)
 // through the seam.
 TEST(OpsSeamReplay, BoundedReplayRunsThroughTheSeam) {
   FakeDeviceOps fake;
-  const Model ref = oracle_model_on(reference_ops());
-  const Model dev = oracle_model_on(fake);
-  ModelState sr = ref.new_state(), sd = dev.new_state();
-  StepOptions o;
+  const model::Model ref = oracle_model_on(reference_ops());
+  const model::Model dev = oracle_model_on(fake);
+  model::ModelState sr = ref.new_state(), sd = dev.new_state();
+  model::StepOptions o;
   o.decoder_replay_rows = 7;
   expect_same_record(ref.forward_chunk(sr, test::oracle_tokens(0, 120), o),
                      dev.forward_chunk(sd, test::oracle_tokens(0, 120), o), "decoder replay");
@@ -327,15 +327,15 @@ TEST(OpsSeamReplay, BoundedReplayRunsThroughTheSeam) {
 // them all once more in one fresh model and checks the list.
 TEST(OpsSeamCoverage, EveryOpOfTheTableRuns) {
   FakeDeviceOps fake;
-  Model dev = oracle_model_on(fake);
-  ForwardHooks h;
-  h.index = [](Component, int, Tensor<int32_t>&) {};  // experts hooked: routing weights recomputed
+  model::Model dev = oracle_model_on(fake);
+  model::ForwardHooks h;
+  h.index = [](model::Component, int, Tensor<int32_t>&) {};  // experts hooked: routing weights recomputed
   dev.set_hooks(h);
-  ModelState replayed = dev.new_state();
-  StepOptions o;
+  model::ModelState replayed = dev.new_state();
+  model::StepOptions o;
   o.decoder_replay_rows = 3;  // slices the published selections too
   dev.forward_chunk(replayed, test::oracle_tokens(0, 80), o);
-  ModelState s = dev.new_state();
+  model::ModelState s = dev.new_state();
   dev.prefill(s, test::oracle_tokens(0, 80));
   dev.decode(s, 9);  // reads the rings (read_entries)
   dev.draft(s, 9);   // the DSpark ops
@@ -349,16 +349,16 @@ TEST(ForwardingOps, ForwardsEveryMethodToItsInnerTableBitForBit) {
   const ForwardingOps wrapped(fake);
   EXPECT_EQ(wrapped.name(), "forwarding(fake-device)");
   EXPECT_EQ(ForwardingOps(fake, "label").name(), "label");
-  Model dev = oracle_model_on(wrapped);
-  const Model ref = oracle_model_on(reference_ops());
-  ForwardHooks h;
-  h.index = [](Component, int, Tensor<int32_t>&) {};  // experts hooked: routing weights recomputed
+  model::Model dev = oracle_model_on(wrapped);
+  const model::Model ref = oracle_model_on(reference_ops());
+  model::ForwardHooks h;
+  h.index = [](model::Component, int, Tensor<int32_t>&) {};  // experts hooked: routing weights recomputed
   dev.set_hooks(h);
-  ModelState replayed = dev.new_state();
-  StepOptions o;
+  model::ModelState replayed = dev.new_state();
+  model::StepOptions o;
   o.decoder_replay_rows = 3;
   dev.forward_chunk(replayed, test::oracle_tokens(0, 80), o);
-  ModelState sd = dev.new_state(), sr = ref.new_state();
+  model::ModelState sd = dev.new_state(), sr = ref.new_state();
   expect_same_record(ref.prefill(sr, test::oracle_tokens(0, 80)), dev.prefill(sd, test::oracle_tokens(0, 80)),
                      "prefill");
   expect_same_record(ref.decode(sr, 9), dev.decode(sd, 9), "decode");
@@ -381,8 +381,8 @@ TEST(ForwardingOps, CurrentLayerFollowsTheAttentionSublayers) {
     }
   } ops;
   EXPECT_EQ(ops.current_layer(), -1);
-  const Model m = oracle_model_on(ops);
-  ModelState s = m.new_state();
+  const model::Model m = oracle_model_on(ops);
+  model::ModelState s = m.new_state();
   m.prefill(s, test::oracle_tokens(0, 40));
   std::vector<int> want(static_cast<size_t>(oracle().config.n_layers));
   for (size_t l = 0; l < want.size(); ++l) want[l] = static_cast<int>(l);
@@ -410,4 +410,4 @@ TEST(OpsSeamTensor, DeviceTensorsAreOpaqueAndCopiedDeeply) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::seam

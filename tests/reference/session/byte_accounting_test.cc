@@ -13,7 +13,7 @@
 #include "base/error.h"
 #include "reference/ops/config.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::session {
 namespace {
 
 TEST(BytesRational, NormalizesAndAdds) {
@@ -110,4 +110,4 @@ TEST(BytesAccounting, ExactFractionalRate) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::session

@@ -5,7 +5,7 @@
 // overrides). Fixture and layout helpers: tests/support/session_store_util.h.
 #include "tests/support/session_store_util.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::session {
 namespace {
 
 // ---- corruption ----
@@ -394,4 +394,4 @@ TEST_F(SessionStoreErrors, CorruptEntriesAreRefused) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::session

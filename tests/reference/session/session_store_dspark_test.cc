@@ -13,13 +13,13 @@
 #include "reference/model/speculative.h"
 #include "tests/support/session_store_util.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::session {
 namespace {
 
 // Every DSpark ring's stored bytes and slot positions.
-std::vector<uint8_t> dspark_rings(const ModelState& s) {
+std::vector<uint8_t> dspark_rings(const model::ModelState& s) {
   std::vector<uint8_t> out;
-  for (const WindowKvRing& ring : s.dspark_window_kv) {
+  for (const model::WindowKvRing& ring : s.dspark_window_kv) {
     out.insert(out.end(), ring.bytes.data().begin(), ring.bytes.data().end());
     const auto* p = reinterpret_cast<const uint8_t*>(ring.positions.data());
     out.insert(out.end(), p, p + ring.positions.size() * sizeof(int64_t));
@@ -28,7 +28,7 @@ std::vector<uint8_t> dspark_rings(const ModelState& s) {
 }
 
 // A draft's outputs as bits: tokens, logits, probabilities, confidence logits.
-std::vector<uint32_t> draft_bits(const DraftResult& r) {
+std::vector<uint32_t> draft_bits(const model::DraftResult& r) {
   std::vector<uint32_t> out;
   for (int64_t t : r.tokens) out.push_back(static_cast<uint32_t>(t));
   for (float v : r.logits.data()) out.push_back(f32_bits(v));
@@ -38,7 +38,7 @@ std::vector<uint32_t> draft_bits(const DraftResult& r) {
 }
 
 // A draft is finite and not all zero (checked before two drafts are compared).
-void expect_draft_is_real(const DraftResult& r) {
+void expect_draft_is_real(const model::DraftResult& r) {
   ASSERT_FALSE(r.tokens.empty());
   bool nonzero = false;
   for (float v : r.logits.data()) {
@@ -50,15 +50,15 @@ void expect_draft_is_real(const DraftResult& r) {
 }
 
 // A ring that holds real entries: some slot filled, some byte non-zero.
-void expect_rings_are_real(const ModelState& s) {
+void expect_rings_are_real(const model::ModelState& s) {
   ASSERT_EQ(s.dspark_window_kv.size(), 1u);
-  const WindowKvRing& ring = s.dspark_window_kv[0];
+  const model::WindowKvRing& ring = s.dspark_window_kv[0];
   EXPECT_TRUE(std::any_of(ring.positions.begin(), ring.positions.end(), [](int64_t p) { return p >= 0; }));
   EXPECT_TRUE(std::any_of(ring.bytes.data().begin(), ring.bytes.data().end(), [](uint8_t b) { return b != 0; }));
 }
 
-Proposal proposal_of(const DraftResult& d) {
-  Proposal p;
+model::Proposal proposal_of(const model::DraftResult& d) {
+  model::Proposal p;
   p.tokens = d.tokens;
   for (int64_t i = 0; i < d.probs.dim(0); ++i) {
     p.probs.emplace_back(d.probs.row(i), d.probs.row(i) + d.probs.dim(1));
@@ -71,7 +71,7 @@ Proposal proposal_of(const DraftResult& d) {
 // `rounds` greedy fixed:3 rounds drafted by Model::draft. `current` is the emitted token the
 // target has not run yet (what the next draft continues).
 struct Speculating {
-  ModelState state;
+  model::ModelState state;
   int64_t current = -1;
   int64_t emitted = 0;
 };
@@ -81,18 +81,18 @@ struct Speculating {
 // target's own greedy token as its first draft (computed on a copy): those rounds keep at least
 // two tokens, the others roll back to one.
 std::vector<int64_t> advance(Speculating& s, int rounds) {
-  const Model& m = *fixture().model;
-  SpeculativeOptions o;
-  o.policy = VerifyPolicy::parse("fixed:3");
+  const model::Model& m = *fixture().model;
+  model::SpeculativeOptions o;
+  o.policy = model::VerifyPolicy::parse("fixed:3");
   SampleRng unused(0);
   std::vector<int64_t> out;
   for (int r = 0; r < rounds; ++r) {
-    Proposal p = proposal_of(m.draft(s.state, s.current));
+    model::Proposal p = proposal_of(m.draft(s.state, s.current));
     if (r % 2 == 0) {
-      ModelState copy = s.state;
+      model::ModelState copy = s.state;
       p.tokens[0] = argmax_token(m.decode(copy, s.current).logits.data(), fixture().config.vocab_size);
     }
-    const SpeculativeRound round = speculative_round(m, s.state, s.current, p, o, unused);
+    const model::SpeculativeRound round = speculative_round(m, s.state, s.current, p, o, unused);
     if (r % 2 == 0) {
       EXPECT_GE(round.accepted, 1);
     }
@@ -104,7 +104,7 @@ std::vector<int64_t> advance(Speculating& s, int rounds) {
 }
 
 Speculating speculate(int64_t prompt, int rounds) {
-  const Model& m = *fixture().model;
+  const model::Model& m = *fixture().model;
   Speculating s{m.new_state(), -1, 0};
   s.current = argmax_token(m.forward_chunk(s.state, tokens(0, prompt)).logits.data(), fixture().config.vocab_size);
   advance(s, rounds);
@@ -139,10 +139,10 @@ TEST_F(SessionStoreDSpark, FullResumeDraftsAsNeverPausing) {
     EXPECT_EQ(carried_state(l.state, c, true), carried_state(live.state, c, true));
     EXPECT_EQ(session_bytes(l.state, c, true), file) << "saving the loaded state writes the same file";
 
-    for (const DraftSampling& how : {DraftSampling{0.0, 0}, DraftSampling{0.8, seed}}) {
+    for (const model::DraftSampling& how : {model::DraftSampling{0.0, 0}, model::DraftSampling{0.8, seed}}) {
       SCOPED_TRACE("draft temperature " + std::to_string(how.temperature));
-      const DraftResult want = f.model->draft(live.state, live.current, how);
-      const DraftResult got = f.model->draft(l.state, live.current, how);
+      const model::DraftResult want = f.model->draft(live.state, live.current, how);
+      const model::DraftResult got = f.model->draft(l.state, live.current, how);
       expect_draft_is_real(want);
       EXPECT_EQ(draft_bits(got), draft_bits(want));
     }
@@ -179,7 +179,7 @@ TEST_F(SessionStoreDSpark, GlobalOnlyResumeReplaysTheDSparkRings) {
     const int64_t P = live.state.pos, W = c.window_size;
     SCOPED_TRACE("paused at position " + std::to_string(P));
     ASSERT_EQ(P <= W, prompt == 30);
-    ModelState want = live.state;  // the in-memory encoder replay (for P <= W: the live state itself)
+    model::ModelState want = live.state;  // the in-memory encoder replay (for P <= W: the live state itself)
     if (P > W) {
       std::vector<int64_t> tail;
       for (int64_t q = P - W; q < P; ++q) tail.push_back(want.recent_tokens[static_cast<size_t>(q) % want.recent_tokens.size()]);
@@ -187,7 +187,7 @@ TEST_F(SessionStoreDSpark, GlobalOnlyResumeReplaysTheDSparkRings) {
       EXPECT_NE(dspark_rings(want), dspark_rings(live.state)) << "truncated windows must show";
     }
     expect_rings_are_real(want);
-    const DraftResult want_draft = f.model->draft(want, live.current);
+    const model::DraftResult want_draft = f.model->draft(want, live.current);
     expect_draft_is_real(want_draft);
     for (bool with_rings : {false, true}) {
       SCOPED_TRACE(with_rings ? "file with rings" : "file without rings");
@@ -203,4 +203,4 @@ TEST_F(SessionStoreDSpark, GlobalOnlyResumeReplaysTheDSparkRings) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::session

@@ -15,7 +15,7 @@
 // from the printed data seed (DSV41_SEED overrides).
 #include "tests/support/session_store_util.h"
 
-namespace dsv41::reference {
+namespace dsv41::reference::session {
 namespace {
 
 // ---- save + load ----
@@ -25,11 +25,11 @@ TEST_F(SessionStore, SaveLoadGivesTheSameStateByteForByte) {
   // 1: empty ratio-2 caches; 37: a pending group, empty ring slots; 77: a wrapped ring and token
   // tail.
   const std::vector<int64_t> positions = {1, 12, 37, 77};
-  const std::vector<ModelState> states = states_at(positions);
+  const std::vector<model::ModelState> states = states_at(positions);
   for (size_t k = 0; k < positions.size(); ++k) {
     const int64_t n = positions[k];
     SCOPED_TRACE("saved at position " + std::to_string(n));
-    const ModelState& s = states[k];
+    const model::ModelState& s = states[k];
     const std::string path = scratch() + "/s" + std::to_string(n) + ".dsv41s";
     save_session(path, s, f.config, true);
     const LoadedSession l = load_session(path, f.config, *f.model);
@@ -58,14 +58,14 @@ TEST_F(SessionStore, SaveLoadGivesTheSameStateByteForByte) {
     const LoadedSession g = load_session(path, f.config, *f.model);
     EXPECT_FALSE(g.has_swa);
     EXPECT_EQ(carried_state(g.state, f.config, false), carried_state(s, f.config, false));
-    for (const LayerState& ls : g.state.layers) {
+    for (const model::LayerState& ls : g.state.layers) {
       EXPECT_TRUE(std::all_of(ls.window_kv.positions.begin(), ls.window_kv.positions.end(), [](int64_t p) { return p == -1; }));
     }
   }
 }
 
 TEST_F(SessionStore, SavedStateIsNotTrivial) {
-  const ModelState s = prefilled(37);
+  const model::ModelState s = prefilled(37);
   ASSERT_EQ(s.layers[2].compressor->pending(), 1);  // 37 is odd: one token of a ratio-2 group waits
   EXPECT_EQ(s.layers[2].compressed_kv->size(), 18);
   EXPECT_EQ(s.layers[6].compressed_kv->size(), 37);
@@ -79,7 +79,7 @@ TEST_F(SessionStore, SavedStateIsNotTrivial) {
 // then kSteps decode steps (kEnd positions in all).
 constexpr int64_t kPrompt = 117, kSteps = 3, kEnd = kPrompt + kSteps;
 
-Trace continue_session(ModelState& s) {
+Trace continue_session(model::ModelState& s) {
   const Fixture f = fixture();
   Trace tr;
   record(tr, f.model->forward_chunk(s, tokens(s.pos, kPrompt - s.pos)), f.config, kEnd);
@@ -90,11 +90,11 @@ Trace continue_session(ModelState& s) {
 // The run that never pauses: kPrompt tokens in one step, then the decode steps.
 struct Run {
   Trace trace;
-  ModelState state;  // at kEnd
+  model::ModelState state;  // at kEnd
 };
 const Run& uninterrupted() {
   static const Run r = [] {
-    ModelState s = fixture().model->new_state();
+    model::ModelState s = fixture().model->new_state();
     Trace tr = continue_session(s);
     return Run{std::move(tr), std::move(s)};
   }();
@@ -150,7 +150,7 @@ TEST_F(SessionStore, GlobalOnlyResumeOfAShortSessionIsExact) {
   const ModelConfig& c = f.config;
   for (int64_t n1 : {37, 64}) {  // 64 = window_size: the longest session replayed whole
     SCOPED_TRACE("paused at position " + std::to_string(n1));
-    const ModelState first = prefilled(n1);
+    const model::ModelState first = prefilled(n1);
     const std::string global = scratch() + "/global.dsv41s", full = scratch() + "/full.dsv41s";
     save_session(global, first, c, false);
     save_session(full, first, c, true);
@@ -176,12 +176,12 @@ TEST_F(SessionStore, GlobalOnlyResumeOfALongSessionIsEncoderReplay) {
   const Fixture f = fixture();
   const ModelConfig& c = f.config;
   const int64_t P = 100, W = c.window_size;  // 100 > W + 3: the token tail wraps its 67 slots
-  const ModelState first = prefilled(P);
-  ModelState replayed = first;
+  const model::ModelState first = prefilled(P);
+  model::ModelState replayed = first;
   f.model->replay_local_state(replayed, tokens(P - W, W));
   EXPECT_NE(ring_bytes(replayed), ring_bytes(first)) << "truncated windows must show";
 
-  std::vector<ModelState> loaded;
+  std::vector<model::ModelState> loaded;
   for (bool with_swa : {false, true}) {
     SCOPED_TRACE(with_swa ? "file with SWA rings" : "file without SWA rings");
     const std::string path = scratch() + (with_swa ? "/full.dsv41s" : "/global.dsv41s");
@@ -195,7 +195,7 @@ TEST_F(SessionStore, GlobalOnlyResumeOfALongSessionIsEncoderReplay) {
     loaded.push_back(std::move(g.state));
   }
   const Trace want = continue_session(replayed);
-  for (ModelState& s : loaded) {
+  for (model::ModelState& s : loaded) {
     const Trace got = continue_session(s);
     EXPECT_EQ(got.logits, want.logits) << "logits";
     EXPECT_EQ(got.topk, want.topk) << "top-k";
@@ -268,10 +268,10 @@ TEST_F(SessionStore, FileSizeMatchesTheByteAccounting) {
   int64_t lcm_ratio = 1;
   for (const OwnerBytes& o : acc.owners) lcm_ratio = std::lcm(lcm_ratio, int64_t{o.ratio});
   const std::vector<int64_t> positions = {12, 13, 37, 64, 77};
-  const std::vector<ModelState> states = states_at(positions);
+  const std::vector<model::ModelState> states = states_at(positions);
   for (size_t k = 0; k < positions.size(); ++k) {
     const int64_t p = positions[k];
-    const ModelState& s = states[k];
+    const model::ModelState& s = states[k];
     for (bool swa : {true, false}) {
       SCOPED_TRACE("position " + std::to_string(p) + (swa ? " with" : " without") + " SWA");
       const std::string path = scratch() + "/s.dsv41s";
@@ -347,19 +347,19 @@ TEST_F(SessionStore, ReleasedLayoutMatchesTheByteAccounting) {
 // ---- the restore methods ----
 
 TEST(SessionStoreRestore, CacheRestoreChecksScales) {
-  PackedCache kv("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, 2, 2, 32, 4);
+  model::PackedCache kv("compressed KV cache", formats::CacheFormat::kCompressedKvFp4, 2, 2, 32, 4);
   std::vector<uint8_t> bytes(static_cast<size_t>(2 * kv.entry_bytes()), 0x11);
   // Entries of 18 bytes: 16 nibble bytes, then 2 E4M3 scales.
   for (size_t i : {16, 17, 34, 35}) bytes[i] = 0x30;
   kv.restore(bytes.data(), 2);
   EXPECT_EQ(kv.size(), 2);
   EXPECT_EQ(kv.entry(1)[0], 0x11);
-  EXPECT_EQ(kv.read(reference_ops(), 2, 2, 2).dim(0), 2);
+  EXPECT_EQ(kv.read(seam::reference_ops(), 2, 2, 2).dim(0), 2);
   bytes[35] = 0x7F;  // E4M3 NaN
   EXPECT_TRUE(has(error_of([&] { kv.restore(bytes.data(), 2); }), "entry 1 block 1 has scale byte 0x7f"));
   EXPECT_TRUE(has(error_of([&] { kv.restore(bytes.data(), 5); }), "restore of 5 entries, capacity 4"));
 
-  PackedCache keys("index-key cache", formats::CacheFormat::kIndexKeysFp4, 4, 2, 32, 3);
+  model::PackedCache keys("index-key cache", formats::CacheFormat::kIndexKeysFp4, 4, 2, 32, 3);
   std::vector<uint8_t> kb(static_cast<size_t>(keys.entry_bytes()), 0x22);
   kb[16] = 0x7F;
   keys.restore(kb.data(), 1);
@@ -399,10 +399,10 @@ TEST_F(SessionStoreFiles, AtomicWriteLeavesOnlyTheFile) {
 TEST_F(SessionStoreFiles, FailedWritesKeepTheExistingFile) {
   const ModelConfig& c = fixture().config;
   const std::string dir = scratch(), path = dir + "/s.dsv41s";
-  const ModelState s = prefilled(12);
+  const model::ModelState s = prefilled(12);
   save_session(path, s, c, true);
   const std::vector<uint8_t> good = read_file(path);
-  const ModelState other = prefilled(13);
+  const model::ModelState other = prefilled(13);
 
   // Something in the place of the old per-process temp name: temp names are unique per writer
   // (base/output_file.h), so the save goes through and the stranger is left alone.
@@ -416,7 +416,7 @@ TEST_F(SessionStoreFiles, FailedWritesKeepTheExistingFile) {
   ASSERT_EQ(read_file(path), good);
 
   // An inconsistent state fails before any file is touched.
-  ModelState broken = prefilled(13);
+  model::ModelState broken = prefilled(13);
   broken.pos = 14;
   EXPECT_TRUE(has(error_of([&] { save_session(path, broken, c, true); }), "save_session:"));
   EXPECT_EQ(read_file(path), good);
@@ -437,4 +437,4 @@ TEST_F(SessionStoreFiles, FailedWritesKeepTheExistingFile) {
 }
 
 }  // namespace
-}  // namespace dsv41::reference
+}  // namespace dsv41::reference::session

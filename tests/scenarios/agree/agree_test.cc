@@ -25,7 +25,7 @@
 #include "base/error.h"
 #include "tests/support/run_cli.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::agree {
 namespace {
 
 const std::string kGolden = DSV41_SOURCE_DIR "/golden/";
@@ -250,4 +250,4 @@ TEST(AgreeCli, ExitCodesAndAValidReport) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::agree

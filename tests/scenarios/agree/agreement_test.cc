@@ -15,7 +15,7 @@
 
 #include "scenarios/agree/agree.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::agree {
 namespace {
 
 const std::string kOracle = DSV41_SOURCE_DIR "/golden/oracle";
@@ -64,4 +64,4 @@ TEST(FreeRunning, LogitsAgainstTheTieRuleRun) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::agree

@@ -181,7 +181,7 @@ TEST(CrashSafety, ReportWriteKilledLeavesAValidReport) {
 TEST(CrashSafety, DumpWriteKilledLeavesNoDumpOrACompleteOne) {
   const std::string dir = scratch();
   const double seconds = timed_run(forward(ids(1, 30), ids(31, 4), {"--dump", dir + "/ref.h5"}));
-  const size_t steps = scenarios::read_port_dump(dir + "/ref.h5").steps.size();
+  const size_t steps = scenarios::conform::read_port_dump(dir + "/ref.h5").steps.size();
   Killer k = make_killer("dump write");
   int complete = 0;
   for (int i = 0; k.more(); ++i) {
@@ -189,7 +189,7 @@ TEST(CrashSafety, DumpWriteKilledLeavesNoDumpOrACompleteOne) {
     const std::string dump = dir + (h5 ? "/d.h5" : "/d");
     k.kill_during(forward(ids(1, 30), ids(31, 4), {"--dump", dump}), seconds, dir);
     if (fs::exists(dump)) {  // never a partial dump: complete, or not there at all
-      ASSERT_EQ(scenarios::read_port_dump(dump).steps.size(), steps) << "kill " << i << ": " << dump;
+      ASSERT_EQ(scenarios::conform::read_port_dump(dump).steps.size(), steps) << "kill " << i << ": " << dump;
       ++complete;
     }
     fs::remove_all(dump);
@@ -201,7 +201,7 @@ TEST(CrashSafety, DumpWriteKilledLeavesNoDumpOrACompleteOne) {
   // temp directories).
   ASSERT_EQ(timed_run(forward(ids(1, 30), ids(31, 4), {"--dump", dir + "/d.h5"})) > 0, true);
   ASSERT_EQ(timed_run(forward(ids(1, 30), ids(31, 4), {"--dump", dir + "/d"})) > 0, true);
-  EXPECT_EQ(scenarios::read_port_dump(dir + "/d").steps.size(), steps);
+  EXPECT_EQ(scenarios::conform::read_port_dump(dir + "/d").steps.size(), steps);
   EXPECT_EQ(temps_in(dir), std::vector<std::string>{});
 }
 

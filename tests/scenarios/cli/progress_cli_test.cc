@@ -10,7 +10,7 @@
 #include "scenarios/runner/progress.h"
 #include "tests/support/run_cli.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
 using dsv41::test::CliResult;
@@ -53,7 +53,7 @@ int count(const std::string& text, const std::string& part) {
 TEST(Progress, LinesAreThrottledAndTheLastAlwaysComes) {
   Env env("lines", "1000");  // one line per 1000 s: only the first update shows
   const std::string out = captured([](std::FILE* f) {
-    Progress p("work", 4, false, f);
+    runner::Progress p("work", 4, false, f);
     for (int i = 1; i <= 4; ++i) p.update(i, "unit " + std::to_string(i));
     p.finish("4 units");
     p.finish("again");  // once
@@ -67,7 +67,7 @@ TEST(Progress, LinesAreThrottledAndTheLastAlwaysComes) {
 TEST(Progress, ABarRedrawsInPlaceAndQuietPrintsNothing) {
   Env env("bar", "0");
   const std::string bar = captured([](std::FILE* f) {
-    Progress p("work", 2, false, f);
+    runner::Progress p("work", 2, false, f);
     p.update(1, "half");
     p.note("a note between");  // clears the bar first
     p.finish();
@@ -76,7 +76,7 @@ TEST(Progress, ABarRedrawsInPlaceAndQuietPrintsNothing) {
   EXPECT_TRUE(has(bar, "\r\x1b[Ka note between\n")) << bar;
   EXPECT_TRUE(has(bar, "work: 100% done in ")) << bar;
   const std::string quiet = captured([](std::FILE* f) {
-    Progress p("work", 2, /*quiet=*/true, f);
+    runner::Progress p("work", 2, /*quiet=*/true, f);
     p.update(1, "half");
     p.finish();
   });
@@ -84,8 +84,8 @@ TEST(Progress, ABarRedrawsInPlaceAndQuietPrintsNothing) {
   // Not a terminal and no DSV41_PROGRESS: lines.
   unsetenv("DSV41_PROGRESS");
   std::FILE* f = std::tmpfile();
-  EXPECT_EQ(Progress::style_for(f, false), Progress::Style::kLines);
-  EXPECT_EQ(Progress::style_for(f, true), Progress::Style::kOff);
+  EXPECT_EQ(runner::Progress::style_for(f, false), runner::Progress::Style::kLines);
+  EXPECT_EQ(runner::Progress::style_for(f, true), runner::Progress::Style::kOff);
   std::fclose(f);
 }
 
@@ -166,4 +166,4 @@ TEST(ProgressCli, TimeSidesNeverPrintsANegativeTime) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

@@ -6,7 +6,7 @@
 
 #include "scenarios/cli/cli.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::cli {
 namespace {
 
 int count_lines_starting(const std::string& text, const std::string& prefix) {
@@ -18,7 +18,7 @@ int count_lines_starting(const std::string& text, const std::string& prefix) {
 
 TEST(SelfcheckInProcess, AllChecksPass) {
   std::ostringstream out;
-  EXPECT_EQ(run_selfcheck(out), kExitOk) << out.str();
+  EXPECT_EQ(run_selfcheck(out), runner::kExitOk) << out.str();
   const int passed = count_lines_starting(out.str(), "ok    ");
   EXPECT_GE(passed, 12) << out.str();
   EXPECT_EQ(count_lines_starting(out.str(), "FAIL  "), 0) << out.str();
@@ -29,10 +29,10 @@ TEST(SelfcheckInProcess, AllChecksPass) {
 
 TEST(SelfcheckInProcess, InjectedFailureIsCounted) {
   std::ostringstream out;
-  EXPECT_EQ(run_selfcheck(out, /*inject_failure=*/true), kExitCheckFailed);
+  EXPECT_EQ(run_selfcheck(out, /*inject_failure=*/true), runner::kExitCheckFailed);
   EXPECT_EQ(count_lines_starting(out.str(), "FAIL  injected failure"), 1) << out.str();
   EXPECT_NE(out.str().find(", 1 failed\n"), std::string::npos) << out.str();
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::cli

@@ -32,7 +32,7 @@ namespace {
 namespace fs = std::filesystem;
 using dsv41::reference::Tensor;
 using dsv41::reports::Verdict;
-using dsv41::scenarios::ConformOptions;
+using dsv41::scenarios::conform::ConformOptions;
 
 const std::string kOracle = DSV41_SOURCE_DIR "/golden/oracle/";
 const std::string kConfig = kOracle + "config.json";
@@ -42,14 +42,14 @@ const dsv41::reference::ModelConfig& config() {
   static const dsv41::reference::ModelConfig c = dsv41::reference::load_config_file(kConfig);
   return c;
 }
-const dsv41::reference::ModelWeights& weights() {
-  static const dsv41::reference::ModelWeights w = dsv41::reference::ModelWeights::load(kWeights, config());
+const dsv41::reference::checkpoint::ModelWeights& weights() {
+  static const dsv41::reference::checkpoint::ModelWeights w = dsv41::reference::checkpoint::ModelWeights::load(kWeights, config());
   return w;
 }
 
 // A legitimate order-variant port: RMSNorm's fp32 sum of squares runs from the last element to the
 // first (one fp32 accumulator) instead of torch's lanes; everything else as the reference.
-class ReverseSumRmsNorm : public dsv41::reference::ForwardingOps {
+class ReverseSumRmsNorm : public dsv41::reference::seam::ForwardingOps {
  public:
   Tensor<float> rms_norm(const Tensor<float>& x, const Tensor<float>& w, double eps) const override {
     const int64_t n = x.dim(x.rank() - 1), rows = x.numel() / n;
@@ -70,16 +70,16 @@ std::string dump_dir(const std::string& name) {
 }
 
 // The self-test scenario's dump (the `forward --dump` code path) through `make_ops` (nullptr: the reference).
-std::string write_dump(const std::string& name, const dsv41::scenarios::ZooBug* bug) {
+std::string write_dump(const std::string& name, const dsv41::scenarios::selftest::ZooBug* bug) {
   const std::string d = dump_dir(name);
   fs::remove_all(d);
-  dsv41::scenarios::write_zoo_dump(d, config(), kWeights, weights(), bug);
+  dsv41::scenarios::selftest::write_zoo_dump(d, config(), kWeights, weights(), bug);
   return d;
 }
 
 const std::string& order_variant_dump() {
   static const std::string d = [] {
-    dsv41::scenarios::ZooBug port;
+    dsv41::scenarios::selftest::ZooBug port;
     port.name = "reverse_sum_rms_norm";
     port.make_ops = [](const dsv41::reference::ModelConfig&) { return std::make_unique<ReverseSumRmsNorm>(); };
     return write_dump("port", &port);
@@ -90,17 +90,17 @@ const std::string& order_variant_dump() {
 dsv41::reports::RunReport judge(const std::string& dir, bool order_variant) {
   ConformOptions o;
   o.order_variant = order_variant;
-  return dsv41::scenarios::conform(dsv41::scenarios::read_port_dump(dir), weights(),
-                                   dsv41::reference::default_token_map(config()), o);
+  return dsv41::scenarios::conform::conform(dsv41::scenarios::conform::read_port_dump(dir), weights(),
+                                   dsv41::reference::model::default_token_map(config()), o);
 }
 
 // The largest max_rowrel of a component (teacher-forced) and its bound.
 std::pair<double, double> worst_rowrel(const dsv41::reports::RunReport& r, const std::string& component) {
   double worst = -1, bound = -1;
   for (const dsv41::reports::Comparison& c : r.scenarios.front().comparisons) {
-    if (c.mode != dsv41::scenarios::kConformTeacherForced) continue;
+    if (c.mode != dsv41::scenarios::conform::kConformTeacherForced) continue;
     for (const dsv41::reports::MetricRow& row : c.rows) {
-      if (row.component != component || row.metric != dsv41::scenarios::kRowRelMetric) continue;
+      if (row.component != component || row.metric != dsv41::scenarios::judge::kRowRelMetric) continue;
       worst = std::max(worst, row.value);
       if (row.tolerance) bound = row.tolerance->bound;
     }
@@ -109,16 +109,16 @@ std::pair<double, double> worst_rowrel(const dsv41::reports::RunReport& r, const
 }
 
 TEST(ConformOrderVariant, EveryDerivedBoundHasItsOriginAndReductionLength) {
-  const std::vector<dsv41::scenarios::DerivedBound> t = dsv41::scenarios::derived_bound_table(config());
+  const std::vector<dsv41::scenarios::judge::DerivedBound> t = dsv41::scenarios::judge::derived_bound_table(config());
   ASSERT_FALSE(t.empty());
-  for (const dsv41::scenarios::DerivedBound& b : t) {
+  for (const dsv41::scenarios::judge::DerivedBound& b : t) {
     EXPECT_GT(b.bound, 0) << b.component;
     EXPECT_LT(b.bound, 1) << b.component << ": a bound of the whole row scale says nothing";
     EXPECT_NE(b.origin.find("n = "), std::string::npos) << b.component << ": " << b.origin;
   }
   // Exact given equal inputs: no derived bound.
   for (const char* c : {"embed", "in_stream", "in_pre", "engram_ids", "topk", "candidates", "experts"}) {
-    EXPECT_FALSE(dsv41::scenarios::derived_bound(config(), c).has_value()) << c;
+    EXPECT_FALSE(dsv41::scenarios::judge::derived_bound(config(), c).has_value()) << c;
   }
 }
 
@@ -126,14 +126,14 @@ TEST(ConformOrderVariant, PortFailsBitExactAndPassesOrderVariant) {
   const dsv41::reports::RunReport exact = judge(order_variant_dump(), false);
   EXPECT_EQ(exact.verdict, Verdict::kFail) << "an order-variant port must not pass the bit-exact claim";
   const dsv41::reports::RunReport ov = judge(order_variant_dump(), true);
-  std::optional<dsv41::scenarios::RootCause> rc = dsv41::scenarios::root_cause(ov);
+  std::optional<dsv41::scenarios::conform::RootCause> rc = dsv41::scenarios::conform::root_cause(ov);
   EXPECT_EQ(ov.verdict, Verdict::kPass) << (rc ? rc->component + "@" + std::to_string(rc->layer) + " step " +
                                                      std::to_string(rc->step) + ": " + rc->metric + " " +
                                                      std::to_string(rc->value) + "; " + rc->detail
                                                : std::string("no root cause"));
   // The port does differ, within the bounds; what the bounds used (printed for docs/conform.md).
   bool any_differs = false;
-  for (const dsv41::scenarios::DerivedBound& b : dsv41::scenarios::derived_bound_table(config())) {
+  for (const dsv41::scenarios::judge::DerivedBound& b : dsv41::scenarios::judge::derived_bound_table(config())) {
     const auto [worst, bound] = worst_rowrel(ov, b.component);
     if (worst < 0) continue;
     any_differs = any_differs || worst > 0;
@@ -147,19 +147,19 @@ TEST(ConformOrderVariant, ManifestClaimIsHonouredAndRecorded) {
   const std::string d = dump_dir("manifest");
   fs::remove_all(d);
   fs::copy(order_variant_dump(), d);
-  const std::string manifest = d + "/" + dsv41::scenarios::kPortDumpManifest;
+  const std::string manifest = d + "/" + dsv41::scenarios::conform::kPortDumpManifest;
   nlohmann::json m = nlohmann::json::parse(std::ifstream(manifest));
-  EXPECT_EQ(m["claim"], dsv41::scenarios::kClaimBitExact);  // what forward --dump writes
-  m["claim"] = dsv41::scenarios::kClaimOrderVariant;
+  EXPECT_EQ(m["claim"], dsv41::scenarios::conform::kClaimBitExact);  // what forward --dump writes
+  m["claim"] = dsv41::scenarios::conform::kClaimOrderVariant;
   std::ofstream(manifest) << m.dump();
   const dsv41::reports::RunReport r = judge(d, false);
   EXPECT_EQ(r.verdict, Verdict::kPass);
   const nlohmann::json sj = nlohmann::json::parse(r.scenarios.front().scenario_json);
-  EXPECT_EQ(sj["claim"], dsv41::scenarios::kClaimOrderVariant);
+  EXPECT_EQ(sj["claim"], dsv41::scenarios::conform::kClaimOrderVariant);
   EXPECT_FALSE(sj["derived_bounds"].empty());
   m["claim"] = "approximately";
   std::ofstream(manifest) << m.dump();
-  EXPECT_THROW(dsv41::scenarios::read_port_dump(d), dsv41::Error);
+  EXPECT_THROW(dsv41::scenarios::conform::read_port_dump(d), dsv41::Error);
 }
 
 TEST(ConformOrderVariant, ReferenceStillPassesBitExactly) {
@@ -175,10 +175,10 @@ TEST(ConformOrderVariant, ZooBugsStillFlaggedAndLocated) {
   // hash, a wrong routing function, a wrong block pin): docs/conform.md gives the whole table.
   const std::vector<std::string> must = {"sink_in_numerator",     "topk_window_offset",          "reuse_wrong_owner",
                                          "newest_block_not_pinned", "engram_multiplier_off_by_one", "softmax_routing"};
-  for (const dsv41::scenarios::ZooBug& bug : dsv41::scenarios::bug_zoo()) {
+  for (const dsv41::scenarios::selftest::ZooBug& bug : dsv41::scenarios::selftest::bug_zoo()) {
     const std::string d = write_dump(bug.name, &bug);
     const dsv41::reports::RunReport r = judge(d, true);
-    const std::optional<dsv41::scenarios::RootCause> rc = dsv41::scenarios::root_cause(r);
+    const std::optional<dsv41::scenarios::conform::RootCause> rc = dsv41::scenarios::conform::root_cause(r);
     const bool located = rc && rc->component == bug.expected_component && rc->layer == bug.expected_layer &&
                          rc->step == bug.expected_step;
     std::cout << "order-variant zoo: " << bug.name << " flagged " << (r.verdict == Verdict::kFail) << " located "

@@ -33,13 +33,13 @@
 namespace {
 
 namespace fs = std::filesystem;
-namespace st = dsv41::reference::safetensors;
+namespace st = dsv41::reference::checkpoint::safetensors;
 using dsv41::reports::Verdict;
-using dsv41::scenarios::ConformOptions;
-using dsv41::scenarios::dump_key;
-using dsv41::scenarios::PortDump;
-using dsv41::scenarios::read_port_dump;
-using dsv41::scenarios::RootCause;
+using dsv41::scenarios::conform::ConformOptions;
+using dsv41::scenarios::conform::dump_key;
+using dsv41::scenarios::conform::PortDump;
+using dsv41::scenarios::conform::read_port_dump;
+using dsv41::scenarios::conform::RootCause;
 using dsv41::test::has;
 using dsv41::test::scratch;
 
@@ -79,7 +79,7 @@ std::string copy_dump() {
 
 template <typename F>
 void rewrite_step(const std::string& dir, int64_t step, F edit) {
-  const std::string path = dir + "/" + dsv41::scenarios::dump_step_file(step);
+  const std::string path = dir + "/" + dsv41::scenarios::conform::dump_step_file(step);
   const st::SafetensorsFile f = st::SafetensorsFile::read(path);
   std::vector<st::Entry> entries;
   for (const std::string& n : f.names()) entries.push_back(f.get(n));
@@ -98,9 +98,9 @@ st::Entry& entry(std::vector<st::Entry>& es, const std::string& key) {
 // The in-process judgement (weights loaded once).
 dsv41::reports::RunReport judge(const std::string& dir, const ConformOptions& o = {}) {
   static const dsv41::reference::ModelConfig c = dsv41::reference::load_config_file(kConfig);
-  static const dsv41::reference::ModelWeights w = dsv41::reference::ModelWeights::load(kWeights, c);
+  static const dsv41::reference::checkpoint::ModelWeights w = dsv41::reference::checkpoint::ModelWeights::load(kWeights, c);
   const PortDump d = read_port_dump(dir);
-  return dsv41::scenarios::conform(d, w, dsv41::reference::default_token_map(c), o);
+  return dsv41::scenarios::conform::conform(d, w, dsv41::reference::model::default_token_map(c), o);
 }
 
 std::string conform_cli(const std::string& dir, const std::string& extra = "") {
@@ -223,10 +223,10 @@ TEST_P(ConformLocates, RootCauseIsThePerturbedComponent) {
     nudge(dir, p.step, p.layer, p.component, /*scaled=*/true);
   }
   const dsv41::reports::RunReport r = judge(dir);
-  EXPECT_EQ(dsv41::scenarios::conform_exit_code(r), 1);
-  const std::optional<RootCause> rc = dsv41::scenarios::root_cause(r);
+  EXPECT_EQ(dsv41::scenarios::conform::conform_exit_code(r), 1);
+  const std::optional<RootCause> rc = dsv41::scenarios::conform::root_cause(r);
   ASSERT_TRUE(rc.has_value());
-  EXPECT_EQ(rc->mode, dsv41::scenarios::kConformTeacherForced);
+  EXPECT_EQ(rc->mode, dsv41::scenarios::conform::kConformTeacherForced);
   EXPECT_EQ(rc->component, p.component) << rc->detail;
   EXPECT_EQ(rc->layer, p.layer);
   EXPECT_EQ(rc->step, p.step);
@@ -240,7 +240,7 @@ TEST_P(ConformLocates, RootCauseIsThePerturbedComponent) {
   o.stop_after_step = p.step;
   o.only = p.component + "@" + std::to_string(p.layer);
   const dsv41::reports::RunReport again = judge(dir, o);
-  const std::optional<RootCause> rc2 = dsv41::scenarios::root_cause(again);
+  const std::optional<RootCause> rc2 = dsv41::scenarios::conform::root_cause(again);
   ASSERT_TRUE(rc2.has_value());
   EXPECT_EQ(rc2->component, p.component);
   EXPECT_EQ(rc2->step, p.step);
@@ -260,18 +260,18 @@ INSTANTIATE_TEST_SUITE_P(Planted, ConformLocates,
 TEST(Conform, AConsistentPortBugFailsOnlyWhereItIs) {
   using namespace dsv41::reference;
   const ModelConfig c = load_config_file(kConfig);
-  Model m(c, ModelWeights::load(kWeights, c), default_token_map(c));
-  ModelState s = m.new_state();
+  dsv41::reference::model::Model m(c, dsv41::reference::checkpoint::ModelWeights::load(kWeights, c), dsv41::reference::model::default_token_map(c));
+  dsv41::reference::model::ModelState s = m.new_state();
   const std::string dir = scratch() + "/buggy";
   fs::remove_all(dir);
-  dsv41::scenarios::PortDumpWriter w(dir, c, kWeights, "default", "conform_test: a consistent port bug");
-  dsv41::scenarios::StepCapture cap;
+  dsv41::scenarios::conform::PortDumpWriter w(dir, c, kWeights, "default", "conform_test: a consistent port bug");
+  dsv41::scenarios::runner::StepCapture cap;
   int64_t step = 0;
   bool fired = false;
-  const ForwardHooks record = dsv41::scenarios::capture_hooks(cap, nullptr);
-  ForwardHooks bug = record;
-  bug.tensor = [&](Component what, int layer, Tensor<float>& v) {
-    if (what == Component::kAttnOut && layer == 3 && step == 2) {
+  const dsv41::reference::model::ForwardHooks record = dsv41::scenarios::runner::capture_hooks(cap, nullptr);
+  dsv41::reference::model::ForwardHooks bug = record;
+  bug.tensor = [&](dsv41::reference::model::Component what, int layer, Tensor<float>& v) {
+    if (what == dsv41::reference::model::Component::kAttnOut && layer == 3 && step == 2) {
       v.data()[7] = v.data()[7] == 0.0f ? 1.0f : 2.0f * v.data()[7];  // a bf16 value stays one
       fired = true;
     }
@@ -281,14 +281,14 @@ TEST(Conform, AConsistentPortBugFailsOnlyWhereItIs) {
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < 70; ++i) ids.push_back((i * 37 + 11) % 1024);
   auto run = [&](const std::vector<int64_t>& t, const char* event) {
-    const StepRecord r = m.forward_chunk(s, t);
-    std::vector<CacheView> caches = m.cache_views(s);
-    for (std::vector<CacheView> more : {compressor_views(s, m.ops()), dspark_views(s, m.ops())}) {
+    const dsv41::reference::model::StepRecord r = m.forward_chunk(s, t);
+    std::vector<dsv41::reference::model::CacheView> caches = m.cache_views(s);
+    for (std::vector<dsv41::reference::model::CacheView> more : {dsv41::reference::model::compressor_views(s, m.ops()), dsv41::reference::model::dspark_views(s, m.ops())}) {
       caches.insert(caches.end(), more.begin(), more.end());
     }
-    dsv41::scenarios::finish_capture(cap, r, std::move(caches));
+    dsv41::scenarios::runner::finish_capture(cap, r, std::move(caches));
     w.add_step(cap, t, event);
-    cap = dsv41::scenarios::StepCapture{};
+    cap = dsv41::scenarios::runner::StepCapture{};
     ++step;
   };
   run(std::vector<int64_t>(ids.begin(), ids.begin() + 48), "prefill");
@@ -298,10 +298,10 @@ TEST(Conform, AConsistentPortBugFailsOnlyWhereItIs) {
   w.finish();
   ASSERT_TRUE(fired);
   const dsv41::reports::RunReport r = judge(dir);
-  EXPECT_EQ(dsv41::scenarios::conform_exit_code(r), 1);
-  const std::optional<RootCause> rc = dsv41::scenarios::root_cause(r);
+  EXPECT_EQ(dsv41::scenarios::conform::conform_exit_code(r), 1);
+  const std::optional<RootCause> rc = dsv41::scenarios::conform::root_cause(r);
   ASSERT_TRUE(rc.has_value());
-  EXPECT_EQ(rc->mode, dsv41::scenarios::kConformTeacherForced);
+  EXPECT_EQ(rc->mode, dsv41::scenarios::conform::kConformTeacherForced);
   EXPECT_EQ(rc->component, "attn_out");
   EXPECT_EQ(rc->layer, 3);
   EXPECT_EQ(rc->step, 2);
@@ -326,8 +326,8 @@ TEST(Conform, PerturbedCacheByteFailsInTheCaches) {
     e.bytes[1] ^= 0x11;  // two E2M1 codes of the first entry
   });
   const dsv41::reports::RunReport r = judge(dir);
-  EXPECT_EQ(dsv41::scenarios::conform_exit_code(r), 1);
-  const std::optional<RootCause> rc = dsv41::scenarios::root_cause(r);
+  EXPECT_EQ(dsv41::scenarios::conform::conform_exit_code(r), 1);
+  const std::optional<RootCause> rc = dsv41::scenarios::conform::root_cause(r);
   ASSERT_TRUE(rc.has_value());
   EXPECT_EQ(rc->component, "cache.compressed_kv");
   EXPECT_EQ(rc->layer, layer);
@@ -342,7 +342,7 @@ TEST(Conform, BlockPlanarIndexCacheIsALayoutError) {
   const int layer = first_layer("cache.index_keys");
   rewrite_step(dir, 1, [&](std::vector<st::Entry>& es, std::map<std::string, std::string>& meta) {
     st::Entry& e = entry(es, dump_key(layer, "cache.index_keys"));
-    dsv41::reference::CacheView v;
+    dsv41::reference::model::CacheView v;
     v.kind = "index_keys";
     v.layer = layer;
     v.format = dsv41::formats::cache_format_from_name(meta.at(e.name + ".format"));
@@ -351,12 +351,12 @@ TEST(Conform, BlockPlanarIndexCacheIsALayoutError) {
     v.entries = e.shape[0];
     v.bytes = e.bytes;
     ASSERT_GE(v.entries, 8);
-    e.bytes = dsv41::scenarios::to_block_planar(v, 8);
+    e.bytes = dsv41::scenarios::conform::to_block_planar(v, 8);
     ASSERT_NE(e.bytes, v.bytes);
   });
   const dsv41::reports::RunReport r = judge(dir);
-  EXPECT_EQ(dsv41::scenarios::conform_exit_code(r), 1);
-  const std::optional<RootCause> rc = dsv41::scenarios::root_cause(r);
+  EXPECT_EQ(dsv41::scenarios::conform::conform_exit_code(r), 1);
+  const std::optional<RootCause> rc = dsv41::scenarios::conform::root_cause(r);
   ASSERT_TRUE(rc.has_value());
   EXPECT_EQ(rc->component, "cache.index_keys");
   EXPECT_EQ(rc->layer, layer);
@@ -439,13 +439,13 @@ TEST(Conform, CorruptDumpsExit2NamingTheKey) {
 TEST(Conform, ToleranceFileReplacesTheBitExactDefault) {
   const std::string dir = copy_dump();
   nudge(dir, 2, 3, "attn_out");
-  EXPECT_EQ(dsv41::scenarios::conform_exit_code(judge(dir)), 1);
+  EXPECT_EQ(dsv41::scenarios::conform::conform_exit_code(judge(dir)), 1);
   const std::string tol = scratch() + "/tol.json";
   std::ofstream(tol) << R"({"*": {"nmse": 1e-3, "calc_diff": 1e-3, "origin": "measured", "note": "test bound"}})";
   ConformOptions o;
   o.tolerances_file = tol;
   const dsv41::reports::RunReport r = judge(dir, o);
-  EXPECT_EQ(dsv41::scenarios::conform_exit_code(r), 0);
+  EXPECT_EQ(dsv41::scenarios::conform::conform_exit_code(r), 0);
   bool bounded = false;
   for (const dsv41::reports::MetricRow& m : r.scenarios[0].comparisons[0].rows) {
     if (m.component == "attn_out" && m.step == 2 && m.layer == 3 && m.metric == "nmse") {
@@ -461,7 +461,7 @@ TEST(Conform, ToleranceFileReplacesTheBitExactDefault) {
 }
 
 TEST(Conform, PortMetricsByHand) {
-  using dsv41::scenarios::port_metrics;
+  using dsv41::scenarios::judge::port_metrics;
   const std::vector<float> x = {1, 2, 3}, neg = {-1, -2, -3};
   EXPECT_EQ(port_metrics(x, x, 0, 0, "same").calc_diff, 0.0);
   EXPECT_DOUBLE_EQ(port_metrics(x, neg, 0, 0, "neg").calc_diff, 2.0);

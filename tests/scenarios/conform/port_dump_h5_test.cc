@@ -27,9 +27,9 @@
 namespace {
 
 namespace fs = std::filesystem;
-namespace st = dsv41::reference::safetensors;
-using dsv41::scenarios::PortDump;
-using dsv41::scenarios::read_port_dump;
+namespace st = dsv41::reference::checkpoint::safetensors;
+using dsv41::scenarios::conform::PortDump;
+using dsv41::scenarios::conform::read_port_dump;
 using dsv41::test::has;
 using dsv41::test::scratch;
 
@@ -69,8 +69,8 @@ std::string conform_cli(const std::string& dump) {
 
 dsv41::reports::RunReport judge(const std::string& dump) {
   static const dsv41::reference::ModelConfig c = dsv41::reference::load_config_file(kConfig);
-  static const dsv41::reference::ModelWeights w = dsv41::reference::ModelWeights::load(kWeights, c);
-  return dsv41::scenarios::conform(read_port_dump(dump), w, dsv41::reference::default_token_map(c), {});
+  static const dsv41::reference::checkpoint::ModelWeights w = dsv41::reference::checkpoint::ModelWeights::load(kWeights, c);
+  return dsv41::scenarios::conform::conform(read_port_dump(dump), w, dsv41::reference::model::default_token_map(c), {});
 }
 
 std::string copy_of(const std::string& dump, const std::string& name) {
@@ -107,7 +107,7 @@ void nudge_h5(const std::string& path) {
 
 // The same flip in the directory form.
 void nudge_dir(const std::string& dir) {
-  const std::string path = dir + "/" + dsv41::scenarios::dump_step_file(1);
+  const std::string path = dir + "/" + dsv41::scenarios::conform::dump_step_file(1);
   const st::SafetensorsFile f = st::SafetensorsFile::read(path);
   std::vector<st::Entry> entries;
   for (const std::string& n : f.names()) entries.push_back(f.get(n));
@@ -163,7 +163,7 @@ TEST(PortDumpH5, HoldsTheDirectoryFormBitForBit) {
   const PortDump a = read_port_dump(dir_dump()), b = read_port_dump(h5_dump());
   EXPECT_FALSE(a.h5);
   EXPECT_TRUE(b.h5);
-  EXPECT_EQ(b.version, dsv41::scenarios::kPortDumpVersion);
+  EXPECT_EQ(b.version, dsv41::scenarios::conform::kPortDumpVersion);
   ASSERT_EQ(a.steps.size(), 4u);
   ASSERT_EQ(a.steps.size(), b.steps.size());
   EXPECT_EQ(a.components, b.components);
@@ -200,9 +200,9 @@ TEST(PortDumpH5, ConformGivesTheSameVerdictOnBothContainers) {
   nudge_dir(d);
   nudge_h5(h);
   const dsv41::reports::RunReport ra = judge(d), rb = judge(h);
-  EXPECT_EQ(dsv41::scenarios::conform_exit_code(ra), 1);
-  EXPECT_EQ(dsv41::scenarios::conform_exit_code(rb), 1);
-  const auto ca = dsv41::scenarios::root_cause(ra), cb = dsv41::scenarios::root_cause(rb);
+  EXPECT_EQ(dsv41::scenarios::conform::conform_exit_code(ra), 1);
+  EXPECT_EQ(dsv41::scenarios::conform::conform_exit_code(rb), 1);
+  const auto ca = dsv41::scenarios::conform::root_cause(ra), cb = dsv41::scenarios::conform::root_cause(rb);
   ASSERT_TRUE(ca && cb);
   EXPECT_EQ(ca->component, "attn_out");
   EXPECT_EQ(ca->layer, 3);

@@ -30,12 +30,12 @@
 namespace {
 
 namespace fs = std::filesystem;
-namespace st = dsv41::reference::safetensors;
-using dsv41::scenarios::CapturedItem;
-using dsv41::scenarios::dump_key;
-using dsv41::scenarios::PortDump;
-using dsv41::scenarios::read_port_dump;
-using dsv41::scenarios::StepCapture;
+namespace st = dsv41::reference::checkpoint::safetensors;
+using dsv41::scenarios::runner::CapturedItem;
+using dsv41::scenarios::conform::dump_key;
+using dsv41::scenarios::conform::PortDump;
+using dsv41::scenarios::conform::read_port_dump;
+using dsv41::scenarios::runner::StepCapture;
 using dsv41::test::has;
 using dsv41::test::scratch;
 
@@ -66,17 +66,17 @@ std::string id_list(const std::vector<int64_t>& ids) {
 std::vector<StepCapture> in_memory_run() {
   using namespace dsv41::reference;
   const ModelConfig c = load_config_file(kConfig);
-  Model m(c, ModelWeights::load(kWeights, c), default_token_map(c));
-  ModelState s = m.new_state();
+  dsv41::reference::model::Model m(c, dsv41::reference::checkpoint::ModelWeights::load(kWeights, c), dsv41::reference::model::default_token_map(c));
+  dsv41::reference::model::ModelState s = m.new_state();
   std::vector<StepCapture> out;
   StepCapture cap;
-  m.set_hooks(dsv41::scenarios::capture_hooks(cap, nullptr));
-  auto finish = [&](const StepRecord& r) {
-    std::vector<CacheView> caches = m.cache_views(s);
-    for (std::vector<CacheView> more : {compressor_views(s, m.ops()), dspark_views(s, m.ops())}) {
+  m.set_hooks(dsv41::scenarios::runner::capture_hooks(cap, nullptr));
+  auto finish = [&](const dsv41::reference::model::StepRecord& r) {
+    std::vector<dsv41::reference::model::CacheView> caches = m.cache_views(s);
+    for (std::vector<dsv41::reference::model::CacheView> more : {compressor_views(s, m.ops()), dspark_views(s, m.ops())}) {
       caches.insert(caches.end(), more.begin(), more.end());
     }
-    dsv41::scenarios::finish_capture(cap, r, std::move(caches));
+    dsv41::scenarios::runner::finish_capture(cap, r, std::move(caches));
     out.push_back(cap);
     cap = StepCapture{};
   };
@@ -122,7 +122,7 @@ std::string error_of(const std::string& dir) {
 // Rewrites one step file through `edit` (its entries and metadata).
 template <typename F>
 void rewrite_step(const std::string& dir, int64_t step, F edit) {
-  const std::string path = dir + "/" + dsv41::scenarios::dump_step_file(step);
+  const std::string path = dir + "/" + dsv41::scenarios::conform::dump_step_file(step);
   const st::SafetensorsFile f = st::SafetensorsFile::read(path);
   std::vector<st::Entry> entries;
   for (const std::string& n : f.names()) entries.push_back(f.get(n));
@@ -165,7 +165,7 @@ TEST(PortDump, RoundTripsBitEqualToTheInMemoryCapture) {
   const PortDump d = read_port_dump(reference_dump());
   const std::vector<StepCapture> mem = in_memory_run();
   ASSERT_EQ(d.steps.size(), mem.size());
-  EXPECT_EQ(d.version, dsv41::scenarios::kPortDumpVersion);
+  EXPECT_EQ(d.version, dsv41::scenarios::conform::kPortDumpVersion);
   std::set<std::string> components;
   for (size_t k = 0; k < mem.size(); ++k) {
     const auto& s = d.steps[k];
@@ -204,7 +204,7 @@ TEST(PortDump, RoundTripsBitEqualToTheInMemoryCapture) {
     components.insert("logits");
     EXPECT_TRUE(std::any_of(cap.logits.begin(), cap.logits.end(), [](float x) { return x != 0.0f; }));
     EXPECT_TRUE(same_bits(logits->to_f32(), cap.logits));
-    for (const dsv41::reference::CacheView& v : cap.caches) {
+    for (const dsv41::reference::model::CacheView& v : cap.caches) {
       const std::string component = "cache." + v.kind;
       components.insert(component);
       const st::Entry* e = s.find(v.layer, component);
@@ -224,7 +224,7 @@ TEST(PortDump, RoundTripsBitEqualToTheInMemoryCapture) {
   std::set<std::string> listed;
   for (const auto& [name, layers] : d.components) listed.insert(name);
   EXPECT_EQ(listed, components);
-  EXPECT_EQ(d.not_covered.size() + listed.size(), dsv41::reference::component_table().size());
+  EXPECT_EQ(d.not_covered.size() + listed.size(), dsv41::reference::model::component_table().size());
   for (const std::string& n : d.not_covered) EXPECT_FALSE(components.count(n)) << n;
   EXPECT_TRUE(components.count("attn_out") && components.count("topk") && components.count("cache.window_kv"));
 }
@@ -355,8 +355,8 @@ TEST(PortDump, ForwardRefusesANonEmptyDirectoryAnExistingH5AndNoOutput) {
 // official module as reference/model/hooks.cc has them.
 TEST(PortDump, DocsTableIsTheComponentTable) {
   const std::string doc = dsv41::test::read_bytes(DSV41_SOURCE_DIR "/docs/port-dump.md");
-  for (const dsv41::reference::ComponentInfo& row : dsv41::reference::component_table()) {
-    const std::string dtype = dsv41::reference::dtype_name(dsv41::scenarios::dump_dtype(row.name));
+  for (const dsv41::reference::model::ComponentInfo& row : dsv41::reference::model::component_table()) {
+    const std::string dtype = dsv41::reference::dtype_name(dsv41::scenarios::conform::dump_dtype(row.name));
     const std::string cells = std::string(row.name) + "` | ";
     EXPECT_TRUE(has(doc, cells)) << row.name;
     EXPECT_TRUE(has(doc, " | " + dtype + " | `" + row.shape + "` | " + row.official + " |")) << row.name;

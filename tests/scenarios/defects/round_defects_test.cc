@@ -19,24 +19,24 @@
 #include "tests/support/oracle_model.h"
 #include "tests/support/seed.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::defects {
 namespace {
 
 using ::testing::HasSubstr;
-using reference::Component;
-using reference::DraftResult;
-using reference::ForwardHooks;
-using reference::Model;
-using reference::ModelState;
-using reference::ModelWeights;
-using reference::Proposal;
+using reference::model::Component;
+using reference::model::DraftResult;
+using reference::model::ForwardHooks;
+using reference::model::Model;
+using reference::model::ModelState;
+using reference::checkpoint::ModelWeights;
+using reference::model::Proposal;
 using reference::SampleRng;
-using reference::SpeculativeOptions;
-using reference::SpeculativeRound;
+using reference::model::SpeculativeOptions;
+using reference::model::SpeculativeRound;
 using reference::Tensor;
-using reference::VerifyPolicy;
-using reference::first_state_difference;
-using reference::speculative_round;
+using reference::model::VerifyPolicy;
+using reference::model::first_state_difference;
+using reference::model::speculative_round;
 
 const Model& model() { return *test::oracle_model().model; }
 int64_t vocab() { return test::oracle_model().config.vocab_size; }
@@ -158,7 +158,7 @@ TEST(DraftDefects, RopeAtBlockStartChangesEveryRowOfTheDraftAttention) {
   h.tensor = [&into](Component what, int, Tensor<float>& v) {
     if (what == Component::kDSparkAttnOut && into->empty()) *into = v.data();
   };
-  const DraftRopeAtBlockStartOps ops(reference::reference_ops());
+  const DraftRopeAtBlockStartOps ops(reference::seam::reference_ops());
   Model m(test::oracle_model().config,
           ModelWeights::load(test::kOracleDir + "weights.safetensors", test::oracle_model().config),
           test::oracle_model().token_map, ops);
@@ -184,7 +184,7 @@ TEST(DraftDefects, RopeAtBlockStartChangesEveryRowOfTheDraftAttention) {
 TEST(RoundDefects, NoneAndTheDraftDefectPlantNoRoundHooks) {
   bool fired = false;
   for (RoundDefect d : {RoundDefect::kNone, RoundDefect::kDraftRopeAtBlockStart}) {
-    const reference::RoundHooks h = round_defect_hooks(d, test::oracle_model().config, &fired);
+    const reference::model::RoundHooks h = round_defect_hooks(d, test::oracle_model().config, &fired);
     EXPECT_FALSE(h.decided);
     EXPECT_FALSE(h.rolled_back);
   }
@@ -192,4 +192,4 @@ TEST(RoundDefects, NoneAndTheDraftDefectPlantNoRoundHooks) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::defects

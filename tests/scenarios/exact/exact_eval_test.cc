@@ -84,7 +84,7 @@ TEST(ExactEigen, QuantizedLinearKnownAnswer) {
   EXPECT_EQ(y[0], Exact(66) / 64);
   EXPECT_EQ(mag[0], Exact(66) / 64);
   const reference::Tensor<float> xt({1, 64}, x, "x");
-  EXPECT_EQ(reference::reference_ops().linear(xt, w).data()[0], formats::round_to_bf16(66.0f / 64.0f));
+  EXPECT_EQ(reference::seam::reference_ops().linear(xt, w).data()[0], formats::round_to_bf16(66.0f / 64.0f));
 }
 
 std::vector<OpCase>& tiny_cases() {
@@ -104,7 +104,7 @@ TEST(ExactEval, EveryOpFamilyHasCases) {
 
 TEST(ExactEval, ReferenceWithinTheDerivedBoundOnEveryCase) {
   for (const OpCase& c : tiny_cases()) {
-    const SideError e = measure(c, reference::reference_ops(), "ref");
+    const SideError e = measure(c, reference::seam::reference_ops(), "ref");
     SCOPED_TRACE(c.op + " / " + c.inputs);
     EXPECT_EQ(e.nonfinite, 0);
     EXPECT_EQ(e.exceeded, 0) << "max err " << e.max_ulps << " ulps, used " << e.used << " of the bound";
@@ -140,7 +140,7 @@ TEST(ExactEval, BoundsAreNotVacuous) {
 // bf16 ulps (past any bound of 1.5 ulps).
 float off_by_three(float v) { return dsv41::f32_from_bits(dsv41::f32_bits(v) + (3u << 16)); }
 
-class OffByUlps : public reference::ForwardingOps {
+class OffByUlps : public reference::seam::ForwardingOps {
  public:
   std::string name() const override { return "off-by-ulps"; }
   reference::Tensor<float> rms_norm(const reference::Tensor<float>& x, const reference::Tensor<float>& w,
@@ -163,7 +163,7 @@ TEST(ExactEval, ABackendMovedPastTheBoundIsFlagged) {
   for (const OpCase& c : tiny_cases()) {
     const bool norm = c.op == "rms_norm", rope = c.op.rfind("rope_rows", 0) == 0;
     if (!norm && !rope) continue;
-    const SideError ref = measure(c, reference::reference_ops(), "ref");
+    const SideError ref = measure(c, reference::seam::reference_ops(), "ref");
     const SideError bad = measure(c, off, "off");
     SCOPED_TRACE(c.op + " / " + c.inputs);
     EXPECT_EQ(ref.exceeded, 0);
@@ -179,14 +179,14 @@ TEST(ExactEval, ABackendMovedPastTheBoundIsFlagged) {
   // Every other op is forwarded unchanged: bit-identical, "equal".
   const OpCase& first = tiny_cases().front();
   ASSERT_EQ(first.op, "linear F8");
-  EXPECT_EQ(closer(first, measure(first, reference::reference_ops(), "ref"), measure(first, off, "off")).verdict,
+  EXPECT_EQ(closer(first, measure(first, reference::seam::reference_ops(), "ref"), measure(first, off, "off")).verdict,
             "equal");
 }
 
 // A backend that moves output `index` of one op family by 2 bf16 ulps: each bf16 op's bound must
 // catch it wherever the bound is below one ulp (the bound has teeth on every op, not only the two
 // above).
-class PerturbOne : public reference::ForwardingOps {
+class PerturbOne : public reference::seam::ForwardingOps {
  public:
   size_t index = 0;
   std::string op;
@@ -253,7 +253,7 @@ TEST(ExactEval, TwoUlpsOffIsFlaggedOnEveryBf16Op) {
 
 // moe_gate's expert choice is compared tie-aware: replacing a token's last choice by its lowest
 // scoring expert (certainly out on random gates) is flagged, by the token's flag and its weights.
-class WrongExpert : public reference::ForwardingOps {
+class WrongExpert : public reference::seam::ForwardingOps {
  public:
   std::string name() const override { return "wrong-expert"; }
   reference::MoeRouting moe_gate(const reference::Tensor<float>& x, const reference::MoeWeights& w,
@@ -277,7 +277,7 @@ TEST(ExactEval, AWrongExpertChoiceIsFlaggedTieAware) {
   const WrongExpert wrong;
   for (const OpCase& c : tiny_cases()) {
     if (c.op != "moe_gate" || c.inputs != "random") continue;
-    EXPECT_EQ(measure(c, reference::reference_ops(), "ref").exceeded, 0);
+    EXPECT_EQ(measure(c, reference::seam::reference_ops(), "ref").exceeded, 0);
     const SideError e = measure(c, wrong, "wrong");
     // Outputs: T x E scores, T x k weights, T flags.
     const reference::ModelConfig cfg = reference::load_config("tiny");
@@ -295,7 +295,7 @@ TEST(ExactEval, AWrongExpertChoiceIsFlaggedTieAware) {
 
 // index_topk is compared tie-aware: a backend that breaks ties the other way (the HIGHER position
 // wins) picks other positions among tied scores, and is never wrong for it.
-class HighTieRule : public reference::ForwardingOps {
+class HighTieRule : public reference::seam::ForwardingOps {
  public:
   std::string name() const override { return "high-tie-rule"; }
   reference::Tensor<int32_t> index_topk(const reference::Tensor<float>& scores, const std::vector<int64_t>& reach,
@@ -322,7 +322,7 @@ class HighTieRule : public reference::ForwardingOps {
 
 // A backend that takes the k LOWEST reachable scores: wrong wherever scores are distinct, and
 // still correct where every reachable score ties.
-class LowestK : public reference::ForwardingOps {
+class LowestK : public reference::seam::ForwardingOps {
  public:
   std::string name() const override { return "lowest-k"; }
   reference::Tensor<int32_t> index_topk(const reference::Tensor<float>& scores, const std::vector<int64_t>& reach,
@@ -340,7 +340,7 @@ TEST(ExactEval, TopKIsComparedTieAware) {
   for (const OpCase& c : tiny_cases()) {
     if (c.op != "index_topk") continue;
     SCOPED_TRACE(c.inputs);
-    EXPECT_EQ(measure(c, reference::reference_ops(), "ref").exceeded, 0);
+    EXPECT_EQ(measure(c, reference::seam::reference_ops(), "ref").exceeded, 0);
     // The other tie rule picks other positions among ties, never a wrong one.
     EXPECT_EQ(measure(c, high, "high").exceeded, 0);
     if (c.inputs == "ties") {
@@ -358,15 +358,15 @@ TEST(ExactEval, TheOtherTieRuleReallyPicksOtherPositions) {
   // is the tie-awareness, not an identical answer).
   reference::Tensor<float> tied({1, 16}, "scores", 1.0f);
   const std::vector<int64_t> reach{16};
-  const auto a = reference::reference_ops().index_topk(tied, reach, 4);
+  const auto a = reference::seam::reference_ops().index_topk(tied, reach, 4);
   const auto b = HighTieRule().index_topk(tied, reach, 4);
   EXPECT_NE(a.data(), b.data());
 }
 
 TEST(ExactCli, RefPassesAndPrintsTheSeed) {
   std::ostringstream out;
-  const int rc = run_exact(out, {"ref"}, "tiny", 5, "");
-  EXPECT_EQ(rc, kExitOk) << out.str();
+  const int rc = cli::run_exact(out, {"ref"}, "tiny", 5, "");
+  EXPECT_EQ(rc, runner::kExitOk) << out.str();
   EXPECT_NE(out.str().find("seed 5"), std::string::npos);
   EXPECT_NE(out.str().find("sparse_attn"), std::string::npos);
   EXPECT_NE(out.str().find("bounds exceeded on 0 outputs; 0 vacuous bounds; 0 cases failed"), std::string::npos) << out.str();
@@ -375,7 +375,7 @@ TEST(ExactCli, RefPassesAndPrintsTheSeed) {
 TEST(ExactCli, WritesThePerCaseNumbersToHdf5) {
   const std::string path = testing::TempDir() + "exact_eval_test.h5";
   std::ostringstream out;
-  ASSERT_EQ(run_exact(out, {"ref", "ref"}, "tiny", 3, path), kExitOk) << out.str();
+  ASSERT_EQ(cli::run_exact(out, {"ref", "ref"}, "tiny", 3, path), runner::kExitOk) << out.str();
   const reports::H5Reader r(path);
   EXPECT_EQ(r.attr_uint("/", "seed"), 3u);
   const std::vector<std::string> ops = r.read_strings("/op");

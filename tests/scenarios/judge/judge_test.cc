@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::judge {
 namespace {
 
 using reports::MetricRow;
@@ -116,4 +116,4 @@ TEST(Judge, AComparisonWithAFailingRowFailsAndWithoutEvidenceIsInconclusive) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::judge

@@ -35,7 +35,7 @@
 #include <rapidcheck/gtest.h>
 #endif
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::judge {
 namespace {
 
 using reference::Tensor;
@@ -612,4 +612,4 @@ RC_GTEST_PROP(MetricsProperty, WholeBlockMasksHaveEqualBlockAndTokenRecall, ()) 
 #endif  // DSV41_METRICS_PROPERTIES
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::judge

@@ -22,7 +22,7 @@
 #include "tests/support/oracle_model.h"
 #include "tests/support/runner_fixture.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 using reports::AcceptanceRow;
@@ -187,4 +187,4 @@ TEST(DSparkRunner, DSparkDraftsNeedDSparkBlocks) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

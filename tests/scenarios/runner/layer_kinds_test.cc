@@ -20,7 +20,7 @@
 #include "reference/checkpoint/weights.h"
 #include "scenarios/runner/layer_kinds.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 using reference::LayerRole;
@@ -154,10 +154,10 @@ void expect_finite_not_all_zero(const std::vector<float>& v, const std::string& 
 
 TEST(PackedF4, LinearsGiveTheBitsOfTheValues) {
   const ModelConfig c = reference::load_config("tiny");
-  const reference::safetensors::SafetensorsFile f =
-      reference::safetensors::SafetensorsFile::from_entries("generated", reference::generate_weights(c, 3));
-  const reference::ModelWeights plain = reference::ModelWeights::load(f, c, false);
-  const reference::ModelWeights packed = reference::ModelWeights::load(f, c, true);
+  const reference::checkpoint::safetensors::SafetensorsFile f =
+      reference::checkpoint::safetensors::SafetensorsFile::from_entries("generated", reference::checkpoint::generate_weights(c, 3));
+  const reference::checkpoint::ModelWeights plain = reference::checkpoint::ModelWeights::load(f, c, false);
+  const reference::checkpoint::ModelWeights packed = reference::checkpoint::ModelWeights::load(f, c, true);
   const reference::MoeWeights& mp = plain.blocks[2].ffn;
   const reference::MoeWeights& mq = packed.blocks[2].ffn;
   ASSERT_FALSE(mq.w1.empty());
@@ -185,14 +185,14 @@ TEST(Generator, Fp4CodeByThresholdsIsTheEncodersForEveryDraw) {
   int64_t differ = 0, nonzero = 0;
   for (int64_t k = -(int64_t{1} << 23); k < (int64_t{1} << 23); ++k) {
     const uint8_t want = formats::e2m1_encode(6.0f * (static_cast<float>(k) * 0x1p-23f));
-    const uint8_t got = reference::generated_fp4_code(k);
+    const uint8_t got = reference::checkpoint::generated_fp4_code(k);
     differ += got != want;
     nonzero += (want & 0x7) != 0;
   }
   EXPECT_EQ(differ, 0);
   EXPECT_GT(nonzero, int64_t{1} << 23);
-  EXPECT_EQ(reference::uniform_numerator(0), -(int64_t{1} << 23));
-  EXPECT_EQ(reference::uniform_numerator(~uint64_t{0}), (int64_t{1} << 23) - 1);
+  EXPECT_EQ(reference::checkpoint::uniform_numerator(0), -(int64_t{1} << 23));
+  EXPECT_EQ(reference::checkpoint::uniform_numerator(~uint64_t{0}), (int64_t{1} << 23) - 1);
 }
 
 TEST(PackedF4, EveryKindForwardsTheSameBitsPackedOrNot) {
@@ -201,13 +201,13 @@ TEST(PackedF4, EveryKindForwardsTheSameBitsPackedOrNot) {
   for (const LayerKind& k : layer_kinds()) {
     SCOPED_TRACE(k.name);
     const ModelConfig c = kind_config(tiny, k, "tiny");
-    const reference::safetensors::SafetensorsFile f =
-        reference::safetensors::SafetensorsFile::from_entries("generated", reference::generate_weights(c, 1));
-    const std::vector<int64_t> map = reference::default_token_map(c);
-    const reference::Model a(c, reference::ModelWeights::load(f, c, false), map);
-    const reference::Model b(c, reference::ModelWeights::load(f, c, true), map);
-    reference::ModelState sa = a.new_state(), sb = b.new_state();
-    reference::StepRecord ra = a.prefill(sa, prompt), rb = b.prefill(sb, prompt);
+    const reference::checkpoint::safetensors::SafetensorsFile f =
+        reference::checkpoint::safetensors::SafetensorsFile::from_entries("generated", reference::checkpoint::generate_weights(c, 1));
+    const std::vector<int64_t> map = reference::model::default_token_map(c);
+    const reference::model::Model a(c, reference::checkpoint::ModelWeights::load(f, c, false), map);
+    const reference::model::Model b(c, reference::checkpoint::ModelWeights::load(f, c, true), map);
+    reference::model::ModelState sa = a.new_state(), sb = b.new_state();
+    reference::model::StepRecord ra = a.prefill(sa, prompt), rb = b.prefill(sb, prompt);
     for (int step = 0; step < 3; ++step) {
       expect_finite_not_all_zero(ra.logits, "logits");
       ASSERT_TRUE(same_bits(ra.logits, rb.logits)) << "step " << step;
@@ -223,8 +223,8 @@ TEST(PackedF4, EveryKindForwardsTheSameBitsPackedOrNot) {
       rb = b.decode(sb, next);
     }
     if (k.role == LayerRole::kDSpark) {
-      const reference::DraftResult da = a.draft(sa, 3, reference::DraftSampling{});
-      const reference::DraftResult db = b.draft(sb, 3, reference::DraftSampling{});
+      const reference::model::DraftResult da = a.draft(sa, 3, reference::model::DraftSampling{});
+      const reference::model::DraftResult db = b.draft(sb, 3, reference::model::DraftSampling{});
       expect_finite_not_all_zero(da.logits.data(), "draft logits");
       EXPECT_TRUE(same_bits(da.logits.data(), db.logits.data()));
       EXPECT_EQ(da.tokens, db.tokens);
@@ -233,4 +233,4 @@ TEST(PackedF4, EveryKindForwardsTheSameBitsPackedOrNot) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

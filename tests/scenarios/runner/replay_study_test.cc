@@ -11,16 +11,16 @@
 #include "reference/checkpoint/weights.h"
 #include "scenarios/runner/replay_study.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 const std::string kOracle = DSV41_SOURCE_DIR "/golden/oracle/";
 
-reference::Model& tiny_model() {
-  static reference::Model* m = [] {
+reference::model::Model& tiny_model() {
+  static reference::model::Model* m = [] {
     const reference::ModelConfig c = reference::load_config_file(kOracle + "config.json");
-    return new reference::Model(c, reference::ModelWeights::load(kOracle + "weights.safetensors", c),
-                                reference::default_token_map(c));
+    return new reference::model::Model(c, reference::checkpoint::ModelWeights::load(kOracle + "weights.safetensors", c),
+                                reference::model::default_token_map(c));
   }();
   return *m;
 }
@@ -72,4 +72,4 @@ TEST(ReplayStudy, LongSessionDivergesAndIsReported) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -15,7 +15,7 @@
 #include "tests/support/runner_fixture.h"
 #include "tests/support/small_scenario.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 using reports::Comparison;
@@ -302,4 +302,4 @@ TEST(Suite, TokenPlanIsDeterministicAndSeeded) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

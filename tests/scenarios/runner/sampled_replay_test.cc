@@ -16,7 +16,7 @@
 #include "scenarios/runner/runner.h"
 #include "tests/support/runner_fixture.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 using reports::Comparison;
@@ -131,7 +131,7 @@ TEST(SampledReplay, GlobalBytesPerTokenEqualDsv41Bytes) {
   for (const MetricRow& m : c.rows) {
     if (m.component.rfind("global_bytes.", 0) != 0) continue;
     const double expected =
-        static_cast<double>(reference::global_bytes_for_tokens(reference::byte_accounting(cfg), m.position)) /
+        static_cast<double>(reference::session::global_bytes_for_tokens(reference::session::byte_accounting(cfg), m.position)) /
         static_cast<double>(m.position);
     if (m.metric == "bytes_per_token") {
       EXPECT_GT(m.value, 0);
@@ -201,9 +201,9 @@ TEST(SampledReplay, BadReplaySpecsAreRefused) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 TEST(SampledReplay, TheLargestScoreMatrixIsKnownBeforeTheRun) {
@@ -215,4 +215,4 @@ TEST(SampledReplay, TheLargestScoreMatrixIsKnownBeforeTheRun) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

@@ -27,7 +27,7 @@
 #include "tests/support/oracle_model.h"
 #include "tests/support/runner_fixture.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::runner {
 namespace {
 
 using reports::AcceptanceRow;
@@ -203,4 +203,4 @@ TEST(SpeculativeRunner, BadEventsAndPairsAreRefused) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::runner

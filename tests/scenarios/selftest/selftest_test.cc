@@ -23,27 +23,27 @@
 namespace {
 
 namespace fs = std::filesystem;
-using dsv41::scenarios::SelftestOptions;
-using dsv41::scenarios::SelftestResult;
-using dsv41::scenarios::SelftestRow;
+using dsv41::scenarios::selftest::SelftestOptions;
+using dsv41::scenarios::selftest::SelftestResult;
+using dsv41::scenarios::selftest::SelftestRow;
 using dsv41::test::has;
 
 const std::string kOracle = DSV41_SOURCE_DIR "/golden/oracle/";
 
 TEST(Selftest, CleanZooDumpPassesConformWithNoAlarm) {
   const dsv41::reference::ModelConfig c = dsv41::reference::load_config_file(kOracle + "config.json");
-  const dsv41::reference::ModelWeights w = dsv41::reference::ModelWeights::load(kOracle + "weights.safetensors", c);
+  const dsv41::reference::checkpoint::ModelWeights w = dsv41::reference::checkpoint::ModelWeights::load(kOracle + "weights.safetensors", c);
   const std::string dir = testing::TempDir() + "/dsv41_selftest_clean_" + std::to_string(::getpid());
   fs::remove_all(dir);
-  dsv41::scenarios::write_zoo_dump(dir, c, kOracle + "weights.safetensors", w, nullptr);
-  const dsv41::scenarios::PortDump d = dsv41::scenarios::read_port_dump(dir);
-  const dsv41::scenarios::ZooScenario& s = dsv41::scenarios::zoo_scenario();
+  dsv41::scenarios::selftest::write_zoo_dump(dir, c, kOracle + "weights.safetensors", w, nullptr);
+  const dsv41::scenarios::conform::PortDump d = dsv41::scenarios::conform::read_port_dump(dir);
+  const dsv41::scenarios::selftest::ZooScenario& s = dsv41::scenarios::selftest::zoo_scenario();
   ASSERT_EQ(d.steps.size(), s.chunks.size() + s.decode.size());
   EXPECT_EQ(d.steps[static_cast<size_t>(s.resume_step)].event, "resume+decode");
   const dsv41::reports::RunReport r =
-      dsv41::scenarios::conform(d, w, dsv41::reference::default_token_map(c), dsv41::scenarios::ConformOptions{});
-  EXPECT_EQ(dsv41::scenarios::conform_exit_code(r), 0);
-  EXPECT_FALSE(dsv41::scenarios::root_cause(r).has_value());
+      dsv41::scenarios::conform::conform(d, w, dsv41::reference::model::default_token_map(c), dsv41::scenarios::conform::ConformOptions{});
+  EXPECT_EQ(dsv41::scenarios::conform::conform_exit_code(r), 0);
+  EXPECT_FALSE(dsv41::scenarios::conform::root_cause(r).has_value());
   fs::remove_all(dir);
 }
 
@@ -54,7 +54,7 @@ TEST(Selftest, FastBugsAreFlaggedAndLocated) {
             "mhc_pre_not_lagged", "global_only_window_not_rebuilt"};
   o.progress = false;
   std::ostringstream progress;
-  const SelftestResult r = dsv41::scenarios::run_selftest(o, progress);
+  const SelftestResult r = dsv41::scenarios::selftest::run_selftest(o, progress);
   ASSERT_EQ(r.rows.size(), o.bugs.size() + 1);
   EXPECT_FALSE(r.error);
   EXPECT_EQ(r.rows[0].bug, "clean");
@@ -62,7 +62,7 @@ TEST(Selftest, FastBugsAreFlaggedAndLocated) {
   EXPECT_EQ(r.rows[0].verdict, "ok");
   for (size_t i = 0; i < o.bugs.size(); ++i) {
     const SelftestRow& row = r.rows[i + 1];
-    const dsv41::scenarios::ZooBug& bug = dsv41::scenarios::zoo_bug(o.bugs[i]);
+    const dsv41::scenarios::selftest::ZooBug& bug = dsv41::scenarios::selftest::zoo_bug(o.bugs[i]);
     EXPECT_EQ(row.bug, bug.name);
     EXPECT_TRUE(row.fired) << row.bug << ": the dump equals the clean one";
     EXPECT_TRUE(row.flagged) << row.bug;
@@ -74,8 +74,8 @@ TEST(Selftest, FastBugsAreFlaggedAndLocated) {
   // The layout diagnoses name the storage bug (docs/conform.md, "Caches").
   EXPECT_TRUE(has(r.rows[2].detail, "nibbles swapped")) << r.rows[2].detail;
   EXPECT_TRUE(has(r.rows[3].detail, "block-planar")) << r.rows[3].detail;
-  EXPECT_EQ(dsv41::scenarios::selftest_exit_code(r), 0);
-  const std::string table = dsv41::scenarios::format_selftest_table(r);
+  EXPECT_EQ(dsv41::scenarios::selftest::selftest_exit_code(r), 0);
+  const std::string table = dsv41::scenarios::selftest::format_selftest_table(r);
   EXPECT_TRUE(has(table, "| swapped_nibbles | ops | yes | yes (exit 1) | cache.compressed_kv | 2 | 0 |")) << table;
 }
 
@@ -90,26 +90,26 @@ TEST(Selftest, ExitCodeFollowsTheVerdicts) {
   bug.bug = "x";
   bug.verdict = "ok";
   r.rows.push_back(bug);
-  EXPECT_EQ(dsv41::scenarios::selftest_exit_code(r), 0);
+  EXPECT_EQ(dsv41::scenarios::selftest::selftest_exit_code(r), 0);
   for (const char* v : {"MISSED", "MISLOCATED", "NOT-FIRED"}) {
     r.rows[1].verdict = v;
-    EXPECT_EQ(dsv41::scenarios::selftest_exit_code(r), 1) << v;
+    EXPECT_EQ(dsv41::scenarios::selftest::selftest_exit_code(r), 1) << v;
   }
   r.rows[1].verdict = "ok";
   r.rows[0].verdict = "ALARM";
-  EXPECT_EQ(dsv41::scenarios::selftest_exit_code(r), 1);
+  EXPECT_EQ(dsv41::scenarios::selftest::selftest_exit_code(r), 1);
   r.error = true;
-  EXPECT_EQ(dsv41::scenarios::selftest_exit_code(r), 2);
+  EXPECT_EQ(dsv41::scenarios::selftest::selftest_exit_code(r), 2);
 }
 
 TEST(Selftest, EveryZooBugHasItsExpectedLocationAndAnImplementation) {
-  const std::vector<dsv41::scenarios::ZooBug>& zoo = dsv41::scenarios::bug_zoo();
+  const std::vector<dsv41::scenarios::selftest::ZooBug>& zoo = dsv41::scenarios::selftest::bug_zoo();
   EXPECT_GE(zoo.size(), 20u);
   int ci = 0;
-  for (const dsv41::scenarios::ZooBug& b : zoo) {
+  for (const dsv41::scenarios::selftest::ZooBug& b : zoo) {
     EXPECT_FALSE(b.description.empty() || b.origin.empty() || b.expected_component.empty()) << b.name;
-    const bool implemented = b.kind == dsv41::scenarios::ZooKind::kOps      ? static_cast<bool>(b.make_ops)
-                             : b.kind == dsv41::scenarios::ZooKind::kDump   ? static_cast<bool>(b.transform_dump)
+    const bool implemented = b.kind == dsv41::scenarios::selftest::ZooKind::kOps      ? static_cast<bool>(b.make_ops)
+                             : b.kind == dsv41::scenarios::selftest::ZooKind::kDump   ? static_cast<bool>(b.transform_dump)
                                                                             : b.driver_zero_window_at_resume;
     EXPECT_TRUE(implemented) << b.name;
     ci += b.ci;

@@ -11,7 +11,7 @@
 #include "scenarios/sweep/sweep_plan.h"
 #include "tests/support/small_scenario.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::sweep {
 namespace {
 
 std::string dir() {
@@ -69,11 +69,11 @@ TEST(SweepPlan, ExpandsModelsScenariosSidesModesSeedsInPlanOrder) {
 
 TEST(SweepPlan, WithoutSidesModesSeedsEachScenarioKeepsItsOwn) {
   const SweepPlan plan = load_sweep_plan(write("own.json", R"({"scenarios": ["suite"], "models": [{"config": "tiny"}]})"));
-  ASSERT_EQ(plan.items.size(), builtin_scenario_names().size());
-  EXPECT_EQ(plan.items[0].name, builtin_scenario_names()[0] + "~tiny");
+  ASSERT_EQ(plan.items.size(), runner::builtin_scenario_names().size());
+  EXPECT_EQ(plan.items[0].name, runner::builtin_scenario_names()[0] + "~tiny");
   EXPECT_TRUE(plan.items[0].sides.empty());
   EXPECT_TRUE(plan.items[0].modes.empty());
-  EXPECT_EQ(plan.items[0].scenario.seed, builtin_scenario(builtin_scenario_names()[0]).seed);
+  EXPECT_EQ(plan.items[0].scenario.seed, runner::builtin_scenario(runner::builtin_scenario_names()[0]).seed);
 }
 
 TEST(SweepPlan, SlashInASideIsWrittenPlusInTheItemName) {
@@ -138,4 +138,4 @@ TEST(SweepPlan, BadInputNamesTheFileTheFieldAndTheReason) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::sweep

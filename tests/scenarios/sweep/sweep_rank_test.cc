@@ -15,7 +15,7 @@
 #include "scenarios/sweep/sweep.h"
 #include "scenarios/sweep/sweep_internal.h"
 
-namespace dsv41::scenarios {
+namespace dsv41::scenarios::sweep {
 namespace {
 
 // A rank of `size` with a local rank among `local_size` on its host; no messages.
@@ -150,4 +150,4 @@ TEST(SweepRank, OutcomeMessagesRoundTripAndATruncatedOneIsRefused) {
 }
 
 }  // namespace
-}  // namespace dsv41::scenarios
+}  // namespace dsv41::scenarios::sweep

@@ -26,7 +26,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-namespace st = dsv41::reference::safetensors;
+namespace st = dsv41::reference::checkpoint::safetensors;
 using dsv41::test::has;
 using dsv41::test::run_dsv41;
 using dsv41::test::scratch;
@@ -41,8 +41,8 @@ const Fixture& tiny() {
     x.vec = testing::TempDir() + "/dsv41_vectors_" + std::to_string(::getpid()) + "/vec";
     x.port = testing::TempDir() + "/dsv41_vectors_" + std::to_string(::getpid()) + "/port";
     fs::remove_all(fs::path(x.vec).parent_path());
-    dsv41::scenarios::write_vector_set(x.vec, {"tiny"}, 3, "vectors_test");
-    dsv41::scenarios::run_port_on_vectors(dsv41::reference::reference_ops(), x.vec, x.port);
+    dsv41::scenarios::vectors::write_vector_set(x.vec, {"tiny"}, 3, "vectors_test");
+    dsv41::scenarios::vectors::run_port_on_vectors(dsv41::reference::seam::reference_ops(), x.vec, x.port);
     return x;
   }();
   return f;
@@ -83,7 +83,7 @@ std::string conform(const std::string& port, int* code, const std::string& extra
 }
 
 TEST(Vectors, TheTinySetHoldsEveryKernelOpWithItsToleranceOriginSeedAndVersion) {
-  const dsv41::scenarios::VectorSet set = dsv41::scenarios::read_vector_set(tiny().vec);
+  const dsv41::scenarios::vectors::VectorSet set = dsv41::scenarios::vectors::read_vector_set(tiny().vec);
   std::set<std::string> ops;
   for (const auto& c : set.cases) ops.insert(c.op);
   for (const char* op : {"embed", "linear", "linear_fp32", "grouped_linear", "rms_norm", "rope_rows", "qdq",
@@ -97,7 +97,7 @@ TEST(Vectors, TheTinySetHoldsEveryKernelOpWithItsToleranceOriginSeedAndVersion) 
   for (const auto& c : set.cases) {
     const st::SafetensorsFile f = read_case(tiny().vec, c.name);
     const auto& md = f.metadata();
-    EXPECT_EQ(md.at("format"), dsv41::scenarios::kVectorsFormat) << c.name;
+    EXPECT_EQ(md.at("format"), dsv41::scenarios::vectors::kVectorsFormat) << c.name;
     EXPECT_EQ(md.at("version"), "1") << c.name;
     EXPECT_EQ(md.at("op"), c.op) << c.name;
     EXPECT_EQ(md.at("size"), "tiny") << c.name;
@@ -114,8 +114,8 @@ TEST(Vectors, SameSeedSameBytesAnotherSeedOtherInputs) {
   const std::string a = scratch() + "/a", b = scratch() + "/b";
   fs::remove_all(a);
   fs::remove_all(b);
-  dsv41::scenarios::write_vector_set(a, {"tiny"}, 3, "x");
-  dsv41::scenarios::write_vector_set(b, {"tiny"}, 4, "x");
+  dsv41::scenarios::vectors::write_vector_set(a, {"tiny"}, 3, "x");
+  dsv41::scenarios::vectors::write_vector_set(b, {"tiny"}, 4, "x");
   const std::string f = "/tiny.sparse_attn.safetensors";
   EXPECT_EQ(dsv41::test::read_bytes(a + f), dsv41::test::read_bytes(tiny().vec + f));
   EXPECT_NE(dsv41::test::read_bytes(b + f), dsv41::test::read_bytes(tiny().vec + f));
@@ -246,7 +246,7 @@ TEST(Vectors, CorruptFilesExitTwoNamingFileAndKey) {
     for (const std::string& n : f.names()) es.push_back(f.get(n));
     st::write(dir + "/c.safetensors", es, md);
     try {
-      dsv41::scenarios::run_vector_case(dsv41::reference::reference_ops(), st::SafetensorsFile::read(dir + "/c.safetensors"));
+      dsv41::scenarios::vectors::run_vector_case(dsv41::reference::seam::reference_ops(), st::SafetensorsFile::read(dir + "/c.safetensors"));
       ADD_FAILURE() << "no error";
     } catch (const dsv41::Error& e) {
       EXPECT_TRUE(has(e.what(), "c.safetensors") && has(e.what(), "param.k")) << e.what();
@@ -255,7 +255,7 @@ TEST(Vectors, CorruptFilesExitTwoNamingFileAndKey) {
 }
 
 TEST(Vectors, EveryOutputIsFiniteAndNotAllZero) {
-  for (const auto& c : dsv41::scenarios::read_vector_set(tiny().vec).cases) {
+  for (const auto& c : dsv41::scenarios::vectors::read_vector_set(tiny().vec).cases) {
     const st::SafetensorsFile f = read_case(tiny().vec, c.name);
     bool nonzero = false;
     for (const std::string& n : f.names()) {
