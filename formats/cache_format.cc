@@ -148,6 +148,27 @@ std::vector<float> unpack_rows(CacheFormat f, const std::vector<uint8_t>& bytes,
   return out;
 }
 
+EntryCheck check_entries(CacheFormat f, const std::vector<uint8_t>& bytes, int rows, int dim) {
+  const int eb = entry_bytes(f, dim);
+  DSV41_CHECK(rows >= 0 && bytes.size() == static_cast<size_t>(rows) * eb, "check_entries(",
+              info(f).name, "): ", bytes.size(), " bytes, expected rows*entry_bytes = ", rows, "*",
+              eb);
+  EntryCheck c;
+  c.rows = rows;
+  for (int r = 0; r < rows; ++r) {
+    try {
+      validate_entry(f, bytes.data() + static_cast<size_t>(r) * eb, dim, r);
+    } catch (const Error& e) {
+      if (c.first < 0) {
+        c.first = r;
+        c.why = e.what();
+      }
+      ++c.invalid;
+    }
+  }
+  return c;
+}
+
 std::vector<float> qdq_rows(CacheFormat f, const std::vector<float>& x, int rows, int dim) {
   return unpack_rows(f, pack_rows(f, x, rows, dim), rows, dim);
 }

@@ -46,6 +46,17 @@ std::vector<uint8_t> pack_rows(CacheFormat f, const std::vector<float>& x, int r
 // bytes: [rows, entry_bytes] -> [rows, dim] fp32: bf16 values, exact, or +-Inf where an
 // E8M0-scaled value overflows bf16 (formats/qdq.h).
 std::vector<float> unpack_rows(CacheFormat f, const std::vector<uint8_t>& bytes, int rows, int dim);
+// Whether every entry of a packed buffer holds bytes pack_rows can produce from finite input:
+// E4M3 scales positive and finite (0x01..0x7E), E8M0 scales not NaN (0xFF), no E4M3 NaN element,
+// no bf16 NaN or Inf. bytes: [rows, entry_bytes] (a wrong size throws). Judges a port's cache under
+// any claim: an invalid byte is invalid however the port sums.
+struct EntryCheck {
+  int64_t rows = 0;
+  int64_t invalid = 0;     // entries that do not decode
+  int64_t first = -1;      // the first of them (-1: none)
+  std::string why;         // its reason, as unpack_rows would throw it
+};
+EntryCheck check_entries(CacheFormat f, const std::vector<uint8_t>& bytes, int rows, int dim);
 // unpack_rows(pack_rows(x)): the value the official code keeps in its bf16 cache.
 std::vector<float> qdq_rows(CacheFormat f, const std::vector<float>& x, int rows, int dim);
 

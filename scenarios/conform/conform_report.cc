@@ -39,7 +39,7 @@ const char* kExactNote =
 // Rows that are exact whatever the tolerance file says (structure, NaN/Inf masks), and the
 // exactness rows of the bit-exact default.
 const std::set<std::string> kAlwaysExact = {"present", "nonfinite_mismatch", "nan_mismatch", "format_equal",
-                                            "entries_equal_frac"};
+                                            "entries_equal_frac", "valid_entries_frac"};
 const std::set<std::string> kExactRows = {"bit_equal_frac", "rows_equal_frac", "equal_frac", "bytes_equal_frac"};
 
 Tolerance exact_tol(const std::string& metric) {
@@ -48,6 +48,11 @@ Tolerance exact_tol(const std::string& metric) {
   t.bound = t.higher_is_better ? 1.0 : 0.0;
   t.origin = "stated";
   t.note = kExactNote;
+  if (metric == "valid_entries_frac") {
+    t.origin = "analytic";
+    t.note = "docs/conform.md: a stored cache entry decodes (positive finite scales, no NaN or Inf codes) whatever "
+             "order the port sums in: exact under any claim";
+  }
   return t;
 }
 
@@ -79,18 +84,23 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
     if (!forced) return std::nullopt;
     const bool cache = conform_detail::is_cache(component);
     if (cache) return std::nullopt;  // no pre-quantisation values in a version 1 dump: measured
-    if (component == reference::model::name(reference::model::Component::kTopk)) {
+    // Selections (topk, and the candidate pool: a top-k of block scores) follow one tie rule:
+    // runner/compare.h candidate_block_ties.
+    if (component == reference::model::name(reference::model::Component::kTopk) ||
+        component == reference::model::name(reference::model::Component::kCandidates)) {
       if (metric != "tie_equivalent") return std::nullopt;
       Tolerance t = exact_tol("rows_equal_frac");
       t.origin = "analytic";
       t.note = "order-variant: identical outside the tie band of index_scores' derived bound (" +
-               std::to_string(judge::topk_tie_band(*claim.config)) + " x the row's max |score|)";
+               std::to_string(judge::topk_tie_band(*claim.config)) + " x the row's max |score|" +
+               (component == "candidates" ? ", on the block scores" : "") + "); a difference inside it is a tie";
       return t;
     }
     if (std::optional<judge::DerivedBound> b = judge::derived_bound(*claim.config, component)) {
       return metric == judge::kRowRelMetric ? std::optional<Tolerance>(judge::derived_tolerance(*b)) : std::nullopt;
     }
-    // Components exact given equal inputs (embed, in_stream, in_pre, candidates, experts): as bit-exact.
+    // Components exact given equal inputs (embed, in_stream, in_pre, experts): as bit-exact. A
+    // selection without A's index scores to analyse its ties is measured (no tie_equivalent row).
   }
   return bit_exact_bound(f, metric);
 }
@@ -211,6 +221,13 @@ std::string item_detail(const runner::StepCapture& a, const runner::StepCapture&
       case runner::CapturedItem::kMask: {
         const judge::CandidateMetrics m = judge::compare_candidates(ia->m, ib->m, std::max(1, cfg.candidate_block_size), what);
         d << "first differing row " << m.first_row_differs << ", block recall min " << m.min_block_recall;
+        if (const std::optional<judge::IndexMetrics> t =
+                runner::candidate_block_ties(ia->m, ib->m, a, layer, cfg.candidate_block_size, 0.0, what)) {
+          d << (t->tie_equivalent ? "; every differing block is an exact tie of A's block scores (another tie rule: "
+                                    "the reference's lower block wins)"
+                                  : "; blocks differ outside the exact ties of A's block scores (not a tie)");
+        }
+        d << "; " << (m.rows - m.rows_equal) << " of " << m.rows << " rows differ";
         return d.str();
       }
       case runner::CapturedItem::kIds: {

@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "formats/cache_format.h"
+#include "reference/ops/indexer.h"
 #include "scenarios/judge/metrics.h"
 
 namespace dsv41::scenarios::runner {
@@ -237,7 +239,8 @@ void compare_index(const CapturedItem& ia, const CapturedItem& ib, const StepCap
   if (m.first_row_differs >= 0) {
     const judge::IndexRowMetrics& r = m.per_row[static_cast<size_t>(m.first_row_differs)];
     d << "first differing row " << m.first_row_differs << ": jaccard " << r.jaccard << ", recall " << r.recall
-      << ", tie band " << r.tie_band << (r.tie_equivalent ? " (every difference inside it)" : "");
+      << ", tie band " << r.tie_band
+      << (r.tie_band < 0 ? "" : r.tie_equivalent ? " (every difference is a tie: inside the band; another tie rule)" : " (differences outside the tie band: not a tie)");
   }
   const int L = ia.layer;
   const std::string& c = ia.component;
@@ -263,21 +266,64 @@ void compare_index(const CapturedItem& ia, const CapturedItem& ib, const StepCap
   rows.end_item(L, c, true);
 }
 
-void compare_mask(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, StepComparison& out,
-                  const CompareContext& ctx) {
+// The candidate blocks of each row of a mask [T, N] (a block is kept when any of its positions
+// is), as index rows [T, max kept] with -1 padding: the selection the indexer made.
+Tensor<int32_t> kept_blocks(const Tensor<uint8_t>& mask, int block_size) {
+  const int64_t rows = mask.dim(0), n = mask.dim(1), blocks = (n + block_size - 1) / block_size;
+  std::vector<std::vector<int32_t>> kept(static_cast<size_t>(rows));
+  size_t width = 0;
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      for (int64_t p = blk * block_size; p < std::min(n, (blk + 1) * block_size); ++p) {
+        if (mask.data()[static_cast<size_t>(t * n + p)] != 0) {
+          kept[static_cast<size_t>(t)].push_back(static_cast<int32_t>(blk));
+          break;
+        }
+      }
+    }
+    width = std::max(width, kept[static_cast<size_t>(t)].size());
+  }
+  Tensor<int32_t> out({rows, static_cast<int64_t>(width)}, "candidate_blocks", -1);
+  for (int64_t t = 0; t < rows; ++t) {
+    const std::vector<int32_t>& k = kept[static_cast<size_t>(t)];
+    std::copy(k.begin(), k.end(), out.data().begin() + t * static_cast<int64_t>(width));
+  }
+  return out;
+}
+
+void compare_mask(const CapturedItem& ia, const CapturedItem& ib, const StepCapture& a, Rows& rows,
+                  StepComparison& out, const CompareContext& ctx) {
   Tensor<uint8_t> ta = ia.m;
   if (align(ta, ib.m)) out.notes.push_back(ia.component + " layer " + std::to_string(ia.layer) + ": rows aligned by tail");
-  const judge::CandidateMetrics m = judge::compare_candidates(
-      ta, ib.m, ctx.candidate_block_size,
-      ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")");
-  const std::string d = m.first_row_differs >= 0 ? "first differing row " + std::to_string(m.first_row_differs) : "";
+  const std::string what = ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")";
+  const judge::CandidateMetrics m = judge::compare_candidates(ta, ib.m, ctx.candidate_block_size, what);
+  const std::optional<judge::IndexMetrics> ties =
+      candidate_block_ties(ta, ib.m, a, ia.layer, ctx.candidate_block_size, ctx.topk_tie_rel, what);
+  std::ostringstream d;
+  if (m.first_row_differs >= 0) {
+    d << "first differing row " << m.first_row_differs;
+    if (ties) {
+      const judge::IndexMetrics& b = *ties;
+      if (b.first_row_differs >= 0) {
+        const judge::IndexRowMetrics& r = b.per_row[static_cast<size_t>(b.first_row_differs)];
+        d << ": blocks jaccard " << r.jaccard << ", tie band " << r.tie_band << " blocks";
+      }
+      d << (b.tie_equivalent ? "; every differing block is a tie: its block score lies in the tie band at A's last "
+                               "kept block's score (another tie rule; the reference's lower block wins)"
+                             : "; blocks differ outside the tie band (not a tie)");
+    }
+  }
   const int L = ia.layer;
   const std::string& c = ia.component;
   rows.begin_item();
   rows.add(L, c, "rows_equal_frac", m.rows ? static_cast<double>(m.rows_equal) / static_cast<double>(m.rows) : 1.0,
-           rows.stated_exact(true, 1.0), std::nullopt, d);
-  rows.add(L, c, "block_recall_min", m.min_block_recall, std::nullopt, std::nullopt, d);
-  rows.add(L, c, "token_recall_min", m.min_token_recall, std::nullopt, std::nullopt, d);
+           rows.stated_exact(true, 1.0), std::nullopt, d.str());
+  rows.add(L, c, "block_recall_min", m.min_block_recall, std::nullopt, std::nullopt, d.str());
+  rows.add(L, c, "token_recall_min", m.min_token_recall, std::nullopt, std::nullopt, d.str());
+  if (ties) {
+    rows.add(L, c, "tie_band_max", static_cast<double>(ties->max_tie_band), std::nullopt, std::nullopt, d.str());
+    rows.add(L, c, "tie_equivalent", ties->tie_equivalent ? 1.0 : 0.0, std::nullopt, std::nullopt, d.str());
+  }
   rows.end_item(L, c, true);
 }
 
@@ -335,6 +381,31 @@ void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, Step
                std::to_string(ca.entries) + " vs " + std::to_string(cb.entries) + " entries");
       continue;
     }
+    // Every entry decodes on both sides (positive finite scales, no NaN codes): exact under any
+    // claim. The compressors' pending fp32 rows are not a packed format (nothing to check).
+    if (ca.kind != "compressor") {
+      double valid = 1.0;
+      std::string why;
+      for (const reference::model::CacheView* v : {&cb, &ca}) {
+        const formats::EntryCheck e =
+            formats::check_entries(v->format, v->bytes, static_cast<int>(v->entries), static_cast<int>(v->dim));
+        if (e.invalid == 0) continue;
+        valid = std::min(valid, 1.0 - static_cast<double>(e.invalid) / static_cast<double>(e.rows));
+        if (why.empty()) {
+          why = std::string(v == &cb ? "side B" : "side A") + ": " + std::to_string(e.invalid) + " of " +
+                std::to_string(e.rows) + " entries invalid; entry " + std::to_string(e.first);
+          if (e.first < static_cast<int64_t>(v->positions.size())) {
+            why += " (position " + std::to_string(v->positions[static_cast<size_t>(e.first)]) + ")";
+          }
+          why += ": " + e.why;
+        }
+      }
+      rows.add(ca.layer, c, "valid_entries_frac", valid, rows.stated_exact(true, 1.0),
+               judge::make_tolerance(1.0, true, "analytic",
+                                     "a stored entry decodes (positive finite scales, no NaN or Inf codes) "
+                                     "whatever order the port sums in: exact under any claim"),
+               why);
+    }
     const judge::BytesMetrics m = judge::compare_bytes(ca.bytes, cb.bytes, ca.entry_bytes, c + " layer " + std::to_string(ca.layer));
     std::string d;
     if (m.first_mismatch_entry >= 0) {
@@ -352,12 +423,42 @@ void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, Step
 
 }  // namespace
 
+std::optional<judge::IndexMetrics> candidate_block_ties(const Tensor<uint8_t>& ma, const Tensor<uint8_t>& mb,
+                                                       const StepCapture& a, int layer, int block_size,
+                                                       double tie_rel, const std::string& what) {
+  const CapturedItem* scores = a.find(layer, "index_scores");
+  if (scores == nullptr || scores->f.rank() != 2 || ma.rank() != 2 || scores->f.dim(1) != ma.dim(1) ||
+      scores->f.dim(0) < ma.dim(0) || mb.shape() != ma.shape()) {
+    return std::nullopt;
+  }
+  const Tensor<float> sa = scores->f.dim(0) == ma.dim(0) ? scores->f : tail_rows(scores->f, ma.dim(0));
+  const int64_t rows = sa.dim(0), n = sa.dim(1);
+  std::vector<int64_t> reach(static_cast<size_t>(rows), 0);
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t j = n - 1; j >= 0; --j) {
+      if (std::isfinite(sa.data()[static_cast<size_t>(t * n + j)])) {
+        reach[static_cast<size_t>(t)] = j + 1;
+        break;
+      }
+    }
+  }
+  const int bs = std::max(1, block_size);
+  const Tensor<float> block_scores = reference::candidate_block_scores(sa, reach, bs);
+  double tie_eps = 0;
+  if (tie_rel > 0) {
+    for (const float v : sa.data()) {
+      if (std::isfinite(v)) tie_eps = std::max(tie_eps, tie_rel * std::fabs(static_cast<double>(v)));
+    }
+  }
+  return judge::compare_index_sets(kept_blocks(ma, bs), kept_blocks(mb, bs), &block_scores, tie_eps, what + " blocks");
+}
+
 const std::vector<std::string>& known_metrics() {
   static const std::vector<std::string> names = {
       "present", "nonfinite_mismatch", "nan_mismatch", "bit_equal_frac", "max_ulp", "max_abs", "nmse",
       "first_mismatch", "first_mismatch_byte", "kl", "top1_agree", "margin_a", "flip_class", "rows_equal_frac",
       "jaccard_min", "recall_min", "recall_mean", "tie_band_max", "tie_equivalent", "recall_within_candidates",
-      "block_recall_min", "token_recall_min", "equal_frac", "bytes_equal_frac", "format_equal",
+      "block_recall_min", "token_recall_min", "equal_frac", "bytes_equal_frac", "valid_entries_frac", "format_equal",
       "probe_count[d<-W]", "probe_count[-W<=d<0]", "probe_count[0<=d<W]", "probe_count[d>=W]",
       "probe_recall[d<-W]", "probe_recall[-W<=d<0]", "probe_recall[0<=d<W]", "probe_recall[d>=W]"};
   return names;
@@ -405,7 +506,7 @@ StepComparison compare_step(const StepCapture& a, const StepCapture& b, const Co
     switch (ia.kind) {
       case CapturedItem::kFloat: compare_float(ia, *ib, rows, out, ctx); break;
       case CapturedItem::kIndex: compare_index(ia, *ib, a, b, rows, out, ctx); break;
-      case CapturedItem::kMask: compare_mask(ia, *ib, rows, out, ctx); break;
+      case CapturedItem::kMask: compare_mask(ia, *ib, a, rows, out, ctx); break;
       case CapturedItem::kIds: compare_ids(ia, *ib, rows, ctx); break;
     }
   }

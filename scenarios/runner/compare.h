@@ -12,6 +12,7 @@
 // divergence of the step.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,18 @@ struct StepComparison {
 };
 
 StepComparison compare_step(const StepCapture& a, const StepCapture& b, const CompareContext& ctx);
+
+// The candidate pool's tie rule. The pool is a top-k over block scores (each block's max index
+// score, the newest block pinned: reference/ops/indexer.h candidate_block_scores), so two pools
+// that differ only in blocks whose A score lies in the tie band at A's last kept block's score
+// are both correct selections, as for topk. ma, mb: [T, N] masks; A's block scores are rebuilt
+// from A's index_scores of `layer` in `a` (each row's reach: its last finite score + 1, since
+// index_scores marks the unreachable -inf); tie band: tie_rel x the largest |index score| (0:
+// exact ties only). Returns the block sets' metrics, or nullopt when `a` holds no such scores.
+std::optional<judge::IndexMetrics> candidate_block_ties(const reference::Tensor<uint8_t>& ma,
+                                                       const reference::Tensor<uint8_t>& mb, const StepCapture& a,
+                                                       int layer, int block_size, double tie_rel,
+                                                       const std::string& what);
 
 // Every metric name compare_step and the probe rows write (docs/scenarios.md).
 const std::vector<std::string>& known_metrics();

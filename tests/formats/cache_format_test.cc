@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -237,6 +238,56 @@ TEST(CacheFormat, RejectsWrongSizesAndDims) {
   EXPECT_THAT(error_of([&] { unpack_rows(CacheFormat::kIndexKeysFp4, bytes, -1, 64); }),
               HasSubstr("unpack_rows"));
   EXPECT_TRUE(pack_rows(CacheFormat::kCompressedKvFp4, {}, 0, 64).empty());  // zero rows is fine
+}
+
+
+// check_entries: every byte pack_rows produces is valid; each kind of invalid byte is counted and
+// the first named, for every format (a negative E4M3 scale: the bit flip 0x29 -> 0xA9).
+TEST(CacheFormatCheckEntries, ValidPackedRowsAndEachInvalidByteKind) {
+  const int rows = 4, dim = 64;
+  const std::vector<float> x = random_bf16_rows("check_entries", rows, dim);
+  for (CacheFormat f : {CacheFormat::kCompressedKvFp4, CacheFormat::kIndexKeysFp4, CacheFormat::kWindowKvFp8,
+                        CacheFormat::kBf16}) {
+    const std::vector<uint8_t> bytes = pack_rows(f, x, rows, dim);
+    ASSERT_FALSE(std::all_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b == 0; })) << info(f).name;
+    const EntryCheck ok = check_entries(f, bytes, rows, dim);
+    EXPECT_EQ(ok.rows, rows);
+    EXPECT_EQ(ok.invalid, 0) << info(f).name << ": " << ok.why;
+    EXPECT_EQ(ok.first, -1);
+  }
+  const int eb = entry_bytes(CacheFormat::kCompressedKvFp4, dim);
+  std::vector<uint8_t> kv = pack_rows(CacheFormat::kCompressedKvFp4, x, rows, dim);
+  const size_t scale = static_cast<size_t>(2 * eb + dim / 2 + 1);  // row 2, block 1's E4M3 scale
+  kv[scale] = static_cast<uint8_t>(kv[scale] | 0x80);               // negative
+  kv[static_cast<size_t>(3 * eb + dim / 2)] = 0x7F;                 // row 3: E4M3 NaN
+  EntryCheck c = check_entries(CacheFormat::kCompressedKvFp4, kv, rows, dim);
+  EXPECT_EQ(c.invalid, 2);
+  EXPECT_EQ(c.first, 2);
+  EXPECT_THAT(c.why, HasSubstr("row 2"));
+  EXPECT_THAT(c.why, HasSubstr("not a positive finite scale"));
+
+  std::vector<uint8_t> keys = pack_rows(CacheFormat::kIndexKeysFp4, x, rows, dim);
+  keys[static_cast<size_t>(entry_bytes(CacheFormat::kIndexKeysFp4, dim) + dim / 2)] = 0xFF;  // row 1: E8M0 NaN
+  c = check_entries(CacheFormat::kIndexKeysFp4, keys, rows, dim);
+  EXPECT_EQ(c.invalid, 1);
+  EXPECT_EQ(c.first, 1);
+  EXPECT_THAT(c.why, HasSubstr("0xFF (NaN)"));
+
+  std::vector<uint8_t> win = pack_rows(CacheFormat::kWindowKvFp8, x, rows, dim);
+  win[5] = 0xFF;  // row 0, element 5: the E4M3 NaN code
+  c = check_entries(CacheFormat::kWindowKvFp8, win, rows, dim);
+  EXPECT_EQ(c.invalid, 1);
+  EXPECT_EQ(c.first, 0);
+  EXPECT_THAT(c.why, HasSubstr("NaN code"));
+
+  std::vector<uint8_t> b16 = pack_rows(CacheFormat::kBf16, x, rows, dim);
+  b16[static_cast<size_t>(3 * 2 * dim + 1)] = 0x7F;  // row 3, element 0: exponent all ones
+  b16[static_cast<size_t>(3 * 2 * dim)] = 0x80;
+  c = check_entries(CacheFormat::kBf16, b16, rows, dim);
+  EXPECT_EQ(c.invalid, 1);
+  EXPECT_EQ(c.first, 3);
+
+  EXPECT_THAT(error_of([&] { check_entries(CacheFormat::kBf16, b16, rows + 1, dim); }), HasSubstr("check_entries"));
 }
 
 }  // namespace

@@ -192,4 +192,45 @@ TEST(ConformOrderVariant, ZooBugsStillFlaggedAndLocated) {
   }
 }
 
+
+// A cache byte the port could not have produced from finite values (an E4M3 block scale with its
+// sign bit set: 0x29 -> 0xA9) is a failure under the order-variant claim too, located at that cache.
+TEST(ConformOrderVariant, AnInvalidCacheByteFailsUnderAnyClaim) {
+  const std::string d = write_dump("clean_for_cache", nullptr);
+  dsv41::scenarios::conform::PortDump dump = dsv41::scenarios::conform::read_port_dump(d);
+  std::string key;
+  int64_t step = -1;
+  for (dsv41::scenarios::conform::PortDumpStep& s : dump.steps) {
+    for (auto& [k, e] : s.tensors) {
+      if (k.size() > 19 && k.compare(k.size() - 19, 19, "cache.compressed_kv") == 0 && !e.bytes.empty()) {
+        const int64_t eb = e.shape.at(1), dim = eb * 16 / 9;   // d/2 values + d/16 E4M3 scales
+        uint8_t& scale = e.bytes.at(static_cast<size_t>(dim / 2));  // entry 0, block 0
+        ASSERT_EQ(scale & 0x80, 0) << k;
+        scale = static_cast<uint8_t>(scale | 0x80);
+        key = k;
+        step = s.index;
+        break;
+      }
+    }
+    if (!key.empty()) break;
+  }
+  ASSERT_FALSE(key.empty()) << "the dump holds no compressed_kv cache";
+  const int layer = std::stoi(key.substr(5, 2));
+  for (bool order_variant : {false, true}) {
+    ConformOptions o;
+    o.order_variant = order_variant;
+    const dsv41::reports::RunReport r = dsv41::scenarios::conform::conform(
+        dump, weights(), dsv41::reference::model::default_token_map(config()), o);
+    EXPECT_EQ(r.verdict, Verdict::kFail) << "order_variant " << order_variant;
+    const std::optional<dsv41::scenarios::conform::RootCause> rc = dsv41::scenarios::conform::root_cause(r);
+    ASSERT_TRUE(rc.has_value());
+    EXPECT_EQ(rc->component, "cache.compressed_kv");
+    EXPECT_EQ(rc->layer, layer);
+    EXPECT_EQ(rc->step, step);
+    EXPECT_EQ(rc->metric, "valid_entries_frac");
+    EXPECT_NE(rc->detail.find("not a positive finite scale"), std::string::npos) << rc->detail;
+  }
+  fs::remove_all(d);
+}
+
 }  // namespace
