@@ -71,6 +71,26 @@ ConformTolerances parse_conform_tolerances(
     const std::string& text, const std::string& where,
     const std::function<void(const std::string& key, const std::string& at)>& check_key);
 
+// A waiver of a tolerance file (docs/conform.md "Waivers"), the file's key "waivers": a list of
+// {"component": C or "*", "layers": [lo, hi], "steps": [lo, hi], "metric": M, "reason": "..."}
+// ("layers", "steps" and "metric" optional: every one; layer -1 is model.*). A failing row it
+// covers is recorded as waived, with the written reason, instead of failing (the row keeps its
+// value; its verdict is "measured"); a waiver that covers no failure is said so in the report.
+struct ConformWaiver {
+  std::string component;
+  std::string metric;  // empty: every metric
+  int layer_lo = -1, layer_hi = 1 << 30;
+  int64_t step_lo = 0, step_hi = int64_t{1} << 62;
+  std::string reason;
+  bool covers(const reports::MetricRow& r) const;
+  std::string describe() const;  // "topk, layers 3-5, steps 0-2, metric rows_equal_frac"
+};
+// The waivers of a tolerance file's text (none when it has no "waivers" key); a dsv41::Error
+// naming `where` and the waiver's index for a malformed one (no reason, an unknown component, a
+// range with lo > hi, an unknown key).
+std::vector<ConformWaiver> parse_conform_waivers(const std::string& text, const std::string& where);
+std::vector<ConformWaiver> load_conform_waivers(const std::string& path);
+
 // The bound of `metric` under the bit-exact claim (docs/conform.md): the rows exact whatever a
 // file says (structure, NaN/Inf masks), else the file's bound for the component (`file`: its
 // bounds, null when the file names none; "allclose" from its atol/rtol), else the exactness rows

@@ -291,7 +291,8 @@ bool port_holds(const runner::StepCapture& b, int layer, const std::string& c) {
 
 // One mode's comparison: its rows bounded, ordered, with the failures' details and repro lines.
 reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, const PortDump& d,
-                          const ConformTolerances& tol, const ConformOptions& o, const std::string& thin) {
+                          const ConformTolerances& tol, const std::vector<ConformWaiver>& waivers,
+                          const ConformOptions& o, const std::string& thin) {
   const Claim claim{conform_detail::order_variant(d, o), &d.config};
   reports::Comparison cmp;
   cmp.side_a = "ref";
@@ -311,6 +312,7 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
   judge::Evidence ev;
   ev.backend_gap = thin;
   std::set<std::tuple<int64_t, int, std::string>> failed;
+  std::set<size_t> used;  // the waivers that covered a failure
   for (const StepJudgement& j : steps) {
     const runner::StepComparison& sc = forced ? j.forced : j.free;
     const runner::StepCapture& a = forced ? j.forced_own : j.free_own;
@@ -334,6 +336,20 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
       r.tolerance = bound_of(tol, r.component, r.metric, claim, forced);
       judge::judge_row(r);
       items.insert({r.layer, r.component});
+      if (r.verdict == Verdict::kFail) {
+        const auto w = std::find_if(waivers.begin(), waivers.end(), [&](const ConformWaiver& x) { return x.covers(r); });
+        if (w != waivers.end()) {  // a known failure, waived with its reason: recorded, not failed
+          std::ostringstream line;
+          line << "WAIVED step " << j.step << " " << layer_word(r.layer) << " " << r.component << ": " << r.metric << " "
+               << r.value << " (bound " << r.tolerance->bound << ", " << r.tolerance->origin << "): " << w->reason
+               << " (waiver: " << w->describe() << ")";
+          cmp.notes.push_back(line.str());
+          used.insert(static_cast<size_t>(w - waivers.begin()));
+          r.tolerance.reset();
+          judge::judge_row(r);
+          continue;
+        }
+      }
       if (r.verdict != Verdict::kFail || !failed.insert({j.step, r.layer, r.component}).second) continue;
       const std::string repro = o.rerun_prefix + " --stop-after-step " + std::to_string(j.step) + " --only " +
                                 r.component + (r.layer >= 0 ? "@" + std::to_string(r.layer) : "");
@@ -359,7 +375,28 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
     ++cmp.steps_compared;
     for (MetricRow& r : rows) cmp.rows.push_back(std::move(r));
   }
+  for (size_t i = 0; i < waivers.size(); ++i) {
+    if (!used.count(i)) cmp.notes.push_back("waiver (" + waivers[i].describe() + ") covered no failure here");
+  }
   cmp.verdict = judge::comparison_verdict(cmp, judge::Expectation::kBitExact, ev);
+  // End to end under the order-variant claim every float row is measured (no derived bound through
+  // the whole forward), so a top-1 token that differs is neither explained nor failed: the
+  // comparison is then "measured", never "pass" (green) with tokens flipped.
+  if (!forced && claim.order_variant && cmp.verdict == Verdict::kPass) {
+    int64_t steps = 0, flipped = 0;
+    for (const MetricRow& r : cmp.rows) {
+      if (r.component != "logits" || r.metric != "top1_agree") continue;
+      ++steps;
+      flipped += r.value < 1.0;
+    }
+    if (flipped > 0) {
+      cmp.verdict = Verdict::kMeasured;
+      cmp.notes.push_back("end to end, the top-1 token differs at " + std::to_string(flipped) + " of " +
+                          std::to_string(steps) + " steps; under the order-variant claim no end-to-end bound says "
+                          "whether a flip is a near tie, so this comparison is measured, not passed (the "
+                          "teacher-forced comparison judges each component)");
+    }
+  }
   return cmp;
 }
 
@@ -431,6 +468,8 @@ reports::RunReport conform(const PortDump& d, const reference::checkpoint::Model
                            const std::vector<int64_t>& token_map, const ConformOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const ConformTolerances tol = o.tolerances_file.empty() ? ConformTolerances{} : load_conform_tolerances(o.tolerances_file);
+  const std::vector<ConformWaiver> waivers =
+      o.tolerances_file.empty() ? std::vector<ConformWaiver>{} : load_conform_waivers(o.tolerances_file);
   parse_only(o.only);  // a bad --only is refused before any work
   reports::ScenarioResult s;
   s.name = o.name.empty() ? std::filesystem::path(d.dir).lexically_normal().filename().string() : o.name;
@@ -445,8 +484,8 @@ reports::RunReport conform(const PortDump& d, const reference::checkpoint::Model
   const std::string thin = thin_reason(d);
   std::vector<StepJudgement> judged;
   if (thin.empty() || d.steps.front().start_pos == 0) judged = conform_detail::replay(d, weights, token_map, o);
-  s.comparisons.push_back(judge(judged, true, d, tol, o, thin));
-  if (o.end_to_end) s.comparisons.push_back(judge(judged, false, d, tol, o, thin));
+  s.comparisons.push_back(judge(judged, true, d, tol, waivers, o, thin));
+  if (o.end_to_end) s.comparisons.push_back(judge(judged, false, d, tol, waivers, o, thin));
   json sj;
   sj["dump"] = d.dir;
   sj["tool"] = d.tool;

@@ -233,4 +233,92 @@ TEST(ConformOrderVariant, AnInvalidCacheByteFailsUnderAnyClaim) {
   fs::remove_all(d);
 }
 
+
+// A port whose head favours one token by +8 at every row: its tokens flip at every step. End to
+// end under the order-variant claim every float row is measured, so that comparison must say
+// "measured" (never "pass") and say how many top-1 tokens differ; the teacher-forced one fails.
+class FavourOneToken : public dsv41::reference::seam::ForwardingOps {
+ public:
+  Tensor<float> linear_fp32(const Tensor<float>& x, const dsv41::reference::LinearWeight& w) const override {
+    Tensor<float> y = ForwardingOps::linear_fp32(x, w);
+    const int64_t vocab = config().vocab_size;
+    if (y.rank() == 2 && y.dim(1) == vocab) {
+      for (int64_t r = 0; r < y.dim(0); ++r) y.data()[static_cast<size_t>(r * vocab + 7)] += 8.0f;
+    }
+    return y;
+  }
+};
+
+TEST(ConformOrderVariant, EndToEndWithFlippedTokensIsNeverAPass) {
+  dsv41::scenarios::selftest::ZooBug port;
+  port.name = "favour_token_7";
+  port.make_ops = [](const dsv41::reference::ModelConfig&) { return std::make_unique<FavourOneToken>(); };
+  const std::string d = write_dump("favour", &port);
+  const dsv41::reports::RunReport r = judge(d, true);
+  EXPECT_EQ(r.verdict, Verdict::kFail);
+  bool seen = false;
+  for (const dsv41::reports::Comparison& c : r.scenarios.front().comparisons) {
+    if (c.mode != dsv41::scenarios::conform::kConformEndToEnd) continue;
+    seen = true;
+    EXPECT_EQ(c.verdict, Verdict::kMeasured);
+    bool noted = false;
+    for (const std::string& n : c.notes) noted = noted || n.find("top-1 token differs") != std::string::npos;
+    EXPECT_TRUE(noted);
+  }
+  EXPECT_TRUE(seen);
+  // The clean reference's own dump: its end-to-end comparison passes (no token differs).
+  const dsv41::reports::RunReport clean = judge(write_dump("clean_e2e", nullptr), true);
+  for (const dsv41::reports::Comparison& c : clean.scenarios.front().comparisons) EXPECT_EQ(c.verdict, Verdict::kPass) << c.mode;
+  fs::remove_all(d);
+}
+
+
+// A tolerance file waives one known failure by (component, layer range, step range) with a written
+// reason: that failure is recorded as WAIVED, the root cause moves past it, and a waiver covering
+// no failure, or one without a reason, is said so.
+TEST(ConformWaivers, AWaivedFailureIsRecordedAndTheRootCauseMovesOn) {
+  const std::string d = write_dump("waived", &dsv41::scenarios::selftest::bug_zoo().front());
+  const dsv41::reports::RunReport first = judge(d, false);
+  ASSERT_EQ(first.verdict, Verdict::kFail);
+  const std::optional<dsv41::scenarios::conform::RootCause> rc = dsv41::scenarios::conform::root_cause(first);
+  ASSERT_TRUE(rc.has_value());
+  const std::string file = dump_dir("waivers.json");
+  nlohmann::json w;
+  w["waivers"] = nlohmann::json::array(
+      {{{"component", rc->component}, {"layers", {rc->layer, rc->layer}}, {"steps", {rc->step, rc->step}},
+        {"reason", "known: planted by the test"}},
+       {{"component", "logits"}, {"steps", {100000, 100001}}, {"reason", "covers nothing"}}});
+  std::ofstream(file) << w.dump();
+  ConformOptions o;
+  o.tolerances_file = file;
+  const dsv41::reports::RunReport r = dsv41::scenarios::conform::conform(
+      dsv41::scenarios::conform::read_port_dump(d), weights(), dsv41::reference::model::default_token_map(config()), o);
+  bool waived = false, unused = false;
+  for (const dsv41::reports::Comparison& c : r.scenarios.front().comparisons) {
+    for (const std::string& n : c.notes) {
+      waived = waived || (n.rfind("WAIVED step " + std::to_string(rc->step), 0) == 0 &&
+                          n.find(rc->component) != std::string::npos && n.find("known: planted by the test") != std::string::npos);
+      unused = unused || n.find("covered no failure") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(waived);
+  EXPECT_TRUE(unused);
+  const std::optional<dsv41::scenarios::conform::RootCause> next = dsv41::scenarios::conform::root_cause(r);
+  if (next) {
+    EXPECT_FALSE(next->component == rc->component && next->layer == rc->layer && next->step == rc->step)
+        << "the waived failure is still the root cause";
+  }
+
+  w["waivers"][0].erase("reason");
+  std::ofstream(file) << w.dump();
+  try {
+    dsv41::scenarios::conform::load_conform_waivers(file);
+    ADD_FAILURE() << "a waiver without a reason was accepted";
+  } catch (const dsv41::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("waivers[0]: no \"reason\""), std::string::npos) << e.what();
+  }
+  fs::remove_all(d);
+  fs::remove(file);
+}
+
 }  // namespace
