@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,12 @@
 #include "scenarios/conform/port_dump.h"
 
 namespace dsv41::scenarios::conform::conform_detail {
+
+// A --tolerances file's text, and its JSON (nesting limits checked), for its bounds
+// (conform_judge.cc) and its waivers (conform_waivers.cc); a dsv41::Error naming the file or
+// `where` when it cannot be read or is not valid JSON.
+std::string read_tolerance_file(const std::string& path);
+nlohmann::json parse_tolerance_json(const std::string& text, const std::string& where);
 
 // One dump step judged: the rows of compare_step (unchecked: conform_report.cc gives the bounds)
 // and the two captures of each mode (side A the reference, B the port), restricted to what the

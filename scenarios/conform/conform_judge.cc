@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "reference/model/hooks.h"
 #include "scenarios/conform/conform.h"
+#include "scenarios/conform/conform_internal.h"
 
 namespace dsv41::scenarios::conform {
 
@@ -41,10 +42,23 @@ const std::map<std::string, bool>& file_metrics() {
 
 }  // namespace
 
-ConformTolerances load_conform_tolerances(const std::string& path) {
+std::string conform_detail::read_tolerance_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) DSV41_FAIL("--tolerances '", path, "': cannot open the file");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+json conform_detail::parse_tolerance_json(const std::string& text, const std::string& where) {
+  dsv41::check_json_nesting(text, where);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    DSV41_FAIL(where, ": not valid JSON: ", e.what());
+  }
+}
+
+ConformTolerances load_conform_tolerances(const std::string& path) {
+  const std::string text = conform_detail::read_tolerance_file(path);
   return parse_conform_tolerances(text, "--tolerances '" + path + "'", [](const std::string& key, const std::string& at) {
     if (key != "*" && !reference::model::component_from_name(key)) {
       DSV41_FAIL(at, ": not a component of reference/model/hooks.h (nor \"*\")");
@@ -55,13 +69,7 @@ ConformTolerances load_conform_tolerances(const std::string& path) {
 ConformTolerances parse_conform_tolerances(
     const std::string& text, const std::string& where_file,
     const std::function<void(const std::string& key, const std::string& at)>& check_key) {
-  dsv41::check_json_nesting(text, where_file);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    DSV41_FAIL(where_file, ": not valid JSON: ", e.what());
-  }
+  const json j = conform_detail::parse_tolerance_json(text, where_file);
   if (!j.is_object()) DSV41_FAIL(where_file, ": expected an object {component: {metric: bound}}");
   ConformTolerances out;
   for (const auto& [component, bounds] : j.items()) {

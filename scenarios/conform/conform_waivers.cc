@@ -5,17 +5,15 @@
 // as waived with its reason instead of failing, so that it neither fails the run nor hides a
 // second, independent failure behind it.
 #include <climits>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <tuple>
 
 #include "base/error.h"
-#include "base/json_limits.h"
 #include "reference/model/hooks.h"
 #include "scenarios/conform/conform.h"
+#include "scenarios/conform/conform_internal.h"
 
 namespace dsv41::scenarios::conform {
 
@@ -54,13 +52,7 @@ bool known_component(const std::string& c) {
 }  // namespace
 
 std::vector<ConformWaiver> parse_conform_waivers(const std::string& text, const std::string& where_file) {
-  dsv41::check_json_nesting(text, where_file);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    DSV41_FAIL(where_file, ": not valid JSON: ", e.what());
-  }
+  const json j = conform_detail::parse_tolerance_json(text, where_file);
   std::vector<ConformWaiver> out;
   if (!j.is_object() || !j.contains("waivers")) return out;
   const json& list = j["waivers"];
@@ -101,10 +93,7 @@ std::vector<ConformWaiver> parse_conform_waivers(const std::string& text, const 
 }
 
 std::vector<ConformWaiver> load_conform_waivers(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) DSV41_FAIL("--tolerances '", path, "': cannot open the file");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse_conform_waivers(text, "--tolerances '" + path + "'");
+  return parse_conform_waivers(conform_detail::read_tolerance_file(path), "--tolerances '" + path + "'");
 }
 
 }  // namespace dsv41::scenarios::conform

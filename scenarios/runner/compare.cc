@@ -105,6 +105,16 @@ bool align(Tensor<T>& a, const Tensor<T>& b) {
   return true;
 }
 
+// The tie band's width: tie_rel x the largest finite |score| (0: exact ties only).
+double tie_band_width(const Tensor<float>& scores, double tie_rel) {
+  double eps = 0;
+  if (tie_rel <= 0) return eps;
+  for (const float v : scores.data()) {
+    if (std::isfinite(v)) eps = std::max(eps, tie_rel * std::fabs(static_cast<double>(v)));
+  }
+  return eps;
+}
+
 std::string what_of(const CapturedItem& it, const CompareContext& ctx) {
   return it.component + " (layer " + std::to_string(it.layer) + ", step " + std::to_string(ctx.step) + ")";
 }
@@ -228,12 +238,7 @@ void compare_index(const CapturedItem& ia, const CapturedItem& ib, const StepCap
     if (sa.dim(0) != ta.dim(0)) sa = tail_rows(sa, ta.dim(0));
   }
   const std::string what = ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")";
-  double tie_eps = 0;
-  if (scores != nullptr && ctx.topk_tie_rel > 0) {
-    for (const float v : sa.data()) {
-      if (std::isfinite(v)) tie_eps = std::max(tie_eps, ctx.topk_tie_rel * std::fabs(static_cast<double>(v)));
-    }
-  }
+  const double tie_eps = scores != nullptr ? tie_band_width(sa, ctx.topk_tie_rel) : 0.0;
   const judge::IndexMetrics m = judge::compare_index_sets(ta, ib.i, scores ? &sa : nullptr, tie_eps, what);
   std::ostringstream d;
   if (m.first_row_differs >= 0) {
@@ -444,13 +449,8 @@ std::optional<judge::IndexMetrics> candidate_block_ties(const Tensor<uint8_t>& m
   }
   const int bs = std::max(1, block_size);
   const Tensor<float> block_scores = reference::candidate_block_scores(sa, reach, bs);
-  double tie_eps = 0;
-  if (tie_rel > 0) {
-    for (const float v : sa.data()) {
-      if (std::isfinite(v)) tie_eps = std::max(tie_eps, tie_rel * std::fabs(static_cast<double>(v)));
-    }
-  }
-  return judge::compare_index_sets(kept_blocks(ma, bs), kept_blocks(mb, bs), &block_scores, tie_eps, what + " blocks");
+  return judge::compare_index_sets(kept_blocks(ma, bs), kept_blocks(mb, bs), &block_scores,
+                                   tie_band_width(sa, tie_rel), what + " blocks");
 }
 
 const std::vector<std::string>& known_metrics() {
