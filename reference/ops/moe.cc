@@ -98,6 +98,25 @@ Tensor<float> swiglu(const Tensor<float>& g, const Tensor<float>& u, const float
   return h;
 }
 
+ExpertBatch expert_batch(const Tensor<float>& x, const MoeRouting& routing, int e) {
+  const int64_t T = x.dim(0), dim = x.dim(1);
+  const int k = static_cast<int>(routing.experts.dim(1));
+  ExpertBatch b;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int j = 0; j < k; ++j) {
+      if (routing.experts.at(t, j) == e) {
+        b.tokens.push_back(t);
+        b.weights.push_back(routing.weights.at(t, j));
+      }
+    }
+  }
+  b.rows = Tensor<float>({static_cast<int64_t>(b.tokens.size()), dim}, "moe.x_e");
+  for (size_t i = 0; i < b.tokens.size(); ++i) {
+    std::copy(x.row(b.tokens[i]), x.row(b.tokens[i]) + dim, b.rows.row(static_cast<int64_t>(i)));
+  }
+  return b;
+}
+
 Tensor<float> moe_experts(const Tensor<float>& x, const MoeWeights& w, const MoeRouting& routing,
                           const ModelConfig& c) {
   const int64_t T = x.dim(0), dim = x.dim(1);
@@ -105,27 +124,13 @@ Tensor<float> moe_experts(const Tensor<float>& x, const MoeWeights& w, const Moe
                   routing.weights.shape() == routing.experts.shape(),
               "moe_experts: routing ", shape_string(routing.experts.shape()), " / ",
               shape_string(routing.weights.shape()), " for ", T, " tokens");
-  const int k = static_cast<int>(routing.experts.dim(1));
   Tensor<float> acc({T, dim}, "moe.acc");  // fp32
   for (int e = 0; e < static_cast<int>(w.w1.size()); ++e) {
-    std::vector<int64_t> tokens;
-    std::vector<float> weights;
-    for (int64_t t = 0; t < T; ++t) {
-      for (int j = 0; j < k; ++j) {
-        if (routing.experts.at(t, j) == e) {
-          tokens.push_back(t);
-          weights.push_back(routing.weights.at(t, j));
-        }
-      }
-    }
-    if (tokens.empty()) continue;
-    Tensor<float> xe({static_cast<int64_t>(tokens.size()), dim}, "moe.x_e");
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      std::copy(x.row(tokens[i]), x.row(tokens[i]) + dim, xe.row(static_cast<int64_t>(i)));
-    }
-    const Tensor<float> ye = expert_forward(xe, w.w1[e], w.w2[e], w.w3[e], weights.data(), c.swiglu_limit);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      for (int64_t d = 0; d < dim; ++d) acc.at(tokens[i], d) += ye.at(static_cast<int64_t>(i), d);
+    const ExpertBatch b = expert_batch(x, routing, e);
+    if (b.tokens.empty()) continue;
+    const Tensor<float> ye = expert_forward(b.rows, w.w1[e], w.w2[e], w.w3[e], b.weights.data(), c.swiglu_limit);
+    for (size_t i = 0; i < b.tokens.size(); ++i) {
+      for (int64_t d = 0; d < dim; ++d) acc.at(b.tokens[i], d) += ye.at(static_cast<int64_t>(i), d);
     }
   }
   const Tensor<float> shared = expert_forward(x, w.s_w1, w.s_w2, w.s_w3, nullptr, c.swiglu_limit);

@@ -62,6 +62,15 @@ int moe_activated_experts(const ModelConfig& c, int layer);
 MoeRouting moe_route(const Tensor<float>& logits, const MoeWeights& w, const ModelConfig& c, int layer);
 Tensor<float> swiglu(const Tensor<float>& g, const Tensor<float>& u, const float* routing_weight, double swiglu_limit);
 
+// The tokens routed to expert e, in token order, with their routing weights, and their rows of x:
+//   x: [T, dim] -> rows [tokens, dim] (x's rows in `tokens` order).
+struct ExpertBatch {
+  std::vector<int64_t> tokens;
+  std::vector<float> weights;
+  Tensor<float> rows;
+};
+ExpertBatch expert_batch(const Tensor<float>& x, const MoeRouting& routing, int e);
+
 // One SwiGLU expert. x: [T, dim] bf16; routing_weight: [T] fp32 or nullptr -> [T, dim] bf16.
 Tensor<float> expert_forward(const Tensor<float>& x, const LinearWeight& w1, const LinearWeight& w2,
                              const LinearWeight& w3, const float* routing_weight, double swiglu_limit);

@@ -112,6 +112,15 @@ int run(const ConformArgs& a, const std::string& command_line) {
       std::cout << "  " << b.component << ": " << judge::kRowRelMetric << " <= " << b.bound << "  "
                 << (file ? "[overridden by the tolerance file] " : "") << b.origin << "\n";
     }
+    for (const judge::DerivedBound& b : judge::derived_cache_bound_table(d.config)) {
+      const bool file = tol.count(b.component) > 0 || tol.count("*") > 0;
+      std::cout << "  " << b.component << ": " << judge::kDecodedRowRelMetric << " <= " << b.bound << "  "
+                << (file ? "[overridden by the tolerance file] " : "") << b.origin << "\n";
+    }
+    const judge::DerivedBound& any = judge::derived_bound_table(d.config).front();
+    std::cout << "  every row above, also: " << judge::kRowGainMetric << " <= " << judge::row_gain_tolerance(any).bound
+              << "  (a row's gain error, its lower " << judge::kRowGainSigmas
+              << "-sigma bound; docs/conform.md \"Row gain\")\n";
   }
   std::cout << "support matrix (" << d.steps.size() << " steps):\n";
   for (const std::string& line : conform::support_matrix_lines(d)) std::cout << "  " << line << "\n";

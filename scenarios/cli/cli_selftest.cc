@@ -1,14 +1,18 @@
 // `dsv41 selftest` (docs/selftest.md): runs the bug zoo through `forward --dump` -> `conform` and
 // prints the detection table (scenarios/selftest/selftest.h).
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "reference/ops/numerics.h"
 #include "scenarios/selftest/bug_zoo.h"
+#include "scenarios/selftest/calibration.h"
+#include "scenarios/selftest/reordered_ops.h"
 #include "scenarios/cli/cli.h"
 #include "scenarios/selftest/selftest.h"
 
@@ -19,7 +23,90 @@ struct SelftestArgs {
   std::string bugs, config, weights, dir, junit;
   bool ci = false, order_variant = false, list = false, keep = false, quiet = false;
   int threads = 0;
+  // --calibration / --sensitivity (scenarios/selftest/calibration.h)
+  bool calibration = false, sensitivity = false;
+  std::string variants, scenarios, components, factors;
+  int layer = 2;
+  int64_t step = 1;
+  double goal = 0.01;
 };
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string part; std::getline(ss, part, ',');) {
+    if (!part.empty()) out.push_back(part);
+  }
+  return out;
+}
+
+int run_calibration(const SelftestArgs& a) {
+  selftest::CalibrationOptions o;
+  o.config = a.config;
+  o.weights = a.weights;
+  o.variants = split_list(a.variants);
+  o.scenarios = split_list(a.scenarios);
+  if (a.ci && o.variants.empty()) o.variants = {"splitk", "tiles"};
+  if (a.ci && o.scenarios.empty()) o.scenarios = {"zoo"};
+  for (const std::string& v : o.variants) selftest::sum_order_from_name(v);  // an unknown name: exit 2 first
+  o.dir = a.dir;
+  o.keep = a.keep;
+  o.progress = !a.quiet;
+  const selftest::CalibrationResult r = selftest::run_calibration(o, std::cerr);
+  std::cout << selftest::format_calibration_table(r);
+  const int code = selftest::calibration_exit_code(r);
+  std::cout << "selftest --calibration: "
+            << (code == 0 ? "no false alarm: every order-variant variant passes every scenario" : "FAILED") << " ("
+            << r.rows.size() << " runs)\n";
+  return code;
+}
+
+int run_sensitivity(const SelftestArgs& a) {
+  selftest::SensitivityOptions o;
+  o.config = a.config;
+  o.weights = a.weights;
+  o.components = split_list(a.components);
+  for (const std::string& f : split_list(a.factors)) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(f, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != f.size() || !(v > 0) || v == 1) {
+      DSV41_FAIL("--factors: '", f, "' is not a positive number other than 1 (e.g. 1.01,0.99)");
+    }
+    o.factors.push_back(v);
+  }
+  o.layer = a.layer;
+  o.step = a.step;
+  o.dir = a.dir;
+  o.progress = !a.quiet;
+  const selftest::SensitivityResult r = selftest::run_sensitivity(o, std::cerr);
+  std::cout << selftest::format_sensitivity_table(r);
+  if (r.error) return runner::kExitBadInput;
+  // The goal: every component whose defect fired is flagged and located at |factor - 1| <= goal.
+  std::vector<std::string> short_of_goal;
+  for (size_t i = 0; i < r.rows.size();) {
+    const std::string& c = r.rows[i].component;
+    bool fired = false, met = false;
+    for (; i < r.rows.size() && r.rows[i].component == c; ++i) {
+      fired = fired || r.rows[i].fired;
+      met = met || (r.rows[i].verdict == "ok" && std::abs(r.rows[i].factor - 1) <= a.goal * (1 + 1e-9));
+    }
+    if (fired && !met) short_of_goal.push_back(c);
+  }
+  std::cout << "selftest --sensitivity: ";
+  if (short_of_goal.empty()) {
+    std::cout << "every component flagged and located at a row gain of " << a.goal << " or less\n";
+    return runner::kExitOk;
+  }
+  std::cout << short_of_goal.size() << " component(s) not flagged and located at " << a.goal << ":";
+  for (const std::string& c : short_of_goal) std::cout << " " << c;
+  std::cout << "\n";
+  return runner::kExitCheckFailed;
+}
 
 int run(const SelftestArgs& a) {
   if (a.threads > 0) reference::set_reference_threads(a.threads);
@@ -30,6 +117,9 @@ int run(const SelftestArgs& a) {
     }
     return runner::kExitOk;
   }
+  if (a.calibration && a.sensitivity) DSV41_FAIL("--calibration and --sensitivity: one at a time");
+  if (a.calibration) return run_calibration(a);
+  if (a.sensitivity) return run_sensitivity(a);
   selftest::SelftestOptions o;
   o.config = a.config;
   o.weights = a.weights;
@@ -69,6 +159,21 @@ Verb add_selftest_verb(CLI::App& parent) {
                 "judge every dump under the order-variant claim (derived bounds; docs/conform.md): which bugs stay "
                 "detectable");
   app->add_flag("--list", a->list, "list the zoo and exit");
+  app->add_flag("--calibration", a->calibration,
+                "instead of the zoo: correct order-variant variants (reordered sums) x scenarios, each judged under "
+                "order-variant; any alarm is a false alarm (docs/selftest.md \"Calibration\"); with --ci: 2 variants, "
+                "the zoo scenario");
+  app->add_option("--variants", a->variants, "--calibration: comma-separated variants (default: all)");
+  app->add_option("--scenarios", a->scenarios, "--calibration: comma-separated calibration scenarios (default: all)");
+  app->add_flag("--sensitivity", a->sensitivity,
+                "instead of the zoo: one row of each float component scaled by each factor, judged under "
+                "order-variant: the smallest gain error flagged and located (docs/selftest.md \"Sensitivity\")");
+  app->add_option("--components", a->components, "--sensitivity: comma-separated components (default: every one)");
+  app->add_option("--factors", a->factors, "--sensitivity: comma-separated factors (default 1.1,1.03,1.01,1.003,1.001)");
+  app->add_option("--layer", a->layer, "--sensitivity: plant at the first layer >= this holding the component (default 2)");
+  app->add_option("--step", a->step, "--sensitivity: the zoo scenario's step to plant in (default 1)");
+  app->add_option("--goal", a->goal, "--sensitivity: exit 1 unless every component is located at |factor-1| <= this "
+                                     "(default 0.01)");
   app->add_option("-o,--output-dir", a->dir, "write the dumps here (default: a temporary directory)");
   app->add_flag("--keep", a->keep, "keep every dump (default: each removed after its judgement)");
   app->add_option("--junit", a->junit, "also write JUnit XML here (one testcase per run)");

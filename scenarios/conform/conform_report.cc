@@ -83,7 +83,11 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
     }
     if (!forced) return std::nullopt;
     const bool cache = conform_detail::is_cache(component);
-    if (cache) return std::nullopt;  // no pre-quantisation values in a version 1 dump: measured
+    if (cache) {  // bytes measured (a quantizer flip is legitimate); what they decode to is bounded
+      if (metric != judge::kDecodedRowRelMetric) return std::nullopt;
+      const std::optional<judge::DerivedBound> b = judge::derived_cache_bound(*claim.config, component);
+      return b ? std::optional<Tolerance>(judge::derived_tolerance(*b)) : std::nullopt;
+    }
     // Selections (topk, and the candidate pool: a top-k of block scores) follow one tie rule:
     // runner/compare.h candidate_block_ties.
     if (component == reference::model::name(reference::model::Component::kTopk) ||
@@ -97,7 +101,9 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
       return t;
     }
     if (std::optional<judge::DerivedBound> b = judge::derived_bound(*claim.config, component)) {
-      return metric == judge::kRowRelMetric ? std::optional<Tolerance>(judge::derived_tolerance(*b)) : std::nullopt;
+      if (metric == judge::kRowRelMetric) return judge::derived_tolerance(*b);
+      if (metric == judge::kRowGainMetric) return judge::row_gain_tolerance(*b);
+      return std::nullopt;
     }
     // Components exact given equal inputs (embed, in_stream, in_pre, experts): as bit-exact. A
     // selection without A's index scores to analyse its ties is measured (no tie_equivalent row).
@@ -254,7 +260,10 @@ void add_port_rows(const runner::StepCapture& a, const runner::StepCapture& b, i
     const judge::PortMetrics p = judge::port_metrics(x, y, atol, rtol, what);
     std::vector<std::pair<const char*, double>> values = {
         {"calc_diff", p.calc_diff}, {"cosine", p.cosine}, {"allclose", p.allclose ? 1.0 : 0.0}};
-    if (claim.order_variant) values.push_back({judge::kRowRelMetric, judge::max_row_relative(x, y, row, what)});
+    if (claim.order_variant) {
+      values.push_back({judge::kRowRelMetric, judge::max_row_relative(x, y, row, what)});
+      values.push_back({judge::kRowGainMetric, judge::max_row_gain(x, y, row, what)});
+    }
     for (const auto& [metric, value] : values) {
       MetricRow r;
       r.step = step;
@@ -506,6 +515,15 @@ reports::RunReport conform(const PortDump& d, const reference::checkpoint::Model
     json db = json::array();
     for (const judge::DerivedBound& b : judge::derived_bound_table(d.config)) {
       db.push_back({{"component", b.component}, {"metric", judge::kRowRelMetric}, {"bound", b.bound}, {"n", b.n},
+                    {"op", b.op}, {"precisions", b.precisions}, {"origin", b.origin},
+                    {"overridden", tol.count(b.component) > 0 || tol.count("*") > 0}});
+      const Tolerance g = judge::row_gain_tolerance(b);
+      db.push_back({{"component", b.component}, {"metric", judge::kRowGainMetric}, {"bound", g.bound}, {"n", b.n},
+                    {"op", b.op}, {"precisions", b.precisions}, {"origin", g.note},
+                    {"overridden", tol.count(b.component) > 0 || tol.count("*") > 0}});
+    }
+    for (const judge::DerivedBound& b : judge::derived_cache_bound_table(d.config)) {
+      db.push_back({{"component", b.component}, {"metric", judge::kDecodedRowRelMetric}, {"bound", b.bound}, {"n", b.n},
                     {"op", b.op}, {"precisions", b.precisions}, {"origin", b.origin},
                     {"overridden", tol.count(b.component) > 0 || tol.count("*") > 0}});
     }

@@ -10,6 +10,7 @@
 
 #include "base/base.h"
 #include "base/error.h"
+#include "reference/ops/numerics.h"
 
 namespace dsv41::scenarios::defects {
 namespace {
@@ -65,6 +66,26 @@ Mutation parse_mutation(const std::string& spec) {
     DSV41_CHECK(m.step >= 0, "mutant '", spec, "': step ", m.step, " < 0");
     return m;
   }
+  // <component>:L<layer>:S<step>[:x<factor>]
+  const size_t sx = spec.rfind(':');
+  if (sx != std::string::npos && sx + 1 < spec.size() && spec[sx + 1] == 'x') {
+    Mutation m = parse_mutation(spec.substr(0, sx));
+    const std::string f = spec.substr(sx + 2);
+    size_t used = 0;
+    double factor = 0;
+    try {
+      factor = std::stod(f, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    DSV41_CHECK(!f.empty() && used == f.size() && std::isfinite(factor) && factor > 0 && factor != 1,
+                "mutant '", spec, "': the row factor must be written x<number>, a positive number other than 1, got 'x", f,
+                "'");
+    DSV41_CHECK(!m.is_round() && reference::model::component_info(m.id).kind == reference::model::ComponentKind::kTensor,
+                "mutant '", spec, "': a row factor applies to a float component only, not '", m.component, "'");
+    m.row_scale = factor;
+    return m;
+  }
   // <component>:L<layer>:S<step>
   const size_t s2 = spec.rfind(':');
   const size_t s1 = s2 == std::string::npos || s2 == 0 ? std::string::npos : spec.rfind(':', s2 - 1);
@@ -91,6 +112,18 @@ Mutation parse_mutation(const std::string& spec) {
 
 bool mutate_tensor(const Mutation& m, reference::model::Component what, int layer, int64_t step, Tensor<float>& v) {
   if (!matches(m, what, layer, step) || v.numel() == 0) return false;
+  if (m.row_scale != 0) {
+    const int64_t row = v.dim(v.rank() - 1);
+    float* r = v.data().data() + (v.numel() - row);
+    bool bf16 = true;
+    for (int64_t i = 0; i < row; ++i) bf16 = bf16 && (!std::isfinite(r[i]) || reference::round_to_bf16(r[i]) == r[i]);
+    for (int64_t i = 0; i < row; ++i) {
+      if (!std::isfinite(r[i])) continue;
+      const float y = static_cast<float>(static_cast<double>(r[i]) * m.row_scale);
+      r[i] = bf16 ? reference::round_to_bf16(y) : y;
+    }
+    return true;
+  }
   const int64_t last_row = v.dim(0) - 1;
   float& x = v.data()[static_cast<size_t>(last_row * (v.numel() / v.dim(0)))];
   if (!std::isfinite(x)) return false;  // e.g. an unreachable -inf index score: nothing to change

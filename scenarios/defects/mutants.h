@@ -17,6 +17,11 @@
 //       newest entry (the lowest bit of its first byte) flips in the stored cache
 //   cache.compressor: after the step, the lowest mantissa bit of the first kv value of the layer's
 //       newest pending compressor slot flips (nothing when no token is pending)
+// Spec mutant:<component>:L<layer>:S<step>:x<factor> (a float component only): instead of the
+//   doubled element, every value of the step's LAST ROW (the last dimension: one token's values,
+//   of its last mHC stream for [T, hc, dim] tensors) is multiplied by factor (e.g. x1.01), then
+//   rounded to bf16 when the row held bf16 values: the small gain error of one row whose detection
+//   `dsv41 selftest --sensitivity` measures (a factor inside half a bf16 ulp changes nothing).
 // The defect fires once, at exactly that step; what it changes propagates as a real bug would.
 //
 // Speculative-decoding defects (docs/dspark.md), spec mutant:<defect>:S<step> (no layer: every
@@ -49,6 +54,7 @@ struct Mutation {
   int layer = 0;
   int64_t step = 0;
   RoundDefect round = RoundDefect::kNone;  // a speculative-decoding defect
+  double row_scale = 0;                    // :x<factor>: the last row scaled (0: the doubled element)
   bool is_round() const { return round != RoundDefect::kNone; }
   bool is_cache() const {
     return !is_round() && reference::model::component_info(id).kind == reference::model::ComponentKind::kCache;

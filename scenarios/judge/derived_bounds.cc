@@ -31,7 +31,8 @@ struct Quantizer {
 
 // One chain: the op, the bf16 roundings, the quantizers, the longest fp32 reduction.
 DerivedBound make(const std::string& component, const std::string& op, int r16, std::vector<Quantizer> q, int64_t n,
-                  const std::string& n_word, const std::string& precisions, bool fp32_out) {
+                  const std::string& n_word, const std::string& precisions, bool fp32_out, double gain = 0,
+                  const std::string& gain_why = "") {
   DSV41_CHECK(n >= 1 && static_cast<double>(n) * kU32 < 0.5, "derived bound of ", component, ": reduction length ", n);
   DerivedBound b;
   b.component = component;
@@ -59,6 +60,8 @@ DerivedBound make(const std::string& component, const std::string& op, int r16, 
   }
   b.quantizers = qs.str();
   b.bound = bound;
+  b.gain = gain;
+  b.gain_why = gain_why;
   origin << "; op: " << op << "; max |a - b| per row <= bound x the row's max |ref|";
   b.origin = origin.str();
   return b;
@@ -66,10 +69,42 @@ DerivedBound make(const std::string& component, const std::string& op, int r16, 
 
 }  // namespace
 
+// The main-model component whose op chain a DSpark block component repeats (the block is written
+// once, reference/model/block.h), or nullopt.
+std::optional<reference::model::Component> dspark_twin(reference::model::Component id) {
+  using reference::model::Component;
+  switch (id) {
+    case Component::kDSparkHcAttnPre: return Component::kHcAttnPre;
+    case Component::kDSparkHcAttnPost: return Component::kHcAttnPost;
+    case Component::kDSparkHcAttnComb: return Component::kHcAttnComb;
+    case Component::kDSparkAttnIn: return Component::kAttnIn;
+    case Component::kDSparkAttnOut: return Component::kAttnOut;
+    case Component::kDSparkAttnStream: return Component::kAttnStream;
+    case Component::kDSparkHcFfnPre: return Component::kHcFfnPre;
+    case Component::kDSparkHcFfnPost: return Component::kHcFfnPost;
+    case Component::kDSparkHcFfnComb: return Component::kHcFfnComb;
+    case Component::kDSparkFfnIn: return Component::kFfnIn;
+    case Component::kDSparkFfnOut: return Component::kFfnOut;
+    case Component::kDSparkOutStream: return Component::kOutStream;
+    case Component::kDSparkNormOut: return Component::kFinalNormOut;
+    case Component::kDSparkHeadLogits: return Component::kLogits;
+    default: return std::nullopt;
+  }
+}
+
 std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const std::string& component) {
   using reference::model::Component;
   const std::optional<Component> id = reference::model::component_from_name(component);
   DSV41_CHECK(id.has_value(), "derived bound: '", component, "' is not a component of reference/model/hooks.h");
+  if (const std::optional<Component> twin = dspark_twin(*id)) {
+    std::optional<DerivedBound> b = derived_bound(c, reference::model::name(*twin));
+    if (b) {
+      b->component = component;
+      b->op = std::string("the DSpark block's ") + reference::model::name(*twin) + ": " + b->op;
+      b->origin = std::string("as ") + reference::model::name(*twin) + " (the same block): " + b->origin;
+    }
+    return b;
+  }
   const int64_t D = c.dim, hc = std::max(1, c.hc_mult), ql = std::max(1, c.q_lora_rank);
   const int64_t K = std::max(1, c.window_size + c.index_topk);
   const int64_t og = std::max<int64_t>(1, static_cast<int64_t>(c.o_groups) * c.o_lora_rank);
@@ -110,7 +145,10 @@ std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const
                   {{"E4M3", ql, "act_quant before wq_b"}, {"E4M3", K, "FP8 window KV"},
                    {"E2M1", K, "FP4 compressed KV"}, {"E4M3", og, "act_quant before wo_b"}},
                   std::max({D, ql, og, static_cast<int64_t>(std::max(1, c.head_dim))}),
-                  "max(dim, q_lora_rank, o_groups x o_lora_rank, head_dim)", bf, false);
+                  "max(dim, q_lora_rank, o_groups x o_lora_rank, head_dim)", bf, false, std::ldexp(1.0, -8),
+                  "sparse_attn rounds each probability to bf16 relative to the running max, which depends on the "
+                  "order: each coefficient of the output's few dominant value rows off by <= 2^-9 on each side, "
+                  "a gain of <= 2^-8");
     case Component::kAttnStream:
     case Component::kOutStream:
       return make(component, "hc_post: post x f + comb x stream (hc + 1 terms)", 1, {}, hc + 1, "hc + 1", bf, false);
@@ -122,6 +160,15 @@ std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const
     case Component::kLogits:
       return make(component, "head: linear_fp32 over dim", 0, {}, D, "dim", "bf16 in, fp32 weights and accumulation, fp32 out",
                   true);
+    case Component::kDSparkMainX: {
+      const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(c.dspark_target_layer_ids.size())) * D;
+      return make(component, "main_proj (linear over n_targets x dim) -> main_norm (rms_norm over dim)", 2,
+                  {{"E4M3", n, "act_quant before main_proj"}}, n, "n_targets x dim", bf, false);
+    }
+    case Component::kDSparkMainKv:
+      return make(component, "wkv -> kv_norm (rms_norm over head_dim) -> rope -> window_kv QDQ (FP8)", 3,
+                  {{"E4M3", D, "act_quant before wkv"}, {"E4M3", 1, "the QDQ of each output element"}}, D, "dim", bf,
+                  false);
     default: return std::nullopt;
   }
 }
@@ -129,6 +176,7 @@ std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const
 std::vector<DerivedBound> derived_bound_table(const reference::ModelConfig& c) {
   std::vector<DerivedBound> out;
   for (const reference::model::ComponentInfo& row : reference::model::component_table()) {
+    if (c.n_mtp_layers == 0 && std::string(row.name).rfind("dspark_", 0) == 0) continue;
     if (std::optional<DerivedBound> b = derived_bound(c, row.name)) out.push_back(std::move(*b));
   }
   return out;
@@ -157,6 +205,94 @@ double max_row_relative(const std::vector<float>& a, const std::vector<float>& b
     worst = std::max(worst, scale > 0 ? diff / scale : diff);
   }
   return worst;
+}
+
+std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c, const std::string& component) {
+  const int64_t D = std::max(1, c.dim);
+  const std::string bf = "bf16 in, fp32 accumulation, bf16 values, then the cache format";
+  const std::vector<Quantizer> act = {{"E4M3", D, "act_quant before the projection"}};
+  std::optional<DerivedBound> b;
+  double quant = 0;
+  std::string format;
+  if (component == "cache.window_kv" || component == "cache.dspark_window_kv") {
+    b = make(component, "wkv -> kv_norm -> rope -> FP8 (E4M3 + E8M0/32)", 3, act, D, "dim", bf, false);
+    quant = 2 * std::ldexp(1.0, -4);
+    format = "FP8 E4M3 + E8M0/32: 2 x 2^-4";
+  } else if (component == "cache.compressed_kv") {
+    b = make(component, "compressor (wkv, wgate; softmax over the group, fp32) -> norm -> rope -> FP4 (E2M1 + E4M3/16)", 3,
+             act, D, "dim", bf, false);
+    quant = 2 * (1.0 / 6.0) * (1 + 0.125) + 0.0625;
+    format = "FP4 E2M1 + E4M3/16: 2 x (1/6)(1 + 2^-3) + 2^-4";
+  } else if (component == "cache.index_keys") {
+    b = make(component, "the indexer's compressor -> norm -> rope -> FP4 (E2M1 + E8M0/32)", 3, act, D, "dim", bf, false);
+    quant = 2 * (1.0 / 3.0);
+    format = "FP4 E2M1 + E8M0/32: 2 x 1/3";
+  } else {
+    return std::nullopt;
+  }
+  b->bound += quant;
+  b->origin = "derived: the pre-quantisation chain (" + b->origin + ") + both sides' quantisation error, " + format +
+              " of the block max; max |decoded a - decoded b| per entry <= bound x the entry's max |decoded a|";
+  return b;
+}
+
+std::vector<DerivedBound> derived_cache_bound_table(const reference::ModelConfig& c) {
+  std::vector<DerivedBound> out;
+  for (const char* k : {"cache.window_kv", "cache.compressed_kv", "cache.index_keys", "cache.dspark_window_kv"}) {
+    if (c.n_mtp_layers == 0 && std::string(k) == "cache.dspark_window_kv") continue;
+    out.push_back(*derived_cache_bound(c, k));
+  }
+  return out;
+}
+
+double max_row_gain(const std::vector<float>& a, const std::vector<float>& b, int64_t row, const std::string& what) {
+  DSV41_CHECK(a.size() == b.size(), what, ": ", a.size(), " values against ", b.size());
+  DSV41_CHECK(row >= 1 && a.size() % static_cast<size_t>(row) == 0, what, ": ", a.size(), " values in rows of ", row);
+  double worst = 0;
+  for (size_t r0 = 0; r0 < a.size(); r0 += static_cast<size_t>(row)) {
+    double aa = 0, ad = 0;
+    int64_t n = 0;
+    for (size_t i = r0; i < r0 + static_cast<size_t>(row); ++i) {
+      if (!std::isfinite(a[i]) || !std::isfinite(b[i])) continue;
+      const double x = a[i], d = static_cast<double>(b[i]) - x;
+      aa += x * x;
+      ad += x * d;
+      ++n;
+    }
+    if (n < kRowGainMinLength || aa <= 0) continue;
+    const double g = ad / aa;
+    double v = 0;
+    for (size_t i = r0; i < r0 + static_cast<size_t>(row); ++i) {
+      if (!std::isfinite(a[i]) || !std::isfinite(b[i])) continue;
+      const double x = a[i], r = static_cast<double>(b[i]) - x - g * x;
+      v += r * r * x * x;
+    }
+    const double se = std::sqrt(v) / aa;
+    worst = std::max(worst, std::fabs(g) - kRowGainSigmas * se);
+  }
+  return worst;
+}
+
+reports::Tolerance row_gain_tolerance(const DerivedBound& b) {
+  const double u32 = std::ldexp(1.0, -24);
+  const double normaliser = 2.0 * static_cast<double>(b.n) * u32;  // two fp32 normalisers of length n
+  std::ostringstream note;
+  const double gamma = normaliser / (1.0 - normaliser / 2.0);
+  const double bound = std::max(std::ldexp(1.0, -12), gamma + b.gain);
+  note << "derived: a row's gain error g = <a, b-a>/<a, a>, its lower " << kRowGainSigmas
+       << "-sigma bound (HC0 standard error; rows of >= " << kRowGainMinLength
+       << " values) must stay <= max(2^-12, 2 gamma_n(u32)" << (b.gain > 0 ? " + chain gain" : "") << ") = " << bound
+       << ": an order difference's errors are unbiased rounding noise (expected 0); its systematic gains: fp32 "
+          "normalisers (RMSNorm's rsqrt, softmax's denominator), <= 2 gamma_n(u32) = "
+       << gamma << " (n = " << b.n << ")";
+  if (b.gain > 0) note << "; chain gain " << b.gain << ": " << b.gain_why;
+  note << "; a row scaled by (1+e) has g = e";
+  reports::Tolerance t;
+  t.bound = bound;
+  t.higher_is_better = false;
+  t.origin = "analytic";
+  t.note = note.str();
+  return t;
 }
 
 double topk_tie_band(const reference::ModelConfig& c) { return derived_bound(c, "index_scores")->bound; }

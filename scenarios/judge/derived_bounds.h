@@ -51,12 +51,15 @@ struct DerivedBound {
   std::string precisions;  // input, accumulation and output precisions
   bool fp32_out = false;
   double bound = 0;        // max_rowrel bound (units of the row's max |value|)
+  double gain = 0;         // a systematic gain an order difference can make on the chain (row_gain)
+  std::string gain_why;    // its reason ("" when 0)
   std::string origin;      // "derived: 4 * 2^-7 + gamma_n(u32) sqrt(n), n = dim = 256; ..."
 };
 
 // The derived bound of a float component; nullopt for a component whose semantics are exact given
-// equal inputs (embed, in_stream, in_pre, Engram ids, selections, caches) or one not derived here
-// (DSpark drafts). A dsv41::Error for an unknown component name.
+// equal inputs (embed, in_stream, in_pre, Engram ids, selections, caches, the DSpark embeddings).
+// A DSpark block component takes its main-model twin's chain (dspark_attn_out: attn_out's). A
+// dsv41::Error for an unknown component name.
 std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const std::string& component);
 
 // Every derived row of the table, in reference/model/hooks.h order.
@@ -69,6 +72,39 @@ reports::Tolerance derived_tolerance(const DerivedBound& b);
 // counts |a - b| itself; NaN/Inf pairs are left to the mask rows). Same size required.
 double max_row_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t row,
                         const std::string& what);
+
+// ROW GAIN: the statistic that sees a small systematic error of one row, which a worst-case bound
+// on max_rowrel cannot (docs/conform.md "Row gain"). Per row (the last dimension, at least
+// kRowGainMinLength finite pairs, sum a^2 > 0):
+//   g  = <a, b - a> / <a, a>                      the row's gain error: b = (1 + e) a gives g = e
+//   se = sqrt(sum r_i^2 a_i^2) / <a, a>,  r = b - a - g a
+//                                                 its heteroscedasticity-robust (HC0) standard error
+//   row_gain = max(0, |g| - kRowGainSigmas * se)  the lower confidence bound of |g|
+// and the metric is the max over rows. An order difference's errors are rounding noise,
+// uncorrelated with a (round-to-nearest-even is unbiased; a lone flipped element gives |g| ~ se),
+// so its row_gain is 0 up to a kRowGainSigmas-sigma event; the only systematic gains it makes are
+// those of its fp32 normalisers (RMSNorm's rsqrt, softmax's denominator: gamma_n(u32) relative).
+inline constexpr const char* kRowGainMetric = "row_gain";
+inline constexpr int64_t kRowGainMinLength = 16;
+inline constexpr double kRowGainSigmas = 6.0;
+double max_row_gain(const std::vector<float>& a, const std::vector<float>& b, int64_t row, const std::string& what);
+// The bound of row_gain for a derived component (origin "analytic"): max(2^-12, 2 gamma_n(u32) + gain),
+// n the component's longest reduction: above the systematic gain of two fp32 normalisers and the
+// chain's own (attn_out: bf16 probabilities rounded relative to an order-dependent running max).
+reports::Tolerance row_gain_tolerance(const DerivedBound& b);
+
+// DECODED CACHE VALUES under order variance: a cache's bytes may differ (a quantizer input that
+// differs by rounding noise can land on the other side of a rounding boundary, or move its block's
+// scale), but what the bytes decode to stays close. The metric is decoded_rowrel: max_row_relative
+// of the two sides' decoded entries (rows = entries), and the bound of a cache ("cache.window_kv",
+// "cache.compressed_kv", "cache.index_keys", "cache.dspark_window_kv") is its pre-quantisation chain
+// (as a float component's) plus both sides' quantisation error at the entry's scale, each at most
+// half a step of the format's top binade relative to the block max: FP8 E4M3 + E8M0/32 2^-4;
+// FP4 E2M1 + E4M3/16 (1/6)(1 + 2^-3) + 2^-4 (a scale rounded below amax/6 saturates the max);
+// FP4 E2M1 + E8M0/32 1/3 (the power-of-2 scale is up to 2x amax/6). nullopt for another component.
+inline constexpr const char* kDecodedRowRelMetric = "decoded_rowrel";
+std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c, const std::string& component);
+std::vector<DerivedBound> derived_cache_bound_table(const reference::ModelConfig& c);
 
 // The relative tie band of the top-k under order variance: index_scores' bound.
 double topk_tie_band(const reference::ModelConfig& c);

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <optional>
 #include <sstream>
 
 #include "base/error.h"
 #include "formats/cache_format.h"
 #include "reference/ops/indexer.h"
+#include "scenarios/judge/derived_bounds.h"
 #include "scenarios/judge/metrics.h"
 
 namespace dsv41::scenarios::runner {
@@ -423,6 +423,36 @@ void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, Step
     rows.add(ca.layer, c, "bytes_equal_frac",
              m.bytes ? static_cast<double>(m.bytes_equal) / static_cast<double>(m.bytes) : 1.0,
              rows.stated_exact(true, 1.0), std::nullopt, d);
+    // What the bytes decode to, per entry relative to the entry's max |A| (measured here; conform's
+    // order-variant claim bounds it: judge::derived_cache_bound). Decoded only where bytes differ.
+    if (ca.kind != "compressor" && ca.format == cb.format && ca.dim > 0 && ca.entries > 0) {
+      double rel = 0;
+      std::string why;
+      if (m.bytes_equal < m.bytes) {
+        try {
+          const int n = static_cast<int>(ca.entries), dim = static_cast<int>(ca.dim);
+          const std::vector<float> da = formats::unpack_rows(ca.format, ca.bytes, n, dim);
+          const std::vector<float> db = formats::unpack_rows(cb.format, cb.bytes, n, dim);
+          int64_t worst = -1;
+          for (int64_t e = 0; e < ca.entries; ++e) {
+            const std::vector<float> ra(da.begin() + e * dim, da.begin() + (e + 1) * dim);
+            const std::vector<float> rb(db.begin() + e * dim, db.begin() + (e + 1) * dim);
+            const double r = judge::max_row_relative(ra, rb, dim, c);
+            if (r > rel) rel = r, worst = e;
+          }
+          if (worst >= 0) {
+            why = "worst entry " + std::to_string(worst);
+            if (worst < static_cast<int64_t>(ca.positions.size())) {
+              why += " (position " + std::to_string(ca.positions[static_cast<size_t>(worst)]) + ")";
+            }
+            why += ": max |decoded A - decoded B| = " + std::to_string(rel) + " x the entry's max |decoded A|";
+          }
+        } catch (const Error&) {
+          continue;  // an entry that does not decode: valid_entries_frac (above) fails and says which
+        }
+      }
+      rows.add(ca.layer, c, judge::kDecodedRowRelMetric, rel, std::nullopt, std::nullopt, why);
+    }
   }
 }
 
@@ -459,6 +489,7 @@ const std::vector<std::string>& known_metrics() {
       "first_mismatch", "first_mismatch_byte", "kl", "top1_agree", "margin_a", "flip_class", "rows_equal_frac",
       "jaccard_min", "recall_min", "recall_mean", "tie_band_max", "tie_equivalent", "recall_within_candidates",
       "block_recall_min", "token_recall_min", "equal_frac", "bytes_equal_frac", "valid_entries_frac", "format_equal",
+      "decoded_rowrel",
       "probe_count[d<-W]", "probe_count[-W<=d<0]", "probe_count[0<=d<W]", "probe_count[d>=W]",
       "probe_recall[d<-W]", "probe_recall[-W<=d<0]", "probe_recall[0<=d<W]", "probe_recall[d>=W]"};
   return names;

@@ -183,33 +183,58 @@ const ZooBug& zoo_bug(const std::string& name) {
   DSV41_FAIL("unknown zoo bug '", name, "' (the zoo: ", names, ")");
 }
 
-void write_zoo_dump(const std::string& dir, const reference::ModelConfig& c, const std::string& weights_path,
-                    const reference::checkpoint::ModelWeights& weights, const ZooBug* bug) {
-  const ZooScenario& s = zoo_scenario();
-  std::unique_ptr<reference::seam::Ops> ops = bug != nullptr && bug->make_ops ? bug->make_ops(c) : nullptr;
-  reference::model::Model model(c, weights, reference::model::default_token_map(c), ops ? *ops : reference::seam::reference_ops());
-  conform::PortDumpWriter dump(dir, c, weights_path, "default",
-                      "dsv41 selftest" + std::string(bug != nullptr ? " --bugs " + bug->name : " (clean)"));
+std::string builtin_oracle_file(const std::string& file) {
+  return std::string(DSV41_SOURCE_DIR_STRING) + "/golden/oracle/" + file;
+}
+
+bool dumps_differ(const std::string& a, const std::string& b) {
+  namespace st = reference::checkpoint::safetensors;
+  for (int64_t step = 0;; ++step) {
+    const std::string pa = a + "/" + conform::dump_step_file(step), pb = b + "/" + conform::dump_step_file(step);
+    if (!std::filesystem::exists(pa) || !std::filesystem::exists(pb)) {
+      return std::filesystem::exists(pa) != std::filesystem::exists(pb);
+    }
+    const st::SafetensorsFile fa = st::SafetensorsFile::read(pa), fb = st::SafetensorsFile::read(pb);
+    if (fa.names() != fb.names()) return true;
+    for (const std::string& n : fa.names()) {
+      if (fa.get(n).bytes != fb.get(n).bytes) return true;
+    }
+  }
+}
+
+void write_scenario_dump(const std::string& dir, const reference::ModelConfig& c, const std::string& weights_path,
+                         const reference::checkpoint::ModelWeights& weights, const ZooScenario& s,
+                         const reference::seam::Ops& ops, const std::string& producer, const DumpDefects& defects) {
+  reference::model::Model model(c, weights, reference::model::default_token_map(c), ops);
+  conform::PortDumpWriter dump(dir, c, weights_path, "default", producer);
   reference::model::ModelState state = model.new_state();
   runner::StepCapture cap;
-  model.set_hooks(runner::capture_hooks(cap, nullptr));
+  bool fired_here = false;
+  bool* fired = defects.fired != nullptr ? defects.fired : &fired_here;
+  int64_t index = 0, position = 0;
   auto step = [&](const std::vector<int64_t>& ids, const std::string& event) {
+    const int64_t T = static_cast<int64_t>(ids.size());
+    model.set_hooks(defects.mutation != nullptr
+                        ? defects::mutated_hooks(*defects.mutation, runner::capture_hooks(cap, nullptr), c, position, T,
+                                                 index, fired)
+                        : runner::capture_hooks(cap, nullptr));
     const reference::model::StepRecord rec = model.forward_chunk(state, ids);
     dump.add_model_step(cap, model, state, rec, ids, event);
+    position += T;
+    ++index;
   };
-  int64_t index = 0, at = 0;
+  int64_t at = 0;
   for (int64_t n : s.chunks) {
     step(std::vector<int64_t>(s.prompt.begin() + at, s.prompt.begin() + at + n), "prefill");
     at += n;
-    ++index;
   }
-  DSV41_CHECK(at == static_cast<int64_t>(s.prompt.size()), "zoo scenario: chunks cover ", at, " of ",
+  DSV41_CHECK(at == static_cast<int64_t>(s.prompt.size()), "dump scenario: chunks cover ", at, " of ",
               s.prompt.size(), " prompt tokens");
   for (int64_t token : s.decode) {
     const bool resume = index == s.resume_step;
     // A full resume is a continuation (bit-exact, docs/sessions.md). The driver bug: a global-only
     // cache hit that does not rebuild the window rings (fresh, zero-filled).
-    if (resume && bug != nullptr && bug->driver_zero_window_at_resume) {
+    if (resume && defects.zero_window_at_resume) {
       for (reference::model::LayerState& ls : state.layers) {
         reference::Tensor<uint8_t> host = model.ops().download(std::move(ls.window_kv.bytes));
         std::fill(host.data().begin(), host.data().end(), uint8_t{0});
@@ -217,9 +242,17 @@ void write_zoo_dump(const std::string& dir, const reference::ModelConfig& c, con
       }
     }
     step({token}, resume ? "resume+decode" : "decode");
-    ++index;
   }
   dump.finish();
+}
+
+void write_zoo_dump(const std::string& dir, const reference::ModelConfig& c, const std::string& weights_path,
+                    const reference::checkpoint::ModelWeights& weights, const ZooBug* bug) {
+  std::unique_ptr<reference::seam::Ops> ops = bug != nullptr && bug->make_ops ? bug->make_ops(c) : nullptr;
+  DumpDefects defects;
+  defects.zero_window_at_resume = bug != nullptr && bug->driver_zero_window_at_resume;
+  write_scenario_dump(dir, c, weights_path, weights, zoo_scenario(), ops ? *ops : reference::seam::reference_ops(),
+                      "dsv41 selftest" + std::string(bug != nullptr ? " --bugs " + bug->name : " (clean)"), defects);
   if (bug != nullptr && bug->transform_dump) bug->transform_dump(dir, c);
 }
 

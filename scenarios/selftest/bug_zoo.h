@@ -29,6 +29,7 @@
 #include "reference/seam/ops.h"
 #include "reference/checkpoint/weights.h"
 #include "scenarios/defects/bug_zoo_ops.h"
+#include "scenarios/defects/mutants.h"
 
 namespace dsv41::scenarios::selftest {
 
@@ -68,6 +69,25 @@ const ZooScenario& zoo_scenario();
 const std::vector<ZooBug>& bug_zoo();
 // The bug named `name`; a dsv41::Error listing the names otherwise.
 const ZooBug& zoo_bug(const std::string& name);
+
+// golden/oracle/<file> of the source tree (the built-in tiny oracle's config and weights).
+std::string builtin_oracle_file(const std::string& file);
+// Whether any tensor of any step differs between two dumps (directories) of the same scenario.
+bool dumps_differ(const std::string& a, const std::string& b);
+
+// What a dump's driver plants besides its ops (DumpDefects{}: nothing).
+struct DumpDefects {
+  const defects::Mutation* mutation = nullptr;  // a planted value (scenarios/defects/mutants.h), or nullptr
+  bool* fired = nullptr;                        // set when the mutation applied (may be nullptr)
+  bool zero_window_at_resume = false;           // the driver bug global_only_window_not_rebuilt
+};
+
+// Writes the port dump of scenario `s` to `dir` (new or empty) through the code path of
+// `dsv41 forward --dump` (capture_hooks, PortDumpWriter), the model running over `ops`; producer:
+// the manifest's producer line.
+void write_scenario_dump(const std::string& dir, const reference::ModelConfig& config, const std::string& weights_path,
+                         const reference::checkpoint::ModelWeights& weights, const ZooScenario& s,
+                         const reference::seam::Ops& ops, const std::string& producer, const DumpDefects& defects = {});
 
 // Writes the port dump of zoo_scenario() to `dir` (new or empty) through the code path of
 // `dsv41 forward --dump` (capture_hooks, PortDumpWriter), with the bug planted (nullptr: the clean

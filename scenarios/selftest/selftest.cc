@@ -22,22 +22,6 @@ namespace dsv41::scenarios::selftest {
 namespace {
 
 namespace fs = std::filesystem;
-namespace st = reference::checkpoint::safetensors;
-
-std::string oracle(const std::string& file) { return std::string(DSV41_SOURCE_DIR_STRING) + "/golden/oracle/" + file; }
-
-// Whether any tensor of any step differs between two dumps of the same scenario.
-bool dumps_differ(const std::string& a, const std::string& b) {
-  for (int64_t step = 0;; ++step) {
-    const std::string pa = a + "/" + conform::dump_step_file(step), pb = b + "/" + conform::dump_step_file(step);
-    if (!fs::exists(pa) || !fs::exists(pb)) return fs::exists(pa) != fs::exists(pb);
-    const st::SafetensorsFile fa = st::SafetensorsFile::read(pa), fb = st::SafetensorsFile::read(pb);
-    if (fa.names() != fb.names()) return true;
-    for (const std::string& n : fa.names()) {
-      if (fa.get(n).bytes != fb.get(n).bytes) return true;
-    }
-  }
-}
 
 std::string where(const std::string& component, int layer, int64_t step) {
   return component + "@" + std::to_string(layer) + " step " + std::to_string(step);
@@ -60,8 +44,8 @@ std::string xml_escape(const std::string& s) {
 }  // namespace
 
 SelftestResult run_selftest(const SelftestOptions& o, std::ostream& progress) {
-  const std::string config_path = o.config.empty() ? oracle("config.json") : o.config;
-  const std::string weights_path = o.weights.empty() ? oracle("weights.safetensors") : o.weights;
+  const std::string config_path = o.config.empty() ? builtin_oracle_file("config.json") : o.config;
+  const std::string weights_path = o.weights.empty() ? builtin_oracle_file("weights.safetensors") : o.weights;
   const reference::ModelConfig c = reference::load_config_file(config_path);
   const reference::checkpoint::ModelWeights weights = reference::checkpoint::ModelWeights::load(weights_path, c);
   const std::vector<int64_t> token_map = reference::model::default_token_map(c);

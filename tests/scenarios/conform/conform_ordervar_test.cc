@@ -172,9 +172,14 @@ TEST(ConformOrderVariant, ReferenceStillPassesBitExactly) {
 // zoo is printed (docs/conform.md lists which stay detectable and why).
 TEST(ConformOrderVariant, ZooBugsStillFlaggedAndLocated) {
   // Bugs whose error is far above every bound on their path (a wrong softmax, a wrong index, a wrong
-  // hash, a wrong routing function, a wrong block pin): docs/conform.md gives the whole table.
+  // hash, a wrong routing function, a wrong block pin), and the storage bugs whose decoded cache
+  // values move beyond a quantisation step (decoded_rowrel): docs/conform.md gives the whole table.
   const std::vector<std::string> must = {"sink_in_numerator",     "topk_window_offset",          "reuse_wrong_owner",
-                                         "newest_block_not_pinned", "engram_multiplier_off_by_one", "softmax_routing"};
+                                         "newest_block_not_pinned", "engram_multiplier_off_by_one", "softmax_routing",
+                                         "e8m0_scale_floor", "swapped_nibbles", "index_keys_block_planar",
+                                         "indexer_rope_pairs", "compressed_position_off_by_one",
+                                         "global_only_window_not_rebuilt", "rope_tables_swapped",
+                                         "compressor_partial_group_lost"};
   for (const dsv41::scenarios::selftest::ZooBug& bug : dsv41::scenarios::selftest::bug_zoo()) {
     const std::string d = write_dump(bug.name, &bug);
     const dsv41::reports::RunReport r = judge(d, true);

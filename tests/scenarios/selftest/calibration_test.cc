@@ -1,0 +1,144 @@
+// The order-variant calibration and sensitivity of `dsv41 selftest` (scenarios/selftest/calibration.h,
+// reordered_ops.h, docs/selftest.md "Calibration" and "Sensitivity") and the row-gain statistic
+// they judge with (scenarios/judge/derived_bounds.h): the variants' sums follow their stated order
+// (checked on hand-made terms whose fp32 sums differ by order), a variant changes bits and still
+// passes the order-variant claim, a one-row gain of 1% is flagged and located where it was planted,
+// the statistic sees a gain and not rounding noise, and the mutant spec of a row factor parses.
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "formats/minifloat.h"
+#include "reference/ops/numerics.h"
+#include "scenarios/defects/mutants.h"
+#include "scenarios/judge/derived_bounds.h"
+#include "scenarios/selftest/calibration.h"
+#include "scenarios/selftest/reordered_ops.h"
+#include "tests/support/run_cli.h"
+
+namespace {
+
+namespace st = dsv41::scenarios::selftest;
+using dsv41::test::has;
+
+// Terms whose fp32 sum depends on the order: 1 + 2^-24 rounds back to 1 (a tie, to even), while
+// 2^-24 + 2^-24 = 2^-23 survives being added to 1.
+TEST(ReorderedOps, EachVariantSumsInItsStatedOrder) {
+  const float e = std::ldexp(1.0f, -24);
+  const float t[3] = {1.0f, e, e};
+  const float left_to_right = 1.0f, small_first = 1.0f + 2 * e;
+  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kReversed), small_first);  // (e + e) + 1
+  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kPairwise), small_first);  // 1 + (e + e)
+  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kTiles), small_first);     // one exact tile of 3
+  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kBlocked), left_to_right); // one block of 64, in order
+  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kSplitK), left_to_right);  // slices of 1, in order
+  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kFma), left_to_right);
+  EXPECT_EQ(st::sum_order_from_name("splitk"), st::SumOrder::kSplitK);
+  EXPECT_THROW(st::sum_order_from_name("random"), dsv41::Error);
+}
+
+// A legitimate order-variant port passes under the order-variant claim, having changed bits (else
+// the run proves nothing).
+TEST(Calibration, AReorderedVariantChangesBitsAndPassesOrderVariant) {
+  st::CalibrationOptions o;
+  o.variants = {"splitk"};
+  o.scenarios = {"zoo"};
+  o.progress = false;
+  std::ostringstream progress;
+  const st::CalibrationResult r = st::run_calibration(o, progress);
+  ASSERT_EQ(r.rows.size(), 1u);
+  const st::CalibrationRow& row = r.rows[0];
+  EXPECT_TRUE(row.changed);
+  EXPECT_EQ(row.conform_exit, 0) << row.root_cause;
+  EXPECT_EQ(row.verdict, "ok");
+  EXPECT_GT(row.worst_ratio, 0.0);  // the variant's errors are seen, within the bounds
+  EXPECT_LE(row.worst_ratio, 1.0);
+  EXPECT_EQ(st::calibration_exit_code(r), 0);
+  EXPECT_TRUE(has(st::format_calibration_table(r), "| splitk | zoo | yes | 0 |"));
+}
+
+// A 1% gain on one row of attn_out (far inside its worst-case max_rowrel bound) is flagged by the
+// row-gain statistic and located at the component, layer and step where it was planted.
+TEST(Sensitivity, AOnePercentRowGainIsFlaggedAndLocated) {
+  st::SensitivityOptions o;
+  o.components = {"attn_out"};
+  o.factors = {1.01};
+  o.progress = false;
+  std::ostringstream progress;
+  const st::SensitivityResult r = st::run_sensitivity(o, progress);
+  ASSERT_EQ(r.rows.size(), 1u);
+  const st::SensitivityRow& row = r.rows[0];
+  EXPECT_TRUE(row.fired);
+  EXPECT_TRUE(row.flagged);
+  EXPECT_EQ(row.root_cause, "attn_out@2 step 1");
+  EXPECT_EQ(row.verdict, "ok");
+  EXPECT_TRUE(has(st::format_sensitivity_table(r), "| attn_out | 2 | 1 | 0.01 |"));
+}
+
+// Uniform in [-2, 2) from splitmix64 (seed printed by the test name: fixed).
+double uniform(uint64_t seed, uint64_t i) {
+  return static_cast<double>(dsv41::reference::splitmix64(seed, i) >> 11) * std::ldexp(1.0, -53) * 4.0 - 2.0;
+}
+
+std::vector<float> random_bf16_row(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = dsv41::formats::round_to_bf16(static_cast<float>(uniform(seed, i)));
+  return v;
+}
+
+TEST(RowGain, SeesAGainAndNotRoundingNoise) {
+  const int64_t n = 256;
+  const std::vector<float> a = random_bf16_row(n, 7);
+  ASSERT_GT(std::fabs(a[0]) + std::fabs(a[1]), 0.0f);  // not all zero
+  // b = bf16(1.01 a): a gain of 1%.
+  std::vector<float> gain(a);
+  for (float& x : gain) x = dsv41::formats::round_to_bf16(x * 1.01f);
+  const double g = dsv41::scenarios::judge::max_row_gain(a, gain, n, "gain");
+  EXPECT_GT(g, std::ldexp(1.0, -12));
+  EXPECT_LT(g, 0.0101);
+  // One bf16 ulp up or down on every third element, the sign from a coin: rounding noise.
+  std::vector<float> noise(a);
+  for (size_t i = 0; i < noise.size(); i += 3) {
+    const float ulp = std::ldexp(1.0f, std::ilogb(noise[i]) - 7);
+    noise[i] += (dsv41::reference::splitmix64(11, i) & 1) ? ulp : -ulp;
+  }
+  EXPECT_EQ(dsv41::scenarios::judge::max_row_gain(a, noise, n, "noise"), 0.0);
+  // A lone flip at the row's largest element: |g| is about its own standard error.
+  size_t top = 0;
+  for (size_t i = 1; i < a.size(); ++i) top = std::fabs(a[i]) > std::fabs(a[top]) ? i : top;
+  std::vector<float> lone(a);
+  lone[top] += std::ldexp(1.0f, std::ilogb(lone[top]) - 7) * (lone[top] > 0 ? 1.0f : -1.0f);
+  EXPECT_EQ(dsv41::scenarios::judge::max_row_gain(a, lone, n, "lone"), 0.0);
+  // Rows shorter than kRowGainMinLength are not judged (hc-wide rows).
+  EXPECT_EQ(dsv41::scenarios::judge::max_row_gain(std::vector<float>(a.begin(), a.begin() + 8),
+                                                  std::vector<float>(gain.begin(), gain.begin() + 8), 8, "short"),
+            0.0);
+  EXPECT_THROW(dsv41::scenarios::judge::max_row_gain(a, std::vector<float>(3), n, "sizes"), dsv41::Error);
+}
+
+TEST(Mutants, ARowFactorParsesForFloatComponentsOnly) {
+  const dsv41::scenarios::defects::Mutation m = dsv41::scenarios::defects::parse_mutation("attn_out:L3:S2:x1.01");
+  EXPECT_EQ(m.component, "attn_out");
+  EXPECT_EQ(m.layer, 3);
+  EXPECT_EQ(m.step, 2);
+  EXPECT_DOUBLE_EQ(m.row_scale, 1.01);
+  for (const char* bad : {"attn_out:L3:S2:x1", "attn_out:L3:S2:x-2", "attn_out:L3:S2:xabc", "topk:L3:S2:x1.01",
+                          "cache.window_kv:L0:S0:x1.5"}) {
+    EXPECT_THROW(dsv41::scenarios::defects::parse_mutation(bad), dsv41::Error) << bad;
+  }
+}
+
+TEST(SelftestCli, CalibrationAndSensitivityRefuseBadLists) {
+  const dsv41::test::CliResult a = dsv41::test::run_dsv41("selftest --calibration --variants random");
+  EXPECT_EQ(a.code, 2);
+  EXPECT_TRUE(has(a.err, "unknown order-variant 'random'")) << a.err;
+  const dsv41::test::CliResult b = dsv41::test::run_dsv41("selftest --sensitivity --factors 1.01,one");
+  EXPECT_EQ(b.code, 2);
+  EXPECT_TRUE(has(b.err, "--factors: 'one'")) << b.err;
+}
+
+}  // namespace
