@@ -117,6 +117,8 @@ int run(const ConformArgs& a, const std::string& command_line) {
       std::cout << "  " << b.component << ": " << judge::kDecodedRowRelMetric << " <= " << b.bound << "  "
                 << (file ? "[overridden by the tolerance file] " : "") << b.origin << "\n";
     }
+    std::cout << "  every cache above, also: " << judge::kDecodedBlockGainMetric << " <= "
+              << judge::decoded_block_gain_tolerance().bound << "  (a scale block's gain error; docs/conform.md)\n";
     const judge::DerivedBound& any = judge::derived_bound_table(d.config).front();
     std::cout << "  every row above, also: " << judge::kRowGainMetric << " <= " << judge::row_gain_tolerance(any).bound
               << "  (a row's gain error, its lower " << judge::kRowGainSigmas

@@ -84,6 +84,10 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
     if (!forced) return std::nullopt;
     const bool cache = conform_detail::is_cache(component);
     if (cache) {  // bytes measured (a quantizer flip is legitimate); what they decode to is bounded
+      if (metric == judge::kDecodedBlockGainMetric) {
+        return judge::derived_cache_bound(*claim.config, component) ? std::optional<Tolerance>(judge::decoded_block_gain_tolerance())
+                                                                    : std::nullopt;
+      }
       if (metric != judge::kDecodedRowRelMetric) return std::nullopt;
       const std::optional<judge::DerivedBound> b = judge::derived_cache_bound(*claim.config, component);
       return b ? std::optional<Tolerance>(judge::derived_tolerance(*b)) : std::nullopt;

@@ -236,6 +236,19 @@ std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c,
   return b;
 }
 
+reports::Tolerance decoded_block_gain_tolerance() {
+  reports::Tolerance t;
+  t.bound = std::ldexp(1.0, -5);
+  t.higher_is_better = false;
+  t.origin = "analytic";
+  std::ostringstream note;
+  note << "derived: a scale block's gain error g = <a, b-a>/<a, a> of the decoded values, its lower " << kRowGainSigmas
+       << "-sigma bound (HC0) <= 2^-5: each side rounds to nearest on its own scale's grid (unbiased: a flipped code or "
+          "a moved scale is noise); a scale byte off by one step scales the block by >= 1/16 (E4M3) or 2 (E8M0)";
+  t.note = note.str();
+  return t;
+}
+
 std::vector<DerivedBound> derived_cache_bound_table(const reference::ModelConfig& c) {
   std::vector<DerivedBound> out;
   for (const char* k : {"cache.window_kv", "cache.compressed_kv", "cache.index_keys", "cache.dspark_window_kv"}) {

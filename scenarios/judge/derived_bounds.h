@@ -103,6 +103,12 @@ reports::Tolerance row_gain_tolerance(const DerivedBound& b);
 // FP4 E2M1 + E4M3/16 (1/6)(1 + 2^-3) + 2^-4 (a scale rounded below amax/6 saturates the max);
 // FP4 E2M1 + E8M0/32 1/3 (the power-of-2 scale is up to 2x amax/6). nullopt for another component.
 inline constexpr const char* kDecodedRowRelMetric = "decoded_rowrel";
+// And per scale block (the format's block of 16 or 32 values within an entry), the decoded values'
+// gain error: max_row_gain over blocks (the lower 6-sigma bound of |<a, b-a>/<a, a>|). Each side
+// rounds to nearest on its own scale's grid (unbiased), so a legitimate flip or a moved scale is
+// noise; a scale byte off by one step scales its whole block (E4M3: by 1/16 to 1/8; E8M0: by 2).
+inline constexpr const char* kDecodedBlockGainMetric = "decoded_block_gain";
+reports::Tolerance decoded_block_gain_tolerance();
 std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c, const std::string& component);
 std::vector<DerivedBound> derived_cache_bound_table(const reference::ModelConfig& c);
 

@@ -37,8 +37,13 @@ const Tensor<T>* forced_value(const StepCapture* forced, int layer, const std::s
     scratch = Tensor<T>(own.shape(), std::vector<T>(v.data().end() - own.dim(0) * width, v.data().end()), v.name());
     return &scratch;
   }
-  DSV41_CHECK(v.shape() == own.shape(), "teacher forcing: side A's '", what, "' at layer ", layer,
-              " has shape ", reference::shape_string(v.shape()), ", side B's ", reference::shape_string(own.shape()));
+  DSV41_CHECK(v.shape() == own.shape(), "teacher forcing: the forcing value of '", what, "' at layer ", layer,
+              " (a port dump's, in conform) has shape ", reference::shape_string(v.shape()), ", the forced run computes ",
+              reference::shape_string(own.shape()),
+              what == reference::model::name(reference::model::Component::kTopk)
+                  ? " (a top-k is [T, min(index_topk, N)], N the layer's compressed positions after the step: drop "
+                    "the padding columns beyond N; docs/port-dump.md)"
+                  : "");
   return &v;
 }
 

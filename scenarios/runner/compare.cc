@@ -426,7 +426,7 @@ void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, Step
     // What the bytes decode to, per entry relative to the entry's max |A| (measured here; conform's
     // order-variant claim bounds it: judge::derived_cache_bound). Decoded only where bytes differ.
     if (ca.kind != "compressor" && ca.format == cb.format && ca.dim > 0 && ca.entries > 0) {
-      double rel = 0;
+      double rel = 0, block_gain = 0;
       std::string why;
       if (m.bytes_equal < m.bytes) {
         try {
@@ -447,11 +447,17 @@ void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, Step
             }
             why += ": max |decoded A - decoded B| = " + std::to_string(rel) + " x the entry's max |decoded A|";
           }
+          const int block = formats::info(ca.format).block;
+          if (block > 1 && dim % block == 0) block_gain = judge::max_row_gain(da, db, block, c);
         } catch (const Error&) {
           continue;  // an entry that does not decode: valid_entries_frac (above) fails and says which
         }
       }
       rows.add(ca.layer, c, judge::kDecodedRowRelMetric, rel, std::nullopt, std::nullopt, why);
+      rows.add(ca.layer, c, judge::kDecodedBlockGainMetric, block_gain, std::nullopt, std::nullopt,
+               block_gain > 0 ? "a scale block's decoded values scaled by about 1 + " + std::to_string(block_gain) +
+                                    " or more (a wrong block scale?)"
+                              : "");
     }
   }
 }
@@ -489,7 +495,7 @@ const std::vector<std::string>& known_metrics() {
       "first_mismatch", "first_mismatch_byte", "kl", "top1_agree", "margin_a", "flip_class", "rows_equal_frac",
       "jaccard_min", "recall_min", "recall_mean", "tie_band_max", "tie_equivalent", "recall_within_candidates",
       "block_recall_min", "token_recall_min", "equal_frac", "bytes_equal_frac", "valid_entries_frac", "format_equal",
-      "decoded_rowrel",
+      "decoded_rowrel", "decoded_block_gain",
       "probe_count[d<-W]", "probe_count[-W<=d<0]", "probe_count[0<=d<W]", "probe_count[d>=W]",
       "probe_recall[d<-W]", "probe_recall[-W<=d<0]", "probe_recall[0<=d<W]", "probe_recall[d>=W]"};
   return names;

@@ -69,7 +69,7 @@ void worst_row(const reports::RunReport& report, CalibrationRow& row) {
       for (const reports::MetricRow& r : cmp.rows) {
         if (!r.tolerance || r.tolerance->bound <= 0) continue;
         if (r.metric != judge::kRowRelMetric && r.metric != judge::kRowGainMetric &&
-            r.metric != judge::kDecodedRowRelMetric) {
+            r.metric != judge::kDecodedRowRelMetric && r.metric != judge::kDecodedBlockGainMetric) {
           continue;
         }
         const double ratio = r.value / r.tolerance->bound;

@@ -51,7 +51,8 @@ struct CalibrationRow {
   std::string variant, scenario;
   bool changed = false;        // the variant's dump differs from the reference's (else it proves nothing)
   int conform_exit = 0;
-  double worst_ratio = 0;      // max over checked order-variant rows (max_rowrel, row_gain, decoded_rowrel) of value / bound
+  double worst_ratio = 0;      // max over checked order-variant rows (max_rowrel, row_gain, decoded_rowrel,
+                               // decoded_block_gain) of value / bound
   std::string worst;           // "attn_out@3 step 1 max_rowrel" of that row
   std::string root_cause;      // "component@layer step S (metric value)" when flagged
   std::string verdict;         // ok, ALARM (flagged), NO-CHANGE (identical to the reference), ERROR

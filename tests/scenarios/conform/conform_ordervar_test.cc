@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -198,27 +199,32 @@ TEST(ConformOrderVariant, ZooBugsStillFlaggedAndLocated) {
 }
 
 
-// A cache byte the port could not have produced from finite values (an E4M3 block scale with its
-// sign bit set: 0x29 -> 0xA9) is a failure under the order-variant claim too, located at that cache.
-TEST(ConformOrderVariant, AnInvalidCacheByteFailsUnderAnyClaim) {
-  const std::string d = write_dump("clean_for_cache", nullptr);
-  dsv41::scenarios::conform::PortDump dump = dsv41::scenarios::conform::read_port_dump(d);
-  std::string key;
-  int64_t step = -1;
+// Rewrites the first compressed_kv cache of the dump: its entry 0's block-0 E4M3 scale byte
+// becomes edit(byte). Returns the cache's key and step.
+std::pair<std::string, int64_t> edit_compressed_kv_scale(dsv41::scenarios::conform::PortDump& dump,
+                                                         const std::function<uint8_t(uint8_t)>& edit) {
   for (dsv41::scenarios::conform::PortDumpStep& s : dump.steps) {
     for (auto& [k, e] : s.tensors) {
       if (k.size() > 19 && k.compare(k.size() - 19, 19, "cache.compressed_kv") == 0 && !e.bytes.empty()) {
         const int64_t eb = e.shape.at(1), dim = eb * 16 / 9;   // d/2 values + d/16 E4M3 scales
         uint8_t& scale = e.bytes.at(static_cast<size_t>(dim / 2));  // entry 0, block 0
-        ASSERT_EQ(scale & 0x80, 0) << k;
-        scale = static_cast<uint8_t>(scale | 0x80);
-        key = k;
-        step = s.index;
-        break;
+        scale = edit(scale);
+        return {k, s.index};
       }
     }
-    if (!key.empty()) break;
   }
+  return {"", -1};
+}
+
+// A cache byte the port could not have produced from finite values (an E4M3 block scale with its
+// sign bit set: 0x29 -> 0xA9) is a failure under the order-variant claim too, located at that cache.
+TEST(ConformOrderVariant, AnInvalidCacheByteFailsUnderAnyClaim) {
+  const std::string d = write_dump("clean_for_cache", nullptr);
+  dsv41::scenarios::conform::PortDump dump = dsv41::scenarios::conform::read_port_dump(d);
+  const auto [key, step] = edit_compressed_kv_scale(dump, [](uint8_t b) {
+    EXPECT_EQ(b & 0x80, 0);
+    return static_cast<uint8_t>(b | 0x80);
+  });
   ASSERT_FALSE(key.empty()) << "the dump holds no compressed_kv cache";
   const int layer = std::stoi(key.substr(5, 2));
   for (bool order_variant : {false, true}) {
@@ -235,6 +241,32 @@ TEST(ConformOrderVariant, AnInvalidCacheByteFailsUnderAnyClaim) {
     EXPECT_EQ(rc->metric, "valid_entries_frac");
     EXPECT_NE(rc->detail.find("not a positive finite scale"), std::string::npos) << rc->detail;
   }
+  fs::remove_all(d);
+}
+
+// A valid but wrong block scale (the E4M3 byte one step up: the block's 16 decoded values x 1.07 to
+// 1.13) is within the compressed cache's decoded_rowrel bound, but it scales the whole block: under
+// the order-variant claim decoded_block_gain flags it at that cache (the bytes are only measured).
+TEST(ConformOrderVariant, AValidButWrongCacheScaleIsLocatedAtTheCache) {
+  const std::string d = write_dump("clean_for_scale", nullptr);
+  dsv41::scenarios::conform::PortDump dump = dsv41::scenarios::conform::read_port_dump(d);
+  const auto [key, step] = edit_compressed_kv_scale(dump, [](uint8_t b) {
+    EXPECT_LT(b & 0x7F, 0x7E);  // a positive finite E4M3 below the largest: one step up stays valid
+    return static_cast<uint8_t>(b + 1);
+  });
+  ASSERT_FALSE(key.empty()) << "the dump holds no compressed_kv cache";
+  ConformOptions o;
+  o.order_variant = true;
+  const dsv41::reports::RunReport r = dsv41::scenarios::conform::conform(
+      dump, weights(), dsv41::reference::model::default_token_map(config()), o);
+  EXPECT_EQ(r.verdict, Verdict::kFail);
+  const std::optional<dsv41::scenarios::conform::RootCause> rc = dsv41::scenarios::conform::root_cause(r);
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(rc->component, "cache.compressed_kv");
+  EXPECT_EQ(rc->layer, std::stoi(key.substr(5, 2)));
+  EXPECT_EQ(rc->step, step);
+  EXPECT_EQ(rc->metric, "decoded_block_gain");
+  EXPECT_GT(rc->value, 1.0 / 32);
   fs::remove_all(d);
 }
 
