@@ -187,6 +187,18 @@ std::string builtin_oracle_file(const std::string& file) {
   return std::string(DSV41_SOURCE_DIR_STRING) + "/golden/oracle/" + file;
 }
 
+SelftestModel load_selftest_model(const std::string& config_path, const std::string& weights_path) {
+  const std::string cp = config_path.empty() ? builtin_oracle_file("config.json") : config_path;
+  const std::string wp = weights_path.empty() ? builtin_oracle_file("weights.safetensors") : weights_path;
+  reference::ModelConfig c = reference::load_config_file(cp);
+  reference::checkpoint::ModelWeights w = reference::checkpoint::ModelWeights::load(wp, c);
+  return {wp, std::move(c), std::move(w)};
+}
+
+std::string zoo_location(const std::string& component, int layer, int64_t step) {
+  return component + "@" + std::to_string(layer) + " step " + std::to_string(step);
+}
+
 bool dumps_differ(const std::string& a, const std::string& b) {
   namespace st = reference::checkpoint::safetensors;
   for (int64_t step = 0;; ++step) {

@@ -72,6 +72,16 @@ const ZooBug& zoo_bug(const std::string& name);
 
 // golden/oracle/<file> of the source tree (the built-in tiny oracle's config and weights).
 std::string builtin_oracle_file(const std::string& file);
+// A model's config and weights from these paths ("": the built-in tiny oracle's), as every
+// self-test run loads them.
+struct SelftestModel {
+  std::string weights_path;
+  reference::ModelConfig config;
+  reference::checkpoint::ModelWeights weights;
+};
+SelftestModel load_selftest_model(const std::string& config_path, const std::string& weights_path);
+// "component@layer step S": how the self-test's tables name a location.
+std::string zoo_location(const std::string& component, int layer, int64_t step);
 // Whether any tensor of any step differs between two dumps (directories) of the same scenario.
 bool dumps_differ(const std::string& a, const std::string& b);
 

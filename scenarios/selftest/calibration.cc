@@ -32,27 +32,9 @@ std::vector<int64_t> tokens(int64_t n, int64_t a, int64_t b) {
   return v;
 }
 
-struct Loaded {
-  std::string weights_path;
-  reference::ModelConfig config;
-  reference::checkpoint::ModelWeights weights;
-};
-
-Loaded load(const std::string& config, const std::string& weights) {
-  const std::string cp = config.empty() ? builtin_oracle_file("config.json") : config;
-  const std::string wp = weights.empty() ? builtin_oracle_file("weights.safetensors") : weights;
-  reference::ModelConfig c = reference::load_config_file(cp);
-  reference::checkpoint::ModelWeights w = reference::checkpoint::ModelWeights::load(wp, c);
-  return {wp, std::move(c), std::move(w)};
-}
-
 std::string temp_root(const std::string& dir, const char* what) {
   return dir.empty() ? (fs::temp_directory_path() / (std::string("dsv41_") + what + "_" + std::to_string(::getpid()))).string()
                      : dir;
-}
-
-std::string where(const std::string& component, int layer, int64_t step) {
-  return component + "@" + std::to_string(layer) + " step " + std::to_string(step);
 }
 
 conform::ConformOptions order_variant_options(const std::string& name) {
@@ -75,7 +57,7 @@ void worst_row(const reports::RunReport& report, CalibrationRow& row) {
         const double ratio = r.value / r.tolerance->bound;
         if (ratio > row.worst_ratio) {
           row.worst_ratio = ratio;
-          row.worst = where(r.component, r.layer, r.step) + " " + r.metric;
+          row.worst = zoo_location(r.component, r.layer, r.step) + " " + r.metric;
         }
       }
     }
@@ -124,7 +106,7 @@ const std::vector<CalibrationScenario>& calibration_scenarios() {
 }
 
 CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& progress) {
-  const Loaded L = load(o.config, o.weights);
+  const SelftestModel L = load_selftest_model(o.config, o.weights);
   const std::vector<int64_t> token_map = reference::model::default_token_map(L.config);
   std::vector<SumOrder> variants;
   for (const std::string& n : o.variants) variants.push_back(sum_order_from_name(n));
@@ -137,8 +119,12 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
   }
   for (const std::string& n : o.scenarios) {
     bool known = false;
-    for (const CalibrationScenario& s : calibration_scenarios()) known = known || s.name == n;
-    DSV41_CHECK(known, "unknown calibration scenario '", n, "' (zoo, long_prefill, token_by_token, chunks_of_7)");
+    std::string names;
+    for (const CalibrationScenario& s : calibration_scenarios()) {
+      known = known || s.name == n;
+      names += (names.empty() ? "" : ", ") + s.name;
+    }
+    DSV41_CHECK(known, "unknown calibration scenario '", n, "' (", names, ")");
   }
   const std::string root = temp_root(o.dir, "calibration");
   fs::create_directories(root);
@@ -166,7 +152,7 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
         worst_row(report, row);
         if (const std::optional<conform::RootCause> rc = conform::root_cause(report)) {
           std::ostringstream w;
-          w << where(rc->component, rc->layer, rc->step) << " (" << rc->metric << " " << rc->value << ")";
+          w << zoo_location(rc->component, rc->layer, rc->step) << " (" << rc->metric << " " << rc->value << ")";
           row.root_cause = w.str();
         }
         row.verdict = row.conform_exit != 0 ? "ALARM" : row.changed ? "ok" : "NO-CHANGE";
@@ -216,7 +202,7 @@ int calibration_exit_code(const CalibrationResult& r) {
 }
 
 SensitivityResult run_sensitivity(const SensitivityOptions& o, std::ostream& progress) {
-  const Loaded L = load(o.config, o.weights);
+  const SelftestModel L = load_selftest_model(o.config, o.weights);
   const std::vector<int64_t> token_map = reference::model::default_token_map(L.config);
   std::vector<std::string> components = o.components;
   if (components.empty()) {
@@ -273,7 +259,7 @@ SensitivityResult run_sensitivity(const SensitivityOptions& o, std::ostream& pro
               conform::conform(conform::read_port_dump(dir), L.weights, token_map, order_variant_options(component));
           row.flagged = conform::conform_exit_code(report) == 1;
           if (const std::optional<conform::RootCause> rc = conform::root_cause(report)) {
-            row.root_cause = where(rc->component, rc->layer, rc->step);
+            row.root_cause = zoo_location(rc->component, rc->layer, rc->step);
             row.located = rc->component == component && rc->layer == row.layer && rc->step == row.step;
           }
           row.verdict = !row.flagged ? "MISSED" : row.located ? "ok" : "MISLOCATED";

@@ -23,9 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string where(const std::string& component, int layer, int64_t step) {
-  return component + "@" + std::to_string(layer) + " step " + std::to_string(step);
-}
 
 std::string xml_escape(const std::string& s) {
   std::string o;
@@ -44,10 +41,10 @@ std::string xml_escape(const std::string& s) {
 }  // namespace
 
 SelftestResult run_selftest(const SelftestOptions& o, std::ostream& progress) {
-  const std::string config_path = o.config.empty() ? builtin_oracle_file("config.json") : o.config;
-  const std::string weights_path = o.weights.empty() ? builtin_oracle_file("weights.safetensors") : o.weights;
-  const reference::ModelConfig c = reference::load_config_file(config_path);
-  const reference::checkpoint::ModelWeights weights = reference::checkpoint::ModelWeights::load(weights_path, c);
+  const SelftestModel m = load_selftest_model(o.config, o.weights);
+  const reference::ModelConfig& c = m.config;
+  const reference::checkpoint::ModelWeights& weights = m.weights;
+  const std::string& weights_path = m.weights_path;
   const std::vector<int64_t> token_map = reference::model::default_token_map(c);
 
   std::vector<const ZooBug*> bugs;
@@ -68,7 +65,7 @@ SelftestResult run_selftest(const SelftestOptions& o, std::ostream& progress) {
     SelftestRow row;
     row.bug = bug ? bug->name : "clean";
     row.kind = bug ? name(bug->kind) : "-";
-    row.expected = bug ? where(bug->expected_component, bug->expected_layer, bug->expected_step) : "no alarm";
+    row.expected = bug ? zoo_location(bug->expected_component, bug->expected_layer, bug->expected_step) : "no alarm";
     const std::string dir = bug ? root + "/" + bug->name : clean_dir;
     const auto t0 = std::chrono::steady_clock::now();
     try {
@@ -108,7 +105,7 @@ SelftestResult run_selftest(const SelftestOptions& o, std::ostream& progress) {
       char line[512];
       std::snprintf(line, sizeof line, "selftest: %-32s %-10s %6.1f s  root cause %s\n", row.bug.c_str(),
                     row.verdict.c_str(), row.seconds,
-                    row.component.empty() ? "-" : where(row.component, row.layer, row.step).c_str());
+                    row.component.empty() ? "-" : zoo_location(row.component, row.layer, row.step).c_str());
       progress << line << std::flush;
     }
     result.rows.push_back(std::move(row));
@@ -147,7 +144,7 @@ void write_selftest_junit(const SelftestResult& r, const std::string& path) {
     f << "  <testcase classname=\"selftest\" name=\"" << xml_escape(row.bug) << "\" time=\"" << row.seconds << "\">";
     if (row.verdict != "ok") {
       f << "<failure message=\"" << xml_escape(row.verdict + ": expected " + row.expected + ", located " +
-                                               (row.component.empty() ? "nothing" : where(row.component, row.layer, row.step)))
+                                               (row.component.empty() ? "nothing" : zoo_location(row.component, row.layer, row.step)))
         << "\">" << xml_escape(row.detail) << "</failure>";
     }
     f << "</testcase>\n";
