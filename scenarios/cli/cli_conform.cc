@@ -89,6 +89,9 @@ int run(const ConformArgs& a, const std::string& command_line) {
     std::cout << "root cause (" << rc->mode << "): step " << rc->step << ", "
               << (rc->layer < 0 ? std::string("model") : "layer " + std::to_string(rc->layer)) << ", " << rc->component
               << ": " << rc->metric << " = " << rc->value << "; " << rc->detail << "\n  repro: " << rc->repro << "\n";
+    if (const size_t n = conform::root_causes(report).size(); n > 1) {
+      std::cout << n << " independent root causes (teacher-forced; the ROOT CAUSE lines below; docs/conform.md \"Root causes\")\n";
+    }
   } else if (report.verdict == reports::Verdict::kPass) {
     std::cout << "conform: every covered component of every step agrees with the reference\n";
   }

@@ -3,6 +3,7 @@
 // `dsv41 conform` (scenarios/conform/conform.h): the port's dump as StepCaptures, the teacher-forced and
 // end-to-end replays in the reference, and the rows they give. The report assembly (tolerances,
 // order, root cause, support matrix) is scenarios/conform/conform_report.cc.
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -13,6 +14,8 @@
 #include "base/error.h"
 #include "reference/model/model.h"
 #include "reference/model/speculative.h"
+#include "reference/ops/linear.h"
+#include "reference/ops/moe.h"
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/compare.h"
 #include "scenarios/conform/conform.h"
@@ -141,12 +144,15 @@ namespace {
 // The port's selections, checked after they replaced the reference's (a value out of range would
 // make the reference read outside its caches): top-k in [-1, N) with N the layer's index_scores
 // width, experts in [0, n_routed_experts), candidate masks 0/1.
+// gate_in: each layer's ffn_in as the MoE gate reads it (the port's when forced).
 reference::model::ForwardHooks checked_forcing(runner::StepCapture& own, const runner::StepCapture* port, const PortDumpStep& s,
-                                        const reference::ModelConfig& c, std::map<int, int64_t>& reach) {
+                                        const reference::ModelConfig& c, std::map<int, int64_t>& reach,
+                                        std::map<int, Tensor<float>>& gate_in) {
   reference::model::ForwardHooks h = capture_hooks(own, port);
-  h.tensor = [inner = h.tensor, &reach](Component what, int layer, Tensor<float>& v) {
+  h.tensor = [inner = h.tensor, &reach, &gate_in](Component what, int layer, Tensor<float>& v) {
     if (what == Component::kIndexScores && v.rank() == 2) reach[layer] = v.dim(1);
     inner(what, layer, v);
+    if (what == Component::kFfnIn) gate_in.insert_or_assign(layer, v);
   };
   h.index = [inner = h.index, &reach, &s, &c](Component what, int layer, Tensor<int32_t>& v) {
     inner(what, layer, v);
@@ -172,6 +178,29 @@ reference::model::ForwardHooks checked_forcing(runner::StepCapture& own, const r
     }
   };
   return h;
+}
+
+// The reference's routed-expert scores of a layer from the gate's input x [T, dim]: the biased
+// scores the choice ranks and each row's tie band (scenarios/judge/derived_bounds.h expert_score_band).
+runner::CompareContext::ExpertScores expert_scores(const Tensor<float>& x, const reference::checkpoint::BlockWeights& bw,
+                                                   const reference::ModelConfig& c, int layer) {
+  const reference::MoeRouting r = reference::moe_gate(x, bw.ffn, c, layer);
+  const reference::LinearWeight& g = bw.ffn.gate;
+  const Tensor<float> logits = reference::linear_fp32(x, g);  // [T, E] fp32
+  const int64_t T = x.dim(0), n = x.dim(1), E = g.out;
+  runner::CompareContext::ExpertScores out{Tensor<float>({T, E}, "experts.biased"), std::vector<double>(static_cast<size_t>(T), 0.0)};
+  for (int64_t t = 0; t < T; ++t) {
+    double worst = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const float biased = r.scores.at(t, e) + bw.ffn.gate_bias.data()[static_cast<size_t>(e)];
+      out.biased.at(t, e) = biased;
+      double abs_dot = 0;
+      for (int64_t i = 0; i < n; ++i) abs_dot += std::fabs(double{x.at(t, i)} * g.w[static_cast<size_t>(e * n + i)]);
+      worst = std::max(worst, judge::expert_score_band(logits.at(t, e), abs_dot, n, c.gate_temp, biased));
+    }
+    out.band[static_cast<size_t>(t)] = 2.0 * worst;
+  }
+  return out;
 }
 
 std::vector<reference::model::CacheView> all_caches(const reference::model::Model& m, const reference::model::ModelState& s) {
@@ -268,7 +297,8 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
       const std::optional<reference::model::ModelState> before = rolls_back ? std::optional(forced) : std::nullopt;
       runner::StepCapture port = port_capture(d, s), own;
       std::map<int, int64_t> reach;
-      model.set_hooks(checked_forcing(own, &port, s, c, reach));
+      std::map<int, Tensor<float>> gate_in;
+      model.set_hooks(checked_forcing(own, &port, s, c, reach, gate_in));
       const reference::model::StepRecord rec = [&] {
         try {
           return model.forward_chunk(forced, s.tokens, step_options);
@@ -282,7 +312,16 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
       runner::finish_capture(own, rec, all_caches(model, forced));
       const std::vector<reference::model::CacheView> extra = keep_covered(own, port, every);
       ctx.teacher_forced = true;
+      const auto held = d.components.find(reference::model::name(Component::kExperts));
+      if (conform_detail::order_variant(d, o) && held != d.components.end()) {  // the experts' tie analysis
+        for (int layer : held->second) {
+          const auto x = gate_in.find(layer);
+          if (x == gate_in.end() || layer < 0 || layer >= c.n_layers) continue;
+          ctx.expert_scores[layer] = expert_scores(x->second, weights.blocks[static_cast<size_t>(layer)], c, layer);
+        }
+      }
       j.forced = runner::compare_step(own, port, ctx);
+      ctx.expert_scores.clear();
       for (const reference::model::CacheView& v : extra) {  // a cache the reference does not keep: a failure
         reports::MetricRow r;
         r.step = s.index;

@@ -135,6 +135,15 @@ struct RootCause {
   std::string repro;       // one command line that reruns just this
 };
 std::optional<RootCause> root_cause(const reports::RunReport& report);
+// Every independent root cause of the teacher-forced comparison (docs/conform.md "Root causes"):
+// the first failure of each (component, layer) that no earlier failure explains (a failure whose
+// port read its own wrong cache is explained by that cache's failure), in root-cause order; the
+// later steps each fails at in also_steps. Empty when the teacher-forced comparison passed.
+struct IndependentRootCause {
+  RootCause cause;
+  std::vector<int64_t> also_steps;
+};
+std::vector<IndependentRootCause> root_causes(const reports::RunReport& report);
 
 // 0 pass, 1 fail, 2 error, 3 coverage too thin (reports::exit_code of the verdict).
 int conform_exit_code(const reports::RunReport& report);

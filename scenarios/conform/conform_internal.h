@@ -40,9 +40,44 @@ inline bool order_variant(const PortDump& d, const ConformOptions& o) {
 // "cache.window_kv", ...
 bool is_cache(const std::string& component);
 
+// "layer 3", or "model" for layer -1.
+inline std::string layer_word(int layer) { return layer < 0 ? "model" : "layer " + std::to_string(layer); }
+
+// What a failing item shows (conform_judge.cc): where the values first differ (coordinate, byte,
+// values), a selection's first differing row and whether it is a tie, or the cache layout diagnosis.
+std::string item_detail(const runner::StepCapture& a, const runner::StepCapture& b, int layer, const std::string& c,
+                        const reference::ModelConfig& cfg);
+
 // A dump step as a StepCapture: every component the dump holds (items in table order, the last
 // row of model.logits, the caches with their format and dim from the file's metadata, checked).
 runner::StepCapture port_capture(const PortDump& d, const PortDumpStep& s);
+
+// One failing (step, layer, component) of the teacher-forced comparison: its first failing row.
+struct Failure {
+  int64_t step = 0;
+  int layer = -1;
+  std::string component, metric;
+  double value = 0, bound = 0;
+  std::string origin, detail, repro;
+};
+// An independent root cause (docs/conform.md "Root causes"): the failures of one (component,
+// layer) that no earlier failure explains, the first of them and the later steps it fails at.
+struct RootCauseGroup {
+  Failure first;
+  std::vector<int64_t> also_steps;
+};
+// A failure an earlier one explains: the port's component read the port's own wrong state.
+struct ExplainedFailure {
+  Failure failure, by;
+};
+// Groups teacher-forced failures (in root-cause order) into independent root causes
+// (conform_root_causes.cc). Under teacher forcing every component gets the port's own inputs, so
+// a failure is its own root cause, except where the port's step reads state the replay does not
+// force: its caches. A failure of an attention (attn_out), an indexer (index_scores, topk,
+// candidates) or a cache is explained by an earlier failure (this step or before) of a cache
+// it reads (its own, its kv owner's; the compressor's pending rows for the compressed caches).
+void group_root_causes(const std::vector<Failure>& failures, const reference::ModelConfig& c,
+                       std::vector<RootCauseGroup>& roots, std::vector<ExplainedFailure>& explained);
 
 // Replays the dump's steps in the reference: teacher-forced, and end to end (options.end_to_end).
 // A dsv41::Error naming the dump, the file and the key for a port value the reference cannot take.

@@ -1,7 +1,7 @@
 // scenarios/conform/conform_judge.cc
 //
 // The judging pieces of `dsv41 conform` (scenarios/conform/conform.h): the tolerance file, the cache layout
-// diagnosis (the metrics port engineers use are the judge's: scenarios/judge/judge.h).
+// diagnosis, a failure's detail (the metrics port engineers use are the judge's: scenarios/judge/judge.h).
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -18,6 +18,8 @@
 #include "reference/model/hooks.h"
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/conform_internal.h"
+#include "scenarios/judge/metrics.h"
+#include "scenarios/runner/compare.h"
 
 namespace dsv41::scenarios::conform {
 
@@ -247,6 +249,94 @@ std::string diagnose_cache_layout(const reference::model::CacheView& ref, const 
   }
   return "no layout explains it: decoded token-interleaved " + describe(inter) + "; decoded block-planar (pages of " +
          std::to_string(best_page) + ") " + describe(best_planar);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failure details.
+
+// What a failing item shows: where the values first differ, or the cache layout diagnosis.
+std::string conform_detail::item_detail(const runner::StepCapture& a, const runner::StepCapture& b, int layer, const std::string& c,
+                        const reference::ModelConfig& cfg) {
+  std::ostringstream d;
+  d.precision(6);
+  const std::string what = c + " (" + conform_detail::layer_word(layer) + ")";
+  try {
+    if (conform_detail::is_cache(c)) {
+      for (size_t i = 0; i < a.caches.size() && i < b.caches.size(); ++i) {
+        if (a.caches[i].layer != layer || "cache." + a.caches[i].kind != c) continue;
+        if (a.caches[i].entry_bytes == b.caches[i].entry_bytes && a.caches[i].bytes.size() == b.caches[i].bytes.size()) {
+          const judge::BytesMetrics m = judge::compare_bytes(a.caches[i].bytes, b.caches[i].bytes, a.caches[i].entry_bytes, what);
+          if (m.first_mismatch_entry >= 0) {
+            d << "first mismatch in entry " << m.first_mismatch_entry << " byte " << m.first_mismatch_byte << " ("
+              << (m.entries - m.entries_equal) << " of " << m.entries << " entries differ); ";
+          }
+        }
+        d << diagnose_cache_layout(a.caches[i], b.caches[i]);
+      }
+      return d.str();
+    }
+    if (c == reference::model::name(reference::model::Component::kLogits)) {
+      const judge::LogitMetrics m = judge::compare_logits(a.logits, b.logits, 0.0);
+      d << "top-1 ref=" << m.top1_a << " port=" << m.top1_b << ", max |d| " << m.max_abs << ", NMSE " << m.nmse
+        << ", KL " << m.kl;
+      return d.str();
+    }
+    const runner::CapturedItem* ia = a.find(layer, c);
+    const runner::CapturedItem* ib = b.find(layer, c);
+    if (ia == nullptr || ib == nullptr) return ia ? "the port has no " + what : "the reference has no " + what;
+    switch (ia->kind) {
+      case runner::CapturedItem::kFloat: {
+        const judge::TensorMetrics m = compare_tensors(ia->f, ib->f, ia->type, what);
+        const judge::PortMetrics p = judge::port_metrics(ia->f.data(), ib->f.data(), 0, 0, what);
+        if (m.first_mismatch >= 0) {
+          d << "first mismatch at [";
+          for (size_t k = 0; k < m.first_mismatch_coord.size(); ++k) d << (k ? ", " : "") << m.first_mismatch_coord[k];
+          d << "] byte " << m.first_mismatch_byte << ": ref=" << m.a_at_first << " port=" << m.b_at_first << "; ";
+        }
+        d << (m.count - m.bit_equal) << " of " << m.count << " differ, max ulp " << m.max_ulp << ", NMSE " << m.nmse
+          << ", calc_diff " << p.calc_diff;
+        if (m.nan_mismatch + m.inf_mismatch > 0) d << "; " << m.nan_mismatch << " NaN / " << m.inf_mismatch << " Inf masks differ";
+        return d.str();
+      }
+      case runner::CapturedItem::kIndex: {
+        const runner::CapturedItem* s = c == "topk" ? a.find(layer, "index_scores") : nullptr;
+        const judge::IndexMetrics m = judge::compare_index_sets(ia->i, ib->i, s && s->f.dim(0) == ia->i.dim(0) ? &s->f : nullptr, 0.0, what);
+        if (m.first_row_differs >= 0) {
+          const judge::IndexRowMetrics& r = m.per_row[static_cast<size_t>(m.first_row_differs)];
+          d << "first differing row " << m.first_row_differs << " (position "
+            << a.start_pos + m.first_row_differs << "): Jaccard " << r.jaccard << ", recall " << r.recall;
+          if (s != nullptr) {
+            d << (m.tie_equivalent ? "; every difference inside the tie band (another tie rule: the reference's "
+                                     "lower position wins)"
+                                   : "; differences outside the tie band");
+          }
+        }
+        d << "; " << (m.rows - m.rows_equal) << " of " << m.rows << " rows differ";
+        return d.str();
+      }
+      case runner::CapturedItem::kMask: {
+        const judge::CandidateMetrics m = judge::compare_candidates(ia->m, ib->m, std::max(1, cfg.candidate_block_size), what);
+        d << "first differing row " << m.first_row_differs << ", block recall min " << m.min_block_recall;
+        if (const std::optional<judge::IndexMetrics> t =
+                runner::candidate_block_ties(ia->m, ib->m, a, layer, cfg.candidate_block_size, 0.0, what)) {
+          d << (t->tie_equivalent ? "; every differing block is an exact tie of A's block scores (another tie rule: "
+                                    "the reference's lower block wins)"
+                                  : "; blocks differ outside the exact ties of A's block scores (not a tie)");
+        }
+        d << "; " << (m.rows - m.rows_equal) << " of " << m.rows << " rows differ";
+        return d.str();
+      }
+      case runner::CapturedItem::kIds: {
+        const judge::IntMetrics m = judge::compare_ints(ia->ids, ib->ids, what);
+        d << "first mismatch at flat index " << m.first_mismatch << " (" << (m.count - m.equal) << " of " << m.count
+          << " differ)";
+        return d.str();
+      }
+    }
+  } catch (const Error& e) {
+    return std::string("not comparable: ") + e.what();
+  }
+  return "";
 }
 
 }  // namespace dsv41::scenarios::conform

@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "reference/model/hooks.h"
 #include "scenarios/conform/conform.h"
+#include "scenarios/conform/conform_forcing.h"
 #include "scenarios/conform/conform_internal.h"
 #include "scenarios/judge/derived_bounds.h"
 #include "scenarios/judge/metrics.h"
@@ -73,15 +74,18 @@ const char* kOrderVariantE2eNote =
     "docs/conform.md: order-variant claim: end to end, errors compound through the forward (no derived bound): "
     "measured only, except the rows exact on every pair";
 
+// forced: the teacher-forced comparison; inputs_forced: every direct input of the component is
+// the port's own value (conform_forcing.h): the derived bounds assume it, so an order-variant
+// component whose inputs the dump lacks is measured.
 std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::string& component, const std::string& metric,
-                                  const Claim& claim, bool forced) {
+                                  const Claim& claim, bool forced, bool inputs_forced) {
   if (kAlwaysExact.count(metric)) return exact_tol(metric);
   const std::map<std::string, Tolerance>* f = file_bounds(tol, component);
   if (f == nullptr && claim.order_variant) {  // the derived defaults (scenarios/judge/derived_bounds.h)
     if (component == reference::model::name(reference::model::Component::kEngramIds)) {
       return metric == "equal_frac" ? std::optional<Tolerance>(exact_tol(metric)) : std::nullopt;
     }
-    if (!forced) return std::nullopt;
+    if (!forced || !inputs_forced) return std::nullopt;
     const bool cache = conform_detail::is_cache(component);
     if (cache) {  // bytes measured (a quantizer flip is legitimate); what they decode to is bounded
       if (metric == judge::kDecodedBlockGainMetric) {
@@ -94,6 +98,13 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
     }
     // Selections (topk, and the candidate pool: a top-k of block scores) follow one tie rule:
     // runner/compare.h candidate_block_ties.
+    if (component == reference::model::name(reference::model::Component::kExperts)) {  // the gate scores' ties
+      if (metric != "tie_equivalent") return std::nullopt;
+      Tolerance t = exact_tol("rows_equal_frac");
+      t.origin = "analytic";
+      t.note = judge::kExpertTieNote;
+      return t;
+    }
     if (component == reference::model::name(reference::model::Component::kTopk) ||
         component == reference::model::name(reference::model::Component::kCandidates)) {
       if (metric != "tie_equivalent") return std::nullopt;
@@ -107,6 +118,7 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
     if (std::optional<judge::DerivedBound> b = judge::derived_bound(*claim.config, component)) {
       if (metric == judge::kRowRelMetric) return judge::derived_tolerance(*b);
       if (metric == judge::kRowGainMetric) return judge::row_gain_tolerance(*b);
+      if (metric == judge::kTensorGainMetric || metric == judge::kTensorBiasMetric) return judge::tensor_stat_tolerance(*b, metric);
       return std::nullopt;
     }
     // Components exact given equal inputs (embed, in_stream, in_pre, experts): as bit-exact. A
@@ -166,93 +178,6 @@ Only parse_only(const std::string& s) {
   return o;
 }
 
-std::string layer_word(int layer) { return layer < 0 ? "model" : "layer " + std::to_string(layer); }
-
-// What a failing item shows: where the values first differ, or the cache layout diagnosis.
-std::string item_detail(const runner::StepCapture& a, const runner::StepCapture& b, int layer, const std::string& c,
-                        const reference::ModelConfig& cfg) {
-  std::ostringstream d;
-  d.precision(6);
-  const std::string what = c + " (" + layer_word(layer) + ")";
-  try {
-    if (conform_detail::is_cache(c)) {
-      for (size_t i = 0; i < a.caches.size() && i < b.caches.size(); ++i) {
-        if (a.caches[i].layer != layer || "cache." + a.caches[i].kind != c) continue;
-        if (a.caches[i].entry_bytes == b.caches[i].entry_bytes && a.caches[i].bytes.size() == b.caches[i].bytes.size()) {
-          const judge::BytesMetrics m = judge::compare_bytes(a.caches[i].bytes, b.caches[i].bytes, a.caches[i].entry_bytes, what);
-          if (m.first_mismatch_entry >= 0) {
-            d << "first mismatch in entry " << m.first_mismatch_entry << " byte " << m.first_mismatch_byte << " ("
-              << (m.entries - m.entries_equal) << " of " << m.entries << " entries differ); ";
-          }
-        }
-        d << diagnose_cache_layout(a.caches[i], b.caches[i]);
-      }
-      return d.str();
-    }
-    if (c == reference::model::name(reference::model::Component::kLogits)) {
-      const judge::LogitMetrics m = judge::compare_logits(a.logits, b.logits, 0.0);
-      d << "top-1 ref=" << m.top1_a << " port=" << m.top1_b << ", max |d| " << m.max_abs << ", NMSE " << m.nmse
-        << ", KL " << m.kl;
-      return d.str();
-    }
-    const runner::CapturedItem* ia = a.find(layer, c);
-    const runner::CapturedItem* ib = b.find(layer, c);
-    if (ia == nullptr || ib == nullptr) return ia ? "the port has no " + what : "the reference has no " + what;
-    switch (ia->kind) {
-      case runner::CapturedItem::kFloat: {
-        const judge::TensorMetrics m = compare_tensors(ia->f, ib->f, ia->type, what);
-        const judge::PortMetrics p = judge::port_metrics(ia->f.data(), ib->f.data(), 0, 0, what);
-        if (m.first_mismatch >= 0) {
-          d << "first mismatch at [";
-          for (size_t k = 0; k < m.first_mismatch_coord.size(); ++k) d << (k ? ", " : "") << m.first_mismatch_coord[k];
-          d << "] byte " << m.first_mismatch_byte << ": ref=" << m.a_at_first << " port=" << m.b_at_first << "; ";
-        }
-        d << (m.count - m.bit_equal) << " of " << m.count << " differ, max ulp " << m.max_ulp << ", NMSE " << m.nmse
-          << ", calc_diff " << p.calc_diff;
-        if (m.nan_mismatch + m.inf_mismatch > 0) d << "; " << m.nan_mismatch << " NaN / " << m.inf_mismatch << " Inf masks differ";
-        return d.str();
-      }
-      case runner::CapturedItem::kIndex: {
-        const runner::CapturedItem* s = c == "topk" ? a.find(layer, "index_scores") : nullptr;
-        const judge::IndexMetrics m = judge::compare_index_sets(ia->i, ib->i, s && s->f.dim(0) == ia->i.dim(0) ? &s->f : nullptr, 0.0, what);
-        if (m.first_row_differs >= 0) {
-          const judge::IndexRowMetrics& r = m.per_row[static_cast<size_t>(m.first_row_differs)];
-          d << "first differing row " << m.first_row_differs << " (position "
-            << a.start_pos + m.first_row_differs << "): Jaccard " << r.jaccard << ", recall " << r.recall;
-          if (s != nullptr) {
-            d << (m.tie_equivalent ? "; every difference inside the tie band (another tie rule: the reference's "
-                                     "lower position wins)"
-                                   : "; differences outside the tie band");
-          }
-        }
-        d << "; " << (m.rows - m.rows_equal) << " of " << m.rows << " rows differ";
-        return d.str();
-      }
-      case runner::CapturedItem::kMask: {
-        const judge::CandidateMetrics m = judge::compare_candidates(ia->m, ib->m, std::max(1, cfg.candidate_block_size), what);
-        d << "first differing row " << m.first_row_differs << ", block recall min " << m.min_block_recall;
-        if (const std::optional<judge::IndexMetrics> t =
-                runner::candidate_block_ties(ia->m, ib->m, a, layer, cfg.candidate_block_size, 0.0, what)) {
-          d << (t->tie_equivalent ? "; every differing block is an exact tie of A's block scores (another tie rule: "
-                                    "the reference's lower block wins)"
-                                  : "; blocks differ outside the exact ties of A's block scores (not a tie)");
-        }
-        d << "; " << (m.rows - m.rows_equal) << " of " << m.rows << " rows differ";
-        return d.str();
-      }
-      case runner::CapturedItem::kIds: {
-        const judge::IntMetrics m = judge::compare_ints(ia->ids, ib->ids, what);
-        d << "first mismatch at flat index " << m.first_mismatch << " (" << (m.count - m.equal) << " of " << m.count
-          << " differ)";
-        return d.str();
-      }
-    }
-  } catch (const Error& e) {
-    return std::string("not comparable: ") + e.what();
-  }
-  return "";
-}
-
 // The metrics port engineers use, for every float output both sides hold (and the logits).
 void add_port_rows(const runner::StepCapture& a, const runner::StepCapture& b, int64_t step, const ConformTolerances& tol,
                    const Claim& claim, std::vector<MetricRow>& rows) {
@@ -260,13 +185,15 @@ void add_port_rows(const runner::StepCapture& a, const runner::StepCapture& b, i
     const std::map<std::string, Tolerance>* f = file_bounds(tol, c);
     const double atol = f && f->count("atol") ? f->at("atol").bound : 0.0;
     const double rtol = f && f->count("rtol") ? f->at("rtol").bound : 0.0;
-    const std::string what = c + " (" + layer_word(layer) + ", step " + std::to_string(step) + ")";
+    const std::string what = c + " (" + conform_detail::layer_word(layer) + ", step " + std::to_string(step) + ")";
     const judge::PortMetrics p = judge::port_metrics(x, y, atol, rtol, what);
     std::vector<std::pair<const char*, double>> values = {
         {"calc_diff", p.calc_diff}, {"cosine", p.cosine}, {"allclose", p.allclose ? 1.0 : 0.0}};
     if (claim.order_variant) {
       values.push_back({judge::kRowRelMetric, judge::max_row_relative(x, y, row, what)});
       values.push_back({judge::kRowGainMetric, judge::max_row_gain(x, y, row, what)});
+      values.push_back({judge::kTensorGainMetric, judge::tensor_gain(x, y, what)});
+      values.push_back({judge::kTensorBiasMetric, judge::tensor_bias(x, y, what)});
     }
     for (const auto& [metric, value] : values) {
       MetricRow r;
@@ -305,7 +232,8 @@ bool port_holds(const runner::StepCapture& b, int layer, const std::string& c) {
 // One mode's comparison: its rows bounded, ordered, with the failures' details and repro lines.
 reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, const PortDump& d,
                           const ConformTolerances& tol, const std::vector<ConformWaiver>& waivers,
-                          const ConformOptions& o, const std::string& thin) {
+                          const ConformOptions& o, const std::string& thin, const ForcingMap& forcing,
+                          std::vector<conform_detail::RootCauseGroup>* roots_out = nullptr) {
   const Claim claim{conform_detail::order_variant(d, o), &d.config};
   reports::Comparison cmp;
   cmp.side_a = "ref";
@@ -322,9 +250,22 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
                     : std::string("bit-exact, except the components the tolerance file '") + o.tolerances_file +
                           "' bounds (docs/conform.md)";
   const Only only = parse_only(o.only);
+  if (forced) {  // what the dump's thinness leaves unforced (docs/conform.md "Thin dumps")
+    for (const std::string& line : forcing_lines(forcing)) {
+      cmp.notes.push_back("NOT FORCED " + line +
+                          (claim.order_variant ? ": its rows are measured, not judged (order-variant: the derived bounds "
+                                                 "assume forced inputs); a failure's location includes those inputs"
+                                               : ": a failure's location includes those inputs"));
+    }
+  }
+  const auto inputs_forced = [&](const MetricRow& r) {
+    const auto it = forcing.find({r.component, r.layer});
+    return !forced || it == forcing.end() || it->second.forced;
+  };
   judge::Evidence ev;
   ev.backend_gap = thin;
   std::set<std::tuple<int64_t, int, std::string>> failed;
+  std::vector<conform_detail::Failure> failures;  // in root-cause order
   std::set<size_t> used;  // the waivers that covered a failure
   for (const StepJudgement& j : steps) {
     const runner::StepComparison& sc = forced ? j.forced : j.free;
@@ -346,14 +287,14 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
                      [](const MetricRow& x, const MetricRow& y) { return order_key(x) < order_key(y); });
     std::set<std::pair<int, std::string>> items;
     for (MetricRow& r : rows) {
-      r.tolerance = bound_of(tol, r.component, r.metric, claim, forced);
+      r.tolerance = bound_of(tol, r.component, r.metric, claim, forced, inputs_forced(r));
       judge::judge_row(r);
       items.insert({r.layer, r.component});
       if (r.verdict == Verdict::kFail) {
         const auto w = std::find_if(waivers.begin(), waivers.end(), [&](const ConformWaiver& x) { return x.covers(r); });
         if (w != waivers.end()) {  // a known failure, waived with its reason: recorded, not failed
           std::ostringstream line;
-          line << "WAIVED step " << j.step << " " << layer_word(r.layer) << " " << r.component << ": " << r.metric << " "
+          line << "WAIVED step " << j.step << " " << conform_detail::layer_word(r.layer) << " " << r.component << ": " << r.metric << " "
                << r.value << " (bound " << r.tolerance->bound << ", " << r.tolerance->origin << "): " << w->reason
                << " (waiver: " << w->describe() << ")";
           cmp.notes.push_back(line.str());
@@ -366,12 +307,26 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
       if (r.verdict != Verdict::kFail || !failed.insert({j.step, r.layer, r.component}).second) continue;
       const std::string repro = o.rerun_prefix + " --stop-after-step " + std::to_string(j.step) + " --only " +
                                 r.component + (r.layer >= 0 ? "@" + std::to_string(r.layer) : "");
-      const std::string detail = item_detail(a, b, r.layer, r.component, d.config);
+      std::string detail = conform_detail::item_detail(a, b, r.layer, r.component, d.config);
+      if (r.component == reference::model::name(reference::model::Component::kExperts)) {
+        for (const MetricRow& x : rows) {
+          if (x.layer != r.layer || x.component != r.component || x.metric != "tie_equivalent") continue;
+          detail += x.value >= 1.0 ? "; every difference inside the gate scores' tie band (a tie)"
+                                   : "; experts differ outside the gate scores' tie band (not a tie)";
+        }
+      }
+      if (!inputs_forced(r)) {
+        std::string missing;
+        for (const std::string& m : forcing.at({r.component, r.layer}).missing) missing += (missing.empty() ? "" : ", ") + m;
+        detail += "; NOT teacher-forced: its inputs " + missing +
+                  " are not in the dump (the reference computed them), so the defect may be in them";
+      }
       std::ostringstream line;
-      line << "FAIL step " << j.step << " " << layer_word(r.layer) << " " << r.component << ": " << r.metric << " "
+      line << "FAIL step " << j.step << " " << conform_detail::layer_word(r.layer) << " " << r.component << ": " << r.metric << " "
            << r.value << " (bound " << r.tolerance->bound << ", " << r.tolerance->origin << "): " << detail
            << "; repro: " << repro;
       cmp.notes.push_back(line.str());
+      failures.push_back({j.step, r.layer, r.component, r.metric, r.value, r.tolerance->bound, r.tolerance->origin, detail, repro});
       if (!cmp.first_divergence) {
         reports::Divergence dv = judge::divergence_at(r);
         dv.tolerance = *r.tolerance;
@@ -390,6 +345,32 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
   }
   for (size_t i = 0; i < waivers.size(); ++i) {
     if (!used.count(i)) cmp.notes.push_back("waiver (" + waivers[i].describe() + ") covered no failure here");
+  }
+  if (forced && !failures.empty()) {  // every independent root cause, before the failures
+    std::vector<conform_detail::RootCauseGroup> roots;
+    std::vector<conform_detail::ExplainedFailure> explained;
+    conform_detail::group_root_causes(failures, d.config, roots, explained);
+    std::vector<std::string> lines;
+    for (size_t i = 0; i < roots.size(); ++i) {
+      const conform_detail::Failure& f = roots[i].first;
+      std::ostringstream line;
+      line << "ROOT CAUSE " << i + 1 << " of " << roots.size() << ": step " << f.step << " "
+           << conform_detail::layer_word(f.layer) << " " << f.component << ": " << f.metric << " " << f.value << " (bound "
+           << f.bound << ", " << f.origin << ")";
+      if (!roots[i].also_steps.empty()) {
+        line << "; also fails at step" << (roots[i].also_steps.size() > 1 ? "s" : "");
+        for (size_t k = 0; k < roots[i].also_steps.size(); ++k) line << (k ? ", " : " ") << roots[i].also_steps[k];
+      }
+      line << "; repro: " << f.repro;
+      lines.push_back(line.str());
+    }
+    for (const conform_detail::ExplainedFailure& e : explained) {
+      lines.push_back("EXPLAINED step " + std::to_string(e.failure.step) + " " + conform_detail::layer_word(e.failure.layer) +
+                      " " + e.failure.component + ": it reads the port's " + e.by.component + " (" +
+                      conform_detail::layer_word(e.by.layer) + "), wrong since step " + std::to_string(e.by.step));
+    }
+    cmp.notes.insert(cmp.notes.begin(), lines.begin(), lines.end());
+    if (roots_out != nullptr) *roots_out = std::move(roots);
   }
   cmp.verdict = judge::comparison_verdict(cmp, judge::Expectation::kBitExact, ev);
   // End to end under the order-variant claim every float row is measured (no derived bound through
@@ -465,13 +446,25 @@ std::optional<Tolerance> bit_exact_bound(const std::map<std::string, Tolerance>*
 std::vector<std::string> support_matrix_lines(const PortDump& d) {
   std::vector<std::string> out;
   const std::string steps = d.steps.empty() ? "none" : "0-" + std::to_string(d.steps.back().index);
+  const ForcingMap forcing = teacher_forcing(d);
   for (const reference::model::ComponentInfo& row : reference::model::component_table()) {
     const auto it = d.components.find(row.name);
     if (it == d.components.end()) {
       out.push_back(std::string(row.name) + ": not covered");
     } else {
       const bool model = it->second.size() == 1 && it->second.front() < 0;
-      out.push_back(std::string(row.name) + ": " + (model ? "model" : "layers " + ranges(it->second)) + ", steps " + steps);
+      std::vector<int> unforced;
+      for (int l : it->second) {
+        if (!forcing.at({row.name, l}).forced) unforced.push_back(l);
+      }
+      std::string line = std::string(row.name) + ": " + (model ? "model" : "layers " + ranges(it->second)) + ", steps " + steps;
+      if (unforced.empty()) {
+        line += "; teacher-forced";
+      } else {
+        line += unforced.size() == it->second.size() ? "; NOT teacher-forced" : "; NOT teacher-forced at layers " + ranges(unforced);
+        line += " (inputs not in the dump; docs/conform.md \"Thin dumps\")";
+      }
+      out.push_back(line);
     }
   }
   return out;
@@ -497,8 +490,10 @@ reports::RunReport conform(const PortDump& d, const reference::checkpoint::Model
   const std::string thin = thin_reason(d);
   std::vector<StepJudgement> judged;
   if (thin.empty() || d.steps.front().start_pos == 0) judged = conform_detail::replay(d, weights, token_map, o);
-  s.comparisons.push_back(judge(judged, true, d, tol, waivers, o, thin));
-  if (o.end_to_end) s.comparisons.push_back(judge(judged, false, d, tol, waivers, o, thin));
+  const ForcingMap forcing = teacher_forcing(d);
+  std::vector<conform_detail::RootCauseGroup> roots;
+  s.comparisons.push_back(judge(judged, true, d, tol, waivers, o, thin, forcing, &roots));
+  if (o.end_to_end) s.comparisons.push_back(judge(judged, false, d, tol, waivers, o, thin, forcing));
   json sj;
   sj["dump"] = d.dir;
   sj["tool"] = d.tool;
@@ -538,6 +533,16 @@ reports::RunReport conform(const PortDump& d, const reference::checkpoint::Model
   sj["covered"] = cov;
   sj["not_covered"] = d.not_covered;
   sj["support_matrix"] = support_matrix_lines(d);
+  json tf = json::object();  // (component, layer) -> the inputs the dump lacks ([]: teacher-forced)
+  for (const auto& [key, x] : forcing) tf[key.first][std::to_string(key.second)] = x.missing;
+  sj["teacher_forcing"] = tf;
+  json rj = json::array();  // the independent root causes of the teacher-forced comparison
+  for (const conform_detail::RootCauseGroup& g : roots) {
+    const conform_detail::Failure& f = g.first;
+    rj.push_back({{"step", f.step}, {"layer", f.layer}, {"component", f.component}, {"metric", f.metric},
+                  {"value", f.value}, {"bound", f.bound}, {"detail", f.detail}, {"repro", f.repro}, {"also_steps", g.also_steps}});
+  }
+  sj["root_causes"] = rj;
   sj["stop_after_step"] = o.stop_after_step;
   sj["only"] = o.only;
   s.scenario_json = sj.dump();

@@ -308,6 +308,54 @@ reports::Tolerance row_gain_tolerance(const DerivedBound& b) {
   return t;
 }
 
+double expert_score_band(double logit, double abs_dot, int64_t n, double temp, double biased) {
+  const double u32 = std::ldexp(1.0, -24);
+  const double nu = static_cast<double>(n) * u32;
+  const double dl = 2.0 * (nu / (1.0 - nu)) * abs_dot;
+  const double z = logit / temp;
+  const double softplus = z > 30 ? z : std::log1p(std::exp(z));
+  const double s = std::sqrt(softplus);
+  const double sigmoid = 1.0 / (1.0 + std::exp(-z));
+  const double slope = s > 0 ? sigmoid / (2.0 * temp * s) : 0.0;
+  return slope * dl + 4.0 * u32 * s + u32 * std::fabs(biased);
+}
+
+double tensor_gain(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  DSV41_CHECK(a.size() == b.size(), what, ": ", a.size(), " values against ", b.size());
+  return a.empty() ? 0.0 : max_row_gain(a, b, static_cast<int64_t>(a.size()), what);
+}
+
+double tensor_bias(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  DSV41_CHECK(a.size() == b.size(), what, ": ", a.size(), " values against ", b.size());
+  double sd = 0, sdd = 0, saa = 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) continue;
+    const double d = static_cast<double>(b[i]) - a[i];
+    sd += d;
+    sdd += d * d;
+    saa += static_cast<double>(a[i]) * a[i];
+    ++n;
+  }
+  if (n < kRowGainMinLength || saa <= 0) return 0.0;
+  const double mean = sd / static_cast<double>(n);
+  const double var = std::max(0.0, sdd / static_cast<double>(n) - mean * mean);
+  const double rms_a = std::sqrt(saa / static_cast<double>(n));
+  return std::max(0.0, std::fabs(mean) - kRowGainSigmas * std::sqrt(var / static_cast<double>(n))) / rms_a;
+}
+
+reports::Tolerance tensor_stat_tolerance(const DerivedBound& b, const std::string& metric) {
+  reports::Tolerance t = row_gain_tolerance(b);
+  const std::string what = metric == kTensorBiasMetric
+                               ? "the tensor's signed mean error |mean(b-a)|, less " + std::to_string(static_cast<int>(kRowGainSigmas)) +
+                                     " standard errors, over rms(a)"
+                               : "the tensor's pooled gain error (every row together)";
+  t.note = "derived: " + what + " must stay <= row_gain's bound " + std::to_string(t.bound) +
+           " (docs/conform.md \"Tensor statistics\"): rounding noise is unbiased, and the fp32 normalisers' per-row "
+           "gains move the pooled gain and the mean (over rms(a)) by at most their max. Row gain's origin: " + t.note;
+  return t;
+}
+
 double topk_tie_band(const reference::ModelConfig& c) { return derived_bound(c, "index_scores")->bound; }
 
 }  // namespace dsv41::scenarios::judge

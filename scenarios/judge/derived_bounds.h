@@ -93,6 +93,31 @@ double max_row_gain(const std::vector<float>& a, const std::vector<float>& b, in
 // chain's own (attn_out: bf16 probabilities rounded relative to an order-dependent running max).
 reports::Tolerance row_gain_tolerance(const DerivedBound& b);
 
+// TENSOR STATISTICS: the same test pooled over the whole tensor (every row of every position), for
+// a small systematic error spread over many rows, or over rows too short for row_gain (the mHC
+// mixes: hc values a row). Over the finite pairs (at least kRowGainMinLength):
+//   tensor_gain = row_gain with one row = the tensor (its HC0 standard error)
+//   tensor_bias = max(0, |mean(b - a)| - kRowGainSigmas * sd(b - a) / sqrt(n)) / rms(a)
+// the signed mean error against the RMS error: rounding noise has mean 0 (round-to-nearest-even is
+// unbiased), an offset does not. Bounds (tensor_stat_tolerance): row_gain's; a normaliser gain g_r
+// per row moves the pooled gain by at most max |g_r| and the mean by at most max |g_r| rms(a).
+// ROUTED EXPERTS' TIES: the choice ranks biased gate scores s = sqrt(softplus(l / temp)) + bias with
+// l = <x, w_e> an fp32 dot product of length n. Two orders differ by |dl| <= 2 gamma_n(u32) sum_i |x_i w_ei|,
+// which moves s by |ds/dl| |dl|, ds/dl = sigmoid(l / temp) / (2 temp sqrt(softplus(l / temp))), plus
+// 4 fp32 ulps of the score (the port's own softplus and sqrt) and one of the biased sum. Two experts
+// whose biased scores lie within the sum of their bands may be ranked either way: a tie.
+double expert_score_band(double logit, double abs_dot, int64_t n, double temp, double biased);
+inline constexpr const char* kExpertTieNote =
+    "order-variant: identical outside the tie band of the biased gate scores (per row: twice the largest expert's "
+    "band, 2 gamma_n(u32) sum |x w| through d sqrt(softplus)/dl, plus 5 fp32 ulps; derived_bounds.h "
+    "expert_score_band); a difference inside it is a tie";
+
+inline constexpr const char* kTensorGainMetric = "tensor_gain";
+inline constexpr const char* kTensorBiasMetric = "tensor_bias";
+double tensor_gain(const std::vector<float>& a, const std::vector<float>& b, const std::string& what);
+double tensor_bias(const std::vector<float>& a, const std::vector<float>& b, const std::string& what);
+reports::Tolerance tensor_stat_tolerance(const DerivedBound& b, const std::string& metric);
+
 // DECODED CACHE VALUES under order variance: a cache's bytes may differ (a quantizer input that
 // differs by rounding noise can land on the other side of a rounding boundary, or move its block's
 // scale), but what the bytes decode to stays close. The metric is decoded_rowrel: max_row_relative

@@ -347,6 +347,51 @@ IndexMetrics compare_index_sets(const Tensor<int32_t>& a, const Tensor<int32_t>&
   return m;
 }
 
+namespace {
+// Row t of a [rows, n] tensor, as [1, n].
+template <typename T>
+Tensor<T> row_slice(const Tensor<T>& x, int64_t t) {
+  const int64_t n = x.dim(1);
+  return Tensor<T>({1, n}, std::vector<T>(x.data().begin() + t * n, x.data().begin() + (t + 1) * n), x.name());
+}
+}  // namespace
+
+IndexMetrics compare_index_sets_banded(const Tensor<int32_t>& a, const Tensor<int32_t>& b, const Tensor<float>& scores_a,
+                                       const std::vector<double>& tie_eps, const std::string& what) {
+  DSV41_CHECK(a.rank() == 2 && b.rank() == 2 && scores_a.rank() == 2 && a.dim(0) == b.dim(0) &&
+                  scores_a.dim(0) == a.dim(0) && static_cast<int64_t>(tie_eps.size()) == a.dim(0),
+              what, ": selections ", reference::shape_string(a.shape()), " and ", reference::shape_string(b.shape()), ", scores ",
+              reference::shape_string(scores_a.shape()), ", ", tie_eps.size(), " tie bands: expected one row of each per row");
+  const int64_t rows = a.dim(0);
+  IndexMetrics m;
+  m.max_tie_band = rows > 0 ? 0 : -1;
+  double sum_j = 0, sum_r = 0;
+  for (int64_t t = 0; t < rows; ++t) {
+    const Tensor<float> scores = row_slice(scores_a, t);
+    const IndexMetrics r =
+        compare_index_sets(row_slice(a, t), row_slice(b, t), &scores, tie_eps[static_cast<size_t>(t)], what + " row " + std::to_string(t));
+    const IndexRowMetrics& x = r.per_row.front();
+    if (r.rows_equal == 1) {
+      ++m.rows_equal;
+    } else if (m.first_row_differs < 0) {
+      m.first_row_differs = t;
+    }
+    m.max_tie_band = std::max(m.max_tie_band, x.tie_band);
+    m.tie_equivalent = m.tie_equivalent && x.tie_equivalent;
+    m.min_jaccard = std::min(m.min_jaccard, x.jaccard);
+    m.min_recall = std::min(m.min_recall, x.recall);
+    sum_j += x.jaccard;
+    sum_r += x.recall;
+    m.per_row.push_back(x);
+  }
+  m.rows = rows;
+  if (rows > 0) {
+    m.mean_jaccard = sum_j / static_cast<double>(rows);
+    m.mean_recall = sum_r / static_cast<double>(rows);
+  }
+  return m;
+}
+
 // ---- candidate pools ----
 
 CandidateMetrics compare_candidates(const Tensor<uint8_t>& a, const Tensor<uint8_t>& b, int block_size,

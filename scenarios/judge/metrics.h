@@ -128,6 +128,12 @@ struct IndexMetrics {
 IndexMetrics compare_index_sets(const reference::Tensor<int32_t>& a, const reference::Tensor<int32_t>& b,
                                 const reference::Tensor<float>* scores_a, double tie_eps,
                                 const std::string& what);
+// The same with a tie band per row (tie_eps[t] for row t, each >= 0; tie_eps.size() == rows):
+// for selections whose scores carry a per-row error bound (the routed experts' gate scores,
+// scenarios/judge/derived_bounds.h expert_score_band).
+IndexMetrics compare_index_sets_banded(const reference::Tensor<int32_t>& a, const reference::Tensor<int32_t>& b,
+                                       const reference::Tensor<float>& scores_a, const std::vector<double>& tie_eps,
+                                       const std::string& what);
 
 struct CandidateMetrics {
   int64_t rows = 0, rows_equal = 0;

@@ -238,8 +238,13 @@ void compare_index(const CapturedItem& ia, const CapturedItem& ib, const StepCap
     if (sa.dim(0) != ta.dim(0)) sa = tail_rows(sa, ta.dim(0));
   }
   const std::string what = ia.component + " (layer " + std::to_string(ia.layer) + ", step " + std::to_string(ctx.step) + ")";
+  const auto experts = ia.component == "experts" ? ctx.expert_scores.find(ia.layer) : ctx.expert_scores.end();
+  const bool expert_ties = experts != ctx.expert_scores.end() && experts->second.biased.rank() == 2 &&
+                           experts->second.biased.dim(0) == ta.dim(0);
   const double tie_eps = scores != nullptr ? tie_band_width(sa, ctx.topk_tie_rel) : 0.0;
-  const judge::IndexMetrics m = judge::compare_index_sets(ta, ib.i, scores ? &sa : nullptr, tie_eps, what);
+  const judge::IndexMetrics m =
+      expert_ties ? judge::compare_index_sets_banded(ta, ib.i, experts->second.biased, experts->second.band, what)
+                  : judge::compare_index_sets(ta, ib.i, scores ? &sa : nullptr, tie_eps, what);
   std::ostringstream d;
   if (m.first_row_differs >= 0) {
     const judge::IndexRowMetrics& r = m.per_row[static_cast<size_t>(m.first_row_differs)];
@@ -255,7 +260,7 @@ void compare_index(const CapturedItem& ia, const CapturedItem& ib, const StepCap
   rows.add(L, c, "jaccard_min", m.min_jaccard, std::nullopt, std::nullopt, d.str());
   rows.add(L, c, "recall_min", m.min_recall, std::nullopt, std::nullopt, d.str());
   rows.add(L, c, "recall_mean", m.mean_recall, std::nullopt, std::nullopt, d.str());
-  if (scores != nullptr) {
+  if (scores != nullptr || expert_ties) {
     rows.add(L, c, "tie_band_max", static_cast<double>(m.max_tie_band), std::nullopt, std::nullopt, d.str());
     rows.add(L, c, "tie_equivalent", m.tie_equivalent ? 1.0 : 0.0, std::nullopt, std::nullopt, d.str());
   }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,14 @@ struct CompareContext {
   // The top-k's tie band relative to the row's max |index score| (0: exact ties only); an
   // order-variant side's index scores move by up to their derived bound (scenarios/judge/derived_bounds.h).
   double topk_tie_rel = 0;
+  // Side A's routed-expert scores by layer, for the experts' tie analysis (conform, order-variant):
+  // the biased gate scores [T, E] the choice ranks and each row's tie band (derived_bounds.h
+  // expert_score_band). Empty: experts are compared as sets without ties.
+  struct ExpertScores {
+    reference::Tensor<float> biased;
+    std::vector<double> band;
+  };
+  std::map<int, ExpertScores> expert_scores;
 };
 
 struct StepComparison {

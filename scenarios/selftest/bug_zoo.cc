@@ -231,6 +231,10 @@ void write_scenario_dump(const std::string& dir, const reference::ModelConfig& c
                                                  index, fired)
                         : runner::capture_hooks(cap, nullptr));
     const reference::model::StepRecord rec = model.forward_chunk(state, ids);
+    // A cache mutation flips a stored bit after its step: the dump holds it, later steps read it.
+    if (defects.mutation != nullptr && defects.mutation->is_cache() && defects::mutate_cache(*defects.mutation, index, state)) {
+      *fired = true;
+    }
     dump.add_model_step(cap, model, state, rec, ids, event);
     position += T;
     ++index;

@@ -3,6 +3,9 @@
 // (and always for NaN), pass within; tolerance rules matched in order; the first divergence found
 // where the rows say.
 #include "scenarios/judge/judge.h"
+#include "scenarios/judge/derived_bounds.h"
+#include "scenarios/judge/metrics.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 
@@ -117,3 +120,36 @@ TEST(Judge, AComparisonWithAFailingRowFailsAndWithoutEvidenceIsInconclusive) {
 
 }  // namespace
 }  // namespace dsv41::scenarios::judge
+
+// ---- Routed experts' ties (scenarios/judge/derived_bounds.h expert_score_band, metrics.h
+// compare_index_sets_banded): an expert swapped for one whose biased score lies inside the row's
+// band is a tie; outside it, not.
+
+TEST(ExpertTies, TheScoreBandGrowsWithTheReductionAndItsMagnitude) {
+  using dsv41::scenarios::judge::expert_score_band;
+  const double small = expert_score_band(0.3, 10.0, 64, 1.0, 1.2);
+  EXPECT_GT(small, 0.0);
+  EXPECT_TRUE(std::isfinite(small));
+  EXPECT_GT(expert_score_band(0.3, 10.0, 4096, 1.0, 1.2), small);
+  EXPECT_GT(expert_score_band(0.3, 100.0, 64, 1.0, 1.2), small);
+  EXPECT_LT(small, 1e-4) << "a band of a few fp32 ulps of the scores, not a loose tolerance";
+}
+
+TEST(ExpertTies, ASwapInsideTheRowsBandIsATieAndOutsideItIsNot) {
+  using dsv41::reference::Tensor;
+  const Tensor<float> scores({2, 4}, {1.0f, 0.9999f, 0.5f, 0.2f, 0.9f, 0.8f, 0.3f, 0.1f}, "biased");
+  const Tensor<int32_t> a({2, 1}, {0, 0}, "a");
+  const Tensor<int32_t> b({2, 1}, {1, 0}, "b");  // row 0 takes expert 1 (0.0001 below expert 0)
+  const dsv41::scenarios::judge::IndexMetrics tie =
+      dsv41::scenarios::judge::compare_index_sets_banded(a, b, scores, {2e-4, 2e-4}, "experts");
+  EXPECT_EQ(tie.rows, 2);
+  EXPECT_EQ(tie.rows_equal, 1);
+  EXPECT_EQ(tie.first_row_differs, 0);
+  EXPECT_TRUE(tie.tie_equivalent);
+  const dsv41::scenarios::judge::IndexMetrics not_tie =
+      dsv41::scenarios::judge::compare_index_sets_banded(a, b, scores, {1e-5, 2e-4}, "experts");
+  EXPECT_FALSE(not_tie.tie_equivalent);
+  const Tensor<int32_t> far({2, 1}, {0, 1}, "far");  // row 1 takes an expert 0.1 below: no band covers it
+  EXPECT_FALSE(dsv41::scenarios::judge::compare_index_sets_banded(a, far, scores, {2e-4, 2e-4}, "experts").tie_equivalent);
+  EXPECT_THROW(dsv41::scenarios::judge::compare_index_sets_banded(a, b, scores, {2e-4}, "experts"), dsv41::Error);
+}
