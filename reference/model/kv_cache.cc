@@ -259,6 +259,8 @@ std::vector<CacheView> compressor_views(const ModelState& state, const seam::Ops
     CacheView v;
     v.kind = "compressor";
     v.layer = static_cast<int>(l);
+    // fp32 rows are no CacheFormat: `format` stays kBf16, a label every reader ignores for this
+    // kind (a port dump's `.format` metadata; docs/port-dump.md, "Caches").
     v.dim = c.dim;
     v.entry_bytes = 2 * c.dim * static_cast<int64_t>(sizeof(float));
     v.entries = c.pending();

@@ -14,6 +14,7 @@
 #include "base/json_limits.h"
 #include "base/error.h"
 #include "reference/model/hooks.h"
+#include "reference/ops/config.h"
 #include "reports/h5_reader.h"
 #include "scenarios/conform/port_dump.h"
 #include "scenarios/conform/port_dump_internal.h"
@@ -73,6 +74,45 @@ std::string want_string(const std::vector<int64_t>& want) {
   return s + "]";
 }
 
+// A top-k of `layer` at a step of T tokens from start_pos: the reference's width is
+// min(index_topk, N), N = (start_pos + T) / ratio the layer's compressed positions after the step.
+// The official code's padded form, [T, w] with min(index_topk, N) < w <= index_topk and -1 in every
+// column beyond, is the same selection: its padding columns are dropped (docs/port-dump.md). Any
+// other width is refused, naming the rule.
+void unpad_topk(const reference::ModelConfig& c, int layer, int64_t start_pos, Entry& e, const std::string& where) {
+  const std::vector<reference::LayerInfo> schedule = reference::layer_schedule(c);
+  if (layer < 0 || layer >= static_cast<int>(schedule.size()) || schedule[static_cast<size_t>(layer)].ratio <= 0 ||
+      e.shape.size() != 2) {
+    return;  // not a selecting layer: the replay says so (conform: present rows)
+  }
+  const int ratio = schedule[static_cast<size_t>(layer)].ratio;
+  const int64_t t = e.shape[0], w = e.shape[1];
+  const int64_t n = (start_pos + t) / ratio, want = std::min<int64_t>(c.index_topk, n);
+  if (w == want) return;
+  const std::string rule = "a top-k is [T, min(index_topk, N)] = [" + std::to_string(t) + ", " + std::to_string(want) +
+                           "], N = (start_pos + T) / ratio = (" + std::to_string(start_pos) + " + " + std::to_string(t) +
+                           ") / " + std::to_string(ratio) + " = " + std::to_string(n) + ", index_topk " +
+                           std::to_string(c.index_topk) + "; or that padded with -1 up to [T, index_topk]";
+  if (w < want || w > c.index_topk) {
+    DSV41_FAIL(where, ": key '", e.name, "' has shape ", reference::shape_string(e.shape), ": ", rule);
+  }
+  std::vector<uint8_t> cut;
+  cut.reserve(static_cast<size_t>(t * want * 4));
+  for (int64_t r = 0; r < t; ++r) {
+    const uint8_t* row = e.bytes.data() + r * w * 4;
+    for (int64_t col = want; col < w; ++col) {
+      int32_t x = 0;
+      std::memcpy(&x, row + col * 4, 4);  // little-endian I32 (the hosts dsv41 runs on)
+      if (x != -1) {
+        DSV41_FAIL(where, ": key '", e.name, "' has shape ", reference::shape_string(e.shape), ", and row ", r,
+                   " column ", col, " holds ", x, ", not the padding -1 (", rule, ")");
+      }
+    }
+    cut.insert(cut.end(), row, row + want * 4);
+  }
+  e.bytes = std::move(cut);
+  e.shape = {t, want};
+}
 
 // A manifest field, checked: a dsv41::Error naming the manifest and the field otherwise.
 const json& field(const json& j, const std::string& name, const std::string& where) {
@@ -165,6 +205,12 @@ void check_step(const PortDump& d, PortDumpStep& s, StoredStep st, const std::st
   }
   for (const auto& [key, e] : st.tensors) {
     if (!promised.count(key)) DSV41_FAIL(where, ": key '", key, "' is not listed in ", kPortDumpManifest);
+  }
+  const auto topk = d.components.find(reference::model::name(reference::model::Component::kTopk));
+  if (topk != d.components.end()) {
+    for (int layer : topk->second) {
+      unpad_topk(d.config, layer, s.start_pos, st.tensors.at(dump_key(layer, topk->first)), where);
+    }
   }
   for (const std::string& key : promised) s.tensors.emplace(key, std::move(st.tensors.at(key)));
 }

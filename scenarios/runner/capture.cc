@@ -41,8 +41,8 @@ const Tensor<T>* forced_value(const StepCapture* forced, int layer, const std::s
               " (a port dump's, in conform) has shape ", reference::shape_string(v.shape()), ", the forced run computes ",
               reference::shape_string(own.shape()),
               what == reference::model::name(reference::model::Component::kTopk)
-                  ? " (a top-k is [T, min(index_topk, N)], N the layer's compressed positions after the step: drop "
-                    "the padding columns beyond N; docs/port-dump.md)"
+                  ? " (a top-k is [T, min(index_topk, N)], N the layer's compressed positions after the step; "
+                    "read_port_dump drops a padded [T, index_topk]'s -1 columns beyond N; docs/port-dump.md)"
                   : "");
   return &v;
 }
@@ -133,6 +133,36 @@ void finish_capture(StepCapture& cap, const reference::model::StepRecord& rec, s
       }
     }
     cap.items.insert(at, std::move(it));
+  }
+  // A selecting layer (Full, Reindex) at a step where it has no compressed position yet,
+  // N = (start_pos + T) / ratio = 0 (e.g. a first step of one token at ratio 2), observes no hook;
+  // its StepRecord selection is [T, 0]. It is recorded as a [T, 0] "topk" and a [T, 0]
+  // "index_scores" item before the layer's "attn_out", so every step holds the same items (a port
+  // dump's promise, docs/port-dump.md). index_scores not, where the hooks skip it
+  // (capture_hooks(skip_index_scores)): then a layer with N > 0 has none either.
+  const std::string topk = reference::model::name(reference::model::Component::kTopk);
+  const std::string scores = reference::model::name(reference::model::Component::kIndexScores);
+  bool scores_skipped = false;
+  for (const auto& [layer, sel] : rec.topk) {
+    if (sel.rank() == 2 && sel.dim(1) > 0 && cap.find(layer, scores) == nullptr) scores_skipped = true;
+  }
+  for (const auto& [layer, sel] : rec.topk) {
+    if (sel.rank() != 2 || sel.dim(1) != 0 || cap.find(layer, topk) != nullptr) continue;
+    std::vector<CapturedItem> empty(scores_skipped ? 1 : 2);
+    for (CapturedItem& it : empty) it.layer = layer;
+    empty.back().component = topk;
+    empty.back().kind = CapturedItem::kIndex;
+    empty.back().i = Tensor<int32_t>({sel.dim(0), 0}, "topk");
+    if (!scores_skipped) {
+      empty.front().component = scores;
+      empty.front().kind = CapturedItem::kFloat;
+      empty.front().type = hook_value_type(scores);
+      empty.front().f = Tensor<float>({sel.dim(0), 0}, "index_scores");
+    }
+    auto at = std::find_if(cap.items.begin(), cap.items.end(), [&](const CapturedItem& i) {
+      return i.layer == layer && i.component == reference::model::name(reference::model::Component::kAttnOut);
+    });
+    cap.items.insert(at, std::make_move_iterator(empty.begin()), std::make_move_iterator(empty.end()));
   }
   cap.logits = rec.logits;
   cap.caches = std::move(caches);
