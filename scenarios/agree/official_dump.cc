@@ -4,13 +4,13 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
 
 #include "base/error.h"
+#include "base/output_file.h"
 #include "formats/cache_format.h"
 #include "reference/model/hooks.h"
 #include "reference/model/model.h"
@@ -320,12 +320,8 @@ std::string beside(const std::string& dump, const std::string& suffix) {
   return base + suffix;
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  DSV41_CHECK(out.good(), "import-official: cannot write '", path, "'");
-  out << text;
-  out.close();
-  DSV41_CHECK(out.good(), "import-official: writing '", path, "' failed");
+void write_text(const std::string& path, const std::string& what, const std::string& text) {
+  output::write_file_atomically(path, what, text.data(), text.size());
 }
 
 }  // namespace
@@ -333,6 +329,11 @@ void write_text(const std::string& path, const std::string& text) {
 ImportSummary import_official(const OracleRun& run, const std::string& dump_path, const std::string& command_line) {
   const reference::ModelConfig& c = run.config();
   const std::vector<reference::LayerInfo> schedule = reference::layer_schedule(c);
+  std::error_code ec;
+  if (fs::exists(dump_path, ec) && (!fs::is_directory(dump_path, ec) || !fs::is_empty(dump_path, ec))) {
+    DSV41_FAIL("import-official -o '", dump_path, "': exists (a dump is written to a new file or a new or empty "
+               "directory, so no stale dump is mistaken for this one)");
+  }
   ImportSummary s;
   s.dump = dump_path;
   s.steps = static_cast<int64_t>(run.steps().size());
@@ -386,20 +387,22 @@ ImportSummary import_official(const OracleRun& run, const std::string& dump_path
   for (const OracleStep& st : run.steps()) {
     w.add_step(step_capture(run, st, keep), st.tokens, st.index == 0 ? "prefill" : "decode");
   }
-  if (!s.token_map_file.empty()) {
-    std::ostringstream tm;
-    for (int64_t id : run.token_map()) tm << id << "\n";
-    write_text(s.token_map_file, tm.str());
-  }
+
   // The known differences of what the dump holds (a waiver of a component left out would cover
   // nothing).
   for (KnownDifference& k : known_differences(run)) {
     const auto it = s.components.find(k.component);
     if (it != s.components.end() && std::count(it->second.begin(), it->second.end(), k.layer)) s.known.push_back(std::move(k));
   }
-  s.waivers_file = beside(dump_path, ".known_differences.json");
-  write_text(s.waivers_file, known_differences_json(s.known));
   w.finish();
+  // Beside the finished dump: its waivers and, when not the default, its token map.
+  s.waivers_file = beside(dump_path, ".known_differences.json");
+  write_text(s.waivers_file, "the known differences (conform waivers)", known_differences_json(s.known));
+  if (!s.token_map_file.empty()) {
+    std::ostringstream tm;
+    for (int64_t id : run.token_map()) tm << id << "\n";
+    write_text(s.token_map_file, "the run's Engram token map", tm.str());
+  }
   s.conform_command = "dsv41 conform " + reports::shell_quote(dump_path) + " --config " +
                       reports::shell_quote((fs::path(run.dir()) / "config.json").string()) + " --weights " +
                       reports::shell_quote(run.weights_path()) +

@@ -87,7 +87,7 @@ struct ImportSummary {
   int64_t steps = 0;
   std::map<std::string, std::vector<int>> components;  // what the dump holds, as its manifest
   std::vector<LeftOut> left_out;
-  std::vector<KnownDifference> known;
+  std::vector<KnownDifference> known;  // those of the components the dump holds (each one waiver)
   std::string conform_command;  // the command that judges it
 };
 
