@@ -7,7 +7,9 @@
 //   - conform under order-variant with the waivers passes the imported prefix, and a small real bug
 //     planted in the imported dump (one row of out_stream x 1.01; one row of attn_out x 1.05 at a
 //     stale-keys (layer, step)) is flagged and located at that component: the waivers hide neither.
-// Kept to a few seconds: conform judges steps 0 .. 1 (the prefill and one stale decode step).
+//   - the verb (`dsv41 import-official`, an HDF5 dump) prints what it left out, the known
+//     differences by name and a conform command that passes; an existing dump is refused (exit 2).
+// Kept to seconds: conform judges steps 0 .. 1 (the prefill and one stale decode step).
 #include "scenarios/agree/official_dump.h"
 
 #include <gtest/gtest.h>
@@ -27,6 +29,7 @@
 #include "reports/report.h"
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/port_dump.h"
+#include "tests/support/run_cli.h"
 
 namespace dsv41::scenarios::agree {
 namespace {
@@ -191,6 +194,13 @@ TEST(OfficialDump, ConformPassesTheImportAndFlagsAPlantedBug) {
       bounded += row.component == "attn_out" && row.tolerance.has_value() && std::isfinite(row.value);
     }
     EXPECT_GT(bounded, 8);
+    // The stale-keys rows of step 1 failed and were waived by name, not passed and not failed.
+    bool named = false;
+    for (const std::string& n : r.scenarios.at(0).comparisons.at(0).notes) {
+      named = named || (n.find("WAIVED step 1 layer 1 index_scores") != std::string::npos &&
+                        n.find(kStaleIndexKeys) != std::string::npos);
+    }
+    EXPECT_TRUE(named);
   }
   // One row (one hc copy) of out_stream x 1.01 at the prefill, layer 5, token 100.
   {
@@ -221,6 +231,27 @@ TEST(OfficialDump, ConformPassesTheImportAndFlagsAPlantedBug) {
     EXPECT_EQ(rc->layer, 1);
     EXPECT_EQ(rc->step, 1);
   }
+}
+
+// The verb: an HDF5 dump, the summary (what was left out, the known differences by name), the
+// conform command it prints runs and passes (steps 0 .. 1 here), an existing dump is refused.
+TEST(OfficialDumpCli, ImportsPrintsTheConformCommandAndRefusesAnExistingDump) {
+  const std::string dump = test::scratch() + "/w16.h5";
+  const test::CliResult r = test::run_dsv41("import-official '" + kRun + "' -o '" + dump + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(test::has(r.out, "engram_out@1: the run holds it at steps 1-16 of 0-16 only")) << r.out;
+  EXPECT_TRUE(test::has(r.out, std::string(kStaleIndexKeys) + ": layer 1 (index_scores, topk), steps 1, 3, 5")) << r.out;
+  EXPECT_TRUE(fs::is_regular_file(test::scratch() + "/w16.known_differences.json"));
+  const size_t at = r.out.rfind("dsv41 conform ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  std::string conform_args = r.out.substr(at + 6);
+  conform_args.erase(conform_args.find_last_not_of('\n') + 1);
+  const test::CliResult c = test::run_dsv41(conform_args + " --stop-after-step 1 --no-end-to-end -q -o '" +
+                                            test::scratch() + "/conform.h5'");
+  EXPECT_EQ(c.code, 0) << c.out << c.err;
+  const test::CliResult again = test::run_dsv41("import-official '" + kRun + "' -o '" + dump + "'");
+  EXPECT_EQ(again.code, 2);
+  EXPECT_TRUE(test::has(again.err, "exists")) << again.err;
 }
 
 }  // namespace
