@@ -384,6 +384,8 @@ ImportSummary import_official(const OracleRun& run, const std::string& dump_path
   conform::PortDumpWriter w(dump_path, c, run.weights_path(), s.token_map_file.empty() ? "default" : s.token_map_file,
                             command_line);
   w.set_claim(conform::kClaimOrderVariant);
+  w.set_tool("the official DeepSeek-V4.1-Flash inference code, run '" + run.name() + "' (tie rule " + run.tie_rule() +
+             "), imported by dsv41 " + DSV41_VERSION_STRING);
   for (const OracleStep& st : run.steps()) {
     w.add_step(step_capture(run, st, keep), st.tokens, st.index == 0 ? "prefill" : "decode");
   }

@@ -84,6 +84,7 @@ TEST(OfficialDump, ReadsBackWithTheMappedComponents) {
   const conform::PortDump d = conform::read_port_dump(im.dump);
   const OracleRun run = OracleRun::open(kRun);
   EXPECT_EQ(d.claim, conform::kClaimOrderVariant);
+  EXPECT_NE(d.tool.find("official"), std::string::npos) << d.tool;
   ASSERT_EQ(d.steps.size(), run.steps().size());
   EXPECT_EQ(d.steps[0].event, "prefill");
   EXPECT_EQ(d.steps[1].event, "decode");
