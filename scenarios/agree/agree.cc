@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "reference/ops/mhc_budget.h"
 #include "scenarios/agree/agree_internal.h"
+#include "scenarios/agree/official_dump.h"
 
 namespace dsv41::scenarios::agree::agree_detail {
 namespace {
@@ -103,7 +104,7 @@ reference::model::ForwardHooks forcing_hooks(const OracleRun& run, const OracleS
     const std::string base = st.prefix + oracle_layer(layer) + "/";
     if (what == Component::kTopk) {
       cap.topk[layer] = v;
-      const Tensor<int32_t> ref = OracleRun::i32(*st.items, base + "indexer_topk");
+      const Tensor<int32_t> ref = OracleRun::i32(*st.items, base + official_item("topk"));
       DSV41_CHECK(ref.numel() == v.numel(), "agree: the official top-k of ", base, " holds ", ref.numel(),
                   " values, the reference's ", v.numel());
       for (int64_t i = 0; i < v.numel(); ++i) {
@@ -112,7 +113,7 @@ reference::model::ForwardHooks forcing_hooks(const OracleRun& run, const OracleS
       }
     } else if (what == Component::kExperts) {
       cap.experts[layer] = v;
-      const Tensor<int32_t> ref = OracleRun::i32(*st.items, base + "gate_indices");
+      const Tensor<int32_t> ref = OracleRun::i32(*st.items, base + official_item("experts"));
       DSV41_CHECK(ref.numel() == v.numel(), "agree: the official experts of ", base, " hold ", ref.numel(),
                   " values, the reference's ", v.numel());
       v.data() = ref.data();
@@ -121,7 +122,7 @@ reference::model::ForwardHooks forcing_hooks(const OracleRun& run, const OracleS
   h.mask = [&st, &cap](Component what, int layer, Tensor<uint8_t>& v) {
     if (what != Component::kCandidates) return;
     cap.candidates[layer] = v;
-    const Tensor<uint8_t> ref = OracleRun::u8(*st.items, st.prefix + oracle_layer(layer) + "/candidates");
+    const Tensor<uint8_t> ref = OracleRun::u8(*st.items, st.prefix + oracle_layer(layer) + "/" + official_item("candidates"));
     DSV41_CHECK(ref.numel() == v.numel(), "agree: the official candidates of layer ", layer, " hold ", ref.numel(),
                 " values, the reference's ", v.numel());
     v.data() = ref.data();
@@ -301,13 +302,13 @@ void selection_rows(const OracleStep& st, const reference::ModelConfig& c, const
                     int l, RowSink& sink) {
   const std::string base = st.prefix + oracle_layer(l) + "/";
   if (cap.topk.count(l)) {
-    std::vector<int32_t> want = OracleRun::i32(*st.items, base + "indexer_topk").data();
+    std::vector<int32_t> want = OracleRun::i32(*st.items, base + official_item("topk")).data();
     const int64_t offset = official_topk_offset(st, c);
     for (int32_t& x : want) x = x < 0 ? -1 : static_cast<int32_t>(x - offset);
     sink.add(l, "topk", "rows_equal_frac", rows_equal_frac(cap.topk.at(l), want), std::nullopt);
-    if (st.items->has(base + "index_score") && cap.index_scores.count(l)) {
+    if (st.items->has(base + official_item("index_scores")) && cap.index_scores.count(l)) {
       const TieCheck tc = tie_equivalence(cap.topk.at(l), want, cap.index_scores.at(l),
-                                          official_values(*st.items, base + "index_score", true));
+                                          official_values(*st.items, base + official_item("index_scores"), true));
       if (tc.rows > 0) {
         sink.add(l, "topk", "tie_equivalent_frac", static_cast<double>(tc.equivalent) / static_cast<double>(tc.rows),
                  judge::make_tolerance(1.0, true, "stated",
@@ -319,10 +320,10 @@ void selection_rows(const OracleStep& st, const reference::ModelConfig& c, const
   }
   if (cap.experts.count(l)) {
     sink.add(l, "experts", "rows_equal_frac",
-             rows_equal_frac(cap.experts.at(l), OracleRun::i32(*st.items, base + "gate_indices").data()), std::nullopt);
+             rows_equal_frac(cap.experts.at(l), OracleRun::i32(*st.items, base + official_item("experts")).data()), std::nullopt);
   }
   if (cap.candidates.count(l)) {
-    const std::vector<uint8_t> want = OracleRun::u8(*st.items, base + "candidates").data();
+    const std::vector<uint8_t> want = OracleRun::u8(*st.items, base + official_item("candidates")).data();
     const std::vector<uint8_t>& own = cap.candidates.at(l).data();
     int64_t equal = 0;
     for (size_t i = 0; i < own.size() && i < want.size(); ++i) equal += own[i] == want[i];
@@ -331,7 +332,7 @@ void selection_rows(const OracleStep& st, const reference::ModelConfig& c, const
   }
   if (rec.engram_ids.count(l)) {
     const std::vector<int64_t>& got = rec.engram_ids.at(l).data();
-    const std::vector<int32_t> want = OracleRun::i32(*st.items, base + "engram_hash_ids").data();
+    const std::vector<int32_t> want = OracleRun::i32(*st.items, base + official_item("engram_ids")).data();
     int64_t equal = 0;
     for (size_t i = 0; i < got.size() && i < want.size(); ++i) equal += got[i] == want[i];
     sink.add(l, "engram_ids", "bit_equal_frac",

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "scenarios/agree/agree_internal.h"
+#include "scenarios/agree/official_dump.h"
 
 namespace dsv41::scenarios::agree::agree_detail {
 namespace {
@@ -76,12 +77,12 @@ reports::Comparison free_running(const OracleRun& run, reference::model::Model& 
         sink.add(l, "out_stream", "nmse", d.nmse, std::nullopt);
         sink.add(l, "out_stream", "bit_equal_frac", d.equal_frac, std::nullopt);
       }
-      if (rec.experts.count(l) && tie.has(base + "gate_indices")) {
-        sink.add(l, "experts", "rows_equal_frac", rows_equal(rec.experts.at(l), OracleRun::i32(tie, base + "gate_indices").data()),
+      if (rec.experts.count(l) && tie.has(base + official_item("experts"))) {
+        sink.add(l, "experts", "rows_equal_frac", rows_equal(rec.experts.at(l), OracleRun::i32(tie, base + official_item("experts")).data()),
                  std::nullopt);
       }
-      if (rec.topk.count(l) && tie.has(base + "indexer_topk")) {
-        std::vector<int32_t> want = OracleRun::i32(tie, base + "indexer_topk").data();
+      if (rec.topk.count(l) && tie.has(base + official_item("topk"))) {
+        std::vector<int32_t> want = OracleRun::i32(tie, base + official_item("topk")).data();
         const int64_t offset = official_topk_offset(st, c);
         for (int32_t& x : want) x = x < 0 ? -1 : static_cast<int32_t>(x - offset);
         sink.add(l, "topk", "rows_equal_frac", rows_equal(rec.topk.at(l), want), std::nullopt);

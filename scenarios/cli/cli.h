@@ -52,6 +52,7 @@ Verb add_exact_verb(CLI::App& parent);         // scenarios/cli/cli_exact.cc
 Verb add_vectors_verb(CLI::App& parent);       // scenarios/cli/cli_vectors.cc
 Verb add_sweep_verb(CLI::App& parent);         // scenarios/cli/cli_sweep.cc (library dsv41_sweep)
 Verb add_layer_config_verb(CLI::App& parent);  // scenarios/cli/cli_layer_config.cc
+Verb add_import_official_verb(CLI::App& parent);  // scenarios/cli/cli_import_official.cc
 
 // `dsv41 conform --vectors DIR --port-out PORT_DIR` (scenarios/vectors/vectors.h): judges a port's outputs
 // of the conformance vectors, writes the report (and JUnit), prints one line per case; the exit code.

@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
                                    dsv41::scenarios::cli::add_report_verb(app), dsv41::scenarios::cli::add_agree_verb(app),
                                    dsv41::scenarios::cli::add_conform_verb(app), dsv41::scenarios::cli::add_selftest_verb(app),
                                    dsv41::scenarios::cli::add_exact_verb(app), dsv41::scenarios::cli::add_vectors_verb(app),
-                                   dsv41::scenarios::cli::add_sweep_verb(app), dsv41::scenarios::cli::add_layer_config_verb(app)};
+                                   dsv41::scenarios::cli::add_sweep_verb(app), dsv41::scenarios::cli::add_layer_config_verb(app),
+                                   dsv41::scenarios::cli::add_import_official_verb(app)};
 
   if (const std::string unknown = unknown_verb(app, argc, argv); !unknown.empty()) {
     std::cerr << "dsv41: error: " << unknown << "\nRun with --help for more information.\n";

@@ -258,7 +258,7 @@ void PortDumpWriter::finish() {
   json m;
   m["format"] = kPortDumpFormat;
   m["version"] = kPortDumpVersion;
-  m["tool"] = std::string("dsv41 ") + DSV41_VERSION_STRING;
+  m["tool"] = tool_.empty() ? std::string("dsv41 ") + DSV41_VERSION_STRING : tool_;
   m["config_hash"] = reference::config_hash(config_);
   m["config"] = json::parse(reference::to_json_string(config_, -1));
   m["weights"] = weights_;

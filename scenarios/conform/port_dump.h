@@ -120,6 +120,9 @@ class PortDumpWriter {
                       int64_t kept = -1);
   // The manifest's "claim" (kClaimBitExact unless set): what a port declares of its sums.
   void set_claim(const std::string& claim);
+  // The manifest's "tool" (default "dsv41 <version>"): who produced the values, e.g. an imported
+  // official run (scenarios/agree/official_dump.h).
+  void set_tool(const std::string& tool) { tool_ = tool; }
   void finish();
   ~PortDumpWriter();
   PortDumpWriter(PortDumpWriter&&) = delete;
@@ -131,6 +134,7 @@ class PortDumpWriter {
   reference::ModelConfig config_;
   std::string weights_, token_map_, command_line_;
   std::string claim_;
+  std::string tool_;
   std::map<std::string, std::vector<int>> components_;
   std::vector<PortDumpStep> steps_;  // metadata only (no tensors kept)
 };

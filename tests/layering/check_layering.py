@@ -6,7 +6,7 @@ folders below it (ALLOWED), never of a folder above. The floors, bottom first:
 
     base -> formats, h5 -> reference/{ops -> checkpoint -> seam -> model -> session}, reports, golden
          -> cuda (kernels see formats; the CUDA ops table implements the seam, never the model)
-         -> scenarios/{judge, defects -> runner -> conform, vectors, agree, exact -> selftest, sweep -> cli}
+         -> scenarios/{judge, defects -> runner -> conform (-> agree), vectors, exact -> selftest, sweep -> cli}
          -> python
 
 python/ sits on top of every layer: it may include any, and nothing outside it includes python/.
@@ -44,7 +44,9 @@ ALLOWED = {
     "scenarios/conform/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/runner/",
                                               "scenarios/conform/"],
     "scenarios/vectors/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/vectors/"],
-    "scenarios/agree/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/agree/"],
+    # agree/ imports official runs as port dumps (official_dump.h): it writes them with conform's writer.
+    "scenarios/agree/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/runner/",
+                                            "scenarios/conform/", "scenarios/agree/"],
     "scenarios/exact/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/exact/"],
     "scenarios/selftest/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/runner/",
                                                "scenarios/conform/", "scenarios/selftest/"],
