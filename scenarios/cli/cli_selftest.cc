@@ -132,7 +132,10 @@ int run_small_bugs(const SelftestArgs& a) {
   const selftest::SmallZooResult r = selftest::run_small_zoo(o, std::cerr);
   std::cout << selftest::format_small_zoo_table(r);
   for (const selftest::SmallZooRow& row : r.rows) {
-    if (row.verdict != "ok") std::cout << row.bug << ": " << row.verdict << " (" << row.detail << ")\n";
+    if (row.verdict == "ok") continue;
+    std::cout << row.bug << ": " << row.verdict << "; at " << row.expected << ": "
+              << (row.at_planted.empty() ? "no row" : row.at_planted)
+              << (row.detail.empty() ? "" : "; root cause detail: " + row.detail) << "\n";
   }
   const int code = selftest::small_zoo_exit_code(r, a.min_located);
   std::cout << "selftest --small-bugs: "
