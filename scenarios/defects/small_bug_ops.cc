@@ -4,11 +4,10 @@
 // gets one op of one layer slightly wrong and forwards everything else to the CPU reference.
 #include "scenarios/defects/small_bug_ops.h"
 
-#include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "base/error.h"
-#include "formats/minifloat.h"
 #include "reference/checkpoint/weights.h"
 #include "reference/ops/engram.h"
 #include "reference/ops/indexer.h"
@@ -27,7 +26,12 @@ using reference::Tensor;
 using T32 = Tensor<float>;
 using TU8 = Tensor<uint8_t>;
 
-std::string factor_label(const char* what, double factor) { return std::string(what) + "x" + std::to_string(factor); }
+// "softmax_scale_x1.01": the BugOps name (a report's backend name).
+std::string factor_label(const char* what, double factor) {
+  char f[32];
+  std::snprintf(f, sizeof f, "_x%g", factor);
+  return what + std::string(f);
+}
 
 class SoftmaxScaleOff : public BugOps {
  public:

@@ -8,7 +8,7 @@
 // step off, one row of a component x1.01 or x1.001, and the zoo's small ones (Sinkhorn one
 // iteration short, the newest block not pinned, the sink in the numerator).
 //
-// Each bug is planted one of three ways, reusing the zoo's machinery:
+// Each bug is planted one of two ways, reusing the zoo's machinery:
 //   ops      a BugOps behind the seam (scenarios/defects/small_bug_ops.h, or a zoo bug's ops)
 //   mutant   a planted value (scenarios/defects/mutants.h spec, e.g. attn_out:L2:S1:x1.01) applied
 //            by the dump's driver (write_scenario_dump's DumpDefects)
