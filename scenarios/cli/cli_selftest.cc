@@ -13,6 +13,7 @@
 #include "scenarios/selftest/bug_zoo.h"
 #include "scenarios/selftest/calibration.h"
 #include "scenarios/selftest/reordered_ops.h"
+#include "scenarios/selftest/small_zoo.h"
 #include "scenarios/cli/cli.h"
 #include "scenarios/selftest/selftest.h"
 
@@ -25,6 +26,9 @@ struct SelftestArgs {
   int threads = 0;
   // --calibration / --sensitivity (scenarios/selftest/calibration.h)
   bool calibration = false, sensitivity = false;
+  // --small-bugs (scenarios/selftest/small_zoo.h)
+  bool small_bugs = false;
+  double min_located = 0.95;
   std::string variants, scenarios, components, factors;
   int layer = 2;
   int64_t step = 1;
@@ -108,8 +112,44 @@ int run_sensitivity(const SelftestArgs& a) {
   return runner::kExitCheckFailed;
 }
 
+int run_small_bugs(const SelftestArgs& a) {
+  if (a.list) {
+    for (const selftest::SmallBug& b : selftest::small_zoo()) {
+      std::cout << b.name << (b.ci ? " [ci]" : "") << "  (" << b.how << ") " << b.description << "; planted at "
+                << selftest::zoo_location(b.expected_component, b.expected_layer, b.expected_step) << "\n";
+    }
+    return runner::kExitOk;
+  }
+  selftest::SmallZooOptions o;
+  o.config = a.config;
+  o.weights = a.weights;
+  o.bugs = split_list(a.bugs);
+  for (const std::string& n : o.bugs) selftest::small_bug(n);  // an unknown name: exit 2 before any run
+  o.ci = a.ci;
+  o.dir = a.dir;
+  o.keep = a.keep;
+  o.progress = !a.quiet;
+  const selftest::SmallZooResult r = selftest::run_small_zoo(o, std::cerr);
+  std::cout << selftest::format_small_zoo_table(r);
+  for (const selftest::SmallZooRow& row : r.rows) {
+    if (row.verdict == "ok") continue;
+    std::cout << row.bug << ": " << row.verdict << "; at " << row.expected << ": "
+              << (row.at_planted.empty() ? "no row" : row.at_planted)
+              << (row.detail.empty() ? "" : "; root cause detail: " + row.detail) << "\n";
+  }
+  const int code = selftest::small_zoo_exit_code(r, a.min_located);
+  std::cout << "selftest --small-bugs: "
+            << (code == 0 ? "the clean reference passes, every bug fired, at least " : "FAILED: goal ") << a.min_located
+            << " of the bugs located (order-variant)\n";
+  return code;
+}
+
 int run(const SelftestArgs& a) {
   if (a.threads > 0) reference::set_reference_threads(a.threads);
+  if (int(a.calibration) + int(a.sensitivity) + int(a.small_bugs) > 1) {
+    DSV41_FAIL("--calibration, --sensitivity and --small-bugs: one at a time");
+  }
+  if (a.small_bugs) return run_small_bugs(a);
   if (a.list) {
     for (const selftest::ZooBug& b : selftest::bug_zoo()) {
       std::cout << b.name << (b.ci ? " [ci]" : "") << "  (" << name(b.kind) << ") " << b.description << "; expected "
@@ -117,7 +157,6 @@ int run(const SelftestArgs& a) {
     }
     return runner::kExitOk;
   }
-  if (a.calibration && a.sensitivity) DSV41_FAIL("--calibration and --sensitivity: one at a time");
   if (a.calibration) return run_calibration(a);
   if (a.sensitivity) return run_sensitivity(a);
   selftest::SelftestOptions o;
@@ -174,6 +213,12 @@ Verb add_selftest_verb(CLI::App& parent) {
   app->add_option("--step", a->step, "--sensitivity: the zoo scenario's step to plant in (default 1)");
   app->add_option("--goal", a->goal, "--sensitivity: exit 1 unless every component is located at |factor-1| <= this "
                                      "(default 0.01)");
+  app->add_flag("--small-bugs", a->small_bugs,
+                "instead of the zoo: the small-bug zoo (0.1-1% effects, one cache byte), each judged under "
+                "order-variant: flagged and located where planted? (docs/selftest.md \"Small bugs\"); with --bugs, "
+                "--list, --ci (the CI slice)");
+  app->add_option("--min-located", a->min_located,
+                  "--small-bugs: exit 1 unless at least this fraction of the bugs is located (default 0.95)");
   app->add_option("-o,--output-dir", a->dir, "write the dumps here (default: a temporary directory)");
   app->add_flag("--keep", a->keep, "keep every dump (default: each removed after its judgement)");
   app->add_option("--junit", a->junit, "also write JUnit XML here (one testcase per run)");
