@@ -65,7 +65,14 @@ reference::model::CacheView cache_of(const PortDumpStep& s, int layer, const std
   v.kind = component.substr(std::strlen("cache."));
   v.layer = layer;
   try {
-    v.format = formats::cache_format_from_name(meta_of(s, e.name + ".format"));
+    // The compressor's pending rows are fp32, no CacheFormat: labelled "fp32" (dumps written before
+    // this change: "bf16"); `format` stays the unused default for this kind.
+    const std::string& label = meta_of(s, e.name + ".format");
+    if (v.kind == "compressor") {
+      DSV41_CHECK(label == "fp32" || label == "bf16", "format '", label, "': the compressor's rows are fp32");
+    } else {
+      v.format = formats::cache_format_from_name(label);
+    }
     v.dim = std::stoll(meta_of(s, e.name + ".dim"));
   } catch (const std::logic_error& x) {
     DSV41_FAIL(s.file, ": key '", e.name, "': metadata '", e.name, ".dim' is not a number: ", x.what());

@@ -5,6 +5,7 @@
 #include "scenarios/conform/conform_forcing.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "reference/model/hooks.h"
@@ -128,19 +129,77 @@ ForcingMap teacher_forcing(const PortDump& d) {
     }
     return false;
   };
+  // The identity an input stands for (in_stream(l) is out_stream(l - 1) or embed; in_pre(l) is
+  // hc_ffn_pre(l - 1)): the node whose computation the reference runs in its place.
+  const auto computed_as = [&](Node n) {
+    for (int hop = 0; hop < 4; ++hop) {
+      if (held(n)) return n;
+      if (n.first == "in_stream") {
+        n = n.second == 0 ? Node{"embed", -1} : Node{"out_stream", n.second - 1};
+      } else if (n.first == "in_pre" && n.second > 0) {
+        n = {"hc_ffn_pre", n.second - 1};
+      } else {
+        return n;
+      }
+    }
+    return n;
+  };
+  const std::set<std::string> selections = {"topk", "candidates", "experts", "dspark_experts"};
   ForcingMap out;
   for (const auto& [component, layers] : d.components) {
     for (int layer : layers) {
       Forcing f;
+      std::set<Node> seen;
+      std::vector<Node> todo;
       for (const Node& in : direct_inputs(c, schedule, component, layer)) {
         if (port_value(in)) continue;
         f.forced = false;
         f.missing.push_back(in.first + "@" + (in.second < 0 ? std::string("model") : std::to_string(in.second)));
+        todo.push_back(computed_as(in));
+      }
+      // Every computation the reference runs in place of the port's, up to the port's values.
+      while (!todo.empty()) {
+        const Node n = todo.back();
+        todo.pop_back();
+        if (!seen.insert(n).second) continue;
+        f.chain.push_back(n);
+        if (selections.count(n.first)) f.chain_has_selection = true;
+        for (const Node& in : direct_inputs(c, schedule, n.first, n.second)) {
+          if (!port_value(in)) todo.push_back(computed_as(in));
+        }
       }
       out[{component, layer}] = std::move(f);
     }
   }
   return out;
+}
+
+std::optional<judge::DerivedBound> free_running_bound(const reference::ModelConfig& c, const std::string& component,
+                                                      std::optional<judge::DerivedBound> own, const Forcing& f) {
+  if (f.chain_has_selection) return std::nullopt;
+  judge::DerivedBound b;
+  if (own) {
+    b = *own;
+  } else {
+    b.component = component;
+    b.n = 1;
+    b.origin = "exact given equal inputs";
+  }
+  std::string chain;
+  for (const auto& [name, layer] : f.chain) {
+    const std::optional<judge::DerivedBound> y = judge::derived_bound(c, name);
+    if (!y) continue;  // exact given its inputs (in_stream, in_pre, embed): adds nothing
+    const double nu = static_cast<double>(y->n) * std::ldexp(1.0, -24);
+    b.bound += y->bound;
+    b.gain += y->gain + 2.0 * nu / (1.0 - nu);
+    b.n = std::max(b.n, y->n);
+    chain += (chain.empty() ? "" : ", ") + name + "@" + (layer < 0 ? std::string("model") : std::to_string(layer));
+  }
+  b.gain_why = (b.gain_why.empty() ? "" : b.gain_why + "; ") + "plus the systematic gains of the chain not in the dump";
+  b.origin = "free-running (not teacher-forced; docs/conform.md \"Thin dumps\"): " + b.origin +
+             " + the derived bounds of the chain the reference computed in place of the port's (A1: additive): " +
+             (chain.empty() ? "none bounded" : chain);
+  return b;
 }
 
 std::vector<std::string> forcing_lines(const ForcingMap& f) {

@@ -74,55 +74,66 @@ const char* kOrderVariantE2eNote =
     "docs/conform.md: order-variant claim: end to end, errors compound through the forward (no derived bound): "
     "measured only, except the rows exact on every pair";
 
-// forced: the teacher-forced comparison; inputs_forced: every direct input of the component is
-// the port's own value (conform_forcing.h): the derived bounds assume it, so an order-variant
-// component whose inputs the dump lacks is measured.
+// forced: the teacher-forced comparison; fr: the component's forcing (conform_forcing.h; nullptr:
+// teacher-forced): under order-variant a component whose inputs the dump lacks gets its
+// free-running bound (its own plus the missing chain's), or is measured when that chain holds a
+// selection.
 std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::string& component, const std::string& metric,
-                                  const Claim& claim, bool forced, bool inputs_forced) {
+                                  const Claim& claim, bool forced, const Forcing* fr = nullptr) {
   if (kAlwaysExact.count(metric)) return exact_tol(metric);
   const std::map<std::string, Tolerance>* f = file_bounds(tol, component);
   if (f == nullptr && claim.order_variant) {  // the derived defaults (scenarios/judge/derived_bounds.h)
     if (component == reference::model::name(reference::model::Component::kEngramIds)) {
       return metric == "equal_frac" ? std::optional<Tolerance>(exact_tol(metric)) : std::nullopt;
     }
-    if (!forced || !inputs_forced) return std::nullopt;
+    if (!forced) return std::nullopt;
+    const bool free_running = fr != nullptr && !fr->forced;
+    const auto widened = [&](std::optional<judge::DerivedBound> own) {
+      return free_running ? free_running_bound(*claim.config, component, std::move(own), *fr) : own;
+    };
     const bool cache = conform_detail::is_cache(component);
     if (cache) {  // bytes measured (a quantizer flip is legitimate); what they decode to is bounded
+      const std::optional<judge::DerivedBound> b = widened(judge::derived_cache_bound(*claim.config, component));
+      if (!b) return std::nullopt;
       if (metric == judge::kDecodedBlockGainMetric) {
-        return judge::derived_cache_bound(*claim.config, component) ? std::optional<Tolerance>(judge::decoded_block_gain_tolerance())
-                                                                    : std::nullopt;
+        Tolerance t = judge::decoded_block_gain_tolerance();
+        if (free_running) {
+          t.bound += b->gain;
+          t.note += "; free-running: plus the chain's systematic gain (" + b->origin + ")";
+        }
+        return t;
       }
-      if (metric != judge::kDecodedRowRelMetric) return std::nullopt;
-      const std::optional<judge::DerivedBound> b = judge::derived_cache_bound(*claim.config, component);
-      return b ? std::optional<Tolerance>(judge::derived_tolerance(*b)) : std::nullopt;
+      if (metric == judge::kRowGainMetric && component == "cache.compressor") return judge::row_gain_tolerance(*b);
+      return metric == judge::kDecodedRowRelMetric ? std::optional<Tolerance>(judge::derived_tolerance(*b)) : std::nullopt;
     }
-    // Selections (topk, and the candidate pool: a top-k of block scores) follow one tie rule:
-    // runner/compare.h candidate_block_ties.
-    if (component == reference::model::name(reference::model::Component::kExperts)) {  // the gate scores' ties
-      if (metric != "tie_equivalent") return std::nullopt;
+    // Selections (topk, the candidate pool: a top-k of block scores, the routed experts) follow one
+    // tie rule (runner/compare.h); with inputs the dump lacks, their scores move beyond the band: measured.
+    const bool selection = component == reference::model::name(reference::model::Component::kExperts) ||
+                           component == reference::model::name(reference::model::Component::kTopk) ||
+                           component == reference::model::name(reference::model::Component::kCandidates);
+    if (selection) {
+      if (metric != "tie_equivalent" || free_running) return std::nullopt;
       Tolerance t = exact_tol("rows_equal_frac");
       t.origin = "analytic";
-      t.note = judge::kExpertTieNote;
+      t.note = component == "experts" ? std::string(judge::kExpertTieNote)
+                                      : "order-variant: identical outside the tie band of index_scores' derived bound (" +
+                                            std::to_string(judge::topk_tie_band(*claim.config)) + " x the row's max |score|" +
+                                            (component == "candidates" ? ", on the block scores" : "") +
+                                            "); a difference inside it is a tie";
       return t;
     }
-    if (component == reference::model::name(reference::model::Component::kTopk) ||
-        component == reference::model::name(reference::model::Component::kCandidates)) {
-      if (metric != "tie_equivalent") return std::nullopt;
-      Tolerance t = exact_tol("rows_equal_frac");
-      t.origin = "analytic";
-      t.note = "order-variant: identical outside the tie band of index_scores' derived bound (" +
-               std::to_string(judge::topk_tie_band(*claim.config)) + " x the row's max |score|" +
-               (component == "candidates" ? ", on the block scores" : "") + "); a difference inside it is a tie";
-      return t;
-    }
-    if (std::optional<judge::DerivedBound> b = judge::derived_bound(*claim.config, component)) {
+    std::optional<judge::DerivedBound> own = judge::derived_bound(*claim.config, component);
+    const bool float_tensor = reference::model::component_info(*reference::model::component_from_name(component)).kind ==
+                              reference::model::ComponentKind::kTensor;
+    if (own || (free_running && float_tensor)) {
+      const std::optional<judge::DerivedBound> b = widened(std::move(own));
+      if (!b) return std::nullopt;
       if (metric == judge::kRowRelMetric) return judge::derived_tolerance(*b);
       if (metric == judge::kRowGainMetric) return judge::row_gain_tolerance(*b);
       if (metric == judge::kTensorGainMetric || metric == judge::kTensorBiasMetric) return judge::tensor_stat_tolerance(*b, metric);
       return std::nullopt;
     }
-    // Components exact given equal inputs (embed, in_stream, in_pre, experts): as bit-exact. A
-    // selection without A's index scores to analyse its ties is measured (no tie_equivalent row).
+    // Components exact given equal inputs (embed, in_stream, in_pre): as bit-exact.
   }
   return bit_exact_bound(f, metric);
 }
@@ -252,16 +263,19 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
   const Only only = parse_only(o.only);
   if (forced) {  // what the dump's thinness leaves unforced (docs/conform.md "Thin dumps")
     for (const std::string& line : forcing_lines(forcing)) {
+      const bool selection = line.rfind("topk ", 0) == 0 || line.rfind("candidates ", 0) == 0 || line.rfind("experts ", 0) == 0;
       cmp.notes.push_back("NOT FORCED " + line +
-                          (claim.order_variant ? ": its rows are measured, not judged (order-variant: the derived bounds "
-                                                 "assume forced inputs); a failure's location includes those inputs"
-                                               : ": a failure's location includes those inputs"));
+                          (!claim.order_variant ? ": a failure's location includes those inputs"
+                           : selection          ? ": measured (its scores' inputs are not the port's: no tie band holds)"
+                                                : ": judged with its free-running bound (its own derived bound plus the "
+                                                  "missing chain's; measured when the chain holds a selection)"));
     }
   }
-  const auto inputs_forced = [&](const MetricRow& r) {
+  const auto forcing_of = [&](const MetricRow& r) -> const Forcing* {
     const auto it = forcing.find({r.component, r.layer});
-    return !forced || it == forcing.end() || it->second.forced;
+    return forced && it != forcing.end() ? &it->second : nullptr;
   };
+  const auto inputs_forced = [&](const MetricRow& r) { return forcing_of(r) == nullptr || forcing_of(r)->forced; };
   judge::Evidence ev;
   ev.backend_gap = thin;
   std::set<std::tuple<int64_t, int, std::string>> failed;
@@ -287,7 +301,7 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
                      [](const MetricRow& x, const MetricRow& y) { return order_key(x) < order_key(y); });
     std::set<std::pair<int, std::string>> items;
     for (MetricRow& r : rows) {
-      r.tolerance = bound_of(tol, r.component, r.metric, claim, forced, inputs_forced(r));
+      r.tolerance = bound_of(tol, r.component, r.metric, claim, forced, forcing_of(r));
       judge::judge_row(r);
       items.insert({r.layer, r.component});
       if (r.verdict == Verdict::kFail) {

@@ -227,7 +227,7 @@ void PortDumpWriter::add_step(const runner::StepCapture& cap, const std::vector<
     if (static_cast<int64_t>(v.positions.size()) == v.entries) {
       add(v.layer, component, int_entry(key + kPositionsSuffix, DType::kI64, {v.entries}, v.positions));
     }
-    meta[key + ".format"] = formats::info(v.format).name;
+    meta[key + ".format"] = v.kind == "compressor" ? "fp32" : formats::info(v.format).name;  // fp32 rows: no CacheFormat
     meta[key + ".dim"] = std::to_string(v.dim);
   }
   // Every step holds the same keys (version 1): the manifest promises them for every step.

@@ -227,6 +227,11 @@ std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c,
     b = make(component, "the indexer's compressor -> norm -> rope -> FP4 (E2M1 + E8M0/32)", 3, act, D, "dim", bf, false);
     quant = 2 * (1.0 / 3.0);
     format = "FP4 E2M1 + E8M0/32: 2 x 1/3";
+  } else if (component == "cache.compressor") {  // fp32 rows, no quantizer: the chain alone
+    b = make(component, "compressor wkv / wgate: fp32 projections of attn_in (the pending group's kv and score rows)", 0,
+             act, D, "dim", "bf16 in, fp32 accumulation, fp32 rows", true);
+    b->origin = "derived: the chain (" + b->origin + "), per pending row of dim fp32 values: max |a - b| <= bound x the row's max |a|";
+    return b;
   } else {
     return std::nullopt;
   }
@@ -251,7 +256,7 @@ reports::Tolerance decoded_block_gain_tolerance() {
 
 std::vector<DerivedBound> derived_cache_bound_table(const reference::ModelConfig& c) {
   std::vector<DerivedBound> out;
-  for (const char* k : {"cache.window_kv", "cache.compressed_kv", "cache.index_keys", "cache.dspark_window_kv"}) {
+  for (const char* k : {"cache.window_kv", "cache.compressed_kv", "cache.index_keys", "cache.compressor", "cache.dspark_window_kv"}) {
     if (c.n_mtp_layers == 0 && std::string(k) == "cache.dspark_window_kv") continue;
     out.push_back(*derived_cache_bound(c, k));
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <sstream>
 
@@ -429,6 +430,18 @@ void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, Step
     rows.add(ca.layer, c, "bytes_equal_frac",
              m.bytes ? static_cast<double>(m.bytes_equal) / static_cast<double>(m.bytes) : 1.0,
              rows.stated_exact(true, 1.0), std::nullopt, d);
+    // The compressor's pending rows are fp32 [kv | score] (2 rows of dim per entry): compared as
+    // float rows, max_rowrel and row_gain per row (conform's order-variant claim bounds them).
+    if (ca.kind == "compressor" && ca.dim > 0 && ca.entry_bytes == cb.entry_bytes && ca.entry_bytes == 8 * ca.dim &&
+        ca.bytes.size() == cb.bytes.size() && m.bytes_equal < m.bytes) {
+      std::vector<float> fa(ca.bytes.size() / 4), fb(cb.bytes.size() / 4);
+      std::memcpy(fa.data(), ca.bytes.data(), ca.bytes.size());
+      std::memcpy(fb.data(), cb.bytes.data(), cb.bytes.size());
+      rows.add(ca.layer, c, judge::kDecodedRowRelMetric, judge::max_row_relative(fa, fb, ca.dim, c), std::nullopt,
+               std::nullopt, "the pending fp32 rows (kv, score), per row of dim values");
+      rows.add(ca.layer, c, judge::kRowGainMetric, judge::max_row_gain(fa, fb, ca.dim, c), std::nullopt, std::nullopt,
+               "the pending fp32 rows' gain error (kv, score rows of dim values)");
+    }
     // What the bytes decode to, per entry relative to the entry's max |A| (measured here; conform's
     // order-variant claim bounds it: judge::derived_cache_bound). Decoded only where bytes differ.
     if (ca.kind != "compressor" && ca.format == cb.format && ca.dim > 0 && ca.entries > 0) {
