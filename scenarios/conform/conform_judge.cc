@@ -296,6 +296,7 @@ std::string conform_detail::item_detail(const runner::StepCapture& a, const runn
         d << (m.count - m.bit_equal) << " of " << m.count << " differ, max ulp " << m.max_ulp << ", NMSE " << m.nmse
           << ", calc_diff " << p.calc_diff;
         if (m.nan_mismatch + m.inf_mismatch > 0) d << "; " << m.nan_mismatch << " NaN / " << m.inf_mismatch << " Inf masks differ";
+        if (m.bit_equal < m.count) d << "; " << judge::describe(judge::error_shape(ia->f.data(), ib->f.data(), ia->type, what));
         return d.str();
       }
       case runner::CapturedItem::kIndex: {

@@ -392,6 +392,46 @@ IndexMetrics compare_index_sets_banded(const Tensor<int32_t>& a, const Tensor<in
   return m;
 }
 
+ErrorShape error_shape(const std::vector<float>& a, const std::vector<float>& b, ValueType t, const std::string& what) {
+  DSV41_CHECK(a.size() == b.size(), what, ": ", a.size(), " values against ", b.size());
+  ErrorShape e;
+  double n = 0, sa = 0, sd = 0, saa = 0, sdd = 0, sad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) continue;
+    const int64_t ulp = std::llabs(ordered(storage_bits(a[i], t), t) - ordered(storage_bits(b[i], t), t));
+    ++e.ulp_hist[ulp == 0 ? 0 : ulp == 1 ? 1 : ulp <= 4 ? 2 : ulp <= 16 ? 3 : 4];
+    const double x = a[i], d = static_cast<double>(b[i]) - x;
+    n += 1;
+    sa += x;
+    sd += d;
+    saa += x * x;
+    sdd += d * d;
+    sad += x * d;
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (n == 0 || sdd == 0) {
+    e.mean_over_rms = e.corr = nan;
+    return e;
+  }
+  e.mean_over_rms = (sd / n) / std::sqrt(sdd / n);
+  const double va = saa / n - (sa / n) * (sa / n), vd = sdd / n - (sd / n) * (sd / n);
+  e.corr = va > 0 && vd > 0 ? (sad / n - (sa / n) * (sd / n)) / std::sqrt(va * vd) : nan;
+  return e;
+}
+
+std::string describe(const ErrorShape& e) {
+  int64_t total = 0;
+  for (int64_t c : e.ulp_hist) total += c;
+  std::ostringstream s;
+  s.precision(2);
+  s << "ulps 0/1/2-4/5-16/>16:";
+  for (size_t k = 0; k < e.ulp_hist.size(); ++k) {
+    s << (k ? "/" : " ") << std::fixed << (total ? 100.0 * static_cast<double>(e.ulp_hist[k]) / static_cast<double>(total) : 0.0) << "%";
+  }
+  s << std::showpos << "; mean/rms error " << e.mean_over_rms << "; corr(ref, error) " << e.corr;
+  return s.str();
+}
+
 // ---- candidate pools ----
 
 CandidateMetrics compare_candidates(const Tensor<uint8_t>& a, const Tensor<uint8_t>& b, int block_size,

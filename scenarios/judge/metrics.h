@@ -135,6 +135,20 @@ IndexMetrics compare_index_sets_banded(const reference::Tensor<int32_t>& a, cons
                                        const reference::Tensor<float>& scores_a, const std::vector<double>& tie_eps,
                                        const std::string& what);
 
+// The shape of a float difference (issue 31 item 3; shown in a failure's detail): how the finite
+// pairs' ULP distances in the storage type spread, ulp_hist = counts of 0, 1, 2-4, 5-16 and > 16
+// ULPs; the signed mean error against the RMS error (mean(b - a) / rms(b - a): 0 for unbiased
+// rounding noise, +-1 for an offset); and the correlation of the error with the values
+// (corr(a, b - a): 0 for noise, +-1 for a gain). NaN where undefined (no pair, no error).
+struct ErrorShape {
+  std::vector<int64_t> ulp_hist = std::vector<int64_t>(5, 0);
+  double mean_over_rms = 0;
+  double corr = 0;
+};
+ErrorShape error_shape(const std::vector<float>& a, const std::vector<float>& b, ValueType t, const std::string& what);
+// "ulps 0/1/2-4/5-16/>16: 90%/8%/2%/0%/0%; mean/rms error +0.02; corr(ref, error) +0.01"
+std::string describe(const ErrorShape& e);
+
 struct CandidateMetrics {
   int64_t rows = 0, rows_equal = 0;
   double min_block_recall = 1.0, mean_block_recall = 1.0;   // A's blocks kept by B

@@ -153,3 +153,29 @@ TEST(ExpertTies, ASwapInsideTheRowsBandIsATieAndOutsideItIsNot) {
   EXPECT_FALSE(dsv41::scenarios::judge::compare_index_sets_banded(a, far, scores, {2e-4, 2e-4}, "experts").tie_equivalent);
   EXPECT_THROW(dsv41::scenarios::judge::compare_index_sets_banded(a, b, scores, {2e-4}, "experts"), dsv41::Error);
 }
+
+// ---- The shape of a float difference (metrics.h error_shape): a gain is correlated with the
+// values, an offset has a mean, rounding noise neither; the ULP histogram counts the distances.
+
+TEST(ErrorShape, AGainAnOffsetAndNoiseAreToldApart) {
+  using dsv41::scenarios::judge::ValueType;
+  std::vector<float> a(64), gain(64), offset(64), noise(64);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = 1.0f + 0.25f * static_cast<float>(i % 8);  // exact in fp32
+    gain[i] = a[i] * 1.01f;
+    offset[i] = a[i] + 0.01f;
+    noise[i] = std::nextafter(a[i], (i % 2) ? 10.0f : -10.0f);  // one fp32 ulp, alternating sign
+  }
+  const auto g = dsv41::scenarios::judge::error_shape(a, gain, ValueType::kFp32, "gain");
+  const auto o = dsv41::scenarios::judge::error_shape(a, offset, ValueType::kFp32, "offset");
+  const auto n = dsv41::scenarios::judge::error_shape(a, noise, ValueType::kFp32, "noise");
+  EXPECT_GT(g.corr, 0.99);
+  EXPECT_GT(o.mean_over_rms, 0.99);
+  EXPECT_LT(std::fabs(n.mean_over_rms), 0.2);
+  EXPECT_EQ(n.ulp_hist[1], 64) << "every noisy value one ulp away";
+  EXPECT_EQ(g.ulp_hist[0], 0);
+  const auto same = dsv41::scenarios::judge::error_shape(a, a, ValueType::kFp32, "same");
+  EXPECT_EQ(same.ulp_hist[0], 64);
+  EXPECT_TRUE(std::isnan(same.corr)) << "no error: undefined, not 0";
+  EXPECT_NE(dsv41::scenarios::judge::describe(g).find("ulps 0/1/2-4/5-16/>16"), std::string::npos);
+}
