@@ -25,7 +25,7 @@ struct SelftestArgs {
   bool ci = false, order_variant = false, list = false, keep = false, quiet = false;
   int threads = 0;
   // --calibration / --sensitivity (scenarios/selftest/calibration.h)
-  bool calibration = false, sensitivity = false;
+  bool calibration = false, sensitivity = false, no_official = false;
   // --small-bugs (scenarios/selftest/small_zoo.h)
   bool small_bugs = false;
   double min_located = 0.95;
@@ -56,11 +56,13 @@ int run_calibration(const SelftestArgs& a) {
   o.dir = a.dir;
   o.keep = a.keep;
   o.progress = !a.quiet;
+  // The official runs of golden/ join the full calibration (not --ci, not a filtered one).
+  if (!a.ci && a.variants.empty() && a.scenarios.empty() && !a.no_official) o.official = selftest::golden_official_runs();
   const selftest::CalibrationResult r = selftest::run_calibration(o, std::cerr);
   std::cout << selftest::format_calibration_table(r);
   const int code = selftest::calibration_exit_code(r);
   std::cout << "selftest --calibration: "
-            << (code == 0 ? "no false alarm: every order-variant variant passes every scenario" : "FAILED") << " ("
+            << (code == 0 ? "no false alarm: every order-variant variant (and the official code) passes every scenario" : "FAILED") << " ("
             << r.rows.size() << " runs)\n";
   return code;
 }
@@ -203,6 +205,9 @@ Verb add_selftest_verb(CLI::App& parent) {
                 "order-variant; any alarm is a false alarm (docs/selftest.md \"Calibration\"); with --ci: 2 variants, "
                 "the zoo scenario");
   app->add_option("--variants", a->variants, "--calibration: comma-separated variants (default: all)");
+  app->add_flag("--no-official", a->no_official,
+                "--calibration: without the official runs of golden/ (by default the full calibration also imports "
+                "each one, dsv41 import-official, and judges the official code as a port)");
   app->add_option("--scenarios", a->scenarios, "--calibration: comma-separated calibration scenarios (default: all)");
   app->add_flag("--sensitivity", a->sensitivity,
                 "instead of the zoo: one row of each float component scaled by each factor, judged under "

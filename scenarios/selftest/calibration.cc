@@ -44,14 +44,17 @@ conform::ConformOptions order_variant_options(const std::string& name) {
   return co;
 }
 
+}  // namespace
+
 // The worst checked order-variant row (a derived bound on max_rowrel or row_gain) as value / bound.
-void worst_row(const reports::RunReport& report, CalibrationRow& row) {
+void calibration_worst_row(const reports::RunReport& report, CalibrationRow& row) {
   for (const reports::ScenarioResult& s : report.scenarios) {
     for (const reports::Comparison& cmp : s.comparisons) {
       for (const reports::MetricRow& r : cmp.rows) {
         if (!r.tolerance || r.tolerance->bound <= 0) continue;
         if (r.metric != judge::kRowRelMetric && r.metric != judge::kRowGainMetric &&
-            r.metric != judge::kDecodedRowRelMetric && r.metric != judge::kDecodedBlockGainMetric) {
+            r.metric != judge::kDecodedRowRelMetric && r.metric != judge::kDecodedBlockGainMetric &&
+            r.metric != judge::kTensorGainMetric && r.metric != judge::kTensorBiasMetric) {
           continue;
         }
         const double ratio = r.value / r.tolerance->bound;
@@ -63,8 +66,6 @@ void worst_row(const reports::RunReport& report, CalibrationRow& row) {
     }
   }
 }
-
-}  // namespace
 
 const std::vector<CalibrationScenario>& calibration_scenarios() {
   static const std::vector<CalibrationScenario> v = [] {
@@ -149,7 +150,7 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
         const reports::RunReport report =
             conform::conform(conform::read_port_dump(dir), L.weights, token_map, order_variant_options(row.variant));
         row.conform_exit = conform::conform_exit_code(report);
-        worst_row(report, row);
+        calibration_worst_row(report, row);
         if (const std::optional<conform::RootCause> rc = conform::root_cause(report)) {
           std::ostringstream w;
           w << zoo_location(rc->component, rc->layer, rc->step) << " (" << rc->metric << " " << rc->value << ")";
@@ -173,6 +174,18 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
       result.rows.push_back(std::move(row));
     }
     if (!o.keep) fs::remove_all(ref_dir);
+  }
+  for (const std::string& run : o.official) {  // the official code as a port
+    CalibrationRow row = calibrate_official(run, root, o.keep);
+    result.error = result.error || row.verdict == "ERROR";
+    if (o.progress) {
+      char line[512];
+      std::snprintf(line, sizeof line, "calibration: %-9s %-15s %-9s worst %.3g of its bound %s%s%s (%.1f s)\n",
+                    row.variant.c_str(), row.scenario.c_str(), row.verdict.c_str(), row.worst_ratio, row.worst.c_str(),
+                    row.root_cause.empty() ? "" : "; root cause ", row.root_cause.c_str(), row.seconds);
+      progress << line << std::flush;
+    }
+    result.rows.push_back(std::move(row));
   }
   if (!o.keep && o.dir.empty()) fs::remove_all(root);
   return result;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "reports/report.h"
 #include "scenarios/selftest/bug_zoo.h"
 
 namespace dsv41::scenarios::selftest {
@@ -45,6 +46,10 @@ struct CalibrationOptions {
   std::string dir;                     // where the dumps go; "": a temporary directory
   bool keep = false;                   // keep the dumps
   bool progress = true;                // one line per run on stderr
+  // Official runs (the golden folder layout) judged as ports: each imported
+  // (scenarios/agree/official_dump.h) and judged order-variant with its known differences waived
+  // by name; variant "official", scenario the run's folder name. Empty: none.
+  std::vector<std::string> official;
 };
 
 struct CalibrationRow {
@@ -64,6 +69,13 @@ struct CalibrationResult {
 };
 
 CalibrationResult run_calibration(const CalibrationOptions& options, std::ostream& progress);
+// golden/oracle and every golden/runs/* of the source tree: the official runs the project holds.
+std::vector<std::string> golden_official_runs();
+// One official run as a calibration member (calibration_official.cc): imported into `root`,
+// judged; the dump removed unless `keep`.
+CalibrationRow calibrate_official(const std::string& run_dir, const std::string& root, bool keep);
+// The worst checked order-variant row of a report, as value / bound, into row.worst_ratio / worst.
+void calibration_worst_row(const reports::RunReport& report, CalibrationRow& row);
 std::string format_calibration_table(const CalibrationResult& r);
 // 0: every run ok; 1: an ALARM or a NO-CHANGE; 2: a run errored.
 int calibration_exit_code(const CalibrationResult& r);

@@ -6,7 +6,7 @@ folders below it (ALLOWED), never of a folder above. The floors, bottom first:
 
     base -> formats, h5 -> reference/{ops -> checkpoint -> seam -> model -> session}, reports, golden
          -> cuda (kernels see formats; the CUDA ops table implements the seam, never the model)
-         -> scenarios/{judge, defects -> runner -> conform (-> agree), vectors, exact -> selftest, sweep -> cli}
+         -> scenarios/{judge, defects -> runner -> conform (-> agree -> selftest), vectors, exact -> selftest, sweep -> cli}
          -> python
 
 python/ sits on top of every layer: it may include any, and nothing outside it includes python/.
@@ -48,8 +48,9 @@ ALLOWED = {
     "scenarios/agree/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/runner/",
                                             "scenarios/conform/", "scenarios/agree/"],
     "scenarios/exact/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/exact/"],
+    # selftest/'s calibration judges the official runs as ports (agree/official_dump.h).
     "scenarios/selftest/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/runner/",
-                                               "scenarios/conform/", "scenarios/selftest/"],
+                                               "scenarios/conform/", "scenarios/agree/", "scenarios/selftest/"],
     "scenarios/sweep/": _BELOW_SCENARIOS + ["scenarios/judge/", "scenarios/defects/", "scenarios/runner/",
                                             "scenarios/sweep/"],
     "scenarios/cli/": _BELOW_SCENARIOS + ["scenarios/"],

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "formats/minifloat.h"
@@ -59,6 +61,29 @@ TEST(Calibration, AReorderedVariantChangesBitsAndPassesOrderVariant) {
   EXPECT_LE(row.worst_ratio, 1.0);
   EXPECT_EQ(st::calibration_exit_code(r), 0);
   EXPECT_TRUE(has(st::format_calibration_table(r), "| splitk | zoo | yes | 0 |"));
+}
+
+// The official code as a calibration member: a golden run imported and judged order-variant passes,
+// its stale-keys differences waived by name; a missing run is an ERROR row, not a pass.
+TEST(Calibration, TheOfficialCodeIsACorrectOrderVariantPort) {
+  const std::vector<std::string> runs = st::golden_official_runs();
+  ASSERT_GE(runs.size(), 4u) << "golden/oracle and golden/runs/*";
+  const std::string root = testing::TempDir() + "/dsv41_calib_official_" + std::to_string(::getpid());
+  std::string w16;
+  for (const std::string& r : runs) {
+    if (r.find("w16_r2early_p520") != std::string::npos) w16 = r;
+  }
+  ASSERT_FALSE(w16.empty());
+  const st::CalibrationRow row = st::calibrate_official(w16, root, false);
+  EXPECT_EQ(row.variant, "official");
+  EXPECT_EQ(row.scenario, "w16_r2early_p520");
+  EXPECT_EQ(row.verdict, "ok") << row.root_cause;
+  EXPECT_EQ(row.conform_exit, 0);
+  EXPECT_GT(row.worst_ratio, 0.0) << "the official sums differ from the reference's: seen, within the bounds";
+  EXPECT_LE(row.worst_ratio, 1.0);
+  const st::CalibrationRow missing = st::calibrate_official(root + "/no_such_run", root, false);
+  EXPECT_EQ(missing.verdict, "ERROR");
+  EXPECT_NE(missing.root_cause.find("no_such_run"), std::string::npos) << missing.root_cause;
 }
 
 // A 1% gain on one row of attn_out (far inside its worst-case max_rowrel bound) is flagged by the
