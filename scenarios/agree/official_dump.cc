@@ -137,11 +137,17 @@ Tensor<float> floats(const OracleStep& st, const std::string& item, bool bf16, c
   return Tensor<float>(shape, std::move(t.data()), item);
 }
 
-CapturedItem float_item(int layer, const std::string& component, Tensor<float> v) {
+// A captured item of (layer, component) of that kind, its value still to set.
+CapturedItem item_header(int layer, const std::string& component, CapturedItem::Kind kind) {
   CapturedItem it;
   it.layer = layer;
   it.component = component;
-  it.kind = CapturedItem::kFloat;
+  it.kind = kind;
+  return it;
+}
+
+CapturedItem float_item(int layer, const std::string& component, Tensor<float> v) {
+  CapturedItem it = item_header(layer, component, CapturedItem::kFloat);
   it.type = runner::hook_value_type(component);
   it.f = std::move(v);
   return it;
@@ -243,36 +249,24 @@ runner::StepCapture step_capture(const OracleRun& run, const OracleStep& st,
     } else if (comp == "index_scores") {
       cap.items.push_back(float_item(l, comp, floats(st, src, true, {T, N})));
     } else if (comp == "topk") {
-      CapturedItem it;
-      it.layer = l;
-      it.component = comp;
-      it.kind = CapturedItem::kIndex;
+      CapturedItem it = item_header(l, comp, CapturedItem::kIndex);
       it.i = dump_topk(st, c, src, T, N);
       cap.items.push_back(std::move(it));
     } else if (comp == "experts") {
-      CapturedItem it;
-      it.layer = l;
-      it.component = comp;
-      it.kind = CapturedItem::kIndex;
+      CapturedItem it = item_header(l, comp, CapturedItem::kIndex);
       Tensor<int32_t> e = OracleRun::i32(*holder(st, src), src);
       const int64_t k = e.numel() / T;
       it.i = Tensor<int32_t>({T, k}, std::move(e.data()), "experts");
       cap.items.push_back(std::move(it));
     } else if (comp == "candidates") {
-      CapturedItem it;
-      it.layer = l;
-      it.component = comp;
-      it.kind = CapturedItem::kMask;
+      CapturedItem it = item_header(l, comp, CapturedItem::kMask);
       Tensor<uint8_t> m = OracleRun::u8(*holder(st, src), src);
       DSV41_CHECK(m.numel() == T * N, "official file '", holder(st, src)->path(), "': item '", src, "' holds ",
                   m.numel(), " values, the dump's [", T, ", ", N, "] needs ", T * N);
       it.m = Tensor<uint8_t>({T, N}, std::move(m.data()), "candidates");
       cap.items.push_back(std::move(it));
     } else if (comp == "engram_ids") {
-      CapturedItem it;
-      it.layer = l;
-      it.component = comp;
-      it.kind = CapturedItem::kIds;
+      CapturedItem it = item_header(l, comp, CapturedItem::kIds);
       const Tensor<int32_t> ids = OracleRun::i32(*holder(st, src), src);
       it.ids.assign(ids.data().begin(), ids.data().end());
       it.ids_shape = {T, ids.numel() / T};

@@ -112,23 +112,6 @@ ForcingMap teacher_forcing(const PortDump& d) {
     const auto it = d.components.find(n.first);
     return it != d.components.end() && std::find(it->second.begin(), it->second.end(), n.second) != it->second.end();
   };
-  // The port's own value reaches the reference: held, or an identity of a value that does.
-  const auto port_value = [&](const Node& n) {
-    Node x = n;
-    for (int hop = 0; hop < 4; ++hop) {
-      if (held(x)) return true;
-      if (x.first == "in_stream") {
-        x = x.second == 0 ? Node{"embed", -1} : Node{"out_stream", x.second - 1};
-      } else if (x.first == "in_pre" && x.second > 0) {
-        x = {"hc_ffn_pre", x.second - 1};
-      } else if (x.first == "in_pre" && x.second == 0) {
-        return true;  // the one-hot pre of layer 0: a constant
-      } else {
-        return false;
-      }
-    }
-    return false;
-  };
   // The identity an input stands for (in_stream(l) is out_stream(l - 1) or embed; in_pre(l) is
   // hc_ffn_pre(l - 1)): the node whose computation the reference runs in its place.
   const auto computed_as = [&](Node n) {
@@ -143,6 +126,12 @@ ForcingMap teacher_forcing(const PortDump& d) {
       }
     }
     return n;
+  };
+  // The port's own value reaches the reference: held, an identity of a held value, or layer 0's
+  // one-hot pre (a constant).
+  const auto port_value = [&](const Node& n) {
+    const Node x = computed_as(n);
+    return held(x) || (x.first == "in_pre" && x.second == 0);
   };
   const std::set<std::string> selections = {"topk", "candidates", "experts", "dspark_experts"};
   ForcingMap out;

@@ -44,6 +44,15 @@ conform::ConformOptions order_variant_options(const std::string& name) {
   return co;
 }
 
+// One run's progress line on stderr.
+std::string progress_line(const CalibrationRow& row) {
+  char line[512];
+  std::snprintf(line, sizeof line, "calibration: %-9s %-15s %-9s worst %.3g of its bound %s%s%s (%.1f s)\n",
+                row.variant.c_str(), row.scenario.c_str(), row.verdict.c_str(), row.worst_ratio, row.worst.c_str(),
+                row.root_cause.empty() ? "" : "; root cause ", row.root_cause.c_str(), row.seconds);
+  return line;
+}
+
 }  // namespace
 
 // The worst checked order-variant row (a derived bound on max_rowrel or row_gain) as value / bound.
@@ -164,13 +173,7 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
       }
       row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!o.keep) fs::remove_all(dir);
-      if (o.progress) {
-        char line[512];
-        std::snprintf(line, sizeof line, "calibration: %-9s %-15s %-9s worst %.3g of its bound %s%s%s (%.1f s)\n",
-                      row.variant.c_str(), row.scenario.c_str(), row.verdict.c_str(), row.worst_ratio, row.worst.c_str(),
-                      row.root_cause.empty() ? "" : "; root cause ", row.root_cause.c_str(), row.seconds);
-        progress << line << std::flush;
-      }
+      if (o.progress) progress << progress_line(row) << std::flush;
       result.rows.push_back(std::move(row));
     }
     if (!o.keep) fs::remove_all(ref_dir);
@@ -178,13 +181,7 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
   for (const std::string& run : o.official) {  // the official code as a port
     CalibrationRow row = calibrate_official(run, root, o.keep);
     result.error = result.error || row.verdict == "ERROR";
-    if (o.progress) {
-      char line[512];
-      std::snprintf(line, sizeof line, "calibration: %-9s %-15s %-9s worst %.3g of its bound %s%s%s (%.1f s)\n",
-                    row.variant.c_str(), row.scenario.c_str(), row.verdict.c_str(), row.worst_ratio, row.worst.c_str(),
-                    row.root_cause.empty() ? "" : "; root cause ", row.root_cause.c_str(), row.seconds);
-      progress << line << std::flush;
-    }
+    if (o.progress) progress << progress_line(row) << std::flush;
     result.rows.push_back(std::move(row));
   }
   if (!o.keep && o.dir.empty()) fs::remove_all(root);
