@@ -146,7 +146,8 @@ void finish_capture(StepCapture& cap, const reference::model::StepRecord& rec, s
   for (const auto& [layer, sel] : rec.topk) {
     if (sel.rank() == 2 && sel.dim(1) > 0 && cap.find(layer, scores) == nullptr) scores_skipped = true;
   }
-  for (const auto& [layer, sel] : rec.topk) {
+  for (const auto& [topk_layer, sel] : rec.topk) {
+    const int layer = topk_layer;  // a plain local: clang 14 cannot capture a structured binding
     if (sel.rank() != 2 || sel.dim(1) != 0 || cap.find(layer, topk) != nullptr) continue;
     std::vector<CapturedItem> empty(scores_skipped ? 1 : 2);
     for (CapturedItem& it : empty) it.layer = layer;
