@@ -42,8 +42,10 @@
 namespace dsv41::scenarios::runner {
 
 // What a backend claims about itself relative to the reference: "bitexact" (it must give the
-// reference's bits) or "approximate" (it differs by design; measured only).
-enum class Claim { kBitExact, kApproximate };
+// reference's bits), "order-variant" (the reference's math in its own summation order, tensor
+// cores, fused kernels: judged by tolerance, derived bounds, docs/conform.md) or "approximate"
+// (it differs by design; measured only).
+enum class Claim { kBitExact, kOrderVariant, kApproximate };
 
 // One session of a backend (opaque to the runner).
 class BackendSession {
