@@ -35,6 +35,7 @@ struct ConformArgs {
   int64_t stop_after_step = -1;
   int threads = 0;
   bool no_end_to_end = false;
+  bool no_hypotheses = false;
   bool order_variant = false;
   bool quiet = false;
 };
@@ -65,6 +66,7 @@ int run(const ConformArgs& a, const std::string& command_line) {
   if (!a.tolerances.empty()) conform::load_conform_tolerances(a.tolerances);  // refused before the weights
   o.progress = !a.quiet;
   o.end_to_end = !a.no_end_to_end;
+  o.hypotheses = !a.no_hypotheses;
   o.stop_after_step = a.stop_after_step;
   o.only = a.only;
   o.order_variant = a.order_variant;
@@ -159,6 +161,9 @@ Verb add_conform_verb(CLI::App& parent) {
   app->add_option("--threads", a->threads, "reference threads (default: DSV41_THREADS or the cores)")
       ->check(CLI::Range(1, 1024));
   app->add_flag("--no-end-to-end", a->no_end_to_end, "only the teacher-forced comparison");
+  app->add_flag("--no-hypotheses", a->no_hypotheses,
+                "order-variant: skip the directional tests of attn_out (one rerun of each step per hypothesis; "
+                "docs/conform.md \"Hypotheses\")");
   app->add_flag("--order-variant", a->order_variant,
                 "judge under the order-variant claim (also the dump's manifest \"claim\"): every float component "
                 "within its derived bound with its origin, the rest exact (docs/conform.md \"Claims\")");

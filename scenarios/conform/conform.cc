@@ -19,6 +19,7 @@
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/compare.h"
 #include "scenarios/conform/conform.h"
+#include "scenarios/conform/conform_hypotheses.h"
 #include "scenarios/conform/conform_internal.h"
 #include "scenarios/judge/derived_bounds.h"
 
@@ -265,7 +266,9 @@ std::vector<reference::model::CacheView> keep_covered(runner::StepCapture& own, 
 std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint::ModelWeights& weights,
                                   const std::vector<int64_t>& token_map, const ConformOptions& o) {
   const reference::ModelConfig& c = d.config;
-  reference::model::Model model(c, weights, token_map);
+  const HypothesisOps ops(c);  // the reference's ops; switched only for the hypotheses' reruns
+  reference::model::Model model(c, weights, token_map, ops);
+  const bool fit_hypotheses = conform_detail::order_variant(d, o) && o.hypotheses;
   reference::model::ModelState forced = model.new_state(), free = model.new_state();
   std::set<std::string> every, end_to_end;
   for (const reference::model::ComponentInfo& row : reference::model::component_table()) every.insert(row.name);
@@ -301,7 +304,8 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
       if (rolls_back) reference::model::roll_back(model, state, before, s.tokens, s.kept - 1);
     };
     {  // Teacher-forced: every component the port holds replaced by the port's value.
-      const std::optional<reference::model::ModelState> before = rolls_back ? std::optional(forced) : std::nullopt;
+      const std::optional<reference::model::ModelState> before =
+          rolls_back || fit_hypotheses ? std::optional(forced) : std::nullopt;
       runner::StepCapture port = port_capture(d, s), own;
       std::map<int, int64_t> reach;
       std::map<int, Tensor<float>> gate_in;
@@ -315,7 +319,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
         }
       }();
       model.set_hooks({});
-      if (before) keep_kept(forced, *before);
+      if (rolls_back) keep_kept(forced, *before);
       runner::finish_capture(own, rec, all_caches(model, forced));
       const std::vector<reference::model::CacheView> extra = keep_covered(own, port, every);
       ctx.teacher_forced = true;
@@ -329,6 +333,12 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
       }
       j.forced = runner::compare_step(own, port, ctx);
       ctx.expert_scores.clear();
+      if (fit_hypotheses) {  // directional tests of attn_out (conform_hypotheses.h)
+        const auto forcing = [&port](runner::StepCapture& cap) { return runner::capture_hooks(cap, &port); };
+        for (reports::MetricRow& r : hypothesis_rows(model, ops, *before, s.tokens, step_options, forcing, own, port, s.index)) {
+          j.forced.rows.push_back(std::move(r));
+        }
+      }
       for (const reference::model::CacheView& v : extra) {  // a cache the reference does not keep: a failure
         reports::MetricRow r;
         r.step = s.index;

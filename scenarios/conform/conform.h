@@ -108,6 +108,7 @@ struct ConformOptions {
   bool order_variant = false;
   bool progress = false;         // one line per step on stderr
   bool end_to_end = true;        // also the free-running comparison
+  bool hypotheses = true;        // order-variant: the directional tests of attn_out (conform_hypotheses.h)
   int64_t stop_after_step = -1;  // >= 0: judge steps 0..N only (a repro)
   std::string only;              // "component" or "component@layer": judge only these rows (a repro)
   // How the repro lines start ("dsv41 conform DUMP --config C --weights W ..."): a failure's

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/compare.h"
 #include "scenarios/conform/conform.h"
+#include "scenarios/conform/conform_forcing.h"
 #include "scenarios/conform/port_dump.h"
 
 namespace dsv41::scenarios::conform::conform_detail {
@@ -83,5 +86,27 @@ void group_root_causes(const std::vector<Failure>& failures, const reference::Mo
 // A dsv41::Error naming the dump, the file and the key for a port value the reference cannot take.
 std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint::ModelWeights& weights,
                                   const std::vector<int64_t>& token_map, const ConformOptions& o);
+
+// The mHC comb components (hc_attn_comb, hc_ffn_comb and DSpark's): their column sums are an
+// invariant of any summation order (scenarios/judge/invariants.h).
+bool is_comb(const std::string& component);
+
+// The bounds (conform_bounds.cc): what each row of the replay is judged against.
+extern const char* kExactNote;             // the bit-exact default's origin note
+extern const char* kOrderVariantE2eNote;   // end to end under order-variant: measured
+// The claim in effect: bit-exact, or order-variant (docs/conform.md "Claims").
+struct Claim {
+  bool order_variant = false;
+  const reference::ModelConfig* config = nullptr;
+};
+// The tolerance file's bounds of a component ("*" when it does not name it); nullptr: bit-exact.
+const std::map<std::string, reports::Tolerance>* file_bounds(const ConformTolerances& tol, const std::string& component);
+// forced: the teacher-forced comparison; fr: the component's forcing (conform_forcing.h; nullptr:
+// teacher-forced): under order-variant a component whose inputs the dump lacks gets its
+// free-running bound (its own plus the missing chain's), or is measured when that chain holds a
+// selection.
+std::optional<reports::Tolerance> bound_of(const ConformTolerances& tol, const std::string& component,
+                                           const std::string& metric, const Claim& claim, bool forced,
+                                           const Forcing* fr = nullptr);
 
 }  // namespace dsv41::scenarios::conform::conform_detail

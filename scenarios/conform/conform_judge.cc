@@ -18,6 +18,7 @@
 #include "reference/model/hooks.h"
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/conform_internal.h"
+#include "scenarios/judge/invariants.h"
 #include "scenarios/judge/metrics.h"
 #include "scenarios/runner/compare.h"
 
@@ -252,6 +253,15 @@ std::string diagnose_cache_layout(const reference::model::CacheView& ref, const 
 }
 
 // ---------------------------------------------------------------------------------------------
+bool conform_detail::is_comb(const std::string& c) {
+  using reference::model::Component;
+  for (Component k : {Component::kHcAttnComb, Component::kHcFfnComb, Component::kDSparkHcAttnComb,
+                      Component::kDSparkHcFfnComb}) {
+    if (c == reference::model::name(k)) return true;
+  }
+  return false;
+}
+
 // Failure details.
 
 // What a failing item shows: where the values first differ, or the cache layout diagnosis.
@@ -297,6 +307,9 @@ std::string conform_detail::item_detail(const runner::StepCapture& a, const runn
           << ", calc_diff " << p.calc_diff;
         if (m.nan_mismatch + m.inf_mismatch > 0) d << "; " << m.nan_mismatch << " NaN / " << m.inf_mismatch << " Inf masks differ";
         if (m.bit_equal < m.count) d << "; " << judge::describe(judge::error_shape(ia->f.data(), ib->f.data(), ia->type, what));
+        if (conform_detail::is_comb(c) && m.bit_equal < m.count) {
+          d << "; " << judge::describe(judge::comb_colsum(ia->f.data(), ib->f.data(), cfg.hc_mult, cfg.hc_eps, what));
+        }
         return d.str();
       }
       case runner::CapturedItem::kIndex: {

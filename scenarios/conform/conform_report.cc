@@ -19,6 +19,7 @@
 #include "scenarios/conform/conform_forcing.h"
 #include "scenarios/conform/conform_internal.h"
 #include "scenarios/judge/derived_bounds.h"
+#include "scenarios/judge/invariants.h"
 #include "scenarios/judge/metrics.h"
 #include "scenarios/runner/runner.h"
 #include "scenarios/runner/verdict.h"
@@ -26,117 +27,17 @@
 namespace dsv41::scenarios::conform {
 
 using conform_detail::StepJudgement;
+using conform_detail::Claim;
+using conform_detail::bound_of;
+using conform_detail::file_bounds;
+using conform_detail::kExactNote;
+using conform_detail::kOrderVariantE2eNote;
 using json = nlohmann::json;
 using reports::MetricRow;
 using reports::Tolerance;
 using reports::Verdict;
 
 namespace {
-
-const char* kExactNote =
-    "docs/conform.md: bit-exact by default: the reference is deterministic and the component's semantics are exact "
-    "given equal inputs; a tolerance file may replace this with a bound and its origin";
-
-// Rows that are exact whatever the tolerance file says (structure, NaN/Inf masks), and the
-// exactness rows of the bit-exact default.
-const std::set<std::string> kAlwaysExact = {"present", "nonfinite_mismatch", "nan_mismatch", "format_equal",
-                                            "entries_equal_frac", "valid_entries_frac"};
-const std::set<std::string> kExactRows = {"bit_equal_frac", "rows_equal_frac", "equal_frac", "bytes_equal_frac"};
-
-Tolerance exact_tol(const std::string& metric) {
-  Tolerance t;
-  t.higher_is_better = metric != "nonfinite_mismatch" && metric != "nan_mismatch";
-  t.bound = t.higher_is_better ? 1.0 : 0.0;
-  t.origin = "stated";
-  t.note = kExactNote;
-  if (metric == "valid_entries_frac") {
-    t.origin = "analytic";
-    t.note = "docs/conform.md: a stored cache entry decodes (positive finite scales, no NaN or Inf codes) whatever "
-             "order the port sums in: exact under any claim";
-  }
-  return t;
-}
-
-// The file's bounds of a component ("*" when it does not name it); nullptr: bit-exact.
-const std::map<std::string, Tolerance>* file_bounds(const ConformTolerances& tol, const std::string& component) {
-  auto it = tol.find(component);
-  if (it == tol.end()) it = tol.find("*");
-  return it == tol.end() ? nullptr : &it->second;
-}
-
-// The claim in effect: bit-exact, or order-variant (docs/conform.md "Claims").
-struct Claim {
-  bool order_variant = false;
-  const reference::ModelConfig* config = nullptr;
-};
-
-const char* kOrderVariantE2eNote =
-    "docs/conform.md: order-variant claim: end to end, errors compound through the forward (no derived bound): "
-    "measured only, except the rows exact on every pair";
-
-// forced: the teacher-forced comparison; fr: the component's forcing (conform_forcing.h; nullptr:
-// teacher-forced): under order-variant a component whose inputs the dump lacks gets its
-// free-running bound (its own plus the missing chain's), or is measured when that chain holds a
-// selection.
-std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::string& component, const std::string& metric,
-                                  const Claim& claim, bool forced, const Forcing* fr = nullptr) {
-  if (kAlwaysExact.count(metric)) return exact_tol(metric);
-  const std::map<std::string, Tolerance>* f = file_bounds(tol, component);
-  if (f == nullptr && claim.order_variant) {  // the derived defaults (scenarios/judge/derived_bounds.h)
-    if (component == reference::model::name(reference::model::Component::kEngramIds)) {
-      return metric == "equal_frac" ? std::optional<Tolerance>(exact_tol(metric)) : std::nullopt;
-    }
-    if (!forced) return std::nullopt;
-    const bool free_running = fr != nullptr && !fr->forced;
-    const auto widened = [&](std::optional<judge::DerivedBound> own) {
-      return free_running ? free_running_bound(*claim.config, component, std::move(own), *fr) : own;
-    };
-    const bool cache = conform_detail::is_cache(component);
-    if (cache) {  // bytes measured (a quantizer flip is legitimate); what they decode to is bounded
-      const std::optional<judge::DerivedBound> b = widened(judge::derived_cache_bound(*claim.config, component));
-      if (!b) return std::nullopt;
-      if (metric == judge::kDecodedBlockGainMetric) {
-        Tolerance t = judge::decoded_block_gain_tolerance();
-        if (free_running) {
-          t.bound += b->gain;
-          t.note += "; free-running: plus the chain's systematic gain (" + b->origin + ")";
-        }
-        return t;
-      }
-      if (metric == judge::kRowGainMetric && component == "cache.compressor") return judge::row_gain_tolerance(*b);
-      return metric == judge::kDecodedRowRelMetric ? std::optional<Tolerance>(judge::derived_tolerance(*b)) : std::nullopt;
-    }
-    // Selections (topk, the candidate pool: a top-k of block scores, the routed experts) follow one
-    // tie rule (runner/compare.h); with inputs the dump lacks, their scores move beyond the band: measured.
-    const bool selection = component == reference::model::name(reference::model::Component::kExperts) ||
-                           component == reference::model::name(reference::model::Component::kTopk) ||
-                           component == reference::model::name(reference::model::Component::kCandidates);
-    if (selection) {
-      if (metric != "tie_equivalent" || free_running) return std::nullopt;
-      Tolerance t = exact_tol("rows_equal_frac");
-      t.origin = "analytic";
-      t.note = component == "experts" ? std::string(judge::kExpertTieNote)
-                                      : "order-variant: identical outside the tie band of index_scores' derived bound (" +
-                                            std::to_string(judge::topk_tie_band(*claim.config)) + " x the row's max |score|" +
-                                            (component == "candidates" ? ", on the block scores" : "") +
-                                            "); a difference inside it is a tie";
-      return t;
-    }
-    std::optional<judge::DerivedBound> own = judge::derived_bound(*claim.config, component);
-    const bool float_tensor = reference::model::component_info(*reference::model::component_from_name(component)).kind ==
-                              reference::model::ComponentKind::kTensor;
-    if (own || (free_running && float_tensor)) {
-      const std::optional<judge::DerivedBound> b = widened(std::move(own));
-      if (!b) return std::nullopt;
-      if (metric == judge::kRowRelMetric) return judge::derived_tolerance(*b);
-      if (metric == judge::kRowGainMetric) return judge::row_gain_tolerance(*b);
-      if (metric == judge::kTensorGainMetric || metric == judge::kTensorBiasMetric) return judge::tensor_stat_tolerance(*b, metric);
-      return std::nullopt;
-    }
-    // Components exact given equal inputs (embed, in_stream, in_pre): as bit-exact.
-  }
-  return bit_exact_bound(f, metric);
-}
 
 // Root-cause order within a step: the layer (model.embed first, the other model.* last), then the
 // component's place in reference/model/hooks.h's table, except that a layer's caches come right after
@@ -205,6 +106,10 @@ void add_port_rows(const runner::StepCapture& a, const runner::StepCapture& b, i
       values.push_back({judge::kRowGainMetric, judge::max_row_gain(x, y, row, what)});
       values.push_back({judge::kTensorGainMetric, judge::tensor_gain(x, y, what)});
       values.push_back({judge::kTensorBiasMetric, judge::tensor_bias(x, y, what)});
+      if (conform_detail::is_comb(c)) {
+        values.push_back({judge::kCombColsumMetric,
+                          judge::comb_colsum(x, y, claim.config->hc_mult, claim.config->hc_eps, what).max_dev});
+      }
     }
     for (const auto& [metric, value] : values) {
       MetricRow r;
@@ -444,18 +349,6 @@ std::string thin_reason(const PortDump& d) {
 
 }  // namespace
 
-std::optional<Tolerance> bit_exact_bound(const std::map<std::string, Tolerance>* f, const std::string& metric) {
-  if (kAlwaysExact.count(metric)) return exact_tol(metric);
-  if (f == nullptr) return kExactRows.count(metric) ? std::optional<Tolerance>(exact_tol(metric)) : std::nullopt;
-  if (metric == "allclose" && f->count("atol")) {
-    Tolerance t = f->at("atol");
-    t.bound = 1.0;
-    t.higher_is_better = true;
-    return t;
-  }
-  const auto it = f->find(metric);
-  return it == f->end() || metric == "atol" || metric == "rtol" ? std::nullopt : std::optional<Tolerance>(it->second);
-}
 
 std::vector<std::string> support_matrix_lines(const PortDump& d) {
   std::vector<std::string> out;

@@ -1,6 +1,7 @@
 // scenarios/selftest/small_zoo.cc: the small-bug zoo, its runs and its table (small_zoo.h).
 #include "scenarios/selftest/small_zoo.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -51,6 +52,16 @@ SmallBug from_zoo(const std::string& name, const std::string& how, bool ci) {
                  z.expected_step, ci, z.make_ops);
 }
 
+// Whether a root cause names where `b` was planted (SmallBug: the expected place, or for an
+// every-layer bug one of the op's outputs at any layer, in the first step the bug changes).
+bool located_where_planted(const SmallBug& b, const conform::RootCause& rc) {
+  if (rc.step != b.expected_step) return false;
+  if (rc.component == b.expected_component && rc.layer == b.expected_layer) return true;
+  if (!b.every_layer) return false;
+  return rc.component == b.expected_component ||
+         std::find(b.also_components.begin(), b.also_components.end(), rc.component) != b.also_components.end();
+}
+
 // One row of a float component at (layer, step) times factor (mutants.h :x<factor>).
 SmallBug row_bug(const std::string& name, const std::string& component, int layer, int64_t step, const char* factor,
                  std::string origin, bool ci) {
@@ -95,6 +106,8 @@ std::vector<SmallBug> build_small_zoo() {
                       [](const reference::ModelConfig&) { return defects::make_norm_bf16_statistic_ops(3, BlockNorm::kAttnNorm); }));
   // mHC.
   z.push_back(from_zoo("sinkhorn_one_short", "hc_mixes (every layer)", false));
+  z.back().every_layer = true;  // hc_mixes writes both combs of every layer
+  z.back().also_components = {"hc_attn_comb", "hc_ffn_comb"};
   // MoE.
   z.push_back(ops_bug("routed_expert_1pct", "expert 1's output x1.01 at layer 3 (routed in every step)",
                       "one expert's dequantisation or routing weight off by 1% (a grouped GEMM reading a per-expert "
@@ -228,6 +241,11 @@ SmallZooResult run_small_zoo(const SmallZooOptions& o, std::ostream& progress) {
     row.bug = bug ? bug->name : "clean";
     row.how = bug ? bug->how : "-";
     row.expected = bug ? zoo_location(bug->expected_component, bug->expected_layer, bug->expected_step) : "no alarm";
+    if (bug && bug->every_layer) {
+      row.expected += " (every layer: or " + bug->expected_component;
+      for (const std::string& c : bug->also_components) row.expected += c == bug->expected_component ? "" : ", " + c;
+      row.expected += " at any layer, step " + std::to_string(bug->expected_step) + ")";
+    }
     const std::string dir = bug ? root + "/" + bug->name : clean_dir;
     const auto t0 = std::chrono::steady_clock::now();
     try {
@@ -254,8 +272,7 @@ SmallZooResult run_small_zoo(const SmallZooOptions& o, std::ostream& progress) {
         w << zoo_location(rc->component, rc->layer, rc->step) << " (" << rc->metric << " " << rc->value << ")";
         row.located_at = w.str();
         row.detail = rc->detail;
-        row.located = bug && rc->component == bug->expected_component && rc->layer == bug->expected_layer &&
-                      rc->step == bug->expected_step;
+        row.located = bug && located_where_planted(*bug, *rc);
       }
       if (bug) row.at_planted = nearest_bound(report, bug->expected_component, bug->expected_layer, bug->expected_step);
       if (!bug) {
