@@ -12,7 +12,7 @@
 #include "reference/ops/numerics.h"
 #include "scenarios/selftest/bug_zoo.h"
 #include "scenarios/selftest/calibration.h"
-#include "scenarios/selftest/reordered_ops.h"
+#include "scenarios/defects/reordered_ops.h"
 #include "scenarios/selftest/small_zoo.h"
 #include "scenarios/cli/cli.h"
 #include "scenarios/selftest/selftest.h"
@@ -52,7 +52,7 @@ int run_calibration(const SelftestArgs& a) {
   o.scenarios = split_list(a.scenarios);
   if (a.ci && o.variants.empty()) o.variants = {"splitk", "tiles"};
   if (a.ci && o.scenarios.empty()) o.scenarios = {"zoo"};
-  for (const std::string& v : o.variants) selftest::sum_order_from_name(v);  // an unknown name: exit 2 first
+  for (const std::string& v : o.variants) defects::sum_order_from_name(v);  // an unknown name: exit 2 first
   o.dir = a.dir;
   o.keep = a.keep;
   o.progress = !a.quiet;

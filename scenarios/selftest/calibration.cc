@@ -19,12 +19,16 @@
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/port_dump.h"
 #include "scenarios/judge/derived_bounds.h"
-#include "scenarios/selftest/reordered_ops.h"
+#include "scenarios/defects/reordered_ops.h"
 
 namespace dsv41::scenarios::selftest {
 namespace {
 
 namespace fs = std::filesystem;
+using defects::SumOrder;
+using defects::all_sum_orders;
+using defects::make_reordered_ops;
+using defects::sum_order_from_name;
 
 std::vector<int64_t> tokens(int64_t n, int64_t a, int64_t b) {
   std::vector<int64_t> v;

@@ -3,7 +3,7 @@
 // The other half of the verifier's self-test (docs/selftest.md): no false alarm on correct
 // order-variant ports, and the power of the order-variant claim against small bugs.
 //
-//   calibration   every reordered variant (scenarios/selftest/reordered_ops.h) dumps every
+//   calibration   every reordered variant (scenarios/defects/reordered_ops.h) dumps every
 //                 calibration scenario through the `forward --dump` code path; `conform` judges
 //                 each dump under the order-variant claim and must pass it (exit 0). The table
 //                 gives, per run, whether the variant changed any bit, conform's exit, and the
