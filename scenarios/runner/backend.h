@@ -14,7 +14,11 @@
 //   mutant:<kind>:L<layer>:S<step>
 //                  the reference with one planted defect (scenarios/defects/mutants.h): what the
 //                  verifier's self-test and tests use to prove a divergence is caught and located
-// The CUDA path plugs in later as another implementation of this interface.
+//   ref-order:<variant>[:<component>:L<layer>:S<step>[:x<factor>]]
+//                  the reference over a correct reordered variant (scenarios/defects/reordered_ops.h:
+//                  reversed, pairwise, blocked, fma, splitk, tiles): claims order-variant; with a
+//                  mutation (mutants.h's spec after the variant), that variant with one planted defect
+//   cuda           the model over the CUDA ops table (when built)
 //
 // Example:
 //   std::unique_ptr<Backend> b = make_backend("ref", resources);

@@ -173,6 +173,7 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
                 "' matches no component (docs/scenarios.md lists them)");
   }
   plan.rules = sc.tolerances;
+  plan.explicit_rules = sc.tolerances;
   if (sc.default_tolerances) {
     const std::vector<judge::ToleranceRule> defaults = default_tolerance_rules();
     plan.rules.insert(plan.rules.end(), defaults.begin(), defaults.end());
