@@ -17,7 +17,8 @@
 //
 // THE BOUND of a row (order_variant_tolerance): float components max_rowrel (derived bound),
 // row_gain, tensor_gain, tensor_bias; selections (topk, candidates, experts) tie_equivalent = 1
-// (the tie rule: identical outside the tie band); caches decoded_rowrel and decoded_block_gain
+// (the tie rule: identical outside the tie band; the draft's own selections dspark_experts and
+// dspark_token measured: no tie analysis yet); caches decoded_rowrel and decoded_block_gain
 // (bytes measured: a quantizer flip is legitimate); Engram ids exact; a component exact given equal
 // inputs (embed, in_stream, in_pre, ...) as bit-exact. The rows exact under every claim (NaN/Inf
 // masks, present, valid cache entries) are the caller's.

@@ -56,6 +56,10 @@ struct CompareContext {
   // elsewhere the state carries earlier steps' differences through selections: measured.
   const reference::ModelConfig* derived = nullptr;
   bool chain_bounded = false;
+  // Teacher-forced, an order-variant pair: the session's caches hold rows no forcing reached (a
+  // speculative round's rollback replays the kept tokens hook-free, reference::model::roll_back):
+  // their decoded values are measured (validity is still exact).
+  bool unforced_caches = false;
 };
 
 struct StepComparison {

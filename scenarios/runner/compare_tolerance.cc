@@ -89,11 +89,13 @@ std::optional<Tolerance> Rows::derived_of(int layer, const std::string& componen
                                  "the logits' derived bound x the row's max |logit| (a tie: both tokens are within the "
                                  "bound of the top)");
   }
+  if (ctx_.unforced_caches && component.rfind("cache.", 0) == 0) return std::nullopt;
   const judge::Forcing* forcing = nullptr;
   if (!ctx_.teacher_forced) {
     if (schedule_.empty()) schedule_ = reference::layer_schedule(c);
-    const bool from_tokens = judge::direct_inputs(c, schedule_, component, layer).empty();
-    if (!ctx_.chain_bounded && !from_tokens) return std::nullopt;  // earlier steps' state: measured
+    // Computed from the tokens both sides consume (A's): the same on every step.
+    static const std::set<std::string> from_tokens = {"embed", "engram_ids", "dspark_embed"};
+    if (!ctx_.chain_bounded && !from_tokens.count(component)) return std::nullopt;  // earlier steps' state: measured
     auto it = chains_.find({component, layer});
     if (it == chains_.end()) {
       it = chains_

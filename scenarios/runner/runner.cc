@@ -291,6 +291,14 @@ class ComparisonRun {
                 acceptance_rows(*plan, *side, which, step, session_ids_.at(session), start);
             cmp_.acceptance.insert(cmp_.acceptance.end(), rows.begin(), rows.end());
           }
+          // The rollback replayed the kept tokens hook-free on both sides: B's caches now hold rows
+          // no forcing reached (an order-variant pair measures their decoded values from here on).
+          if (forced_ && derived_ && unforced_caches_.insert(session).second) {
+            notes_.insert("teacher-forced: after session " + session + "'s first speculative round (step " +
+                          std::to_string(step) + ") its caches hold the rows the rollback replayed without forcing "
+                          "(reference::model::roll_back is hook-free): their decoded values are measured from then on, "
+                          "their validity still checked");
+          }
           compare(session, a->capture, b->capture, false, step);
         });
     advance();
@@ -433,6 +441,7 @@ class ComparisonRun {
     if (derived_) {
       ctx.derived = &c_;
       ctx.chain_bounded = !forced_ && a.start_pos == 0;
+      ctx.unforced_caches = forced_ && unforced_caches_.count(session) > 0;
       ctx.topk_tie_rel = forced_ ? judge::topk_tie_band(c_) : 0.0;
       if (forced_) {  // the experts' ties: A's gate input is B's too (forced)
         for (const CapturedItem& it : a.items) {
@@ -499,6 +508,7 @@ class ComparisonRun {
   std::map<std::string, std::vector<float>> last_logits_;  // side A's last logits, per session
   std::map<std::string, int64_t> pending_;                  // a round's next token, not yet fed
   std::map<std::string, int64_t> boundary_;                 // last resume position, per session
+  std::set<std::string> unforced_caches_;  // teacher-forced sessions whose caches hold unforced rows (a rollback)
   std::set<std::string> notes_;
   judge::Evidence evidence_;  // what the verdict weighs besides the rows (backend gap: filled at the end)
   int64_t step_ = 0;
