@@ -58,7 +58,8 @@ struct CompareContext {
   bool chain_bounded = false;
   // Teacher-forced, an order-variant pair: the session's caches hold rows no forcing reached (a
   // speculative round's rollback replays the kept tokens hook-free, reference::model::roll_back):
-  // their decoded values are measured (validity is still exact).
+  // the caches' decoded values and their readers (attn_out, index_scores, topk, candidates,
+  // dspark_attn_out) are measured (validity is still exact).
   bool unforced_caches = false;
 };
 

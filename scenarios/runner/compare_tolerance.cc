@@ -89,7 +89,10 @@ std::optional<Tolerance> Rows::derived_of(int layer, const std::string& componen
                                  "the logits' derived bound x the row's max |logit| (a tie: both tokens are within the "
                                  "bound of the top)");
   }
-  if (ctx_.unforced_caches && component.rfind("cache.", 0) == 0) return std::nullopt;
+  // After a rollback the caches hold rows no forcing reached: they and their readers are not
+  // teacher-forced any more, and their chain holds selections (judge::Forcing): measured.
+  static const std::set<std::string> cache_readers = {"attn_out", "index_scores", "topk", "candidates", "dspark_attn_out"};
+  if (ctx_.unforced_caches && (component.rfind("cache.", 0) == 0 || cache_readers.count(component))) return std::nullopt;
   const judge::Forcing* forcing = nullptr;
   if (!ctx_.teacher_forced) {
     if (schedule_.empty()) schedule_ = reference::layer_schedule(c);

@@ -296,8 +296,9 @@ class ComparisonRun {
           if (forced_ && derived_ && unforced_caches_.insert(session).second) {
             notes_.insert("teacher-forced: after session " + session + "'s first speculative round (step " +
                           std::to_string(step) + ") its caches hold the rows the rollback replayed without forcing "
-                          "(reference::model::roll_back is hook-free): their decoded values are measured from then on, "
-                          "their validity still checked");
+                          "(reference::model::roll_back is hook-free): their decoded values and their readers (attn_out, "
+                          "index_scores, topk, candidates, dspark_attn_out) are measured from then on, the caches' "
+                          "validity still checked");
           }
           compare(session, a->capture, b->capture, false, step);
         });
