@@ -6,6 +6,7 @@
 // over the derived bound, and bad backend names are refused with the known ones.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <set>
 #include <string>
 #include <tuple>
@@ -152,6 +153,8 @@ struct Perturbed {
   int layer;
   std::string component;
 };
+
+void PrintTo(const Perturbed& p, std::ostream* os) { *os << p.spec; }
 
 class OrderVariantPower : public testing::TestWithParam<Perturbed> {};
 
