@@ -368,6 +368,13 @@ void validate_backend_name(const std::string& spec) {
              "ref-order:<variant> with variant one of ", variant_names(), ")");
 }
 
+std::optional<defects::Mutation> backend_mutation(const std::string& spec) {
+  validate_backend_name(spec);
+  if (spec.rfind("mutant:", 0) == 0) return defects::parse_mutation(spec.substr(7));
+  if (spec.rfind("ref-order:", 0) == 0) return parse_order_spec(spec).mutation;
+  return std::nullopt;
+}
+
 Claim backend_claim(const std::string& spec) {
   validate_backend_name(spec);
   if (spec == "ref-bf16kv") return Claim::kApproximate;

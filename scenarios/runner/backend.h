@@ -42,6 +42,7 @@
 #include "reference/session/session_store.h"
 #include "reference/model/speculative.h"
 #include "reference/checkpoint/weights.h"
+#include "scenarios/defects/mutants.h"
 
 namespace dsv41::scenarios::runner {
 
@@ -147,6 +148,10 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendReso
 
 // Checks a backend name without building it (the runner validates --sides before any work).
 void validate_backend_name(const std::string& spec);
+
+// The planted defect a backend spec carries (mutant:..., ref-order:<variant>:...), checked;
+// std::nullopt for a backend without one.
+std::optional<defects::Mutation> backend_mutation(const std::string& spec);
 
 // The claim of the backend `spec` names (what make_backend(spec)->claim() returns), without
 // building it: a pair's default expectation follows from it.
