@@ -112,7 +112,7 @@ std::optional<Tolerance> Rows::derived_of(int layer, const std::string& componen
   if (t.kind == judge::OrderVariantTolerance::kExact) {
     return exact_row(ctx_.teacher_forced ? "exact given equal inputs (teacher-forced: both sides read A's values; "
                                            "the component's semantics are exact, docs/conform.md)"
-                                         : "computed from the tokens alone: exact on every side");
+                                         : "computed from the tokens alone (or a constant): exact on every side");
   }
   return t.tolerance;
 }
