@@ -12,7 +12,7 @@
 #include "reference/ops/numerics.h"
 #include "scenarios/selftest/bug_zoo.h"
 #include "scenarios/selftest/calibration.h"
-#include "scenarios/selftest/reordered_ops.h"
+#include "scenarios/defects/reordered_ops.h"
 #include "scenarios/selftest/small_zoo.h"
 #include "scenarios/cli/cli.h"
 #include "scenarios/selftest/selftest.h"
@@ -25,7 +25,7 @@ struct SelftestArgs {
   bool ci = false, order_variant = false, list = false, keep = false, quiet = false;
   int threads = 0;
   // --calibration / --sensitivity (scenarios/selftest/calibration.h)
-  bool calibration = false, sensitivity = false, no_official = false;
+  bool calibration = false, sensitivity = false, no_official = false, suite = false;
   // --small-bugs (scenarios/selftest/small_zoo.h)
   bool small_bugs = false;
   double min_located = 0.95;
@@ -51,18 +51,23 @@ int run_calibration(const SelftestArgs& a) {
   o.variants = split_list(a.variants);
   o.scenarios = split_list(a.scenarios);
   if (a.ci && o.variants.empty()) o.variants = {"splitk", "tiles"};
-  if (a.ci && o.scenarios.empty()) o.scenarios = {"zoo"};
-  for (const std::string& v : o.variants) selftest::sum_order_from_name(v);  // an unknown name: exit 2 first
+  o.suite = a.suite;
+  if (a.ci && o.scenarios.empty()) o.scenarios = {a.suite ? "cold_prefill" : "zoo"};
+  for (const std::string& v : o.variants) defects::sum_order_from_name(v);  // an unknown name: exit 2 first
   o.dir = a.dir;
   o.keep = a.keep;
   o.progress = !a.quiet;
   // The official runs of golden/ join the full calibration (not --ci, not a filtered one).
-  if (!a.ci && a.variants.empty() && a.scenarios.empty() && !a.no_official) o.official = selftest::golden_official_runs();
+  if (!a.ci && !a.suite && a.variants.empty() && a.scenarios.empty() && !a.no_official) o.official = selftest::golden_official_runs();
   const selftest::CalibrationResult r = selftest::run_calibration(o, std::cerr);
   std::cout << selftest::format_calibration_table(r);
   const int code = selftest::calibration_exit_code(r);
   std::cout << "selftest --calibration: "
-            << (code == 0 ? "no false alarm: every order-variant variant (and the official code) passes every scenario" : "FAILED") << " ("
+            << (code != 0 ? "FAILED"
+                : a.suite ? "no false alarm: every order-variant variant passes every built-in scenario in both modes "
+                            "(dsv41 run, ref vs ref-order:<variant>)"
+                          : "no false alarm: every order-variant variant (and the official code) passes every scenario")
+            << " ("
             << r.rows.size() << " runs)\n";
   return code;
 }
@@ -151,6 +156,7 @@ int run(const SelftestArgs& a) {
   if (int(a.calibration) + int(a.sensitivity) + int(a.small_bugs) > 1) {
     DSV41_FAIL("--calibration, --sensitivity and --small-bugs: one at a time");
   }
+  DSV41_CHECK(!a.suite || a.calibration, "--suite: only with --calibration (the variants over the built-in suite)");
   if (a.small_bugs) return run_small_bugs(a);
   if (a.list) {
     for (const selftest::ZooBug& b : selftest::bug_zoo()) {
@@ -209,6 +215,11 @@ Verb add_selftest_verb(CLI::App& parent) {
                 "--calibration: without the official runs of golden/ (by default the full calibration also imports "
                 "each one, dsv41 import-official, and judges the official code as a port)");
   app->add_option("--scenarios", a->scenarios, "--calibration: comma-separated calibration scenarios (default: all)");
+  app->add_flag("--suite", a->suite,
+                "--calibration: the built-in scenario suite through dsv41 run instead of the dumped calibration "
+                "scenarios: ref vs ref-order:<variant> in both modes, judged by the runner's order-variant tolerance "
+                "(docs/selftest.md \"Calibration\"); --scenarios then names suite scenarios; with --ci: 2 variants, "
+                "cold_prefill");
   app->add_flag("--sensitivity", a->sensitivity,
                 "instead of the zoo: one row of each float component scaled by each factor, judged under "
                 "order-variant: the smallest gain error flagged and located (docs/selftest.md \"Sensitivity\")");

@@ -14,8 +14,6 @@
 #include "base/error.h"
 #include "reference/model/model.h"
 #include "reference/model/speculative.h"
-#include "reference/ops/linear.h"
-#include "reference/ops/moe.h"
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/compare.h"
 #include "scenarios/conform/conform.h"
@@ -188,29 +186,6 @@ reference::model::ForwardHooks checked_forcing(runner::StepCapture& own, const r
   return h;
 }
 
-// The reference's routed-expert scores of a layer from the gate's input x [T, dim]: the biased
-// scores the choice ranks and each row's tie band (scenarios/judge/derived_bounds.h expert_score_band).
-runner::CompareContext::ExpertScores expert_scores(const Tensor<float>& x, const reference::checkpoint::BlockWeights& bw,
-                                                   const reference::ModelConfig& c, int layer) {
-  const reference::MoeRouting r = reference::moe_gate(x, bw.ffn, c, layer);
-  const reference::LinearWeight& g = bw.ffn.gate;
-  const Tensor<float> logits = reference::linear_fp32(x, g);  // [T, E] fp32
-  const int64_t T = x.dim(0), n = x.dim(1), E = g.out;
-  runner::CompareContext::ExpertScores out{Tensor<float>({T, E}, "experts.biased"), std::vector<double>(static_cast<size_t>(T), 0.0)};
-  for (int64_t t = 0; t < T; ++t) {
-    double worst = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      const float biased = r.scores.at(t, e) + bw.ffn.gate_bias.data()[static_cast<size_t>(e)];
-      out.biased.at(t, e) = biased;
-      double abs_dot = 0;
-      for (int64_t i = 0; i < n; ++i) abs_dot += std::fabs(double{x.at(t, i)} * g.w[static_cast<size_t>(e * n + i)]);
-      worst = std::max(worst, judge::expert_score_band(logits.at(t, e), abs_dot, n, c.gate_temp, biased));
-    }
-    out.band[static_cast<size_t>(t)] = 2.0 * worst;
-  }
-  return out;
-}
-
 std::vector<reference::model::CacheView> all_caches(const reference::model::Model& m, const reference::model::ModelState& s) {
   std::vector<reference::model::CacheView> caches = m.cache_views(s);
   for (std::vector<reference::model::CacheView> more : {reference::model::compressor_views(s, m.ops()), reference::model::dspark_views(s, m.ops())}) {
@@ -328,7 +303,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
         for (int layer : held->second) {
           const auto x = gate_in.find(layer);
           if (x == gate_in.end() || layer < 0 || layer >= c.n_layers) continue;
-          ctx.expert_scores[layer] = expert_scores(x->second, weights.blocks[static_cast<size_t>(layer)], c, layer);
+          ctx.expert_scores[layer] = runner::expert_tie_scores(x->second, weights.blocks[static_cast<size_t>(layer)], c, layer);
         }
       }
       j.forced = runner::compare_step(own, port, ctx);

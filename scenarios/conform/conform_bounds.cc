@@ -16,6 +16,7 @@
 #include "scenarios/judge/derived_bounds.h"
 #include "scenarios/judge/invariants.h"
 #include "scenarios/judge/metrics.h"
+#include "scenarios/judge/order_variant.h"
 
 namespace dsv41::scenarios::conform {
 
@@ -66,60 +67,16 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
     return judge::comb_colsum_tolerance(claim.config->hc_mult, claim.config->hc_eps);
   }
   const std::map<std::string, Tolerance>* f = file_bounds(tol, component);
-  if (f == nullptr && claim.order_variant) {  // the derived defaults (scenarios/judge/derived_bounds.h)
+  if (f == nullptr && claim.order_variant) {  // the derived defaults (scenarios/judge/order_variant.h)
     if (component == reference::model::name(reference::model::Component::kEngramIds)) {
       return metric == "equal_frac" ? std::optional<Tolerance>(exact_tol(metric)) : std::nullopt;
     }
     if (!forced) return std::nullopt;
-    const bool free_running = fr != nullptr && !fr->forced;
-    const auto widened = [&](std::optional<judge::DerivedBound> own) {
-      return free_running ? free_running_bound(*claim.config, component, std::move(own), *fr) : own;
-    };
-    const bool cache = conform_detail::is_cache(component);
-    if (cache) {  // bytes measured (a quantizer flip is legitimate); what they decode to is bounded
-      const std::optional<judge::DerivedBound> b = widened(judge::derived_cache_bound(*claim.config, component));
-      if (!b) return std::nullopt;
-      if (metric == judge::kDecodedBlockGainMetric) {
-        Tolerance t = judge::decoded_block_gain_tolerance();
-        if (free_running) {
-          t.bound += b->gain;
-          t.note += "; free-running: plus the chain's systematic gain (" + b->origin + ")";
-        }
-        return t;
-      }
-      if (metric == judge::kRowGainMetric && component == "cache.compressor") return judge::row_gain_tolerance(*b);
-      return metric == judge::kDecodedRowRelMetric ? std::optional<Tolerance>(judge::derived_tolerance(*b)) : std::nullopt;
-    }
-    // Selections (topk, the candidate pool: a top-k of block scores, the routed experts) follow one
-    // tie rule (runner/compare.h); with inputs the dump lacks, their scores move beyond the band: measured.
-    const bool selection = component == reference::model::name(reference::model::Component::kExperts) ||
-                           component == reference::model::name(reference::model::Component::kTopk) ||
-                           component == reference::model::name(reference::model::Component::kCandidates);
-    if (selection) {
-      if (metric != "tie_equivalent" || free_running) return std::nullopt;
-      Tolerance t = exact_tol("rows_equal_frac");
-      t.origin = "analytic";
-      t.note = component == "experts" ? std::string(judge::kExpertTieNote)
-                                      : "order-variant: identical outside the tie band of index_scores' derived bound (" +
-                                            std::to_string(judge::topk_tie_band(*claim.config)) + " x the row's max |score|" +
-                                            (component == "candidates" ? ", on the block scores" : "") +
-                                            "); a difference inside it is a tie";
-      return t;
-    }
     if (is_hypothesis_metric(metric)) {  // directional tests: teacher-forced components only
-      return free_running ? std::nullopt : std::optional<Tolerance>(hypothesis_tolerance(metric));
+      return fr != nullptr && !fr->forced ? std::nullopt : std::optional<Tolerance>(hypothesis_tolerance(metric));
     }
-    std::optional<judge::DerivedBound> own = judge::derived_bound(*claim.config, component);
-    const bool float_tensor = reference::model::component_info(*reference::model::component_from_name(component)).kind ==
-                              reference::model::ComponentKind::kTensor;
-    if (own || (free_running && float_tensor)) {
-      const std::optional<judge::DerivedBound> b = widened(std::move(own));
-      if (!b) return std::nullopt;
-      if (metric == judge::kRowRelMetric) return judge::derived_tolerance(*b);
-      if (metric == judge::kRowGainMetric) return judge::row_gain_tolerance(*b);
-      if (metric == judge::kTensorGainMetric || metric == judge::kTensorBiasMetric) return judge::tensor_stat_tolerance(*b, metric);
-      return std::nullopt;
-    }
+    const judge::OrderVariantTolerance t = judge::order_variant_tolerance(*claim.config, component, metric, fr);
+    if (t.kind != judge::OrderVariantTolerance::kExact) return t.tolerance;
     // Components exact given equal inputs (embed, in_stream, in_pre): as bit-exact.
   }
   return bit_exact_bound(f, metric);

@@ -9,7 +9,8 @@
 // and the component's difference holds the missing input's own order noise (and any defect in
 // it): under the order-variant claim it is then judged with a FREE-RUNNING bound, its own derived
 // bound plus those of every computation the reference runs in place of the port's (the chain,
-// additive under the derived bounds' assumption A1), or measured when the chain holds a selection
+// additive under the derived bounds' assumption A1; judge::free_running_bound,
+// scenarios/judge/order_variant.h), or measured when the chain holds a selection
 // (a near tie may choose otherwise); a failure of it names the missing inputs, since the defect
 // may be in them (a dump without attn_stream locates a wrong attn_out's effect at hc_ffn_pre).
 //
@@ -34,35 +35,18 @@
 #include "reference/ops/config.h"
 #include "scenarios/conform/port_dump.h"
 #include "scenarios/judge/derived_bounds.h"
+#include "scenarios/judge/order_variant.h"
 
 namespace dsv41::scenarios::conform {
 
-struct Forcing {
-  bool forced = true;
-  std::vector<std::string> missing;  // the direct inputs the dump lacks: "attn_stream@3", "embed@model"
-  // Every (component, layer) the reference computes in place of the port's to feed this one: the
-  // missing inputs and, transitively, theirs, up to values the dump holds (identities resolved:
-  // a missing in_stream(l) is out_stream(l - 1)'s computation).
-  std::vector<std::pair<std::string, int>> chain;
-  bool chain_has_selection = false;  // a top-k, candidate pool or expert choice among them
-};
+// The forcing of a component and the dataflow are the judge's (shared with `dsv41 run`).
+using judge::Forcing;
+using judge::direct_inputs;
+using judge::free_running_bound;
 using ForcingMap = std::map<std::pair<std::string, int>, Forcing>;
-
-// The direct inputs of (component, layer) (layer -1: model.*), as (component, layer) pairs;
-// empty for a component computed from the tokens alone (embed, Engram ids, layer 0's in_pre).
-std::vector<std::pair<std::string, int>> direct_inputs(const reference::ModelConfig& c, const std::vector<reference::LayerInfo>& schedule,
-                                                       const std::string& component, int layer);
 
 // Every (component, layer) the dump holds, with whether it is teacher-forced.
 ForcingMap teacher_forcing(const PortDump& d);
-
-// The free-running bound of a component that is not teacher-forced: `own` (its derived bound, or
-// nullopt for a component exact given equal inputs: then 0 of its own) plus, for every computation
-// of its chain, that component's derived bound (max_rowrel) and its systematic gain (2 gamma_n(u32)
-// + its chain gain), the reduction length the longest of them; the origin says so. nullopt when the
-// chain holds a selection (no bound covers a near tie chosen otherwise): measured.
-std::optional<judge::DerivedBound> free_running_bound(const reference::ModelConfig& c, const std::string& component,
-                                                      std::optional<judge::DerivedBound> own, const Forcing& f);
 
 // "attn_out layers 1-3 (attn_in not in the dump)"-style lines of the components not forced, for
 // the report's notes and the summary; empty when every held component is forced.

@@ -169,6 +169,23 @@ std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const
       return make(component, "wkv -> kv_norm (rms_norm over head_dim) -> rope -> window_kv QDQ (FP8)", 3,
                   {{"E4M3", D, "act_quant before wkv"}, {"E4M3", 1, "the QDQ of each output element"}}, D, "dim", bf,
                   false);
+    case Component::kDSparkMarkovBias:
+      return make(component, "markov_head: linear_fp32 over dspark_markov_rank (of the exact Markov embedding)", 0, {},
+                  std::max(1, c.dspark_markov_rank), "dspark_markov_rank",
+                  "bf16 embedding, fp32 weights and accumulation, fp32 out", true);
+    case Component::kDSparkLogits:
+      // h W_head + e W_markov, added in fp32: one reduction of dim + rank terms in the worst order.
+      return make(component,
+                  "the draft head (linear_fp32 over dim) plus each slot's Markov bias (linear_fp32 over "
+                  "dspark_markov_rank), added in fp32: one reduction of dim + dspark_markov_rank terms",
+                  0, {}, D + std::max(1, c.dspark_markov_rank), "dim + dspark_markov_rank",
+                  "bf16 in, fp32 weights and accumulation, fp32 out", true);
+    case Component::kDSparkConfidence:
+      return make(component,
+                  "hc_pre (sum over hc) of the last block's stream -> linear_fp32 over cat(x, the Markov "
+                  "embeddings): dim + dspark_markov_rank terms",
+                  1, {}, D + std::max(1, c.dspark_markov_rank), "dim + dspark_markov_rank",
+                  "bf16 in, fp32 weights and accumulation, fp32 out", true);
     default: return std::nullopt;
   }
 }

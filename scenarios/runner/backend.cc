@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "scenarios/defects/mutants.h"
+#include "scenarios/defects/reordered_ops.h"
 
 #if defined(DSV41_HAVE_CUDA)
 #include "cuda/cuda_ops.h"
@@ -50,21 +51,31 @@ void move_state(ModelState& st, const reference::seam::Ops& ops, bool to_device)
   for (reference::model::WindowKvRing& ring : st.dspark_window_kv) move(ring.bytes);
 }
 
-// The reference (official formats or the bf16 ablation), optionally with one planted defect.
+// What a ReferenceBackend runs on besides the CPU reference's ops.
+struct OpsChoice {
+  std::unique_ptr<reference::seam::Ops> ops;  // nullptr: reference_ops()
+  bool device = false;  // its tensors live on a device: sessions are saved and restored through the host
+  Claim claim = Claim::kBitExact;  // what the ops claim (packed caches; ref-bf16kv is approximate whatever)
+};
+
+// The reference (official formats or the bf16 ablation) over the CPU reference's ops, the CUDA
+// ops or a reordered variant's, optionally with one planted defect.
 class ReferenceBackend final : public Backend {
  public:
-  // ops: the components the model runs on (nullptr: the CPU reference). A device backend's
-  // sessions are saved and restored through the host (move_state), with the same session bytes.
+  // ops: the components the model runs on (OpsChoice). A device backend's sessions are saved and
+  // restored through the host (move_state), with the same session bytes.
   ReferenceBackend(std::string name, const BackendResources& r, CachePrecision precision,
-                   std::optional<defects::Mutation> mutation, std::unique_ptr<reference::seam::Ops> ops = nullptr)
+                   std::optional<defects::Mutation> mutation, OpsChoice choice = {})
       : name_(std::move(name)),
-        ops_(std::move(ops)),
+        ops_(std::move(choice.ops)),
+        device_(choice.device && ops_ != nullptr),
+        ops_claim_(choice.claim),
         draft_defect_ops_(mutation && mutation->round == defects::RoundDefect::kDraftRopeAtBlockStart
                               ? std::make_unique<defects::DraftRopeAtBlockStartOps>(ops_ ? *ops_ : reference::seam::reference_ops())
                               : nullptr),
         model_(r.config, r.weights, r.token_map,
                draft_defect_ops_ ? *draft_defect_ops_ : ops_ ? *ops_ : reference::seam::reference_ops()),
-        resources_(ops_ ? &r : nullptr),
+        resources_(device_ ? &r : nullptr),
         precision_(precision),
         mutation_(std::move(mutation)) {
     model_.set_cache_precision(precision);
@@ -80,7 +91,7 @@ class ReferenceBackend final : public Backend {
 
   std::optional<DeviceMemory> device_memory() const override {
 #if defined(DSV41_HAVE_CUDA)
-    if (ops_) {
+    if (device_) {
       const gpu::DeviceMemoryStats m = gpu::device_memory_stats();
       return DeviceMemory{static_cast<int64_t>(m.peak_alloc_bytes), static_cast<int64_t>(m.in_use_bytes)};
     }
@@ -89,7 +100,7 @@ class ReferenceBackend final : public Backend {
   }
   void reset_device_peak() override {
 #if defined(DSV41_HAVE_CUDA)
-    if (ops_) gpu::reset_device_alloc_peak();
+    if (device_) gpu::reset_device_alloc_peak();
 #endif
   }
 
@@ -101,7 +112,7 @@ class ReferenceBackend final : public Backend {
 
   std::string name() const override { return name_; }
   Claim claim() const override {
-    return precision_ == CachePrecision::kPacked ? Claim::kBitExact : Claim::kApproximate;
+    return precision_ == CachePrecision::kPacked ? ops_claim_ : Claim::kApproximate;
   }
   const reference::ModelConfig& config() const override { return model_.config(); }
 
@@ -181,7 +192,7 @@ class ReferenceBackend final : public Backend {
     SavedState out;
     out.pos = state.pos;
     out.has_swa = include_swa;
-    if (precision_ == CachePrecision::kPacked && ops_) {
+    if (precision_ == CachePrecision::kPacked && device_) {
       ModelState host = state;  // a device copy, then moved to the host
       move_state(host, model_.ops(), /*to_device=*/false);
       out.bytes = reference::session::session_bytes(host, model_.config(), include_swa);
@@ -201,7 +212,7 @@ class ReferenceBackend final : public Backend {
   std::unique_ptr<BackendSession> restore(const SavedState& saved, reference::session::ResumeMode mode) override {
     if (precision_ == CachePrecision::kPacked) {
       DSV41_CHECK(!saved.bytes.empty(), "backend ", name_, ": the saved state holds no session bytes");
-      if (ops_) {
+      if (device_) {
         // Loaded (and, global-only, replayed) by a host model of the same weights, then uploaded:
         // the same session bytes on both sides (the replay runs on the CPU reference for now).
         if (!host_model_) {
@@ -269,6 +280,8 @@ class ReferenceBackend final : public Backend {
 
   std::string name_;
   std::unique_ptr<reference::seam::Ops> ops_;  // nullptr: reference_ops(); declared before the model using it
+  bool device_;      // ops_ keeps its tensors on a device (the cuda backend)
+  Claim ops_claim_;  // what the ops claim (packed caches)
   std::unique_ptr<defects::DraftRopeAtBlockStartOps> draft_defect_ops_;  // mutant:draft_rope_pos0 only: wraps the ops
   reference::model::Model model_;
   const BackendResources* resources_;    // device backends: to build host_model_ (outlives the backend)
@@ -280,6 +293,44 @@ class ReferenceBackend final : public Backend {
 
 }  // namespace
 
+namespace {
+
+// "reversed, pairwise, blocked, fma, splitk, tiles"
+std::string variant_names() {
+  std::string s;
+  for (defects::SumOrder o : defects::all_sum_orders()) s += (s.empty() ? "" : ", ") + std::string(defects::name(o));
+  return s;
+}
+
+// ref-order:<variant>[:<mutation>]: the variant and the planted defect, checked (a dsv41::Error
+// naming the spec and the known variants otherwise).
+struct OrderSpec {
+  defects::SumOrder order;
+  std::optional<defects::Mutation> mutation;
+};
+OrderSpec parse_order_spec(const std::string& spec) {
+  const std::string rest = spec.substr(std::string("ref-order:").size());
+  const size_t colon = rest.find(':');
+  const std::string variant = rest.substr(0, colon);
+  OrderSpec o{};
+  try {
+    o.order = defects::sum_order_from_name(variant);
+  } catch (const Error&) {
+    DSV41_FAIL("backend '", spec, "': unknown reordered variant '", variant, "' (known: ", variant_names(),
+               "; e.g. ref-order:pairwise)");
+  }
+  if (colon != std::string::npos) {
+    try {
+      o.mutation = defects::parse_mutation(rest.substr(colon + 1));
+    } catch (const Error& e) {
+      DSV41_FAIL("backend '", spec, "': the planted defect after the variant: ", e.what());
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, std::string>> backend_catalog() {
   return {
       {"ref", "the CPU reference, official cache formats (FP4/FP8 packed); claims the reference's bits"},
@@ -287,6 +338,10 @@ std::vector<std::pair<std::string, std::string>> backend_catalog() {
                      "approximate by design"},
       {"mutant:<component>:L<layer>:S<step>", "the reference with one planted defect (scenarios/defects/mutants.h): "
                                                "the verifier's self-test; claims the reference's bits"},
+      {"ref-order:<variant>[:<component>:L<layer>:S<step>[:x<factor>]]",
+       "the reference over a correct reordered variant (scenarios/defects/reordered_ops.h; variants: " +
+           variant_names() + "): sums in another order, claims order-variant (judged by the derived bounds, "
+           "docs/scenarios.md); with a mutation, that variant with one planted defect (the judge's power)"},
       {"cuda", "the model over the CUDA ops table (cuda/cuda_ops.h, docs/cuda.md): ported ops as kernels, the "
                "rest as counted host fallbacks; claims the reference's bits (every ported op is bit-exact)"},
   };
@@ -305,12 +360,26 @@ void validate_backend_name(const std::string& spec) {
     defects::parse_mutation(spec.substr(7));
     return;
   }
-  DSV41_FAIL("unknown backend '", spec, "' (known: ref, ref-bf16kv, cuda, mutant:<component>:L<layer>:S<step>)");
+  if (spec.rfind("ref-order:", 0) == 0) {
+    parse_order_spec(spec);
+    return;
+  }
+  DSV41_FAIL("unknown backend '", spec, "' (known: ref, ref-bf16kv, cuda, mutant:<component>:L<layer>:S<step>, "
+             "ref-order:<variant> with variant one of ", variant_names(), ")");
+}
+
+std::optional<defects::Mutation> backend_mutation(const std::string& spec) {
+  validate_backend_name(spec);
+  if (spec.rfind("mutant:", 0) == 0) return defects::parse_mutation(spec.substr(7));
+  if (spec.rfind("ref-order:", 0) == 0) return parse_order_spec(spec).mutation;
+  return std::nullopt;
 }
 
 Claim backend_claim(const std::string& spec) {
   validate_backend_name(spec);
-  return spec == "ref-bf16kv" ? Claim::kApproximate : Claim::kBitExact;
+  if (spec == "ref-bf16kv") return Claim::kApproximate;
+  if (spec.rfind("ref-order:", 0) == 0) return Claim::kOrderVariant;
+  return Claim::kBitExact;
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendResources& r) {
@@ -321,9 +390,14 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendReso
   // Every ported op is bit-exact and every fallback is the reference itself: claims bitexact.
   if (spec == "cuda") {
     return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::nullopt,
-                                              std::make_unique<gpu::CudaOps>());
+                                              OpsChoice{std::make_unique<gpu::CudaOps>(), true, Claim::kBitExact});
   }
 #endif
+  if (spec.rfind("ref-order:", 0) == 0) {
+    OrderSpec o = parse_order_spec(spec);
+    return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::move(o.mutation),
+                                              OpsChoice{defects::make_reordered_ops(o.order), false, Claim::kOrderVariant});
+  }
   return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, defects::parse_mutation(spec.substr(7)));
 }
 

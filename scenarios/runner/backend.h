@@ -14,7 +14,11 @@
 //   mutant:<kind>:L<layer>:S<step>
 //                  the reference with one planted defect (scenarios/defects/mutants.h): what the
 //                  verifier's self-test and tests use to prove a divergence is caught and located
-// The CUDA path plugs in later as another implementation of this interface.
+//   ref-order:<variant>[:<component>:L<layer>:S<step>[:x<factor>]]
+//                  the reference over a correct reordered variant (scenarios/defects/reordered_ops.h:
+//                  reversed, pairwise, blocked, fma, splitk, tiles): claims order-variant; with a
+//                  mutation (mutants.h's spec after the variant), that variant with one planted defect
+//   cuda           the model over the CUDA ops table (when built)
 //
 // Example:
 //   std::unique_ptr<Backend> b = make_backend("ref", resources);
@@ -38,6 +42,7 @@
 #include "reference/session/session_store.h"
 #include "reference/model/speculative.h"
 #include "reference/checkpoint/weights.h"
+#include "scenarios/defects/mutants.h"
 
 namespace dsv41::scenarios::runner {
 
@@ -143,6 +148,10 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendReso
 
 // Checks a backend name without building it (the runner validates --sides before any work).
 void validate_backend_name(const std::string& spec);
+
+// The planted defect a backend spec carries (mutant:..., ref-order:<variant>:...), checked;
+// std::nullopt for a backend without one.
+std::optional<defects::Mutation> backend_mutation(const std::string& spec);
 
 // The claim of the backend `spec` names (what make_backend(spec)->claim() returns), without
 // building it: a pair's default expectation follows from it.

@@ -7,12 +7,17 @@
 #include <sstream>
 
 #include "base/error.h"
-#include "formats/cache_format.h"
 #include "reference/ops/indexer.h"
 #include "scenarios/judge/derived_bounds.h"
 #include "scenarios/judge/metrics.h"
+#include "scenarios/runner/compare_internal.h"
 
 namespace dsv41::scenarios::runner {
+
+using compare_detail::align;
+using compare_detail::Rows;
+using compare_detail::tail_rows;
+
 namespace {
 
 using reference::Tensor;
@@ -24,86 +29,6 @@ std::string coord_str(const std::vector<int64_t>& c) {
   std::string s = "[";
   for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + std::to_string(c[i]);
   return s + "]";
-}
-
-// Rows of one step, with the tolerance each gets under the pair's expectation.
-class Rows {
- public:
-  Rows(const CompareContext& ctx, StepComparison& out, int64_t position)
-      : ctx_(ctx), out_(out), position_(position) {}
-
-  // Adds a row. `exact` is the bitexact tolerance of this metric (none: not asserted under
-  // bitexact); under tolerance the rules decide; `always` holds for every checked pair.
-  void add(int layer, const std::string& component, const std::string& metric, double value,
-           std::optional<Tolerance> exact, std::optional<Tolerance> always = std::nullopt,
-           const std::string& detail = "") {
-    MetricRow r;
-    r.step = ctx_.step;
-    r.session = ctx_.session;
-    r.position = position_;
-    r.layer = layer;
-    r.component = component;
-    r.metric = metric;
-    r.value = value;
-    std::optional<Tolerance> t;
-    if (ctx_.expect == judge::Expectation::kBitExact) {
-      t = exact ? exact : always;
-    } else if (ctx_.expect == judge::Expectation::kTolerance) {
-      t = always;
-      if (!t && ctx_.rules) {
-        if (const judge::ToleranceRule* rule = judge::rule_for(*ctx_.rules, component, metric)) {
-          t = rule->tolerance;
-          covered_ = true;
-        }
-      }
-    }
-    r.tolerance = t;
-    judge::judge_row(r);
-    if (r.verdict == Verdict::kFail && out_.first_failure_row < 0) {
-      out_.first_failure_row = static_cast<int>(out_.rows.size());
-      out_.first_failure_detail = detail;
-    }
-    out_.rows.push_back(std::move(r));
-  }
-
-  // Under "tolerance", an output that no rule covers is an error (never a silent pass).
-  void begin_item() { covered_ = false; }
-  void end_item(int layer, const std::string& component, bool needs_rule) {
-    if (ctx_.expect == judge::Expectation::kTolerance && needs_rule && !covered_) {
-      DSV41_FAIL("tolerance pair: no tolerance rule covers '", component, "' (layer ", layer,
-                 "); add one to the scenario's tolerances (docs/scenarios.md)");
-    }
-  }
-
-  Tolerance stated_exact(bool higher, double bound) const {
-    return judge::make_tolerance(bound, higher, "stated", ctx_.why.empty() ? "bit-exact pair" : ctx_.why);
-  }
-
- private:
-  const CompareContext& ctx_;
-  StepComparison& out_;
-  int64_t position_;
-  bool covered_ = false;
-};
-
-// The last `rows` rows of x (decoder replay runs the layers after the candidate source on a tail).
-template <typename T>
-Tensor<T> tail_rows(const Tensor<T>& x, int64_t rows) {
-  const int64_t width = x.numel() / std::max<int64_t>(1, x.dim(0));
-  std::vector<int64_t> shape = x.shape();
-  shape[0] = rows;
-  std::vector<T> data(x.data().end() - rows * width, x.data().end());
-  return Tensor<T>(shape, std::move(data), x.name());
-}
-
-template <typename T>
-bool align(Tensor<T>& a, const Tensor<T>& b) {
-  if (a.shape() == b.shape() || a.rank() == 0 || b.rank() != a.rank() || b.dim(0) >= a.dim(0)) return false;
-  for (int d = 1; d < a.rank(); ++d) {
-    if (a.dim(d) != b.dim(d)) return false;
-  }
-  a = tail_rows(a, b.dim(0));
-  return true;
 }
 
 // The tie band's width: tie_rel x the largest finite |score| (0: exact ties only).
@@ -144,6 +69,18 @@ bool has_nonfinite(const std::string& component, const Tensor<float>& a, const T
   return false;
 }
 
+// An order-variant pair's statistics of a float output (conform's, docs/conform.md): max_rowrel
+// (per row of `row` values, against the derived bound), row_gain, tensor_gain and tensor_bias.
+void add_order_variant_rows(int layer, const std::string& c, const std::vector<float>& a, const std::vector<float>& b,
+                            int64_t row, Rows& rows, const std::string& detail) {
+  const std::string what = c + " (layer " + std::to_string(layer) + ")";
+  const int64_t n = std::max<int64_t>(1, row);
+  rows.add(layer, c, judge::kRowRelMetric, judge::max_row_relative(a, b, n, what), std::nullopt, std::nullopt, detail);
+  rows.add(layer, c, judge::kRowGainMetric, judge::max_row_gain(a, b, n, what), std::nullopt, std::nullopt, detail);
+  rows.add(layer, c, judge::kTensorGainMetric, judge::tensor_gain(a, b, what), std::nullopt, std::nullopt, detail);
+  rows.add(layer, c, judge::kTensorBiasMetric, judge::tensor_bias(a, b, what), std::nullopt, std::nullopt, detail);
+}
+
 void compare_float(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, StepComparison& out,
                    const CompareContext& ctx) {
   Tensor<float> a = ia.f;
@@ -175,6 +112,9 @@ void compare_float(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, S
   rows.add(L, c, "nmse", m.nmse, std::nullopt, std::nullopt, d);
   rows.add(L, c, "first_mismatch", static_cast<double>(m.first_mismatch), std::nullopt, std::nullopt, d);
   rows.add(L, c, "first_mismatch_byte", static_cast<double>(m.first_mismatch_byte), std::nullopt, std::nullopt, d);
+  if (ctx.derived != nullptr && a.shape() == ib.f.shape() && a.rank() > 0 && a.numel() > 0) {
+    add_order_variant_rows(L, c, a.data(), ib.f.data(), a.dim(a.rank() - 1), rows, d);
+  }
   rows.end_item(L, c, true);
 }
 
@@ -193,8 +133,14 @@ void compare_logits_item(const StepCapture& a, const StepCapture& b, Rows& rows,
   // The perturbation a pair is allowed: a flip where A's top-2 margin is within twice the allowed
   // max |d| can come from a perturbation inside the tolerance (near tie); 0 for bitexact pairs.
   double bound = 0;
-  if (ctx.expect != judge::Expectation::kBitExact && ctx.rules) {
-    if (const judge::ToleranceRule* r = judge::rule_for(*ctx.rules, "logits", "max_abs")) bound = 2 * r->tolerance.bound;
+  const judge::ToleranceRule* rule =
+      ctx.expect != judge::Expectation::kBitExact && ctx.rules ? judge::rule_for(*ctx.rules, "logits", "max_abs") : nullptr;
+  if (rule != nullptr) bound = 2 * rule->tolerance.bound;
+  // An order-variant pair, teacher-forced: each logit within the derived bound x its row's max |A|
+  // (derived_bounds.h, the head's fp32 linear), so a flip is a tie where the margin is within twice that.
+  double derived_rel = 0;
+  if (rule == nullptr && ctx.derived != nullptr && ctx.teacher_forced) {
+    if (const std::optional<judge::DerivedBound> b = judge::derived_bound(*ctx.derived, "logits")) derived_rel = b->bound;
   }
   // Per row; the worst row speaks for the item (the first flip, else the largest KL).
   judge::LogitMetrics lm;
@@ -202,7 +148,13 @@ void compare_logits_item(const StepCapture& a, const StepCapture& b, Rows& rows,
   for (int64_t r = 0; r < R; ++r) {
     const std::vector<float> ra(a.logits.begin() + r * V, a.logits.begin() + (r + 1) * V);
     const std::vector<float> rb(b.logits.begin() + r * V, b.logits.begin() + (r + 1) * V);
-    const judge::LogitMetrics row = judge::compare_logits(ra, rb, bound);
+    double row_bound = bound;
+    if (derived_rel > 0) {
+      double peak = 0;
+      for (const float v : ra) peak = std::isfinite(v) ? std::max(peak, std::fabs(static_cast<double>(v))) : peak;
+      row_bound = 2 * derived_rel * peak;
+    }
+    const judge::LogitMetrics row = judge::compare_logits(ra, rb, row_bound);
     const bool worse = r == 0 || row.flip > lm.flip || (row.flip == lm.flip && !(row.kl <= lm.kl));
     if (worse) {
       lm = row;
@@ -224,6 +176,7 @@ void compare_logits_item(const StepCapture& a, const StepCapture& b, Rows& rows,
   rows.add(-1, "logits", "top1_agree", lm.top1_agree ? 1.0 : 0.0, std::nullopt, std::nullopt, d.str());
   rows.add(-1, "logits", "margin_a", lm.margin_a, std::nullopt, std::nullopt, d.str());
   rows.add(-1, "logits", "flip_class", static_cast<double>(lm.flip), std::nullopt, std::nullopt, d.str());
+  if (ctx.derived != nullptr) add_order_variant_rows(-1, "logits", a.logits, b.logits, V, rows, d.str());
   rows.end_item(-1, "logits", true);
 }
 
@@ -362,125 +315,6 @@ void compare_ids(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, con
   rows.end_item(ia.layer, ia.component, false);
 }
 
-void compare_caches(const StepCapture& a, const StepCapture& b, Rows& rows, StepComparison& out) {
-  // A cache one side has and the other lacks, or holds in another format: a failure for a pair
-  // that must match (bitexact: same bytes; tolerance: same caches), a note for a measured one.
-  const auto missing = [&](int layer, const std::string& c, const std::string& why) {
-    rows.add(layer, c, "present", 0.0, rows.stated_exact(true, 1.0), std::nullopt, why);
-    out.notes.push_back(c + " layer " + std::to_string(layer) + " not compared: " + why);
-  };
-  if (a.caches.size() != b.caches.size()) {
-    missing(-1, "cache", std::to_string(a.caches.size()) + " vs " + std::to_string(b.caches.size()) + " caches");
-    return;
-  }
-  for (size_t i = 0; i < a.caches.size(); ++i) {
-    const reference::model::CacheView& ca = a.caches[i];
-    const reference::model::CacheView& cb = b.caches[i];
-    const std::string c = "cache." + ca.kind;
-    if (ca.kind != cb.kind || ca.layer != cb.layer) {
-      missing(ca.layer, c, "side B's cache " + std::to_string(i) + " is " + cb.kind + " of layer " + std::to_string(cb.layer));
-      continue;
-    }
-    if (ca.entry_bytes != cb.entry_bytes) {
-      out.notes.push_back(c + " layer " + std::to_string(ca.layer) + " not compared: the formats differ (" +
-                          std::to_string(ca.entry_bytes) + " vs " + std::to_string(cb.entry_bytes) + " bytes per entry)");
-      rows.add(ca.layer, c, "format_equal", 0.0, rows.stated_exact(true, 1.0), std::nullopt,
-               "entry bytes " + std::to_string(ca.entry_bytes) + " vs " + std::to_string(cb.entry_bytes));
-      continue;
-    }
-    if (ca.bytes.size() != cb.bytes.size()) {
-      rows.add(ca.layer, c, "entries_equal_frac", 0.0, rows.stated_exact(true, 1.0), std::nullopt,
-               std::to_string(ca.entries) + " vs " + std::to_string(cb.entries) + " entries");
-      continue;
-    }
-    // Every entry decodes on both sides (positive finite scales, no NaN codes): exact under any
-    // claim. The compressors' pending fp32 rows are not a packed format (nothing to check).
-    if (ca.kind != "compressor") {
-      double valid = 1.0;
-      std::string why;
-      for (const reference::model::CacheView* v : {&cb, &ca}) {
-        const formats::EntryCheck e =
-            formats::check_entries(v->format, v->bytes, static_cast<int>(v->entries), static_cast<int>(v->dim));
-        if (e.invalid == 0) continue;
-        valid = std::min(valid, 1.0 - static_cast<double>(e.invalid) / static_cast<double>(e.rows));
-        if (why.empty()) {
-          why = std::string(v == &cb ? "side B" : "side A") + ": " + std::to_string(e.invalid) + " of " +
-                std::to_string(e.rows) + " entries invalid; entry " + std::to_string(e.first);
-          if (e.first < static_cast<int64_t>(v->positions.size())) {
-            why += " (position " + std::to_string(v->positions[static_cast<size_t>(e.first)]) + ")";
-          }
-          why += ": " + e.why;
-        }
-      }
-      rows.add(ca.layer, c, "valid_entries_frac", valid, rows.stated_exact(true, 1.0),
-               judge::make_tolerance(1.0, true, "analytic",
-                                     "a stored entry decodes (positive finite scales, no NaN or Inf codes) "
-                                     "whatever order the port sums in: exact under any claim"),
-               why);
-    }
-    const judge::BytesMetrics m = judge::compare_bytes(ca.bytes, cb.bytes, ca.entry_bytes, c + " layer " + std::to_string(ca.layer));
-    std::string d;
-    if (m.first_mismatch_entry >= 0) {
-      d = "first mismatch in entry " + std::to_string(m.first_mismatch_entry) + " byte " +
-          std::to_string(m.first_mismatch_byte);
-      if (!ca.positions.empty() && m.first_mismatch_entry < static_cast<int64_t>(ca.positions.size())) {
-        d += " (position " + std::to_string(ca.positions[static_cast<size_t>(m.first_mismatch_entry)]) + ")";
-      }
-    }
-    rows.add(ca.layer, c, "bytes_equal_frac",
-             m.bytes ? static_cast<double>(m.bytes_equal) / static_cast<double>(m.bytes) : 1.0,
-             rows.stated_exact(true, 1.0), std::nullopt, d);
-    // The compressor's pending rows are fp32 [kv | score] (2 rows of dim per entry): compared as
-    // float rows, max_rowrel and row_gain per row (conform's order-variant claim bounds them).
-    if (ca.kind == "compressor" && ca.dim > 0 && ca.entry_bytes == cb.entry_bytes && ca.entry_bytes == 8 * ca.dim &&
-        ca.bytes.size() == cb.bytes.size() && m.bytes_equal < m.bytes) {
-      std::vector<float> fa(ca.bytes.size() / 4), fb(cb.bytes.size() / 4);
-      std::memcpy(fa.data(), ca.bytes.data(), ca.bytes.size());
-      std::memcpy(fb.data(), cb.bytes.data(), cb.bytes.size());
-      rows.add(ca.layer, c, judge::kDecodedRowRelMetric, judge::max_row_relative(fa, fb, ca.dim, c), std::nullopt,
-               std::nullopt, "the pending fp32 rows (kv, score), per row of dim values");
-      rows.add(ca.layer, c, judge::kRowGainMetric, judge::max_row_gain(fa, fb, ca.dim, c), std::nullopt, std::nullopt,
-               "the pending fp32 rows' gain error (kv, score rows of dim values)");
-    }
-    // What the bytes decode to, per entry relative to the entry's max |A| (measured here; conform's
-    // order-variant claim bounds it: judge::derived_cache_bound). Decoded only where bytes differ.
-    if (ca.kind != "compressor" && ca.format == cb.format && ca.dim > 0 && ca.entries > 0) {
-      double rel = 0, block_gain = 0;
-      std::string why;
-      if (m.bytes_equal < m.bytes) {
-        try {
-          const int n = static_cast<int>(ca.entries), dim = static_cast<int>(ca.dim);
-          const std::vector<float> da = formats::unpack_rows(ca.format, ca.bytes, n, dim);
-          const std::vector<float> db = formats::unpack_rows(cb.format, cb.bytes, n, dim);
-          int64_t worst = -1;
-          for (int64_t e = 0; e < ca.entries; ++e) {
-            const std::vector<float> ra(da.begin() + e * dim, da.begin() + (e + 1) * dim);
-            const std::vector<float> rb(db.begin() + e * dim, db.begin() + (e + 1) * dim);
-            const double r = judge::max_row_relative(ra, rb, dim, c);
-            if (r > rel) rel = r, worst = e;
-          }
-          if (worst >= 0) {
-            why = "worst entry " + std::to_string(worst);
-            if (worst < static_cast<int64_t>(ca.positions.size())) {
-              why += " (position " + std::to_string(ca.positions[static_cast<size_t>(worst)]) + ")";
-            }
-            why += ": max |decoded A - decoded B| = " + std::to_string(rel) + " x the entry's max |decoded A|";
-          }
-          const int block = formats::info(ca.format).block;
-          if (block > 1 && dim % block == 0) block_gain = judge::max_row_gain(da, db, block, c);
-        } catch (const Error&) {
-          continue;  // an entry that does not decode: valid_entries_frac (above) fails and says which
-        }
-      }
-      rows.add(ca.layer, c, judge::kDecodedRowRelMetric, rel, std::nullopt, std::nullopt, why);
-      rows.add(ca.layer, c, judge::kDecodedBlockGainMetric, block_gain, std::nullopt, std::nullopt,
-               block_gain > 0 ? "a scale block's decoded values scaled by about 1 + " + std::to_string(block_gain) +
-                                    " or more (a wrong block scale?)"
-                              : "");
-    }
-  }
-}
-
 }  // namespace
 
 std::optional<judge::IndexMetrics> candidate_block_ties(const Tensor<uint8_t>& ma, const Tensor<uint8_t>& mb,
@@ -506,44 +340,6 @@ std::optional<judge::IndexMetrics> candidate_block_ties(const Tensor<uint8_t>& m
   const Tensor<float> block_scores = reference::candidate_block_scores(sa, reach, bs);
   return judge::compare_index_sets(kept_blocks(ma, bs), kept_blocks(mb, bs), &block_scores,
                                    tie_band_width(sa, tie_rel), what + " blocks");
-}
-
-const std::vector<std::string>& known_metrics() {
-  static const std::vector<std::string> names = {
-      "present", "nonfinite_mismatch", "nan_mismatch", "bit_equal_frac", "max_ulp", "max_abs", "nmse",
-      "first_mismatch", "first_mismatch_byte", "kl", "top1_agree", "margin_a", "flip_class", "rows_equal_frac",
-      "jaccard_min", "recall_min", "recall_mean", "tie_band_max", "tie_equivalent", "recall_within_candidates",
-      "block_recall_min", "token_recall_min", "equal_frac", "bytes_equal_frac", "valid_entries_frac", "format_equal",
-      "decoded_rowrel", "decoded_block_gain",
-      "probe_count[d<-W]", "probe_count[-W<=d<0]", "probe_count[0<=d<W]", "probe_count[d>=W]",
-      "probe_recall[d<-W]", "probe_recall[-W<=d<0]", "probe_recall[0<=d<W]", "probe_recall[d>=W]"};
-  return names;
-}
-
-std::vector<judge::ToleranceRule> default_tolerance_rules() {
-  const auto rule = [](const char* component, const char* metric, double bound, bool higher, const char* origin,
-                       const char* note) {
-    judge::ToleranceRule r;
-    r.component = component;
-    r.metric = metric;
-    r.tolerance = judge::make_tolerance(bound, higher, origin, note);
-    return r;
-  };
-  return {
-      rule("logits", "flip_class", 1, false, "analytic",
-           "a top-1 flip is allowed only where A's top-2 margin is within twice the logits max |d| bound (near tie)"),
-      rule("logits", "max_abs", 0.05, false, "stated",
-           "order-variant profile v1: no port measured yet; calibrate per port (docs/scenarios.md)"),
-      rule("topk", "jaccard_min", 0.9, true, "measured",
-           "docs/agreement.md: tie-aware top-k against the official default run, min Jaccard 0.939"),
-      rule("experts", "jaccard_min", 0.5, true, "stated",
-           "order-variant profile v1: one of 3 routed experts may flip on a near-tie gate score"),
-      rule("candidates", "block_recall_min", 0.8, true, "stated",
-           "order-variant profile v1: no port measured yet; calibrate per port (docs/scenarios.md)"),
-      rule("*", "nmse", 1e-6, false, "measured",
-           "docs/agreement.md: reference vs the official run, teacher-forced prefill streams NMSE <= 2.2e-7 "
-           "(bound 4.5x that)"),
-  };
 }
 
 StepComparison compare_step(const StepCapture& a, const StepCapture& b, const CompareContext& ctx) {
@@ -578,7 +374,7 @@ StepComparison compare_step(const StepCapture& a, const StepCapture& b, const Co
     compare_logits_item(a, b, rows, ctx, out);
     ++out.items;
   }
-  compare_caches(a, b, rows, out);
+  compare_detail::compare_caches(a, b, rows, out);
   return out;
 }
 

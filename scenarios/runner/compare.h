@@ -6,7 +6,11 @@
 //              origin stated: the pair's reason)
 //   tolerance  the pair's tolerance rules (ToleranceRule, first match wins; an output that no
 //              rule covers is an error, never a silent pass) plus the analytic rules that hold
-//              for every pair: Engram ids equal (integer hash), no NaN/Inf where A is finite
+//              for every pair: Engram ids equal (integer hash), no NaN/Inf where A is finite.
+//              An ORDER-VARIANT pair (CompareContext::derived) is judged as `dsv41 conform`
+//              judges an order-variant port (scenarios/judge/order_variant.h): every row no
+//              explicit rule bounds gets its derived bound, tie rule or exactness, or is measured
+//              where no bound is derivable (docs/scenarios.md "Order-variant pairs")
 //   measured   every metric recorded, none asserted
 // Rows come out in the item order of A's capture, so the first failing row is the first
 // divergence of the step.
@@ -17,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/checkpoint/weights.h"
 #include "reports/report.h"
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/scenario.h"
@@ -43,6 +48,19 @@ struct CompareContext {
     std::vector<double> band;
   };
   std::map<int, ExpertScores> expert_scores;
+  // An order-variant pair: the config whose derived bounds judge every row no explicit rule
+  // bounds (nullptr: the rules alone). Teacher-forced: each component's own derived bound, the
+  // selections' tie rule, the caches' decoded bound, a logits flip only inside the tie band.
+  // Free-running: the chain bound (judge::free_running_bound) on a session's first step from
+  // position 0 (chain_bounded), where every difference comes from this step's own computation;
+  // elsewhere the state carries earlier steps' differences through selections: measured.
+  const reference::ModelConfig* derived = nullptr;
+  bool chain_bounded = false;
+  // Teacher-forced, an order-variant pair: the session's caches hold rows no forcing reached (a
+  // speculative round's rollback replays the kept tokens hook-free, reference::model::roll_back):
+  // the caches' decoded values and their readers (attn_out, index_scores, topk, candidates,
+  // dspark_attn_out) are measured (validity is still exact).
+  bool unforced_caches = false;
 };
 
 struct StepComparison {
@@ -70,6 +88,12 @@ std::optional<judge::IndexMetrics> candidate_block_ties(const reference::Tensor<
                                                        const reference::Tensor<uint8_t>& mb, const StepCapture& a,
                                                        int layer, int block_size, double tie_rel,
                                                        const std::string& what);
+
+// The experts' tie analysis of one layer (order-variant sides): side A's biased gate scores [T, E]
+// from the gate's input x [T, dim] (A's ffn_in) and each row's tie band (derived_bounds.h
+// expert_score_band: twice the largest expert's band).
+CompareContext::ExpertScores expert_tie_scores(const reference::Tensor<float>& x, const reference::checkpoint::BlockWeights& bw,
+                                               const reference::ModelConfig& c, int layer);
 
 // Every metric name compare_step and the probe rows write (docs/scenarios.md).
 const std::vector<std::string>& known_metrics();

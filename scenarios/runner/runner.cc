@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/compare.h"
+#include "scenarios/judge/derived_bounds.h"
 #include "scenarios/runner/keep.h"
 #include "reference/ops/sampling.h"
 #include "scenarios/defects/mutants.h"
@@ -46,6 +47,14 @@ std::string scenario_ref(const Scenario& s) {
 }
 
 
+// A pair judged by the derived bounds and the scenario's own rules, not the default rules
+// (docs/scenarios.md "Order-variant pairs"): a tolerance pair one of whose backends claims
+// order-variant results.
+bool order_variant_pair(const Pair& p) {
+  return p.expect == judge::Expectation::kTolerance &&
+         (backend_claim(p.a.backend) == Claim::kOrderVariant || backend_claim(p.b.backend) == Claim::kOrderVariant);
+}
+
 // One pair of sides under one mode: both sides replay the scenario's events in lockstep and every
 // step is compared. Fills one reports::Comparison (and the scenario's step list, once).
 class ComparisonRun {
@@ -54,13 +63,24 @@ class ComparisonRun {
                 const std::vector<judge::ToleranceRule>& rules, const std::map<std::string, int>& session_ids,
                 const Pair& pair, const std::string& mode, std::vector<StepInfo>* steps,
                 const std::optional<ReplaySample>& replay)
-      : sc_(sc), c_(res.config), opt_(opt), plan_(plan), rules_(rules), session_ids_(session_ids), pair_(pair),
-        forced_(mode == "teacher-forced"), steps_(steps), A_(pair.a, res), B_(pair.b, res) {
+      : sc_(sc), c_(res.config), res_(res), opt_(opt), plan_(plan), rules_(rules), session_ids_(session_ids),
+        pair_(pair), forced_(mode == "teacher-forced"), derived_(order_variant_pair(pair)), steps_(steps),
+        A_(pair.a, res), B_(pair.b, res) {
     cmp_.side_a = pair.a.text();
     cmp_.side_b = pair.b.text();
     cmp_.mode = mode;
     cmp_.expectation = name(pair.expect);
     cmp_.expectation_origin = pair.why;
+    if (derived_) {
+      cmp_.expectation_origin +=
+          forced_ ? "; order-variant, teacher-forced: every component within its own derived bound, the selections' "
+                    "tie rule, the caches valid and decoded within their derived bound, a logits flip only inside the "
+                    "tie band (scenarios/judge/order_variant.h, docs/scenarios.md \"Order-variant pairs\")"
+                  : "; order-variant, free-running: a session's first step from position 0 judged by the chain bounds "
+                    "(judge::free_running_bound; measured where the chain holds a selection); later steps measured "
+                    "(their state carries earlier differences through selections), except the rows exact on every pair";
+      if (!sc.tolerances.empty()) cmp_.expectation_origin += "; the scenario's tolerance rules win for what they bound";
+    }
     if (replay) {
       sampled_ = true;
       checked_.insert(replay->steps.begin(), replay->steps.end());
@@ -78,6 +98,7 @@ class ComparisonRun {
       evidence_.backend_gap = A_.missing_evidence();
       if (evidence_.backend_gap.empty()) evidence_.backend_gap = B_.missing_evidence();
       cmp_.verdict = judge::comparison_verdict(cmp_, pair_.expect, evidence_);
+      if (derived_ && !forced_ && cmp_.verdict == Verdict::kPass) measured_if_flipped();
       if (cmp_.verdict == Verdict::kMeasured) {
         // Where a measured pair first differs (information: nothing is asserted; no tensors kept).
         if (std::optional<reports::Divergence> d = judge::first_difference(cmp_.rows)) cmp_.first_divergence = *d;
@@ -115,6 +136,23 @@ class ComparisonRun {
   }
 
  private:
+  // Free-running, an order-variant pair's logits rows are measured (no derived bound through the
+  // whole forward): a top-1 token that differs is neither explained nor failed, so the comparison
+  // is measured, never a pass with tokens flipped (as conform's end-to-end comparison).
+  void measured_if_flipped() {
+    int64_t steps = 0, flipped = 0;
+    for (const MetricRow& r : cmp_.rows) {
+      if (r.component != "logits" || r.metric != "top1_agree") continue;
+      ++steps;
+      flipped += r.value < 1.0;
+    }
+    if (flipped == 0) return;
+    cmp_.verdict = Verdict::kMeasured;
+    cmp_.notes.push_back("free-running, side A's top-1 token is not side B's at " + std::to_string(flipped) + " of " +
+                         std::to_string(steps) + " steps; no end-to-end bound says whether a flip is a near tie, so "
+                         "this comparison is measured, not passed (the teacher-forced comparison judges each component)");
+  }
+
   void position(const char* phase) {
     if (!opt_.on_progress) return;
     RunPosition p;
@@ -252,6 +290,15 @@ class ComparisonRun {
             const std::vector<reports::AcceptanceRow> rows =
                 acceptance_rows(*plan, *side, which, step, session_ids_.at(session), start);
             cmp_.acceptance.insert(cmp_.acceptance.end(), rows.begin(), rows.end());
+          }
+          // The rollback replayed the kept tokens hook-free on both sides: B's caches now hold rows
+          // no forcing reached (an order-variant pair measures their decoded values from here on).
+          if (forced_ && derived_ && unforced_caches_.insert(session).second) {
+            notes_.insert("teacher-forced: after session " + session + "'s first speculative round (step " +
+                          std::to_string(step) + ") its caches hold the rows the rollback replayed without forcing "
+                          "(reference::model::roll_back is hook-free): their decoded values and their readers (attn_out, "
+                          "index_scores, topk, candidates, dspark_attn_out) are measured from then on, the caches' "
+                          "validity still checked");
           }
           compare(session, a->capture, b->capture, false, step);
         });
@@ -392,6 +439,20 @@ class ComparisonRun {
     ctx.candidate_block_size = c_.candidate_block_size;
     ctx.candidate_source_layer = c_.candidate_source_layer;
     ctx.teacher_forced = forced_;
+    if (derived_) {
+      ctx.derived = &c_;
+      ctx.chain_bounded = !forced_ && a.start_pos == 0;
+      ctx.unforced_caches = forced_ && unforced_caches_.count(session) > 0;
+      ctx.topk_tie_rel = forced_ ? judge::topk_tie_band(c_) : 0.0;
+      if (forced_) {  // the experts' ties: A's gate input is B's too (forced)
+        for (const CapturedItem& it : a.items) {
+          const CapturedItem* x = it.component == "experts" ? a.find(it.layer, "ffn_in") : nullptr;
+          if (x == nullptr || it.layer < 0 || it.layer >= c_.n_layers || x->f.rank() != 2) continue;
+          ctx.expert_scores[it.layer] =
+              expert_tie_scores(x->f, res_.weights.blocks[static_cast<size_t>(it.layer)], c_, it.layer);
+        }
+      }
+    }
     const StepComparison r = compare_step(a, b, ctx);
     cmp_.items_compared += r.items;
     ++cmp_.steps_compared;
@@ -434,18 +495,21 @@ class ComparisonRun {
 
   const Scenario& sc_;
   const reference::ModelConfig& c_;
+  const BackendResources& res_;
   const RunOptions& opt_;
   const TokenPlan& plan_;
   const std::vector<judge::ToleranceRule>& rules_;
   const std::map<std::string, int>& session_ids_;
   const Pair& pair_;
   const bool forced_;
+  const bool derived_;  // judged by the derived bounds (order_variant_pair)
   std::vector<StepInfo>* steps_;
   SideRunner A_, B_;
   Comparison cmp_;
   std::map<std::string, std::vector<float>> last_logits_;  // side A's last logits, per session
   std::map<std::string, int64_t> pending_;                  // a round's next token, not yet fed
   std::map<std::string, int64_t> boundary_;                 // last resume position, per session
+  std::set<std::string> unforced_caches_;  // teacher-forced sessions whose caches hold unforced rows (a rollback)
   std::set<std::string> notes_;
   judge::Evidence evidence_;  // what the verdict weighs besides the rows (backend gap: filled at the end)
   int64_t step_ = 0;
@@ -495,8 +559,9 @@ ScenarioResult run_scenario(const Scenario& sc, const BackendResources& res, con
         };
       }
       const std::optional<ReplaySample>& replay = plan.replay[static_cast<size_t>(&pair - pairs.data())];
+      const std::vector<judge::ToleranceRule>& pair_rules = order_variant_pair(pair) ? plan.explicit_rules : rules;
       out.comparisons.push_back(
-          ComparisonRun(sc, res, o, plan.tokens, rules, session_ids, pair, mode, steps, replay).run());
+          ComparisonRun(sc, res, o, plan.tokens, pair_rules, session_ids, pair, mode, steps, replay).run());
     }
   }
   out.verdict = judge::scenario_verdict(out.comparisons, &out.error);

@@ -72,7 +72,8 @@ struct RunOptions {
 struct ScenarioPlan {
   std::vector<Pair> pairs;
   std::vector<std::string> modes;
-  std::vector<judge::ToleranceRule> rules;
+  std::vector<judge::ToleranceRule> rules;           // the scenario's rules, then the default rules
+  std::vector<judge::ToleranceRule> explicit_rules;  // the scenario's own rules (an order-variant pair's)
   TokenPlan tokens;
   int sessions = 0;
   std::vector<std::optional<ReplaySample>> replay;  // [pair] the steps side B replays (none: every step)

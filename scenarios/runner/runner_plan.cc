@@ -132,9 +132,8 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
       DSV41_CHECK(side->path != CachePath::kDecoder || side->decoder_rows >= c.window_size, "scenario '", sc.name,
                   "': side '", side->text(), "': decoder replay needs at least window_size = ", c.window_size,
                   " rows (docs/sessions.md: R = W + the speculative block), else the later layers' rings keep holes");
-      if (side->backend.rfind("mutant:", 0) == 0) {
-        const defects::Mutation m = defects::parse_mutation(side->backend.substr(7));
-        DSV41_CHECK(m.layer < c.n_layers, "scenario '", sc.name, "': side '", side->text(), "': layer ", m.layer,
+      if (const std::optional<defects::Mutation> m = backend_mutation(side->backend)) {
+        DSV41_CHECK(m->layer < c.n_layers, "scenario '", sc.name, "': side '", side->text(), "': layer ", m->layer,
                     " is not a layer of this model (0 .. ", c.n_layers - 1, ")");
       }
     }
@@ -173,6 +172,7 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
                 "' matches no component (docs/scenarios.md lists them)");
   }
   plan.rules = sc.tolerances;
+  plan.explicit_rules = sc.tolerances;
   if (sc.default_tolerances) {
     const std::vector<judge::ToleranceRule> defaults = default_tolerance_rules();
     plan.rules.insert(plan.rules.end(), defaults.begin(), defaults.end());

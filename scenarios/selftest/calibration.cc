@@ -19,12 +19,16 @@
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/port_dump.h"
 #include "scenarios/judge/derived_bounds.h"
-#include "scenarios/selftest/reordered_ops.h"
+#include "scenarios/defects/reordered_ops.h"
 
 namespace dsv41::scenarios::selftest {
 namespace {
 
 namespace fs = std::filesystem;
+using defects::SumOrder;
+using defects::all_sum_orders;
+using defects::make_reordered_ops;
+using defects::sum_order_from_name;
 
 std::vector<int64_t> tokens(int64_t n, int64_t a, int64_t b) {
   std::vector<int64_t> v;
@@ -44,16 +48,17 @@ conform::ConformOptions order_variant_options(const std::string& name) {
   return co;
 }
 
+}  // namespace
+
 // One run's progress line on stderr.
-std::string progress_line(const CalibrationRow& row) {
+
+std::string calibration_progress_line(const CalibrationRow& row) {
   char line[512];
   std::snprintf(line, sizeof line, "calibration: %-9s %-15s %-9s worst %.3g of its bound %s%s%s (%.1f s)\n",
                 row.variant.c_str(), row.scenario.c_str(), row.verdict.c_str(), row.worst_ratio, row.worst.c_str(),
                 row.root_cause.empty() ? "" : "; root cause ", row.root_cause.c_str(), row.seconds);
   return line;
 }
-
-}  // namespace
 
 // The worst checked order-variant row (a derived bound on max_rowrel or row_gain) as value / bound.
 void calibration_worst_row(const reports::RunReport& report, CalibrationRow& row) {
@@ -116,6 +121,12 @@ const std::vector<CalibrationScenario>& calibration_scenarios() {
 }
 
 CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& progress) {
+  if (o.suite) {
+    CalibrationResult result;
+    result.rows = calibrate_suite(o, progress);
+    for (const CalibrationRow& row : result.rows) result.error = result.error || row.verdict == "ERROR";
+    return result;
+  }
   const SelftestModel L = load_selftest_model(o.config, o.weights);
   const std::vector<int64_t> token_map = reference::model::default_token_map(L.config);
   std::vector<SumOrder> variants;
@@ -173,7 +184,7 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
       }
       row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!o.keep) fs::remove_all(dir);
-      if (o.progress) progress << progress_line(row) << std::flush;
+      if (o.progress) progress << calibration_progress_line(row) << std::flush;
       result.rows.push_back(std::move(row));
     }
     if (!o.keep) fs::remove_all(ref_dir);
@@ -181,7 +192,7 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
   for (const std::string& run : o.official) {  // the official code as a port
     CalibrationRow row = calibrate_official(run, root, o.keep);
     result.error = result.error || row.verdict == "ERROR";
-    if (o.progress) progress << progress_line(row) << std::flush;
+    if (o.progress) progress << calibration_progress_line(row) << std::flush;
     result.rows.push_back(std::move(row));
   }
   if (!o.keep && o.dir.empty()) fs::remove_all(root);
@@ -190,15 +201,19 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
 
 std::string format_calibration_table(const CalibrationResult& r) {
   std::ostringstream out;
-  out << "| variant | scenario | bits changed | conform exit | worst row / bound | worst row | root cause | verdict | s |\n"
-         "|---|---|---|---|---|---|---|---|---|\n";
+  bool suite = false;
+  for (const CalibrationRow& row : r.rows) suite = suite || !row.modes.empty();
+  out << "| variant | scenario | bits changed | " << (suite ? "exit" : "conform exit")
+      << " | worst row / bound | worst row | root cause | " << (suite ? "comparisons | " : "") << "verdict | s |\n"
+      << "|---|---|---|---|---|---|---|---|" << (suite ? "---|" : "") << "---|\n";
   for (const CalibrationRow& row : r.rows) {
     char ratio[32], secs[32];
     std::snprintf(ratio, sizeof ratio, "%.3g", row.worst_ratio);
     std::snprintf(secs, sizeof secs, "%.1f", row.seconds);
     out << "| " << row.variant << " | " << row.scenario << " | " << (row.changed ? "yes" : "no") << " | "
         << row.conform_exit << " | " << ratio << " | " << (row.worst.empty() ? "-" : row.worst) << " | "
-        << (row.root_cause.empty() ? "-" : row.root_cause) << " | " << row.verdict << " | " << secs << " |\n";
+        << (row.root_cause.empty() ? "-" : row.root_cause) << " | " << (suite ? row.modes + " | " : "") << row.verdict
+        << " | " << secs << " |\n";
   }
   return out.str();
 }

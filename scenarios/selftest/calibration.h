@@ -3,11 +3,17 @@
 // The other half of the verifier's self-test (docs/selftest.md): no false alarm on correct
 // order-variant ports, and the power of the order-variant claim against small bugs.
 //
-//   calibration   every reordered variant (scenarios/selftest/reordered_ops.h) dumps every
+//   calibration   every reordered variant (scenarios/defects/reordered_ops.h) dumps every
 //                 calibration scenario through the `forward --dump` code path; `conform` judges
 //                 each dump under the order-variant claim and must pass it (exit 0). The table
 //                 gives, per run, whether the variant changed any bit, conform's exit, and the
 //                 worst checked row as a fraction of its bound (how close the run came to an alarm).
+//   calibration --suite
+//                 every reordered variant as a side of `dsv41 run` over the built-in scenario suite
+//                 (ref vs ref-order:<variant>, free-running and teacher-forced), judged by the
+//                 runner's order-variant tolerance (the same derived bounds, docs/scenarios.md
+//                 "Order-variant pairs"); a run is ok when no comparison fails (exit 0) and the
+//                 variant changed some output (calibration_suite.cc).
 //   sensitivity   a sweep of one-row gain errors: for each float component, the last row of the
 //                 component at a fixed (layer, step) of the zoo scenario multiplied by each
 //                 factor (mutant ...:x<factor>, scenarios/defects/mutants.h), dumped, judged under
@@ -50,6 +56,9 @@ struct CalibrationOptions {
   // (scenarios/agree/official_dump.h) and judged order-variant with its known differences waived
   // by name; variant "official", scenario the run's folder name. Empty: none.
   std::vector<std::string> official;
+  // The built-in scenario suite through the runner instead of the dumped calibration scenarios
+  // (`scenarios` then names suite scenarios; the official runs are not part of it).
+  bool suite = false;
 };
 
 struct CalibrationRow {
@@ -61,6 +70,7 @@ struct CalibrationRow {
   std::string worst;           // "attn_out@3 step 1 max_rowrel" of that row
   std::string root_cause;      // "component@layer step S (metric value)" when flagged
   std::string verdict;         // ok, ALARM (flagged), NO-CHANGE (identical to the reference), ERROR
+  std::string modes;           // --suite: each comparison's verdict ("free-running measured, teacher-forced pass")
   double seconds = 0;
 };
 struct CalibrationResult {
@@ -74,6 +84,11 @@ std::vector<std::string> golden_official_runs();
 // One official run as a calibration member (calibration_official.cc): imported into `root`,
 // judged; the dump removed unless `keep`.
 CalibrationRow calibrate_official(const std::string& run_dir, const std::string& root, bool keep);
+// Every variant x built-in suite scenario through `dsv41 run` (options.suite; calibration_suite.cc);
+// conform_exit holds the run's exit code.
+std::vector<CalibrationRow> calibrate_suite(const CalibrationOptions& options, std::ostream& progress);
+// One run's progress line (stderr).
+std::string calibration_progress_line(const CalibrationRow& row);
 // The worst checked order-variant row of a report, as value / bound, into row.worst_ratio / worst.
 void calibration_worst_row(const reports::RunReport& report, CalibrationRow& row);
 std::string format_calibration_table(const CalibrationResult& r);

@@ -127,6 +127,12 @@ TEST(ErrorsCatalogue, Scenario) {
            {"scenario: a session past max_seq_len, refused before any step",
             "run '" + scenario("long", R"([{"prompt": [1, 2]}, {"decode": 600}])") + "' --sides ref,ref" + out, 2,
             "past max_seq_len = 512"},
+           {"scenario: an unknown reordered variant, refused before any step",
+            "run '" + scenario("variant", R"([{"prompt": [1, 2]}])") + "' --sides ref,ref-order:random" + out, 2,
+            "unknown reordered variant 'random' (known: reversed, pairwise, blocked, fma, splitk, tiles"},
+           {"scenario: a variant's planted defect at a layer the model lacks, refused before any step",
+            "run '" + scenario("variant_layer", R"([{"prompt": [1, 2]}])") + "' --sides ref,ref-order:splitk:attn_out:L99:S1" +
+                out, 2, "side 'ref-order:splitk:attn_out:L99:S1@cold': layer 99 is not a layer of this model"},
        }) {
     expect_entry(e);
   }

@@ -23,7 +23,7 @@
 #include "scenarios/defects/mutants.h"
 #include "scenarios/judge/derived_bounds.h"
 #include "scenarios/selftest/bug_zoo.h"
-#include "scenarios/selftest/reordered_ops.h"
+#include "scenarios/defects/reordered_ops.h"
 
 namespace {
 
@@ -45,7 +45,7 @@ std::string temp(const std::string& name) {
 std::string port_dump(const std::string& name, const dsv41::scenarios::defects::Mutation* m = nullptr) {
   const std::string d = temp(name);
   fs::remove_all(d);
-  const auto ops = dsv41::scenarios::selftest::make_reordered_ops(dsv41::scenarios::selftest::SumOrder::kSplitK);
+  const auto ops = dsv41::scenarios::defects::make_reordered_ops(dsv41::scenarios::defects::SumOrder::kSplitK);
   dsv41::scenarios::selftest::DumpDefects defects;
   bool fired = false;
   defects.mutation = m;

@@ -19,12 +19,13 @@
 #include "scenarios/defects/mutants.h"
 #include "scenarios/judge/derived_bounds.h"
 #include "scenarios/selftest/calibration.h"
-#include "scenarios/selftest/reordered_ops.h"
+#include "scenarios/defects/reordered_ops.h"
 #include "tests/support/run_cli.h"
 
 namespace {
 
 namespace st = dsv41::scenarios::selftest;
+namespace dv = dsv41::scenarios::defects;
 using dsv41::test::has;
 
 // Terms whose fp32 sum depends on the order: 1 + 2^-24 rounds back to 1 (a tie, to even), while
@@ -33,14 +34,14 @@ TEST(ReorderedOps, EachVariantSumsInItsStatedOrder) {
   const float e = std::ldexp(1.0f, -24);
   const float t[3] = {1.0f, e, e};
   const float left_to_right = 1.0f, small_first = 1.0f + 2 * e;
-  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kReversed), small_first);  // (e + e) + 1
-  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kPairwise), small_first);  // 1 + (e + e)
-  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kTiles), small_first);     // one exact tile of 3
-  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kBlocked), left_to_right); // one block of 64, in order
-  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kSplitK), left_to_right);  // slices of 1, in order
-  EXPECT_EQ(st::ordered_sum(t, 3, st::SumOrder::kFma), left_to_right);
-  EXPECT_EQ(st::sum_order_from_name("splitk"), st::SumOrder::kSplitK);
-  EXPECT_THROW(st::sum_order_from_name("random"), dsv41::Error);
+  EXPECT_EQ(dv::ordered_sum(t, 3, dv::SumOrder::kReversed), small_first);  // (e + e) + 1
+  EXPECT_EQ(dv::ordered_sum(t, 3, dv::SumOrder::kPairwise), small_first);  // 1 + (e + e)
+  EXPECT_EQ(dv::ordered_sum(t, 3, dv::SumOrder::kTiles), small_first);     // one exact tile of 3
+  EXPECT_EQ(dv::ordered_sum(t, 3, dv::SumOrder::kBlocked), left_to_right); // one block of 64, in order
+  EXPECT_EQ(dv::ordered_sum(t, 3, dv::SumOrder::kSplitK), left_to_right);  // slices of 1, in order
+  EXPECT_EQ(dv::ordered_sum(t, 3, dv::SumOrder::kFma), left_to_right);
+  EXPECT_EQ(dv::sum_order_from_name("splitk"), dv::SumOrder::kSplitK);
+  EXPECT_THROW(dv::sum_order_from_name("random"), dsv41::Error);
 }
 
 // A legitimate order-variant port passes under the order-variant claim, having changed bits (else

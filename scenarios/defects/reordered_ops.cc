@@ -1,5 +1,5 @@
-// scenarios/selftest/reordered_ops.cc: the order-variant calibration ops (reordered_ops.h).
-#include "scenarios/selftest/reordered_ops.h"
+// scenarios/defects/reordered_ops.cc: the order-variant calibration ops (reordered_ops.h).
+#include "scenarios/defects/reordered_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "reference/ops/numerics.h"
 #include "reference/seam/forwarding_ops.h"
 
-namespace dsv41::scenarios::selftest {
+namespace dsv41::scenarios::defects {
 namespace {
 
 using reference::LinearWeight;
@@ -147,7 +147,7 @@ std::vector<int64_t> index_permutation(int64_t K, SumOrder o) {
 class ReorderedOps : public reference::seam::ForwardingOps {
  public:
   explicit ReorderedOps(SumOrder o)
-      : ForwardingOps(reference::seam::reference_ops(), std::string("reordered(") + selftest::name(o) + ")"), order_(o) {}
+      : ForwardingOps(reference::seam::reference_ops(), std::string("reordered(") + defects::name(o) + ")"), order_(o) {}
 
   T32 linear(const T32& x, const LinearWeight& w) const override {
     if (w.dtype != reference::DType::kF32 && w.dtype != reference::DType::kBF16 &&
@@ -285,4 +285,4 @@ float ordered_sum(const float* t, int64_t n, SumOrder o) {
 
 std::unique_ptr<reference::seam::Ops> make_reordered_ops(SumOrder o) { return std::make_unique<ReorderedOps>(o); }
 
-}  // namespace dsv41::scenarios::selftest
+}  // namespace dsv41::scenarios::defects

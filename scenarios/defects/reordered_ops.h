@@ -1,8 +1,9 @@
-// scenarios/selftest/reordered_ops.h
+// scenarios/defects/reordered_ops.h
 //
 // Correct ORDER-VARIANT implementations: the reference's function in the reference's precisions,
 // summed in another order, behind the ops seam (reference/seam/ops.h). They are the calibration set
-// of `dsv41 selftest --calibration` (docs/selftest.md "Calibration"): a verifier that flags one of
+// of `dsv41 selftest --calibration` (docs/selftest.md "Calibration") and the runner's backends
+// `ref-order:<variant>` (docs/scenarios.md): a verifier that flags one of
 // them under the order-variant claim raises a false alarm on a correct port.
 //
 // What a variant reorders (every other op forwards to the reference):
@@ -39,7 +40,7 @@
 
 #include "reference/seam/ops.h"
 
-namespace dsv41::scenarios::selftest {
+namespace dsv41::scenarios::defects {
 
 enum class SumOrder { kReversed, kPairwise, kBlocked, kFma, kSplitK, kTiles };
 
@@ -57,4 +58,4 @@ float ordered_sum(const float* terms, int64_t n, SumOrder o);
 // "reordered(<variant>)".
 std::unique_ptr<reference::seam::Ops> make_reordered_ops(SumOrder o);
 
-}  // namespace dsv41::scenarios::selftest
+}  // namespace dsv41::scenarios::defects
