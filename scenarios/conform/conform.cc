@@ -17,6 +17,7 @@
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/compare.h"
 #include "scenarios/conform/conform.h"
+#include "scenarios/conform/conform_cache_codes.h"
 #include "scenarios/conform/conform_hypotheses.h"
 #include "scenarios/conform/conform_internal.h"
 #include "scenarios/judge/derived_bounds.h"
@@ -241,7 +242,7 @@ std::vector<reference::model::CacheView> keep_covered(runner::StepCapture& own, 
 std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint::ModelWeights& weights,
                                   const std::vector<int64_t>& token_map, const ConformOptions& o) {
   const reference::ModelConfig& c = d.config;
-  const HypothesisOps ops(c);  // the reference's ops; switched only for the hypotheses' reruns
+  const ReplayOps ops(c);  // the reference's ops; switched only for the hypotheses' reruns
   reference::model::Model model(c, weights, token_map, ops);
   const bool fit_hypotheses = conform_detail::order_variant(d, o) && o.hypotheses;
   reference::model::ModelState forced = model.new_state(), free = model.new_state();
@@ -285,15 +286,19 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
       std::map<int, int64_t> reach;
       std::map<int, Tensor<float>> gate_in;
       model.set_hooks(checked_forcing(own, &port, s, c, reach, gate_in));
+      std::vector<CacheWrite> writes;  // the caches' pre-quantisation rows (conform_cache_codes.h)
+      if (conform_detail::order_variant(d, o)) ops.record_writes(&writes);
       const reference::model::StepRecord rec = [&] {
         try {
           return model.forward_chunk(forced, s.tokens, step_options);
         } catch (const Error& e) {
           model.set_hooks({});
+          ops.record_writes(nullptr);
           DSV41_FAIL("port dump '", d.dir, "', ", s.file, ": the teacher-forced step failed: ", e.what());
         }
       }();
       model.set_hooks({});
+      ops.record_writes(nullptr);
       if (rolls_back) keep_kept(forced, *before);
       runner::finish_capture(own, rec, all_caches(model, forced));
       const std::vector<reference::model::CacheView> extra = keep_covered(own, port, every);
@@ -308,6 +313,9 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
       }
       j.forced = runner::compare_step(own, port, ctx);
       ctx.expert_scores.clear();
+      for (reports::MetricRow& r : cache_code_rows(c, writes, own.caches, port.caches, s.index, s.start_pos)) {
+        j.forced.rows.push_back(std::move(r));
+      }
       if (fit_hypotheses) {  // directional tests of attn_out (conform_hypotheses.h)
         const auto forcing = [&port](runner::StepCapture& cap) { return runner::capture_hooks(cap, &port); };
         for (reports::MetricRow& r : hypothesis_rows(model, ops, *before, s.tokens, step_options, forcing, own, port, s.index)) {

@@ -10,6 +10,7 @@
 
 #include "reference/model/hooks.h"
 #include "scenarios/conform/conform.h"
+#include "scenarios/conform/conform_cache_codes.h"
 #include "scenarios/conform/conform_forcing.h"
 #include "scenarios/conform/conform_hypotheses.h"
 #include "scenarios/conform/conform_internal.h"
@@ -72,6 +73,10 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
       return metric == "equal_frac" ? std::optional<Tolerance>(exact_tol(metric)) : std::nullopt;
     }
     if (!forced) return std::nullopt;
+    if (metric == kCodeExcessMetric) {  // the quantizer-boundary check: teacher-forced caches only
+      return fr != nullptr && !fr->forced ? std::nullopt
+                                          : std::optional<Tolerance>(code_excess_tolerance(*claim.config, component));
+    }
     if (is_hypothesis_metric(metric)) {  // directional tests: teacher-forced components only
       return fr != nullptr && !fr->forced ? std::nullopt : std::optional<Tolerance>(hypothesis_tolerance(metric));
     }

@@ -12,7 +12,7 @@
 
 namespace dsv41::scenarios::conform {
 
-void HypothesisOps::rope_rows(T32& x, int64_t heads, const reference::RopeTable& rope, int64_t first_pos, int64_t stride,
+void ReplayOps::rope_rows(T32& x, int64_t heads, const reference::RopeTable& rope, int64_t first_pos, int64_t stride,
                               bool inverse) const {
   // The attention queries: n_heads heads of head_dim (the indexer's queries and the keys have other shapes).
   const bool queries = !inverse && heads == c_.n_heads && x.rank() == 2 && x.dim(1) == c_.n_heads * c_.head_dim;
@@ -20,10 +20,16 @@ void HypothesisOps::rope_rows(T32& x, int64_t heads, const reference::RopeTable&
   ForwardingOps::rope_rows(x, heads, rope, shift ? first_pos + 1 : first_pos, stride, inverse);
 }
 
-reference::seam::ForwardingOps::T32 HypothesisOps::sparse_attn(const T32& q, const T32& window_kv, const reference::CacheRows& compressed,
+reference::seam::ForwardingOps::T32 ReplayOps::sparse_attn(const T32& q, const T32& window_kv, const reference::CacheRows& compressed,
                                               const T32& sink, const TI32& idxs, float softmax_scale) const {
   const float s = kind_ == HypothesisKind::kSoftmaxScale ? static_cast<float>(softmax_scale * 1.01) : softmax_scale;
   return ForwardingOps::sparse_attn(q, window_kv, compressed, sink, idxs, s);
+}
+
+void ReplayOps::write_entries(TU8& storage, formats::CacheFormat f, const std::vector<int64_t>& entries,
+                              const T32& rows) const {
+  if (writes_ != nullptr) writes_->push_back({current_layer(), f, entries, rows});
+  ForwardingOps::write_entries(storage, f, entries, rows);
 }
 
 const std::vector<Hypothesis>& hypotheses() {
@@ -71,7 +77,7 @@ reports::Tolerance hypothesis_tolerance(const std::string& metric) {
 }
 
 std::vector<reports::MetricRow> hypothesis_rows(
-    reference::model::Model& model, const HypothesisOps& ops, const reference::model::ModelState& before,
+    reference::model::Model& model, const ReplayOps& ops, const reference::model::ModelState& before,
     const std::vector<int64_t>& tokens, const reference::model::StepOptions& options,
     const std::function<reference::model::ForwardHooks(runner::StepCapture&)>& make_hooks,
     const runner::StepCapture& own, const runner::StepCapture& port, int64_t step) {

@@ -27,7 +27,7 @@
 // decays along the Sinkhorn's slowest mode, the very direction one iteration less moves, so the
 // official code fits it (0.04-0.19 step): not independent of order variance.
 //
-// Example (conform.cc): the model runs over a HypothesisOps; after the judged forced pass,
+// Example (conform.cc): the model runs over a ReplayOps; after the judged forced pass,
 //   rows = hypothesis_rows(model, ops, state_before, tokens, options, forcing_hooks, own, port, step);
 #pragma once
 
@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/cache_format.h"
 #include "reference/model/model.h"
 #include "reference/seam/forwarding_ops.h"
 #include "reports/report.h"
@@ -45,13 +46,26 @@ namespace dsv41::scenarios::conform {
 
 enum class HypothesisKind { kNone, kSoftmaxScale, kQueryPosition };
 
+// One write_entries call of the replay: the rows a cache's quantizer got (conform_cache_codes.h).
+struct CacheWrite {
+  int layer = -1;                      // ForwardingOps::current_layer() (the writing attention layer)
+  formats::CacheFormat format{};
+  std::vector<int64_t> entries;        // [n] storage entries written
+  reference::Tensor<float> rows;       // [n, dim] fp32, before quantisation
+};
 
-// The reference's ops with one switchable hypothesis (kNone: pure forwarding, the reference's bits).
-class HypothesisOps : public reference::seam::ForwardingOps {
+// conform's replay ops: the reference's, with one switchable hypothesis (kNone: pure forwarding,
+// the reference's bits) and, while recording, a copy of every cache write's pre-quantisation rows.
+class ReplayOps : public reference::seam::ForwardingOps {
  public:
-  explicit HypothesisOps(const reference::ModelConfig& c) : ForwardingOps(reference::seam::reference_ops(), "reference"), c_(c) {}
+  explicit ReplayOps(const reference::ModelConfig& c) : ForwardingOps(reference::seam::reference_ops(), "reference"), c_(c) {}
   void set(HypothesisKind k) const { kind_ = k; }
   HypothesisKind kind() const { return kind_; }
+  // Record the cache writes into `into` (nullptr: stop).
+  void record_writes(std::vector<CacheWrite>* into) const { writes_ = into; }
+
+  void write_entries(TU8& storage, formats::CacheFormat f, const std::vector<int64_t>& entries,
+                     const T32& rows) const override;
 
   void rope_rows(T32& x, int64_t heads, const reference::RopeTable& rope, int64_t first_pos, int64_t stride,
                  bool inverse) const override;
@@ -61,6 +75,7 @@ class HypothesisOps : public reference::seam::ForwardingOps {
  private:
   const reference::ModelConfig& c_;
   mutable HypothesisKind kind_ = HypothesisKind::kNone;
+  mutable std::vector<CacheWrite>* writes_ = nullptr;
 };
 
 // Every hypothesis: its metric name, the components it tests, what the rerun moves.
@@ -81,7 +96,7 @@ reports::Tolerance hypothesis_tolerance(const std::string& metric);
 // the port's values; rows (metric, value) for every layer whose component both `own` (the judged
 // pass) and `port` hold. The model must run over `ops`; ops is left at kNone.
 std::vector<reports::MetricRow> hypothesis_rows(
-    reference::model::Model& model, const HypothesisOps& ops, const reference::model::ModelState& before,
+    reference::model::Model& model, const ReplayOps& ops, const reference::model::ModelState& before,
     const std::vector<int64_t>& tokens, const reference::model::StepOptions& options,
     const std::function<reference::model::ForwardHooks(runner::StepCapture&)>& make_hooks,
     const runner::StepCapture& own, const runner::StepCapture& port, int64_t step);

@@ -224,13 +224,17 @@ double max_row_relative(const std::vector<float>& a, const std::vector<float>& b
   return worst;
 }
 
-std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c, const std::string& component) {
+namespace {
+// A cache's pre-quantisation chain (nullopt: not a cache), its two sides' quantisation term and the
+// term's text; the compressor's fp32 rows have no quantizer (quant 0, format "").
+std::optional<DerivedBound> cache_chain(const reference::ModelConfig& c, const std::string& component, double& quant,
+                                        std::string& format) {
   const int64_t D = std::max(1, c.dim);
   const std::string bf = "bf16 in, fp32 accumulation, bf16 values, then the cache format";
   const std::vector<Quantizer> act = {{"E4M3", D, "act_quant before the projection"}};
   std::optional<DerivedBound> b;
-  double quant = 0;
-  std::string format;
+  quant = 0;
+  format.clear();
   if (component == "cache.window_kv" || component == "cache.dspark_window_kv") {
     b = make(component, "wkv -> kv_norm -> rope -> FP8 (E4M3 + E8M0/32)", 3, act, D, "dim", bf, false);
     quant = 2 * std::ldexp(1.0, -4);
@@ -247,10 +251,27 @@ std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c,
   } else if (component == "cache.compressor") {  // fp32 rows, no quantizer: the chain alone
     b = make(component, "compressor wkv / wgate: fp32 projections of attn_in (the pending group's kv and score rows)", 0,
              act, D, "dim", "bf16 in, fp32 accumulation, fp32 rows", true);
+  }
+  return b;
+}
+}  // namespace
+
+std::optional<DerivedBound> derived_cache_chain_bound(const reference::ModelConfig& c, const std::string& component) {
+  double quant = 0;
+  std::string format;
+  std::optional<DerivedBound> b = cache_chain(c, component, quant, format);
+  if (b) b->origin = "derived: the pre-quantisation chain (" + b->origin + "), per entry: max |a - b| <= bound x the entry's max |a|";
+  return b;
+}
+
+std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c, const std::string& component) {
+  double quant = 0;
+  std::string format;
+  std::optional<DerivedBound> b = cache_chain(c, component, quant, format);
+  if (!b) return std::nullopt;
+  if (component == "cache.compressor") {
     b->origin = "derived: the chain (" + b->origin + "), per pending row of dim fp32 values: max |a - b| <= bound x the row's max |a|";
     return b;
-  } else {
-    return std::nullopt;
   }
   b->bound += quant;
   b->origin = "derived: the pre-quantisation chain (" + b->origin + ") + both sides' quantisation error, " + format +

@@ -135,6 +135,9 @@ inline constexpr const char* kDecodedRowRelMetric = "decoded_rowrel";
 inline constexpr const char* kDecodedBlockGainMetric = "decoded_block_gain";
 reports::Tolerance decoded_block_gain_tolerance();
 std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c, const std::string& component);
+// The same cache's pre-quantisation chain alone (what its quantizer's input may differ by between
+// two orders), relative to the entry's max |value|; nullopt for another component.
+std::optional<DerivedBound> derived_cache_chain_bound(const reference::ModelConfig& c, const std::string& component);
 std::vector<DerivedBound> derived_cache_bound_table(const reference::ModelConfig& c);
 
 // The relative tie band of the top-k under order variance: index_scores' bound.

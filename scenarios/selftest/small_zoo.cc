@@ -85,7 +85,7 @@ std::vector<SmallBug> build_small_zoo() {
   z.push_back(ops_bug("softmax_scale_1pct", "layer 2's attention softmax scale x1.01 (head_dim^-0.5 off by 1%)",
                       "a scale constant folded into a fused attention kernel (sm_scale) computed from another dim or in "
                       "low precision; semantics.md: softmax_scale = head_dim^-0.5",
-                      "sparse_attn (layer 2)", "attn_out", 2, 0, false,
+                      "sparse_attn (layer 2)", "attn_out", 2, 0, true,
                       [](const reference::ModelConfig&) { return defects::make_softmax_scale_ops(2, 1.01); }));
   z.push_back(ops_bug("rope_query_position_plus_one", "layer 0's query RoPE at position + 1",
                       "ports.md §2.8 (mlx-lm#1189: RoPE wrong per layer type); position ids counted from 1 on one path",
@@ -151,7 +151,7 @@ std::vector<SmallBug> build_small_zoo() {
                       }));
   z.push_back(ops_bug("index_keys_code_nibble", "one E2M1 code of layer 2's newest index-key entry one step off",
                       "formats/minifloat.h: E2M1 round-to-nearest-even; x/s against x*(1/s) moves a code at a boundary",
-                      "write_entries (layer 2, step 0)", "cache.index_keys", 2, 0, false, [](const reference::ModelConfig&) {
+                      "write_entries (layer 2, step 0)", "cache.index_keys", 2, 0, true, [](const reference::ModelConfig&) {
                         return defects::make_cache_byte_ops(2, CacheFormat::kIndexKeysFp4, CacheByteDefect::kCodeNibble);
                       }));
   // One row of a float component (the sensitivity sweep's mutant, docs/selftest.md "Sensitivity").
@@ -160,7 +160,7 @@ std::vector<SmallBug> build_small_zoo() {
   z.push_back(row_bug("ffn_out_row_1pct", "ffn_out", 2, 1, "1.01", row_origin, false));
   z.push_back(row_bug("hc_attn_post_row_1pct", "hc_attn_post", 2, 1, "1.01", row_origin, false));
   z.push_back(row_bug("in_pre_row_0p1pct", "in_pre", 2, 1, "1.001", row_origin, false));
-  z.push_back(row_bug("hc_ffn_comb_row_0p1pct", "hc_ffn_comb", 2, 1, "1.001", row_origin, false));
+  z.push_back(row_bug("hc_ffn_comb_row_0p1pct", "hc_ffn_comb", 2, 1, "1.001", row_origin, true));
   return z;
 }
 
