@@ -56,7 +56,8 @@ class ReferenceBackend final : public Backend {
   // ops: the components the model runs on (nullptr: the CPU reference). A device backend's
   // sessions are saved and restored through the host (move_state), with the same session bytes.
   ReferenceBackend(std::string name, const BackendResources& r, CachePrecision precision,
-                   std::optional<defects::Mutation> mutation, std::unique_ptr<reference::seam::Ops> ops = nullptr)
+                   std::optional<defects::Mutation> mutation, std::unique_ptr<reference::seam::Ops> ops = nullptr,
+                   Claim ops_claim = Claim::kBitExact)
       : name_(std::move(name)),
         ops_(std::move(ops)),
         draft_defect_ops_(mutation && mutation->round == defects::RoundDefect::kDraftRopeAtBlockStart
@@ -66,6 +67,7 @@ class ReferenceBackend final : public Backend {
                draft_defect_ops_ ? *draft_defect_ops_ : ops_ ? *ops_ : reference::seam::reference_ops()),
         resources_(ops_ ? &r : nullptr),
         precision_(precision),
+        claim_(precision != CachePrecision::kPacked ? Claim::kApproximate : ops_ ? ops_claim : Claim::kBitExact),
         mutation_(std::move(mutation)) {
     model_.set_cache_precision(precision);
     if (mutation_) {
@@ -100,9 +102,7 @@ class ReferenceBackend final : public Backend {
   }
 
   std::string name() const override { return name_; }
-  Claim claim() const override {
-    return precision_ == CachePrecision::kPacked ? Claim::kBitExact : Claim::kApproximate;
-  }
+  Claim claim() const override { return claim_; }
   const reference::ModelConfig& config() const override { return model_.config(); }
 
   std::unique_ptr<BackendSession> new_session() override {
@@ -274,6 +274,7 @@ class ReferenceBackend final : public Backend {
   const BackendResources* resources_;    // device backends: to build host_model_ (outlives the backend)
   std::unique_ptr<reference::model::Model> host_model_;  // device backends: loads saved sessions on the host
   CachePrecision precision_;
+  Claim claim_;
   std::optional<defects::Mutation> mutation_;
   bool fired_ = false;
 };
@@ -287,30 +288,34 @@ std::vector<std::pair<std::string, std::string>> backend_catalog() {
                      "approximate by design"},
       {"mutant:<component>:L<layer>:S<step>", "the reference with one planted defect (scenarios/defects/mutants.h): "
                                                "the verifier's self-test; claims the reference's bits"},
-      {"cuda", "the model over the CUDA ops table (cuda/cuda_ops.h, docs/cuda.md): ported ops as kernels, the "
-               "rest as counted host fallbacks; claims the reference's bits (every ported op is bit-exact)"},
+      {"cuda-exact", "the model over the CUDA ops table in its exact mode (cuda/cuda_ops.h, docs/cuda.md): ported "
+                     "ops as bit-exact kernels, the rest as counted host fallbacks; claims the reference's bits"},
+      {"cuda", "the production CUDA path (docs/cuda.md \"Production ops\"): the same ops table with production "
+               "kernels (fp8 tensor-core linear, ...) in place of the exact ones; claims order-variant results "
+               "(judged by tolerance and derived bounds)"},
   };
 }
 
 void validate_backend_name(const std::string& spec) {
   if (spec == "ref" || spec == "ref-bf16kv") return;
-  if (spec == "cuda") {
+  if (spec == "cuda" || spec == "cuda-exact") {
 #if defined(DSV41_HAVE_CUDA)
     return;
 #else
-    DSV41_FAIL("backend cuda: this build has no CUDA path (configured without nvcc; DSV41_HAVE_CUDA is off)");
+    DSV41_FAIL("backend ", spec, ": this build has no CUDA path (configured without nvcc; DSV41_HAVE_CUDA is off)");
 #endif
   }
   if (spec.rfind("mutant:", 0) == 0) {
     defects::parse_mutation(spec.substr(7));
     return;
   }
-  DSV41_FAIL("unknown backend '", spec, "' (known: ref, ref-bf16kv, cuda, mutant:<component>:L<layer>:S<step>)");
+  DSV41_FAIL("unknown backend '", spec, "' (known: ref, ref-bf16kv, cuda-exact, cuda, mutant:<component>:L<layer>:S<step>)");
 }
 
 Claim backend_claim(const std::string& spec) {
   validate_backend_name(spec);
-  return spec == "ref-bf16kv" ? Claim::kApproximate : Claim::kBitExact;
+  if (spec == "ref-bf16kv") return Claim::kApproximate;
+  return spec == "cuda" ? Claim::kOrderVariant : Claim::kBitExact;
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendResources& r) {
@@ -318,10 +323,14 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendReso
   if (spec == "ref") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::nullopt);
   if (spec == "ref-bf16kv") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kBf16, std::nullopt);
 #if defined(DSV41_HAVE_CUDA)
-  // Every ported op is bit-exact and every fallback is the reference itself: claims bitexact.
-  if (spec == "cuda") {
-    return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::nullopt,
-                                              std::make_unique<gpu::CudaOps>());
+  // cuda-exact: every ported op is bit-exact and every fallback is the reference itself: bitexact.
+  // cuda: production kernels replace some exact ones (CudaOps::production_ops): order-variant.
+  if (spec == "cuda-exact" || spec == "cuda") {
+    const bool exact = spec == "cuda-exact";
+    return std::make_unique<ReferenceBackend>(
+        spec, r, CachePrecision::kPacked, std::nullopt,
+        std::make_unique<gpu::CudaOps>(exact ? gpu::CudaMode::kExact : gpu::CudaMode::kProduction),
+        exact ? Claim::kBitExact : Claim::kOrderVariant);
   }
 #endif
   return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, defects::parse_mutation(spec.substr(7)));

@@ -14,7 +14,9 @@
 //   mutant:<kind>:L<layer>:S<step>
 //                  the reference with one planted defect (scenarios/defects/mutants.h): what the
 //                  verifier's self-test and tests use to prove a divergence is caught and located
-// The CUDA path plugs in later as another implementation of this interface.
+//   cuda-exact     the model over the CUDA ops table, every ported op bit-exact (claims bitexact)
+//   cuda           the production CUDA path: production kernels in place of some exact ones
+//                  (cuda/cuda_ops.h CudaMode::kProduction; claims order-variant)
 //
 // Example:
 //   std::unique_ptr<Backend> b = make_backend("ref", resources);

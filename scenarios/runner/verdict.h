@@ -22,7 +22,8 @@ namespace dsv41::scenarios::runner {
 
 // The expectation of a pair given on the command line (not in the scenario): bitexact when both
 // backends claim the reference's bits and neither path replays (cold/full/alone) or the scenario
-// never resumes; measured otherwise. `why` receives the origin.
+// never resumes; tolerance on such a pair where a backend claims order-variant results (cuda);
+// measured otherwise. `why` receives the origin.
 judge::Expectation default_expectation(const Side& a, const Side& b, const Scenario& s, std::string* why);
 
 }  // namespace dsv41::scenarios::runner
