@@ -11,7 +11,7 @@
 // The GEMM alone (act_quant is separate: "aq" rows). Before timing, 2 rows of each case are checked
 // on the host against their derived bound (scenarios/judge/fp8_mma_bound.h): a FAIL replaces the time.
 //
-// Usage: dsv41_fp8_linear_bench [--budget-ms 2000]
+// Usage: dsv41_fp8_linear_bench [--budget-ms 2000] [--only "M4096 K5120 N24576"]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -67,14 +67,20 @@ bool check_rows(const DeviceBuffer<uint8_t>& x, const DeviceBuffer<uint8_t>& w, 
 
 int run(int argc, char** argv) {
   double budget_ms = 2000;
+  std::string only;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--budget-ms") budget_ms = std::atof(argv[i + 1]);
+    if (std::string(argv[i]) == "--only") only = argv[i + 1];
   }
   std::printf("fp8 linear (production, mma.sync m16n8k32 e4m3, fp32 promotion per 32-block); device %s\n",
               gpu::device_name().c_str());
   std::printf("%-22s %10s %10s %9s %9s %12s\n", "case", "median_us", "TFLOP/s", "%peak", "GB/s", "err/bound");
   uint64_t seed = 1;
   for (const Case c : {Case{64, 5120, 24576}, Case{4096, 5120, 24576}, Case{64, 24576, 5120}, Case{4096, 24576, 5120}}) {
+    char name[64];
+    std::snprintf(name, sizeof name, "M%lld K%lld N%lld", static_cast<long long>(c.M), static_cast<long long>(c.K),
+                  static_cast<long long>(c.N));
+    if (!only.empty() && only != name) continue;
     DeviceBuffer<uint8_t> x(static_cast<size_t>(c.M * c.K)), w(static_cast<size_t>(c.N * c.K));
     DeviceBuffer<float> xs(static_cast<size_t>(c.M * c.K / 32)), ws(static_cast<size_t>((c.N + 31) / 32 * c.K / 32));
     DeviceBuffer<float> y(static_cast<size_t>(c.M * c.N));
@@ -86,9 +92,6 @@ int run(int argc, char** argv) {
     launch(0);
     gpu::synchronize();
     double worst = 0;
-    char name[64];
-    std::snprintf(name, sizeof name, "M%lld K%lld N%lld", static_cast<long long>(c.M), static_cast<long long>(c.K),
-                  static_cast<long long>(c.N));
     if (!check_rows(x, w, y, c, &worst)) {
       std::printf("%-22s FAIL: outside the derived bound\n", name);
       continue;
