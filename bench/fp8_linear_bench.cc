@@ -1,5 +1,5 @@
 // bench/fp8_linear_bench.cc: dsv41_fp8_linear_bench, the production fp8 linear (cuda/linear_fp8_mma.cu,
-// backend `cuda`) at released-class shapes (dim 5120; 5120 -> 24576 and 24576 -> 5120, M = 64
+// backend `cuda`: wgmma; and the first kernel, mma.sync, for comparison) at released-class shapes (dim 5120; 5120 -> 24576 and 24576 -> 5120, M = 64
 // decode-like rows and M = 4096 prefill rows). bench/fp8_linear.sh runs it beside
 // bench/fp8_linear_torch.py (torch eager baselines of the same shapes, in the same call).
 //
@@ -74,13 +74,14 @@ int run(int argc, char** argv) {
   }
   std::printf("fp8 linear (production, mma.sync m16n8k32 e4m3, fp32 promotion per 32-block); device %s\n",
               gpu::device_name().c_str());
-  std::printf("%-22s %10s %10s %9s %9s %12s\n", "case", "median_us", "TFLOP/s", "%peak", "GB/s", "err/bound");
+  std::printf("%-28s %10s %10s %9s %9s %12s\n", "case", "median_us", "TFLOP/s", "%peak", "GB/s", "err/bound");
   uint64_t seed = 1;
   for (const Case c : {Case{64, 5120, 24576}, Case{4096, 5120, 24576}, Case{64, 24576, 5120}, Case{4096, 24576, 5120}}) {
     char name[64];
     std::snprintf(name, sizeof name, "M%lld K%lld N%lld", static_cast<long long>(c.M), static_cast<long long>(c.K),
                   static_cast<long long>(c.N));
     if (!only.empty() && only != name) continue;
+    int reps = 5;
     DeviceBuffer<uint8_t> x(static_cast<size_t>(c.M * c.K)), w(static_cast<size_t>(c.N * c.K));
     DeviceBuffer<float> xs(static_cast<size_t>(c.M * c.K / 32)), ws(static_cast<size_t>((c.N + 31) / 32 * c.K / 32));
     DeviceBuffer<float> y(static_cast<size_t>(c.M * c.N));
@@ -88,29 +89,36 @@ int run(int argc, char** argv) {
     fill_u8(w.get(), static_cast<int64_t>(w.size()), seed++, 0, 0xFE, true);
     fill_f32(xs.get(), static_cast<int64_t>(xs.size()), seed++, 1.0f, 0.0f);
     fill_f32(ws.get(), static_cast<int64_t>(ws.size()), seed++, 1.0f, 0.0f);
-    const auto launch = [&](int) { gpu::fp8_mma_linear_codes(x.get(), xs.get(), c.M, c.K, w.get(), ws.get(), c.N, y.get()); };
-    launch(0);
-    gpu::synchronize();
-    double worst = 0;
-    if (!check_rows(x, w, y, c, &worst)) {
-      std::printf("%-22s FAIL: outside the derived bound\n", name);
-      continue;
+    for (const bool wgmma : {true, false}) {
+      const auto launch = [&](int) {
+        (wgmma ? gpu::fp8_mma_linear_codes : gpu::fp8_mma_sync_linear_codes)(x.get(), xs.get(), c.M, c.K, w.get(),
+                                                                             ws.get(), c.N, y.get());
+      };
+      const std::string label = std::string(name) + (wgmma ? " wgmma" : " mma.sync");
+      y.poison();
+      launch(0);
+      gpu::synchronize();
+      double worst = 0;
+      if (!check_rows(x, w, y, c, &worst)) {
+        std::printf("%-28s FAIL: outside the derived bound\n", label.c_str());
+        continue;
+      }
+      const double one = once_ms([&] { launch(0); });
+      reps = static_cast<int>(std::clamp(budget_ms / std::max(one, 1e-3), 5.0, 200.0));
+      const std::vector<double> t = time_ms(3, reps, 1, launch);
+      const double med = t[t.size() / 2];
+      const double flops = 2.0 * c.M * c.N * c.K;
+      const double bytes = c.M * c.K + c.N * c.K + 4.0 * (xs.size() + ws.size()) + 4.0 * c.M * c.N;
+      std::printf("%-28s %10.1f %10.1f %8.1f%% %9.0f %12.3f\n", label.c_str(), med * 1e3, flops / med / 1e9,
+                  100.0 * flops / med / 1e9 / kFp8PeakTF, bytes / med / 1e6, worst);
     }
-    const double one = once_ms([&] { launch(0); });
-    const int reps = static_cast<int>(std::clamp(budget_ms / std::max(one, 1e-3), 5.0, 200.0));
-    const std::vector<double> t = time_ms(3, reps, 1, launch);
-    const double med = t[t.size() / 2];
-    const double flops = 2.0 * c.M * c.N * c.K;
-    const double bytes = c.M * c.K + c.N * c.K + 4.0 * (xs.size() + ws.size()) + 4.0 * c.M * c.N;
-    std::printf("%-22s %10.1f %10.1f %8.1f%% %9.0f %12.3f\n", name, med * 1e3, flops / med / 1e9,
-                100.0 * flops / med / 1e9 / kFp8PeakTF, bytes / med / 1e6, worst);
     // act_quant of the same rows (x bf16 values -> codes + scales)
     DeviceBuffer<float> xf(static_cast<size_t>(c.M * c.K));
     fill_bf16(xf.get(), static_cast<int64_t>(xf.size()), c.K, seed++, -2, 2);
     const std::vector<double> ta = time_ms(2, std::max(5, reps / 4), 1, [&](int) {
       if (gpu::act_quant_codes(xf.get(), c.M, c.K, x.get(), xs.get()) != 0) std::printf("act_quant status != 0\n");
     });
-    std::printf("%-22s %10.1f  (act_quant codes of M x K, with its status read back)\n",
+    std::printf("%-28s %10.1f  (act_quant codes of M x K, with its status read back)\n",
                 (std::string("aq ") + name).c_str(), ta[ta.size() / 2] * 1e3);
   }
   return 0;

@@ -1,27 +1,23 @@
-// cuda/linear_fp8_mma.cu: the PRODUCTION linear of F8 weights (backend `cuda`, claim order-variant)
-// ↔ reference/ops/linear.cc (the F8_E4M3 path), docs/cuda.md "Production ops".
+// cuda/linear_fp8_mma.cu: the activation quantisation of the PRODUCTION fp8 linear (backend `cuda`,
+// claim order-variant; the GEMM is cuda/linear_fp8_wgmma.cu) and its first GEMM, kept as a variant
+// for comparison (bench/fp8_linear_bench.cc) and as the mma.sync side of the tensor-core probe
+// (tests/cuda/linear_production_test.cc) ↔ reference/ops/linear.cc (the F8_E4M3 path).
 //
-// y[t, o] = bf16( sum over K blocks b in order of  mma32_b(t, o) * (a_s[t, b] * w_s[o / 32, b]) )
 //   act_quant per 32-block exactly as the reference (formats::quantize_fp8_block): x bf16 ->
 //   E4M3 bytes + one E8M0 scale per (row, 32 of K); the weight's E4M3 values as bytes (encoded
-//   once per prepared weight), its E8M0 scales per 32x32 tile.
-//   mma32_b: the 32-wide block dot on the fp8 tensor cores, mma.sync m16n8k32 e4m3 x e4m3 with
-//   C = 0 (one K block = one mma: nothing accumulates inside the tensor core across blocks).
-//   Promotion (DeepGEMM's two-level accumulation, here at every scale block): the block result
-//   is scaled by the two powers of two and added to an fp32 CUDA-core accumulator, one fma per
-//   output and block, blocks in K order, exactly the reference's outer loop.
-// So the only difference from the reference is inside a block: the reference rounds the exact
-// block dot once to fp32; Hopper's fp8 tensor cores align the 32 products to the largest
-// exponent and keep about 13 fraction bits (DeepSeek-V3 report §3.5.2; DeepGEMM issue #176),
-// truncating the rest. The derived bound of that (scenarios/exact/exact_eval.h
-// fp8_mma_block_error) and the probe that checks its model on the device are in
-// tests/cuda/linear_production_test.cc.
-//
-// Tiling: CTA 128 x 128 outputs, 256 threads (8 warps, 2 along M x 4 along N, warp tile 64 x 32,
-// so a warp's 32 columns share one weight scale tile); K in stages of 128 (4 scale blocks),
-// 3 stages of cp.async (16-byte chunks, zero-filled outside the matrix), rows padded to 144 bytes
-// so the fragment loads are conflict free (row r, word w -> bank (4 r + w) mod 32).
+//   once per prepared weight).
+//   The mma.sync variant: y[t, o] = bf16( sum over K blocks b in order of mma32_b(t, o) *
+//   (a_s[t, b] * w_s[o / 32, b]) ), mma32_b one mma.sync m16n8k32 e4m3 with C = 0 per 32-wide
+//   block, promoted to an fp32 CUDA-core accumulator per block in K order (the reference's outer
+//   loop). Measured on an H100 (bench/RESULTS.md): 225 TFLOP/s at 4096 x 5120 x 24576 (11% of the
+//   fp8 peak), and its block dots keep every bit of the products (the probe): the wgmma kernel
+//   replaced it.
+//   Tiling: CTA 128 x 128 outputs, 256 threads (8 warps, 2 along M x 4 along N, warp tile 64 x 32,
+//   so a warp's 32 columns share one weight scale tile); K in stages of 128 (4 scale blocks), 3
+//   stages of cp.async (zero-filled outside the matrix), rows padded to 144 bytes so the fragment
+//   loads are conflict free (row r, word w -> bank (4 r + w) mod 32).
 #include "cuda/common.cuh"
+#include "cuda/fp8_async.cuh"
 #include "cuda/kernels.h"
 #include "formats/minifloat.h"
 #include "formats/qdq.h"
@@ -67,20 +63,10 @@ __global__ void encode_e4m3_kernel(const float* __restrict__ v, int64_t n, uint8
   if (i < n) codes[i] = static_cast<uint8_t>(formats::E4M3::encode(v[i]));
 }
 
-__device__ inline unsigned smem_addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-
-// 16 (or 4) bytes global -> shared; src_bytes 0 fills zeros (outside the matrix).
-__device__ inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
-}
-__device__ inline void cp_async4(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using fp8::cp_async16;
+using fp8::cp_async4;
+using fp8::cp_async_commit;
+using fp8::cp_async_wait;
 
 // d = a b (C = 0): one 16 x 8 x 32 e4m3 product, fp32 out (the tensor core's own accumulation).
 __device__ inline void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -251,8 +237,8 @@ int act_quant_codes(const float* x, int64_t T, int64_t in, uint8_t* codes, float
   return r;
 }
 
-void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in, const uint8_t* w_codes,
-                          const float* w_scales, int64_t out, float* y) {
+void fp8_mma_sync_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
+                               const uint8_t* w_codes, const float* w_scales, int64_t out, float* y) {
   if (T == 0 || out == 0) return;
   DSV41_CHECK(in % kBlock == 0, "fp8_mma_linear: in ", in, " is not a multiple of ", kBlock);
   static bool attr = [] {
@@ -280,26 +266,31 @@ int fp8_mma_linear(const float* x, int64_t T, int64_t in, const uint8_t* w_codes
   return status;
 }
 
-// The probe of tests/cuda/linear_production_test.cc: one m16n8k32 e4m3 mma with C = 0 per
-// 32-block. a [16, 32], b [8, 32] E4M3 codes (row-major, K contiguous) -> d [16, 8] fp32.
-__global__ void mma_probe_kernel(const uint8_t* __restrict__ a, const uint8_t* __restrict__ b, float* __restrict__ d) {
+// The mma.sync side of the probe of tests/cuda/linear_production_test.cc: per 16 rows of a, one
+// m16n8k32 e4m3 mma with C = 0. a [64, 32], b [8, 32] E4M3 codes (K contiguous) -> d [64, 8] fp32.
+__global__ void mma_sync_probe_kernel(const uint8_t* __restrict__ a, const uint8_t* __restrict__ b,
+                                      float* __restrict__ d) {
   const int lane = static_cast<int>(threadIdx.x), g = lane / 4, tq = lane % 4;
   const auto word = [](const uint8_t* p) {
     return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
            (static_cast<uint32_t>(p[3]) << 24);
   };
-  uint32_t af[4] = {word(a + g * 32 + tq * 4), word(a + (g + 8) * 32 + tq * 4), word(a + g * 32 + 16 + tq * 4),
-                    word(a + (g + 8) * 32 + 16 + tq * 4)};
-  float r[4];
-  mma_e4m3(r, af, word(b + g * 32 + tq * 4), word(b + g * 32 + 16 + tq * 4));
-  d[g * 8 + tq * 2] = r[0];
-  d[g * 8 + tq * 2 + 1] = r[1];
-  d[(g + 8) * 8 + tq * 2] = r[2];
-  d[(g + 8) * 8 + tq * 2 + 1] = r[3];
+  for (int m = 0; m < 4; ++m) {
+    const uint8_t* am = a + m * 16 * 32;
+    uint32_t af[4] = {word(am + g * 32 + tq * 4), word(am + (g + 8) * 32 + tq * 4), word(am + g * 32 + 16 + tq * 4),
+                      word(am + (g + 8) * 32 + 16 + tq * 4)};
+    float r[4];
+    mma_e4m3(r, af, word(b + g * 32 + tq * 4), word(b + g * 32 + 16 + tq * 4));
+    float* dm = d + m * 16 * 8;
+    dm[g * 8 + tq * 2] = r[0];
+    dm[g * 8 + tq * 2 + 1] = r[1];
+    dm[(g + 8) * 8 + tq * 2] = r[2];
+    dm[(g + 8) * 8 + tq * 2 + 1] = r[3];
+  }
 }
 
-void fp8_mma_probe(const uint8_t* a, const uint8_t* b, float* d) {
-  mma_probe_kernel<<<1, 32>>>(a, b, d);
+void fp8_mma_sync_probe(const uint8_t* a, const uint8_t* b, float* d) {
+  mma_sync_probe_kernel<<<1, 32>>>(a, b, d);
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 

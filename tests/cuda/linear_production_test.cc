@@ -1,9 +1,11 @@
 // tests/cuda/linear_production_test.cc: the PRODUCTION fp8 linear (cuda/linear_fp8_mma.cu, backend
 // `cuda`, CudaMode::kProduction) against its derived bound (scenarios/judge/fp8_mma_bound.h).
-//   1. The tensor-core model the bound rests on, probed on the device: one m16n8k32 e4m3 mma with
-//      C = 0 keeps every product down to 2^(E - kFp8MmaKeptBits) next to the largest (E its
-//      exponent), wherever the small product sits in the 32; and |d - p| <= delta on random,
-//      mixed-magnitude and cancelling blocks (the measured bits and err/delta are printed).
+//   1. The tensor-core model the bound rests on, probed on the device for wgmma m64n8k32 e4m3 (the
+//      production kernel's instruction, layout and descriptors) and mma.sync m16n8k32 e4m3 (the
+//      first kernel's), each 32-wide dot from a zero accumulator: every product down to
+//      2^(E - kFp8MmaKeptBits) next to the largest (E its exponent) is kept, wherever the small
+//      product sits in the 32; and |d - p| <= delta on random, mixed-magnitude and cancelling
+//      blocks (the measured bits and err/delta are printed).
 //   2. The linear on released-like shapes (K 5120 and a K not a multiple of the 128-wide stage,
 //      T not a multiple of the 128-row tile), random data: every output finite, not all zero,
 //      within the bound of its exact value; err/bound, the bound in bf16 ulps and the share of
@@ -36,51 +38,66 @@ const gpu::CudaOps& production_ops() {
 
 uint8_t code_of(float v) { return static_cast<uint8_t>(formats::E4M3::encode(v)); }
 
-// One probe mma: a [16][32], b [8][32] values (E4M3) -> d [16][8].
-std::vector<float> probe(const std::vector<float>& a, const std::vector<float>& b) {
+// The two tensor-core paths of the probe: wgmma (the production kernel's) and mma.sync (the first
+// kernel's, kept for comparison).
+enum class Path { kWgmma, kMmaSync };
+const char* path_name(Path p) { return p == Path::kWgmma ? "wgmma m64n8k32" : "mma.sync m16n8k32"; }
+
+// One probe: a [64][32], b [8][32] values (E4M3) -> d [64][8], each dot one instruction from zero.
+std::vector<float> probe(Path path, const std::vector<float>& a, const std::vector<float>& b) {
   std::vector<uint8_t> ac(a.size()), bc(b.size());
   for (size_t i = 0; i < a.size(); ++i) ac[i] = code_of(a[i]);
   for (size_t i = 0; i < b.size(); ++i) bc[i] = code_of(b[i]);
   gpu::DeviceBuffer<uint8_t> da(ac.size()), db(bc.size());
-  gpu::DeviceBuffer<float> dd(16 * 8);
+  gpu::DeviceBuffer<float> dd(64 * 8);
   da.upload(ac);
   db.upload(bc);
   dd.poison();
-  gpu::fp8_mma_probe(da.get(), db.get(), dd.get());
+  if (path == Path::kWgmma) {
+    gpu::fp8_wgmma_probe(da.get(), db.get(), dd.get());
+  } else {
+    gpu::fp8_mma_sync_probe(da.get(), db.get(), dd.get());
+  }
   return dd.download();
 }
 
 // Row 0 x column 0: 448 * 1 at k = 0 and 2^j at k = pos (as a * b, both E4M3), zero elsewhere.
-float probe_pair(int j, int pos, float sign = 1.0f) {
-  std::vector<float> a(16 * 32, 0.0f), b(8 * 32, 0.0f);
+float probe_pair(Path path, int j, int pos, float sign = 1.0f) {
+  std::vector<float> a(64 * 32, 0.0f), b(8 * 32, 0.0f);
   a[0] = 448.0f;
   b[0] = 1.0f;
   const int ja = std::max(j, -9);  // E4M3's smallest power of two is 2^-9
   a[pos] = sign * std::ldexp(1.0f, ja);
   b[pos] = std::ldexp(1.0f, j - ja);
-  return probe(a, b)[0];
+  return probe(path, a, b)[0];
 }
 
-TEST(Fp8TensorCoreModel, KeepsEveryBitTheBoundAssumes) {
+class Fp8TensorCoreModel : public ::testing::TestWithParam<Path> {};
+
+TEST_P(Fp8TensorCoreModel, KeepsEveryBitTheBoundAssumes) {
   DSV41_SKIP_WITHOUT_DEVICE();
+  const Path path = GetParam();
   const int E = 8;  // 448 = 1.75 * 2^8
   int kept_down_to = E + 1;
   for (int j = E; j >= -18; --j) {
-    if (probe_pair(j, 1) != 448.0f + std::ldexp(1.0f, j)) break;
+    if (probe_pair(path, j, 1) != 448.0f + std::ldexp(1.0f, j)) break;
     kept_down_to = j;
   }
-  std::printf("measured: next to a product of exponent %d, products down to 2^%d are kept (%d bits below the "
-              "leading bit); the bound assumes %d\n", E, kept_down_to, E - kept_down_to, kFp8MmaKeptBits);
+  std::printf("measured (%s): next to a product of exponent %d, products down to 2^%d are kept (%d bits below the "
+              "leading bit); the bound assumes %d\n", path_name(path), E, kept_down_to, E - kept_down_to,
+              kFp8MmaKeptBits);
   EXPECT_LE(kept_down_to, E - kFp8MmaKeptBits) << "the device keeps fewer bits than fp8_mma_bound.h assumes";
   for (int pos : {1, 15, 16, 31}) {  // wherever the small product sits among the 32
     const int j = E - kFp8MmaKeptBits;
-    EXPECT_EQ(probe_pair(j, pos), 448.0f + std::ldexp(1.0f, j)) << "2^" << j << " at k = " << pos;
+    EXPECT_EQ(probe_pair(path, j, pos), 448.0f + std::ldexp(1.0f, j)) << "2^" << j << " at k = " << pos;
   }
-  const int j = kept_down_to - 1;  // the first lost bit: its direction, for the record
-  const float neg = probe_pair(j, 1, -1.0f);
-  std::printf("measured: 448 - 2^%d gives %.9g (%s)\n", j, neg,
-              neg == 448.0f ? "truncated toward zero" : neg == 448.0f - std::ldexp(1.0f, kept_down_to)
-                                                            ? "floored (sign-fill shift)" : "other");
+  if (kept_down_to > -18) {  // the first lost bit: its direction, for the record
+    const int j = kept_down_to - 1;
+    const float pos = probe_pair(path, j, 1), neg = probe_pair(path, j, 1, -1.0f);
+    std::printf("measured (%s): 448 + 2^%d gives %.9g, 448 - 2^%d gives %.9g (%s)\n", path_name(path), j, pos, j, neg,
+                neg == 448.0f ? "truncated toward zero"
+                : neg == 448.0f - std::ldexp(1.0f, kept_down_to) ? "floored (sign-fill shift)" : "other");
+  }
 }
 
 // Random E4M3 values of three kinds: uniform codes, one large product among small ones, and
@@ -90,47 +107,56 @@ float random_e4m3(std::mt19937_64& g, int lo_code, int hi_code) {
   return (s(g) ? -1.0f : 1.0f) * formats::e4m3_decode(static_cast<uint32_t>(c(g)));
 }
 
-TEST(Fp8TensorCoreModel, BlockErrorsWithinDelta) {
+TEST_P(Fp8TensorCoreModel, BlockErrorsWithinDelta) {
   DSV41_SKIP_WITHOUT_DEVICE();
-  double worst = 0;
+  const Path path = GetParam();
+  double worst = 0, worst_rel = 0;
   int64_t differ = 0, blocks = 0;
   for (int kind = 0; kind < 3; ++kind) {
-    for (int rep = 0; rep < 40; ++rep) {
-      std::vector<float> a(16 * 32), b(8 * 32);
+    for (int rep = 0; rep < 20; ++rep) {
+      std::vector<float> a(64 * 32), b(8 * 32);
       for (float& v : a) v = random_e4m3(rng(), 0, kind == 1 ? 0x50 : 0x7E);
       for (float& v : b) v = random_e4m3(rng(), 0, kind == 1 ? 0x50 : 0x7E);
       if (kind == 1) {  // one large product per row / column
-        for (int r = 0; r < 16; ++r) a[r * 32 + r] = 448.0f;
+        for (int r = 0; r < 64; ++r) a[r * 32 + r % 32] = 448.0f;
         for (int c = 0; c < 8; ++c) b[c * 32 + c] = 448.0f;
       }
       if (kind == 2) {  // the second half cancels the first but for one element
-        for (int r = 0; r < 16; ++r)
+        for (int r = 0; r < 64; ++r)
           for (int k = 0; k < 16; ++k) a[r * 32 + 16 + k] = a[r * 32 + k];
         for (int c = 0; c < 8; ++c)
           for (int k = 0; k < 16; ++k) b[c * 32 + 16 + k] = k == c ? b[c * 32 + k] : -b[c * 32 + k];
       }
-      const std::vector<float> d = probe(a, b);
-      for (int r = 0; r < 16; ++r) {
+      const std::vector<float> d = probe(path, a, b);
+      for (int r = 0; r < 64; ++r) {
         for (int c = 0; c < 8; ++c) {
-          double p = 0;
-          for (int k = 0; k < 32; ++k) p += static_cast<double>(a[r * 32 + k]) * b[c * 32 + k];
+          double p = 0, mag = 0;
+          for (int k = 0; k < 32; ++k) {
+            p += static_cast<double>(a[r * 32 + k]) * b[c * 32 + k];
+            mag += std::fabs(static_cast<double>(a[r * 32 + k]) * b[c * 32 + k]);
+          }
           const double delta = fp8_mma_block_error(&a[r * 32], &b[c * 32], 32);
           const double err = std::fabs(static_cast<double>(d[r * 8 + c]) - p);
           ASSERT_TRUE(std::isfinite(d[r * 8 + c])) << "kind " << kind << " row " << r << " col " << c;
-          EXPECT_LE(err, delta) << "kind " << kind << " row " << r << " col " << c << ": d " << d[r * 8 + c]
-                                << " exact " << p;
+          EXPECT_LE(err, delta) << path_name(path) << " kind " << kind << " row " << r << " col " << c << ": d "
+                                << d[r * 8 + c] << " exact " << p;
           if (err > 0) {
             ++differ;
             worst = std::max(worst, err / delta);
+            worst_rel = std::max(worst_rel, err / mag);
           }
           ++blocks;
         }
       }
     }
   }
-  std::printf("measured: %lld of %lld block dots differ from the exact dot; max err/delta %.3g\n",
-              static_cast<long long>(differ), static_cast<long long>(blocks), worst);
+  std::printf("measured (%s): %lld of %lld block dots differ from the exact dot; max err/delta %.3g, max err / "
+              "sum|products| %.3g\n", path_name(path), static_cast<long long>(differ), static_cast<long long>(blocks),
+              worst, worst_rel);
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, Fp8TensorCoreModel, ::testing::Values(Path::kWgmma, Path::kMmaSync),
+                         [](const auto& info) { return std::string(info.param == Path::kWgmma ? "wgmma" : "mma_sync"); });
 
 // A checkpoint-like F8 weight: normal values quantized per 32x32 tile to E4M3 with an E8M0 scale
 // (2^ceil(log2(amax / 448))), as the released checkpoint's.
