@@ -29,7 +29,7 @@
 //                    (the device synchronized at every op: slower, for finding where time goes)
 // An input the reference rejects (a non-bf16 linear input, a non-finite cache row) is detected on
 // the device; the op then re-runs the reference on the host, which raises its exact error.
-// docs/cuda.md lists which ported ops are bit-exact (all of them, today) and why.
+// docs/cuda.md lists which ported ops are bit-exact (all of them in kExact) and why, and the production ops.
 //
 // Example:
 //   if (gpu::device_count() == 0) ...;                     // CudaOps needs a device (ctor throws)

@@ -177,8 +177,10 @@ OpCase with_tensor_core_bound(const OpCase& c) {
   OpCase t = c;
   if (c.tensor_core_bound.empty()) return t;
   t.bound = c.tensor_core_bound;
-  t.formula = "fp8 tensor cores: sum_b s_b delta_b + gamma_{in/32}(u32) sum_b s_b(|p_b| + delta_b) + ulp_bf16/2 "
-              "(delta_b: scenarios/judge/fp8_mma_bound.h)";
+  t.formula = c.op.rfind("linear", 0) == 0
+                  ? "fp8 tensor cores: sum_b s_b delta_b + gamma_{in/32}(u32) sum_b s_b(|p_b| + delta_b) + ulp_bf16/2 "
+                    "(delta_b: scenarios/judge/fp8_mma_bound.h)"
+                  : c.formula + "; the F8 linears' radii + their fp8 tensor-core terms (scenarios/judge/fp8_mma_bound.h)";
   return t;
 }
 

@@ -210,20 +210,26 @@ OpCase grouped_case(Draws& d, Dims dims, int groups) {
 
 }  // namespace
 
-void exact_quantized_row(const float* x, const LinearWeight& w, std::vector<Exact>& y, std::vector<Exact>& mag) {
+void exact_quantized_row(const float* x, const LinearWeight& w, std::vector<Exact>& y, std::vector<Exact>& mag,
+                         std::vector<double>* tc) {
   const int64_t nb = w.in / 32;
   std::vector<float> codes(static_cast<size_t>(w.in)), ascale(static_cast<size_t>(nb));
   reference::act_quant_row(x, w.in, codes.data(), ascale.data());
   y.assign(static_cast<size_t>(w.out), Exact(0));
   mag.assign(static_cast<size_t>(w.out), Exact(0));
+  if (tc) tc->assign(static_cast<size_t>(w.out), 0.0);
   for (int64_t o = 0; o < w.out; ++o) {
     const float* row = w.w.data() + o * w.in;
     for (int64_t b = 0; b < nb; ++b) {
       Exact p = 0;
       for (int64_t k = b * 32; k < b * 32 + 32; ++k) p += exact_of(codes[static_cast<size_t>(k)]) * exact_of(row[k]);
+      const double scale = static_cast<double>(ascale[static_cast<size_t>(b)]) * weight_scale(w, o, b);
       const Exact s = p * exact_of(ascale[static_cast<size_t>(b)]) * exact_of(weight_scale(w, o, b));
       y[static_cast<size_t>(o)] += s;
       mag[static_cast<size_t>(o)] += mp::abs(s);
+      if (tc && w.dtype == DType::kF8E4M3) {
+        (*tc)[static_cast<size_t>(o)] += scale * judge::fp8_mma_block_error(codes.data() + b * 32, row + b * 32, 32);
+      }
     }
   }
 }

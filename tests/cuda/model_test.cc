@@ -84,7 +84,8 @@ TEST(CudaBackend, SessionSavedOnOneSideResumesOnTheOther) {
 }
 
 // The production backend: order-variant by claim; its forward runs (F8 linears on the fp8 tensor
-// cores) with finite logits near the reference's (judged properly by `dsv41 run --sides ref,cuda`).
+// cores) with finite, not all zero logits; how close they are to the reference's is printed here
+// and judged by `dsv41 run --sides ref,cuda` (tolerance; order-variant judging, issue 32).
 TEST(CudaBackend, ProductionClaimsOrderVariantAndRuns) {
   DSV41_SKIP_WITHOUT_DEVICE();
   const OracleModel& o = oracle_model();
@@ -106,10 +107,12 @@ TEST(CudaBackend, ProductionClaimsOrderVariantAndRuns) {
     max_diff = std::max(max_diff, std::fabs(static_cast<double>(a.logits[i]) - b.logits[i]));
     differ += bits(a.logits[i]) != bits(b.logits[i]);
   }
+  double max_b = 0;
+  for (float v : b.logits) max_b = std::max(max_b, std::fabs(static_cast<double>(v)));
   ASSERT_GT(max_abs, 0.0);
+  EXPECT_GT(max_b, 0.0) << "the production logits are all zero";
   std::printf("production cuda vs ref, 40-token prefill: %lld of %zu logits differ, max |diff| %.3g (max |logit| "
               "%.3g)\n", static_cast<long long>(differ), a.logits.size(), max_diff, max_abs);
-  EXPECT_LT(max_diff, 0.25 * max_abs) << "the production forward is far from the reference's";
 }
 
 }  // namespace
