@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", prompt_len, "prompt tokens")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--chunk", chunk, "prefill chunk")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--decode", decode, "decode steps")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  app.add_option("--backends", backends, "comma-separated: ref, cuda");
+  app.add_option("--backends", backends, "comma-separated: ref, cuda-exact, cuda (production)");
   app.add_option("--threads", threads, "reference threads (default: all cores)");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -105,18 +105,18 @@ int main(int argc, char** argv) {
     for (std::string b; std::getline(ss, b, ',');) {
       if (b == "ref") {
         results.emplace_back(b, run_session(c, w, map, reference::seam::reference_ops(), prompt, chunk, decode));
-      } else if (b == "cuda") {
+      } else if (b == "cuda" || b == "cuda-exact") {
 #if defined(DSV41_HAVE_CUDA)
-        DSV41_CHECK(gpu::device_count() > 0, "backend cuda: no CUDA device");
-        gpu::CudaOps ops;
+        DSV41_CHECK(gpu::device_count() > 0, "backend ", b, ": no CUDA device");
+        gpu::CudaOps ops(b == "cuda" ? gpu::CudaMode::kProduction : gpu::CudaMode::kExact);
         run_session(c, w, map, ops, std::vector<int64_t>(prompt.begin(), prompt.begin() + std::min<int64_t>(prompt_len, chunk)),
                     chunk, 1);  // warm-up: context creation, weight mirrors of a first Model
         results.emplace_back(b, run_session(c, w, map, ops, prompt, chunk, decode));
 #else
-        throw Error("backend cuda: this build has no CUDA path");
+        throw Error("backend " + b + ": this build has no CUDA path");
 #endif
       } else {
-        throw Error("--backends: unknown backend '" + b + "' (ref, cuda)");
+        throw Error("--backends: unknown backend '" + b + "' (ref, cuda-exact, cuda)");
       }
     }
     std::printf("%-6s %12s %14s %12s %12s %12s\n", "side", "prefill s", "prefill tok/s", "decode med", "decode mean",

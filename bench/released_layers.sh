@@ -8,14 +8,14 @@
 # weights` writes) and held with packed F4 experts; `dsv41 run` replays a prompt of P random tokens
 # (one prefill step) and D decode steps (the dspark kind: one speculative round of DSpark drafts
 # in between) on both sides in lockstep, free-running, every layer's components compared (bit
-# for bit where the pair's expectation is bitexact: ref vs cuda), the HDF5 report per kind.
+# for bit where the pair's expectation is bitexact: ref vs cuda-exact), the HDF5 report per kind.
 # Prints per kind: verdict, time of each side (backend setup = model copy and, for cuda, the weight
 # upload; steps = the forward with its captures), peak host memory of the process, peak device
 # memory (nvidia-smi, sampled every 200 ms; "-" without it) and the wall time.
 #
 # Usage: bench/released_layers.sh [--dsv41 BIN] [--base full|FILE] [--kinds a,b,...] [--sides A,B]
 #          [--prompt P] [--decode D] [--weight-seed S] [--seed S] [--threads N] [--out DIR]
-# Defaults: build/dsv41, full, every kind, ref,cuda where nvidia-smi exists (else ref,ref@alone:
+# Defaults: build/dsv41, full, every kind, ref,cuda-exact where nvidia-smi exists (else ref,ref@alone:
 # the reference on both sides), P 8, D 2, weight seed 1, out released-layers.
 # Exit: 0 when every kind passed, 1 when one diverged, 2 on an error.
 set -uo pipefail
@@ -44,7 +44,7 @@ done
 ((prompt >= 1)) || { echo "released_layers.sh: --prompt must be at least 1" >&2; exit 2; }
 if [[ -z $kinds ]]; then kinds=$("$bin" layer-config --list | awk '{print $1}' | paste -sd, -); fi
 if [[ -z $sides ]]; then
-  if command -v nvidia-smi >/dev/null; then sides=ref,cuda
+  if command -v nvidia-smi >/dev/null; then sides=ref,cuda-exact
   else sides=ref,ref@alone; fi
 fi
 mkdir -p "$out" || exit 2

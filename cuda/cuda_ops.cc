@@ -29,6 +29,8 @@ struct CudaOps::State {
   std::mutex mu;
   std::map<const void*, std::unique_ptr<DeviceBuffer<float>>> mirrors;  // host values -> device copy
   std::map<const void*, std::unique_ptr<DeviceBuffer<uint8_t>>> byte_mirrors;  // the same for bytes
+  // kProduction: a prepared F8 weight's E4M3 codes, by the host address of its values.
+  std::map<const void*, std::unique_ptr<DeviceBuffer<uint8_t>>> e4m3_codes;
   std::map<std::string, OpCalls> calls;
   // DSV41_CUDA_OP_TIMES=1: the device is synchronized at every op's count() and the wall time
   // since the previous one is charged to that previous op (its kernels, its host work and the
@@ -39,8 +41,8 @@ struct CudaOps::State {
   std::map<std::string, double> seconds;
 };
 
-CudaOps::CudaOps() : s_(std::make_unique<State>()) {
-  DSV41_CHECK(device_count() > 0, "backend cuda: no CUDA device (gpu::device_count() == 0)");
+CudaOps::CudaOps(CudaMode mode) : mode_(mode), s_(std::make_unique<State>()) {
+  DSV41_CHECK(device_count() > 0, "backend ", name(), ": no CUDA device (gpu::device_count() == 0)");
   const char* t = std::getenv("DSV41_CUDA_OP_TIMES");
   s_->timing = t != nullptr && std::string(t) == "1";
 }
@@ -69,6 +71,7 @@ std::vector<std::string> CudaOps::ported() {
           "moe_experts", "index_weights", "index_scores",
           "candidate_blocks", "mask_scores", "index_topk", "compress"};
 }
+std::vector<std::string> CudaOps::production_ops() { return {"linear F8"}; }
 std::vector<std::string> CudaOps::host_fallbacks() {
   return {"engram_hash_ids", "moe_routing_weights"};
 }
@@ -131,6 +134,28 @@ CudaOps::MirrorOf<uint8_t> CudaOps::mirror(const std::vector<uint8_t>& host_v) c
   return m;
 }
 
+CudaOps::MirrorOf<uint8_t> CudaOps::e4m3_codes(const reference::LinearWeight& w, const float* device_values) const {
+  MirrorOf<uint8_t> m;
+  const size_t n = w.w.size();
+  std::lock_guard<std::mutex> l(s_->mu);
+  const auto mirrored = s_->mirrors.find(w.w.data());
+  const bool prepared = mirrored != s_->mirrors.end() && mirrored->second->size() == n;
+  if (prepared) {
+    auto it = s_->e4m3_codes.find(w.w.data());
+    if (it == s_->e4m3_codes.end() || it->second->size() != n) {
+      auto buf = std::make_unique<DeviceBuffer<uint8_t>>(n);
+      encode_e4m3(device_values, static_cast<int64_t>(n), buf->get());
+      it = s_->e4m3_codes.insert_or_assign(w.w.data(), std::move(buf)).first;
+    }
+    m.p_ = it->second->get();
+    return m;
+  }
+  m.temp_ = std::make_unique<DeviceBuffer<uint8_t>>(n);  // not prepared: this call's codes only
+  encode_e4m3(device_values, static_cast<int64_t>(n), m.temp_->get());
+  m.p_ = m.temp_->get();
+  return m;
+}
+
 void CudaOps::register_mirror(const uint8_t* host, size_t n) const {
   auto buf = std::make_unique<DeviceBuffer<uint8_t>>(n);
   if (n > 0) copy_to_device(buf->get(), host, n);
@@ -143,6 +168,7 @@ void CudaOps::register_mirror(const float* host, size_t n) const {
   if (n > 0) copy_to_device(buf->get(), host, n * sizeof(float));
   std::lock_guard<std::mutex> l(s_->mu);
   s_->mirrors[host] = std::move(buf);
+  s_->e4m3_codes.erase(host);  // codes of values once at this address are stale
 }
 
 // ---- memory ----
@@ -212,7 +238,11 @@ void CudaOps::prepare(const reference::checkpoint::ModelWeights& wt, const std::
 void CudaOps::release(const reference::checkpoint::ModelWeights& wt, const std::vector<reference::RopeTable>& rope) const {
   std::lock_guard<std::mutex> l(s_->mu);
   for_each_mirrored(
-      wt, rope, [this](const float* p, size_t) { s_->mirrors.erase(p); },
+      wt, rope,
+      [this](const float* p, size_t) {
+        s_->mirrors.erase(p);
+        s_->e4m3_codes.erase(p);
+      },
       [this](const uint8_t* p, size_t) { s_->byte_mirrors.erase(p); });
 }
 

@@ -1,6 +1,12 @@
 // cuda/cuda_ops.h
 //
-// CudaOps: the CUDA path behind the ops seam (reference/seam/ops.h), backend name "cuda". Host header:
+// CudaOps: the CUDA path behind the ops seam (reference/seam/ops.h), in one of two modes:
+//   CudaMode::kExact       backend "cuda-exact": every ported op bit-exact (the GPU twin of the
+//                          reference; docs/cuda.md "What runs where")
+//   CudaMode::kProduction  backend "cuda": production kernels (tensor cores, their own summation
+//                          order: claim order-variant) replace the exact ones op by op
+//                          (production_ops()); every other op is the exact kernel.
+// Host header:
 // no CUDA types (library dsv41_cuda_ops, built only when nvcc is found: DSV41_HAVE_CUDA).
 //
 // Tensors produced by these ops live in device memory (a CudaStorage, cuda/device_tensor.h:
@@ -23,7 +29,7 @@
 //                    (the device synchronized at every op: slower, for finding where time goes)
 // An input the reference rejects (a non-bf16 linear input, a non-finite cache row) is detected on
 // the device; the op then re-runs the reference on the host, which raises its exact error.
-// docs/cuda.md lists which ported ops are bit-exact (all of them, today) and why.
+// docs/cuda.md lists which ported ops are bit-exact (all of them in kExact) and why, and the production ops.
 //
 // Example:
 //   if (gpu::device_count() == 0) ...;                     // CudaOps needs a device (ctor throws)
@@ -43,6 +49,8 @@
 
 namespace dsv41::gpu {
 
+enum class CudaMode { kExact, kProduction };
+
 struct OpCalls {
   int64_t gpu = 0;   // calls that ran as kernels
   int64_t host = 0;  // calls through the host fallback
@@ -51,14 +59,18 @@ struct OpCalls {
 class CudaOps final : public reference::seam::Ops {
  public:
   // Throws dsv41::Error("no CUDA device ...") when there is none.
-  CudaOps();
+  explicit CudaOps(CudaMode mode = CudaMode::kExact);
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
-  std::string name() const override { return "cuda"; }
+  std::string name() const override { return mode_ == CudaMode::kExact ? "cuda-exact" : "cuda"; }
+  CudaMode mode() const { return mode_; }
 
   static std::vector<std::string> ported();
+  // The ops kProduction runs on production (order-variant) kernels, with the inputs they cover
+  // ("linear F8": F8_E4M3 weights, not linear_fp32); docs/cuda.md "Production ops".
+  static std::vector<std::string> production_ops();
   static std::vector<std::string> host_fallbacks();
   std::map<std::string, OpCalls> counts() const;
   void reset_counts() const;
@@ -179,6 +191,11 @@ class CudaOps final : public reference::seam::Ops {
   reference::Tensor<float> linear_path(const char* op, const reference::Tensor<float>& x,
                                        const reference::LinearWeight& w, bool fp32) const;
 
+  // The production linear (cuda/linear_fp8_mma.cu): the weight's E4M3 codes, kept per prepared
+  // weight (forgotten by release()), or this call's when the weight was not prepared.
+  MirrorOf<uint8_t> e4m3_codes(const reference::LinearWeight& w, const float* device_values) const;
+
+  CudaMode mode_;
   std::unique_ptr<State> s_;
 };
 

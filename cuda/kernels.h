@@ -54,6 +54,29 @@ int plain_linear(const float* x, int64_t T, int64_t in, const float* w, const fl
 // grouped_linear: x [T, G * width], w [out, width] bf16 -> y [T, out] bf16.
 int grouped_linear(const float* x, int64_t T, int64_t groups, int64_t width, const float* w, int64_t out, float* y);
 
+// ---- linear_fp8_mma.cu, linear_fp8_wgmma.cu (PRODUCTION, order-variant: backend `cuda`; docs/cuda.md) ----
+// E4M3 values [n] (exact) -> their codes [n].
+void encode_e4m3(const float* values, int64_t n, uint8_t* codes);
+// act_quant of x [T, in] (bf16 values, in % 32 == 0) as the reference: codes [T, in] E4M3 bytes,
+// scales [T, in/32] E8M0 values. Returns status (nonzero: a non-bf16 value or a non-finite block).
+int act_quant_codes(const float* x, int64_t T, int64_t in, uint8_t* codes, float* scales);
+// y [T, out] bf16 = the block-scaled F8 linear on the fp8 tensor cores: per 32-wide K block one
+// wgmma m64n128k32 e4m3 (fresh accumulator), promoted to an fp32 CUDA-core accumulator per block
+// in K order. x_codes [T, in], x_scales [T, in/32], w_codes [out, in], w_scales [ceil(out/32), in/32].
+void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
+                          const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);
+// The same with mma.sync m16n8k32 e4m3 (the first kernel, kept for comparison: bench/).
+void fp8_mma_sync_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
+                               const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);
+// act_quant_codes then fp8_mma_linear_codes; returns act_quant's status (y unwritten when nonzero).
+int fp8_mma_linear(const float* x, int64_t T, int64_t in, const uint8_t* w_codes, const float* w_scales,
+                   int64_t out, float* y);
+// The tensor-core probes of tests/cuda/linear_production_test.cc: a [64, 32], b [8, 32] E4M3 codes
+// (device, K contiguous) -> d [64, 8] fp32, each 32-wide dot in one instruction with a zero
+// accumulator: 4 mma.sync m16n8k32, or one wgmma m64n8k32 (the production kernel's layout).
+void fp8_mma_sync_probe(const uint8_t* a, const uint8_t* b, float* d);
+void fp8_wgmma_probe(const uint8_t* a, const uint8_t* b, float* d);
+
 // ---- mhc.cu ----
 void hc_identity_pre(int64_t T, int64_t hc, float* pre);  // pre [T, hc]: column 0 = 1, else 0
 // stream [T, hc, dim], pre [T, hc] -> y [T, dim] bf16.

@@ -3,8 +3,8 @@
 #   scenarios/scale/long_session.json on scenarios/configs/medium.json (16 layers, dim 512,
 #   window 128, top-k 64, max_seq_len 4096; weights generated, seed printed): a 3,000-token prompt,
 #   decode, a full resume, a follow-up, DSpark speculative rounds.
-#   1. ref vs cuda@full, free-running and teacher-forced: the verdict (expect bitexact)
-#   2. cuda vs cuda@full and ref vs ref@full, free-running: each backend's own wall time (both
+#   1. ref vs cuda-exact@full, free-running and teacher-forced: the verdict (expect bitexact)
+#   2. cuda-exact vs cuda-exact@full and ref vs ref@full, free-running: each backend's own wall time (both
 #      sides run the same backend, so half the comparison's time is one backend's session)
 #   3. compute-sanitizer racecheck on two component tests
 # Logs and reports under $OUT (default ./gpu_out); a table last.
@@ -29,8 +29,8 @@ scale_run() {  # name, time limit (s), extra dsv41 run arguments
   t1=$(date +%s%N)
   rows+=("$(printf '%-22s rc %3d  %8.1f s' "$name" "$rc" "$(( (t1 - t0) / 1000000 ))e-3")")
 }
-scale_run ref_vs_cuda 330 --sides ref,cuda@full
-scale_run cuda_vs_cuda 100 --sides cuda,cuda@full --mode free-running
+scale_run ref_vs_cuda 330 --sides ref,cuda-exact@full
+scale_run cuda_vs_cuda 100 --sides cuda-exact,cuda-exact@full --mode free-running
 scale_run ref_vs_ref 150 --sides ref,ref@full --mode free-running
 for t in cuda_attention_test cuda_topk_test; do
   if timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/tests/cuda/$t > "$OUT/racecheck_$t.log" 2>&1

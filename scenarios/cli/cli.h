@@ -64,7 +64,7 @@ int run_conform_vectors(const std::string& vectors_dir, const std::string& port_
 // where a shell needs it; flags without a value), the positional option `positional` bare.
 std::string command_line_of(const CLI::App& app, const std::string& verb, const std::string& positional);
 
-// `dsv41 exact` with its arguments parsed (backends "ref" / "cuda"); writes the table to out.
+// `dsv41 exact` with its arguments parsed (backends "ref" / "cuda-exact" / "cuda"); writes the table to out.
 int run_exact(std::ostream& out, const std::vector<std::string>& backends, const std::string& sizes, uint64_t seed,
               const std::string& h5_path);
 

@@ -28,6 +28,7 @@ struct Side {
   std::string name;
   std::unique_ptr<reference::seam::Ops> owned;  // the cuda ops (the reference's are a singleton)
   const reference::seam::Ops* ops = nullptr;
+  bool production = false;  // runs production kernels (cuda): linear F8 judged by the tensor-core bound
 };
 
 Side make_side(const std::string& name) {
@@ -37,16 +38,17 @@ Side make_side(const std::string& name) {
     s.ops = &reference::seam::reference_ops();
     return s;
   }
-  if (name == "cuda") {
+  if (name == "cuda" || name == "cuda-exact") {
 #if defined(DSV41_HAVE_CUDA)
-    s.owned = std::make_unique<gpu::CudaOps>();
+    s.production = name == "cuda";
+    s.owned = std::make_unique<gpu::CudaOps>(s.production ? gpu::CudaMode::kProduction : gpu::CudaMode::kExact);
     s.ops = s.owned.get();
     return s;
 #else
-    DSV41_FAIL("exact: backend cuda: this build has no CUDA path (configured without nvcc; DSV41_HAVE_CUDA is off)");
+    DSV41_FAIL("exact: backend ", name, ": this build has no CUDA path (configured without nvcc; DSV41_HAVE_CUDA is off)");
 #endif
   }
-  DSV41_FAIL("exact: unknown backend '", name, "' (known: ref, cuda)");
+  DSV41_FAIL("exact: unknown backend '", name, "' (known: ref, cuda-exact, cuda)");
 }
 
 std::string fmt(double v, const char* f = "%.3g") {
@@ -61,7 +63,11 @@ int run_exact(std::ostream& out, const std::vector<std::string>& backends, const
               const std::string& h5_path) {
   DSV41_CHECK(!backends.empty() && backends.size() <= 2, "exact: give one or two backends (--backend ref,cuda)");
   std::vector<Side> sides;
-  for (const std::string& b : backends) sides.push_back(make_side(b));
+  bool production = false;
+  for (const std::string& b : backends) {
+    sides.push_back(make_side(b));
+    production = production || sides.back().production;
+  }
   out << "exact: seed " << seed << " (--seed to override), sizes " << sizes << ", backends";
   for (const Side& s : sides) out << " " << s.name;
   out << "\n";
@@ -77,7 +83,10 @@ int run_exact(std::ostream& out, const std::vector<std::string>& backends, const
   std::vector<int64_t> col_n, col_count, col_exceeded;
   std::vector<double> col_bmed, col_bmax;
   std::vector<std::vector<double>> col_ulps(sides.size()), col_rel(sides.size()), col_used(sides.size());
-  for (const OpCase& c : cases) {
+  for (const OpCase& each : cases) {
+    // With a production side, linear F8 is judged by the fp8 tensor-core bound (both sides).
+    const OpCase judged = production ? exact::with_tensor_core_bound(each) : OpCase{};
+    const OpCase& c = production ? judged : each;
     const exact::BoundStats b = exact::bound_stats(c);
     std::vector<SideError> errs;
     std::string failure;
@@ -169,7 +178,8 @@ Verb add_exact_verb(CLI::App& parent) {
   auto a = std::make_shared<Args>();
   CLI::App* app = parent.add_subcommand(
       "exact", "each float op's error against an exact evaluation, checked against its derived bound");
-  app->add_option("--backend", a->backend, "ref, cuda or ref,cuda (default ref)");
+  app->add_option("--backend", a->backend,
+                  "ref, cuda-exact, cuda (production) or two of them, e.g. ref,cuda (default ref)");
   seed_option(app->add_option("--seed", a->seed, "input seed (printed; default 1)"));
   app->add_option("--sizes", a->sizes, "tiny (the tiny preset's dims) or small (longer reductions)");
   app->add_option("-o,--output", a->output, "write the per-case numbers to this HDF5 file");

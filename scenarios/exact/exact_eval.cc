@@ -173,6 +173,17 @@ BoundStats bound_stats(const OpCase& c) {
   return b;
 }
 
+OpCase with_tensor_core_bound(const OpCase& c) {
+  OpCase t = c;
+  if (c.tensor_core_bound.empty()) return t;
+  t.bound = c.tensor_core_bound;
+  t.formula = c.op.rfind("linear", 0) == 0
+                  ? "fp8 tensor cores: sum_b s_b delta_b + gamma_{in/32}(u32) sum_b s_b(|p_b| + delta_b) + ulp_bf16/2 "
+                    "(delta_b: scenarios/judge/fp8_mma_bound.h)"
+                  : c.formula + "; the F8 linears' radii + their fp8 tensor-core terms (scenarios/judge/fp8_mma_bound.h)";
+  return t;
+}
+
 Closer closer(const OpCase& c, const SideError& a, const SideError& b) {
   Closer r;
   bool identical = a.output.size() == b.output.size();

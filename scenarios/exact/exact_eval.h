@@ -109,6 +109,10 @@ struct OpCase {
   bool flags = false;      // outputs are correctness flags (a tie-aware top-k check): exact 0, bound 0
   std::vector<Exact> exact;   // [outputs] exact values (inf allowed: masked outputs)
   std::vector<double> bound;  // [outputs] absolute bound (0: must be bit-exact)
+  // [outputs] the bound of an implementation whose 32-wide block dots run on Hopper's fp8 tensor
+  // cores (linear F8 of the production backend `cuda`: scenarios/judge/fp8_mma_bound.h); empty
+  // for other ops. with_tensor_core_bound(c) is the case judged by it.
+  std::vector<double> tensor_core_bound;
   // The op through a backend's table; outputs flattened in the order of `exact`.
   std::function<std::vector<float>(const reference::seam::Ops&)> run;
 };
@@ -154,6 +158,11 @@ struct BoundStats {
   bool vacuous = false;
 };
 BoundStats bound_stats(const OpCase& c);
+
+// c with `bound` replaced by its tensor_core_bound (c itself when it has none): the case as
+// `dsv41 exact` judges it when a side runs the production kernels (every side, then, by the
+// looser bound, which contains the exact one).
+OpCase with_tensor_core_bound(const OpCase& c);
 
 // "equal" when both outputs are bit-identical, else the side with the smaller mean error in ulps
 // ("a", "b"), with how many outputs each side is strictly closer on.

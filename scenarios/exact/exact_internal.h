@@ -75,9 +75,11 @@ inline ExactMatrix abs_of(const ExactMatrix& m) { return m.unaryExpr([](const Ex
 
 // scenarios/exact/exact_ops_linear.cc: one row of an F8/F4 linear, exactly: act_quant(x) (the spec's
 // quantizer), then y[o] = sum_b a_s[b] w_s[o, b] p_b (p_b the exact 32-wide block dot), and
-// mag[o] = sum_b |a_s w_s p_b|. x: [w.in] bf16 -> y, mag: [w.out].
+// mag[o] = sum_b |a_s w_s p_b|. x: [w.in] bf16 -> y, mag: [w.out]. tc (optional): [w.out] the
+// fp8 tensor-core term sum_b a_s w_s delta_b of an F8 weight (scenarios/judge/fp8_mma_bound.h;
+// zeros for other dtypes).
 void exact_quantized_row(const float* x, const reference::LinearWeight& w, std::vector<Exact>& y,
-                         std::vector<Exact>& mag);
+                         std::vector<Exact>& mag, std::vector<double>* tc = nullptr);
 // A random F8/F4/BF16/F32 weight [out, in] (E4M3/E2M1 codes, E8M0 block scales).
 reference::LinearWeight random_weight(Draws& d, reference::DType dtype, int64_t out, int64_t in, const std::string& name);
 

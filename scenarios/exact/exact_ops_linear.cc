@@ -8,6 +8,7 @@
 
 #include "reference/ops/linear.h"
 #include "scenarios/exact/exact_internal.h"
+#include "scenarios/judge/fp8_mma_bound.h"
 
 namespace dsv41::scenarios::exact {
 namespace {
@@ -113,6 +114,23 @@ OpCase quantized_case(const std::string& inputs, const Tensor<float>& x, const L
       c.bound.push_back(derived_bound(Accumulation::kQuantizedBlocks, in, to_double(mag(t, o)), y(t, o), kBf16));
     }
   }
+  if (w.dtype == DType::kF8E4M3) {  // the production linear's bound (fp8 tensor cores)
+    std::vector<judge::Fp8Block> blocks(static_cast<size_t>(nb));
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t o = 0; o < out; ++o) {
+        for (int64_t b = 0; b < nb; ++b) {
+          const float* a = codes.data() + t * in + b * 32;
+          const float* wv = w.w.data() + o * in + b * 32;
+          double p = 0;  // exact: products of E4M3 values are multiples of 2^-18 below 2^18
+          for (int i = 0; i < 32; ++i) p += static_cast<double>(a[i]) * wv[i];
+          blocks[static_cast<size_t>(b)] = {static_cast<double>(ascale[static_cast<size_t>(t * nb + b)]) *
+                                                weight_scale(w, o, b),
+                                            p, judge::fp8_mma_block_error(a, wv, 32)};
+        }
+        c.tensor_core_bound.push_back(judge::fp8_mma_linear_bound(blocks, to_double(y(t, o))));
+      }
+    }
+  }
   c.run = [x, w](const reference::seam::Ops& ops) { return ops.download(ops.linear(ops.upload(x), w)).data(); };
   return c;
 }
@@ -192,20 +210,26 @@ OpCase grouped_case(Draws& d, Dims dims, int groups) {
 
 }  // namespace
 
-void exact_quantized_row(const float* x, const LinearWeight& w, std::vector<Exact>& y, std::vector<Exact>& mag) {
+void exact_quantized_row(const float* x, const LinearWeight& w, std::vector<Exact>& y, std::vector<Exact>& mag,
+                         std::vector<double>* tc) {
   const int64_t nb = w.in / 32;
   std::vector<float> codes(static_cast<size_t>(w.in)), ascale(static_cast<size_t>(nb));
   reference::act_quant_row(x, w.in, codes.data(), ascale.data());
   y.assign(static_cast<size_t>(w.out), Exact(0));
   mag.assign(static_cast<size_t>(w.out), Exact(0));
+  if (tc) tc->assign(static_cast<size_t>(w.out), 0.0);
   for (int64_t o = 0; o < w.out; ++o) {
     const float* row = w.w.data() + o * w.in;
     for (int64_t b = 0; b < nb; ++b) {
       Exact p = 0;
       for (int64_t k = b * 32; k < b * 32 + 32; ++k) p += exact_of(codes[static_cast<size_t>(k)]) * exact_of(row[k]);
+      const double scale = static_cast<double>(ascale[static_cast<size_t>(b)]) * weight_scale(w, o, b);
       const Exact s = p * exact_of(ascale[static_cast<size_t>(b)]) * exact_of(weight_scale(w, o, b));
       y[static_cast<size_t>(o)] += s;
       mag[static_cast<size_t>(o)] += mp::abs(s);
+      if (tc && w.dtype == DType::kF8E4M3) {
+        (*tc)[static_cast<size_t>(o)] += scale * judge::fp8_mma_block_error(codes.data() + b * 32, row + b * 32, 32);
+      }
     }
   }
 }

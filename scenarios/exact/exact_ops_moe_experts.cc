@@ -16,6 +16,9 @@
 // relative step, its subnormal step, the scale at most doubling). w2's output then lies within its acc plus sum_k |w2 s| dev_k, through
 // bf16: dev_o; y = fp32 sum of the k + 1 expert outputs:
 // |err| <= sum_e dev_o + gamma_k(u32) sum_e max|o| + ulp_bf16/2.
+// The tensor-core bound (OpCase::tensor_core_bound: the production backend runs the F8 shared
+// expert's linears on the fp8 tensor cores) widens each F8 linear's radius to
+// tc + gamma_{in/32}(u32) (sum_b |s_b p_b| + tc), tc = sum_b s_b delta_b (scenarios/judge/fp8_mma_bound.h).
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -42,12 +45,19 @@ struct Interval {
 
 // One expert on one token: the exact semantic output o [dim] (bf16 values), its deviation bound
 // dev [dim] and magnitude bound mx [dim].
+// tensor_cores: the F8 linears' block dots on the fp8 tensor cores (their delta terms added).
 void expert_exact(const float* x, const LinearWeight& w1, const LinearWeight& w2, const LinearWeight& w3, float rw,
-                  double limit, std::vector<Exact>& o, std::vector<double>& dev, std::vector<double>& mx) {
+                  double limit, bool tensor_cores, std::vector<Exact>& o, std::vector<double>& dev,
+                  std::vector<double>& mx) {
   const double u = kU32;
   std::vector<Exact> y1, m1, y3, m3;
-  exact_quantized_row(x, w1, y1, m1);
-  exact_quantized_row(x, w3, y3, m3);
+  std::vector<double> tc1, tc3, tc2;
+  exact_quantized_row(x, w1, y1, m1, &tc1);
+  exact_quantized_row(x, w3, y3, m3, &tc3);
+  if (!tensor_cores) {
+    tc1.assign(tc1.size(), 0.0);
+    tc3.assign(tc3.size(), 0.0);
+  }
   const int64_t inter = w1.out;
   const double g1 = gamma(w1.in / 32, u), g3 = gamma(w3.in / 32, u);
   const Exact L = Exact(static_cast<double>(static_cast<float>(limit)));
@@ -62,7 +72,8 @@ void expert_exact(const float* x, const LinearWeight& w1, const LinearWeight& w2
   for (int64_t i = 0; i < inter; ++i) {
     const size_t k = static_cast<size_t>(i);
     const Exact ge = round_to(y1[k], kBf16), ue = round_to(y3[k], kBf16);
-    const Exact a1 = Exact(g1) * m1[k], a3 = Exact(g3) * m3[k];
+    const Exact a1 = Exact(g1) * (m1[k] + Exact(tc1[k])) + Exact(tc1[k]);
+    const Exact a3 = Exact(g3) * (m3[k] + Exact(tc3[k])) + Exact(tc3[k]);
     const Interval gi{round_to(y1[k] - a1, kBf16), round_to(y1[k] + a1, kBf16)};
     const Interval ui{round_to(y3[k] - a3, kBf16), round_to(y3[k] + a3, kBf16)};
     const Exact he = round_to(h_of(ge, ue), kBf16);
@@ -117,7 +128,8 @@ void expert_exact(const float* x, const LinearWeight& w1, const LinearWeight& w2
     }
   }
   std::vector<Exact> y2, m2;
-  exact_quantized_row(h.data(), w2, y2, m2);
+  exact_quantized_row(h.data(), w2, y2, m2, &tc2);
+  if (!tensor_cores) tc2.assign(tc2.size(), 0.0);
   const double g2 = gamma(w2.in / 32, u);
   o.assign(static_cast<size_t>(w2.out), Exact(0));
   dev.assign(o.size(), 0.0);
@@ -132,7 +144,7 @@ void expert_exact(const float* x, const LinearWeight& w1, const LinearWeight& w2
                            : w2.scale[static_cast<size_t>(d * (w2.in / 32) + i / 32)];
       extra += std::fabs(static_cast<double>(w2.w[static_cast<size_t>(d * w2.in + i)]) * ws) * xdev[static_cast<size_t>(i)];
     }
-    const Exact r = Exact(g2 * to_double(m2[k]) + extra);
+    const Exact r = Exact(g2 * (to_double(m2[k]) + tc2[k]) + tc2[k] + extra);
     o[k] = round_to(y2[k], kBf16);
     const Exact olo = round_to(y2[k] - r, kBf16), ohi = round_to(y2[k] + r, kBf16);
     dev[k] = to_double(std::max<Exact>(mp::abs(olo - o[k]), mp::abs(ohi - o[k])));
@@ -154,29 +166,36 @@ OpCase experts_case(const std::string& inputs, const Tensor<float>& x, const std
   c.precisions = "x bf16; F4 routed / F8 shared SwiGLU linears (act_quant), fp32 silu (expf), bf16 h; fp32 sum of k+1 experts";
   c.formula = "sum_e dev_o + gamma_k(u32) sum_e max|o| + ulp_bf16/2 (intervals through g, u, h, act_quant, o: docs/cuda.md)";
   for (int64_t t = 0; t < T; ++t) {
-    std::vector<Exact> y(static_cast<size_t>(dim), Exact(0));
-    std::vector<double> dev(static_cast<size_t>(dim), 0.0), mag(static_cast<size_t>(dim), 0.0);
-    std::vector<Exact> o;
-    std::vector<double> od, om;
-    auto add = [&] {
-      for (size_t d = 0; d < o.size(); ++d) {
-        y[d] += o[d];
-        dev[d] += od[d];
-        mag[d] += om[d];
+    for (const bool tensor_cores : {false, true}) {
+      std::vector<Exact> y(static_cast<size_t>(dim), Exact(0));
+      std::vector<double> dev(static_cast<size_t>(dim), 0.0), mag(static_cast<size_t>(dim), 0.0);
+      std::vector<Exact> o;
+      std::vector<double> od, om;
+      auto add = [&] {
+        for (size_t d = 0; d < o.size(); ++d) {
+          y[d] += o[d];
+          dev[d] += od[d];
+          mag[d] += om[d];
+        }
+      };
+      for (int64_t j = 0; j < k; ++j) {
+        const int e = routing.experts.at(t, j);
+        expert_exact(x.row(t), w.w1[static_cast<size_t>(e)], w.w2[static_cast<size_t>(e)], w.w3[static_cast<size_t>(e)],
+                     routing.weights.at(t, j), cfg.swiglu_limit, tensor_cores, o, od, om);
+        add();
       }
-    };
-    for (int64_t j = 0; j < k; ++j) {
-      const int e = routing.experts.at(t, j);
-      expert_exact(x.row(t), w.w1[static_cast<size_t>(e)], w.w2[static_cast<size_t>(e)], w.w3[static_cast<size_t>(e)],
-                   routing.weights.at(t, j), cfg.swiglu_limit, o, od, om);
+      expert_exact(x.row(t), w.s_w1, w.s_w2, w.s_w3, 1.0f, cfg.swiglu_limit, tensor_cores, o, od, om);
       add();
-    }
-    expert_exact(x.row(t), w.s_w1, w.s_w2, w.s_w3, 1.0f, cfg.swiglu_limit, o, od, om);
-    add();
-    for (int64_t d = 0; d < dim; ++d) {
-      const size_t i = static_cast<size_t>(d);
-      c.exact.push_back(y[i]);
-      c.bound.push_back(finish_bound(y[i], dev[i] + gamma(k, kU32) * mag[i], kBf16));
+      for (int64_t d = 0; d < dim; ++d) {
+        const size_t i = static_cast<size_t>(d);
+        const double b = finish_bound(y[i], dev[i] + gamma(k, kU32) * mag[i], kBf16);
+        if (tensor_cores) {
+          c.tensor_core_bound.push_back(b);
+        } else {
+          c.exact.push_back(y[i]);
+          c.bound.push_back(b);
+        }
+      }
     }
   }
   c.run = [x, wp, routing, cfg](const reference::seam::Ops& ops) {

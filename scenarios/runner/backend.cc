@@ -280,7 +280,7 @@ class ReferenceBackend final : public Backend {
 
   std::string name_;
   std::unique_ptr<reference::seam::Ops> ops_;  // nullptr: reference_ops(); declared before the model using it
-  bool device_;      // ops_ keeps its tensors on a device (the cuda backend)
+  bool device_;      // ops_ keeps its tensors on a device (the cuda backends)
   Claim ops_claim_;  // what the ops claim (packed caches)
   std::unique_ptr<defects::DraftRopeAtBlockStartOps> draft_defect_ops_;  // mutant:draft_rope_pos0 only: wraps the ops
   reference::model::Model model_;
@@ -342,18 +342,21 @@ std::vector<std::pair<std::string, std::string>> backend_catalog() {
        "the reference over a correct reordered variant (scenarios/defects/reordered_ops.h; variants: " +
            variant_names() + "): sums in another order, claims order-variant (judged by the derived bounds, "
            "docs/scenarios.md); with a mutation, that variant with one planted defect (the judge's power)"},
-      {"cuda", "the model over the CUDA ops table (cuda/cuda_ops.h, docs/cuda.md): ported ops as kernels, the "
-               "rest as counted host fallbacks; claims the reference's bits (every ported op is bit-exact)"},
+      {"cuda-exact", "the model over the CUDA ops table in its exact mode (cuda/cuda_ops.h, docs/cuda.md): ported "
+                     "ops as bit-exact kernels, the rest as counted host fallbacks; claims the reference's bits"},
+      {"cuda", "the production CUDA path (docs/cuda.md \"Production ops\"): the same ops table with production "
+               "kernels (fp8 tensor-core linear, ...) in place of the exact ones; claims order-variant results "
+               "(judged by tolerance and derived bounds)"},
   };
 }
 
 void validate_backend_name(const std::string& spec) {
   if (spec == "ref" || spec == "ref-bf16kv") return;
-  if (spec == "cuda") {
+  if (spec == "cuda" || spec == "cuda-exact") {
 #if defined(DSV41_HAVE_CUDA)
     return;
 #else
-    DSV41_FAIL("backend cuda: this build has no CUDA path (configured without nvcc; DSV41_HAVE_CUDA is off)");
+    DSV41_FAIL("backend ", spec, ": this build has no CUDA path (configured without nvcc; DSV41_HAVE_CUDA is off)");
 #endif
   }
   if (spec.rfind("mutant:", 0) == 0) {
@@ -364,7 +367,7 @@ void validate_backend_name(const std::string& spec) {
     parse_order_spec(spec);
     return;
   }
-  DSV41_FAIL("unknown backend '", spec, "' (known: ref, ref-bf16kv, cuda, mutant:<component>:L<layer>:S<step>, "
+  DSV41_FAIL("unknown backend '", spec, "' (known: ref, ref-bf16kv, cuda-exact, cuda, mutant:<component>:L<layer>:S<step>, "
              "ref-order:<variant> with variant one of ", variant_names(), ")");
 }
 
@@ -378,7 +381,7 @@ std::optional<defects::Mutation> backend_mutation(const std::string& spec) {
 Claim backend_claim(const std::string& spec) {
   validate_backend_name(spec);
   if (spec == "ref-bf16kv") return Claim::kApproximate;
-  if (spec.rfind("ref-order:", 0) == 0) return Claim::kOrderVariant;
+  if (spec.rfind("ref-order:", 0) == 0 || spec == "cuda") return Claim::kOrderVariant;
   return Claim::kBitExact;
 }
 
@@ -387,10 +390,14 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendReso
   if (spec == "ref") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::nullopt);
   if (spec == "ref-bf16kv") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kBf16, std::nullopt);
 #if defined(DSV41_HAVE_CUDA)
-  // Every ported op is bit-exact and every fallback is the reference itself: claims bitexact.
-  if (spec == "cuda") {
-    return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::nullopt,
-                                              OpsChoice{std::make_unique<gpu::CudaOps>(), true, Claim::kBitExact});
+  // cuda-exact: every ported op is bit-exact and every fallback is the reference itself: bitexact.
+  // cuda: production kernels replace some exact ones (CudaOps::production_ops): order-variant.
+  if (spec == "cuda-exact" || spec == "cuda") {
+    const bool exact = spec == "cuda-exact";
+    return std::make_unique<ReferenceBackend>(
+        spec, r, CachePrecision::kPacked, std::nullopt,
+        OpsChoice{std::make_unique<gpu::CudaOps>(exact ? gpu::CudaMode::kExact : gpu::CudaMode::kProduction), true,
+                  exact ? Claim::kBitExact : Claim::kOrderVariant});
   }
 #endif
   if (spec.rfind("ref-order:", 0) == 0) {

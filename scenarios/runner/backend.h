@@ -18,7 +18,9 @@
 //                  the reference over a correct reordered variant (scenarios/defects/reordered_ops.h:
 //                  reversed, pairwise, blocked, fma, splitk, tiles): claims order-variant; with a
 //                  mutation (mutants.h's spec after the variant), that variant with one planted defect
-//   cuda           the model over the CUDA ops table (when built)
+//   cuda-exact     the model over the CUDA ops table, every ported op bit-exact (claims bitexact)
+//   cuda           the production CUDA path: production kernels in place of some exact ones
+//                  (cuda/cuda_ops.h CudaMode::kProduction; claims order-variant)
 //
 // Example:
 //   std::unique_ptr<Backend> b = make_backend("ref", resources);

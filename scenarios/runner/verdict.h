@@ -22,7 +22,8 @@ namespace dsv41::scenarios::runner {
 
 // The expectation of a pair given on the command line (not in the scenario): bitexact when both
 // backends claim the reference's bits and neither path replays (cold/full/alone) or the scenario
-// never resumes; tolerance (the derived bounds) when a backend claims order-variant results and
+// never resumes; tolerance (the derived bounds) when a backend claims order-variant results
+// (ref-order:<variant>, cuda) and
 // neither is approximate nor takes a replaying path; measured otherwise. `why` receives the origin.
 judge::Expectation default_expectation(const Side& a, const Side& b, const Scenario& s, std::string* why);
 

@@ -284,7 +284,7 @@ SweepPlan parse_sweep_plan(const std::string& json_text, const std::string& sour
               DSV41_FAIL(w, ": ", e.what());
             }
             for (const runner::Pair& pair : sp.pairs) {
-              it.uses_gpu = it.uses_gpu || pair.a.backend == "cuda" || pair.b.backend == "cuda";
+              it.uses_gpu = it.uses_gpu || pair.a.backend.rfind("cuda", 0) == 0 || pair.b.backend.rfind("cuda", 0) == 0;
               const int per_a = pair.a.path == runner::CachePath::kAlone ? sp.sessions : 1;
               const int per_b = pair.b.path == runner::CachePath::kAlone ? sp.sessions : 1;
               it.weight_copies = std::max(it.weight_copies, 1 + per_a + per_b);

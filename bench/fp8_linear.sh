@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# bench/fp8_linear.sh: the production fp8 linear (backend `cuda`, cuda/linear_fp8_mma.cu) at
+# released-class shapes beside torch eager (bench/fp8_linear_torch.py), on a GPU machine in one call.
+# Builds dsv41_fp8_linear_bench (into build/, configured as scripts/gpu_check.sh does), then runs
+# torch first and the kernel after (never at the same time). Output: $OUT/fp8_linear.log.
+# Usage: [DSV41_CMAKE_ARGS=...] bench/fp8_linear.sh
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+OUT=${OUT:-$PWD/bench_out}
+mkdir -p "$OUT"
+LOG=$OUT/fp8_linear.log
+{
+  echo "== commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (+ uncommitted changes)')"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1
+} > "$LOG"
+# shellcheck disable=SC2086
+{ [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_REQUIRE_CUDA=ON ${DSV41_CMAKE_ARGS:-}; } \
+  > "$OUT/fp8_build.log" 2>&1
+cmake --build build -j"$(nproc)" --target dsv41_fp8_linear_bench >> "$OUT/fp8_build.log" 2>&1 || { echo "build failed" >> "$LOG"; tail -20 "$OUT/fp8_build.log"; exit 1; }
+python3 bench/fp8_linear_torch.py >> "$LOG" 2>&1
+./build/bench/dsv41_fp8_linear_bench >> "$LOG" 2>&1
+rc=$?
+cat "$LOG"
+exit $rc
