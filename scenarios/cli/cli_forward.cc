@@ -1,7 +1,7 @@
 // `dsv41 forward`: runs the reference forward (prefill from position 0, then one-token decode
 // steps fed from --decode, not sampled, or --generate N tokens, plain or speculative:
 // scenarios/runner/forward_generate.h) on any config and weights, and writes what a port must agree on to
-// an HDF5 file (docs/forward-output.md). Sessions (docs/cli.md, docs/sessions.md): --chunk runs
+// an HDF5 file (docs/forward-output.md). Sessions (docs/forward.md, docs/sessions.md): --chunk runs
 // the prompt in chunks, --save-state / --resume save and continue a session
 // (reference/session/session_store.h); --first-token continues a generation from its pending token.
 // --dump DIR (or FILE.h5, the HDF5 container) also writes the run as a port dump
@@ -445,7 +445,7 @@ Verb add_forward_verb(CLI::App& parent) {
                   "prompt ids: comma-separated, or @FILE with one id per line (required unless --first-token)");
   app->add_option("--decode", args->decode, "ids fed one per decode step (not sampled): comma-separated or @FILE");
   app->add_option("--generate", args->generate,
-                  "generate N tokens after the prompt (greedy unless --sampling; docs/cli.md)")
+                  "generate N tokens after the prompt (greedy unless --sampling; docs/forward.md)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app->add_option("--speculative", args->speculative,
                   "with --generate: speculative rounds drafted by the DSpark blocks; K (= fixed:K), fixed:K, "
@@ -453,7 +453,7 @@ Verb add_forward_verb(CLI::App& parent) {
   app->add_option("--sampling", args->sampling,
                   "with --generate: T[,TOP_P] temperature (0: greedy) and top-p (default 1) of the draft and the "
                   "target");
-  seed_option(app->add_option("--seed", args->seed, "with --generate: the seed every draw derives from (default 0; docs/cli.md)"))
+  seed_option(app->add_option("--seed", args->seed, "with --generate: the seed every draw derives from (default 0; docs/forward.md)"))
       ->each([args](const std::string&) { args->seed_given = true; });
   app->add_option("--first-token", args->first_token,
                   "with --resume and --generate: the pending token a generating run printed (emitted, not yet run); "

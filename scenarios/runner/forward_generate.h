@@ -1,6 +1,6 @@
 // scenarios/runner/forward_generate.h
 //
-// Generation for `dsv41 forward --generate N` (docs/cli.md, docs/forward-output.md): N tokens
+// Generation for `dsv41 forward --generate N` (docs/forward.md, docs/forward-output.md): N tokens
 // after the prompt, plain (one decode step per token) or speculative (--speculative: rounds of
 // Model::draft + reference::model::speculative_round), greedy or sampled (--sampling T[,TOP_P]), from
 // one printed seed (--seed S).

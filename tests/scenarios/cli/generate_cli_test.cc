@@ -1,4 +1,4 @@
-// `dsv41 forward --generate` end to end (docs/cli.md, docs/forward-output.md):
+// `dsv41 forward --generate` end to end (docs/forward.md, docs/forward-output.md):
 //   - greedy speculative generation (fixed:1, fixed:3, threshold:0.5) emits the plain greedy
 //     tokens, and its /logits, /tokens, per-position datasets and final caches are the plain run's
 //     bit for bit; /speculative is consistent (every round emits accepted + 1 tokens, N in all);

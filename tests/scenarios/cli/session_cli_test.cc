@@ -1,4 +1,4 @@
-// `dsv41 forward` sessions end to end (docs/cli.md, docs/session-store.md): --save-state then
+// `dsv41 forward` sessions end to end (docs/forward.md, docs/session-store.md): --save-state then
 // --resume equals one plain longer run (/logits rows, /topk and the other per-position rows, the
 // final caches), in full mode and, for a session no longer than the window, in global-only mode
 // from a --drop-swa file; a global-only resume of a longer session writes the same layout with
