@@ -140,6 +140,7 @@ std::vector<int64_t> index_permutation(int64_t K, SumOrder o) {
     }
     case SumOrder::kBlocked: std::rotate(p.begin(), p.begin() + K / 2, p.end()); break;
     case SumOrder::kSplitK: std::rotate(p.begin(), p.begin() + K / 4, p.end()); break;
+    case SumOrder::kTrunc13: break;  // the reference's order (only its F8 linears differ)
   }
   return p;
 }
@@ -239,6 +240,7 @@ const char* name(SumOrder o) {
     case SumOrder::kFma: return "fma";
     case SumOrder::kSplitK: return "splitk";
     case SumOrder::kTiles: return "tiles";
+    case SumOrder::kTrunc13: return "trunc13";
   }
   return "?";
 }
@@ -255,7 +257,8 @@ SumOrder sum_order_from_name(const std::string& n) {
     if (n == name(o)) return o;
     names += (names.empty() ? "" : ", ") + std::string(name(o));
   }
-  DSV41_FAIL("unknown order-variant '", n, "' (the variants: ", names, ")");
+  if (n == name(SumOrder::kTrunc13)) return SumOrder::kTrunc13;
+  DSV41_FAIL("unknown order-variant '", n, "' (the variants: ", names, "; the emulation: trunc13)");
 }
 
 float ordered_sum(const float* t, int64_t n, SumOrder o) {
@@ -279,10 +282,55 @@ float ordered_sum(const float* t, int64_t n, SumOrder o) {
       return acc;
     }
     case SumOrder::kTiles: return tiled(t, n);
+    case SumOrder::kTrunc13: return sequential(t, n);  // K order, as the production promotion
   }
   return 0.0f;
 }
 
-std::unique_ptr<reference::seam::Ops> make_reordered_ops(SumOrder o) { return std::make_unique<ReorderedOps>(o); }
+// The 32-block dot of e4m3 values as Hopper's fp8 wgmma computes it (kTrunc13, reordered_ops.h).
+float tensor_core_block_dot(const float* a, const float* b, int64_t n) {
+  double pmax = 0;
+  for (int64_t i = 0; i < n; ++i) pmax = std::max(pmax, std::fabs(double(a[i]) * b[i]));
+  if (pmax == 0) return 0.0f;
+  const double q = std::ldexp(1.0, std::ilogb(pmax) - 13);
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::trunc(double(a[i]) * b[i] / q) * q;  // exact: few bits
+  return static_cast<float>(s);
+}
+
+namespace {
+
+class TruncatingFp8Ops : public reference::seam::ForwardingOps {
+ public:
+  TruncatingFp8Ops() : ForwardingOps(reference::seam::reference_ops(), "reordered(trunc13)") {}
+  T32 linear(const T32& x, const LinearWeight& w) const override {
+    if (w.dtype != reference::DType::kF8E4M3 || w.is_packed()) return ForwardingOps::linear(x, w);
+    DSV41_CHECK(x.rank() == 2 && x.dim(1) == w.in && w.in % kQuantBlock == 0, "trunc13 linear '", w.name, "': input ",
+                reference::shape_string(x.shape()), " for in = ", w.in);
+    const int64_t T = x.dim(0), in = w.in, out = w.out, nkb = in / kQuantBlock;
+    T32 y({T, out}, w.name + ".y");
+    std::vector<float> wr, xq(static_cast<size_t>(in)), xs(static_cast<size_t>(nkb));
+    for (int64_t t = 0; t < T; ++t) {
+      reference::act_quant_row(x.row(t), in, xq.data(), xs.data());
+      for (int64_t o = 0; o < out; ++o) {
+        weight_row(w, o, wr);
+        float v = 0;
+        for (int64_t kb = 0; kb < nkb; ++kb) {
+          const float partial = tensor_core_block_dot(xq.data() + kb * kQuantBlock, wr.data() + kb * kQuantBlock, kQuantBlock);
+          v += (partial * xs[static_cast<size_t>(kb)]) * weight_scale(w, o, kb);
+        }
+        y.at(t, o) = reference::round_to_bf16(v);
+      }
+    }
+    return y;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<reference::seam::Ops> make_reordered_ops(SumOrder o) {
+  if (o == SumOrder::kTrunc13) return std::make_unique<TruncatingFp8Ops>();
+  return std::make_unique<ReorderedOps>(o);
+}
 
 }  // namespace dsv41::scenarios::defects

@@ -42,7 +42,12 @@
 
 namespace dsv41::scenarios::defects {
 
-enum class SumOrder { kReversed, kPairwise, kBlocked, kFma, kSplitK, kTiles };
+enum class SumOrder { kReversed, kPairwise, kBlocked, kFma, kSplitK, kTiles, kTrunc13 };
+// kTrunc13 ("trunc13") is not in all_sum_orders(): an EMULATION of Hopper's fp8 tensor-core block dot
+// (wgmma e4m3: each 32-block's products aligned to the largest one's exponent and truncated toward
+// zero 13 bits below it, summed exactly, rounded once to fp32, then promoted in K order as the
+// reference does). Only F8 linears (what the production `cuda` linear runs) differ; every other op
+// is the reference's. It asks whether the order-variant claim admits that truncation (issue 32).
 
 const char* name(SumOrder o);
 // Every variant, in the table's order.
@@ -53,6 +58,11 @@ SumOrder sum_order_from_name(const std::string& name);
 // The fp32 sum of terms[0..n) in the variant's order (kFma: the terms are summed left to right,
 // as the products are fused by the callers that have two factors).
 float ordered_sum(const float* terms, int64_t n, SumOrder o);
+
+// kTrunc13's block dot of n E4M3 values a, b: each product aligned to the largest one's exponent E
+// and truncated toward zero at 2^(E - 13), summed exactly, rounded once to fp32 (bench/RESULTS.md,
+// session 14: what the H100's wgmma e4m3 measured; scenarios/judge/fp8_mma_bound.h bounds it).
+float tensor_core_block_dot(const float* a, const float* b, int64_t n);
 
 // The ops of a variant (forwarding every op it does not reorder to the reference). Its name() is
 // "reordered(<variant>)".

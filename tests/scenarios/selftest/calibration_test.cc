@@ -5,6 +5,8 @@
 // passes the order-variant claim, a one-row gain of 1% is flagged and located where it was planted,
 // the statistic sees a gain and not rounding noise, and the mutant spec of a row factor parses.
 #include <cmath>
+#include <cstdio>
+#include <random>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -18,6 +20,7 @@
 #include "reference/ops/numerics.h"
 #include "scenarios/defects/mutants.h"
 #include "scenarios/judge/derived_bounds.h"
+#include "scenarios/judge/fp8_mma_bound.h"
 #include "scenarios/selftest/calibration.h"
 #include "scenarios/defects/reordered_ops.h"
 #include "tests/support/run_cli.h"
@@ -46,6 +49,35 @@ TEST(ReorderedOps, EachVariantSumsInItsStatedOrder) {
 
 // A legitimate order-variant port passes under the order-variant claim, having changed bits (else
 // the run proves nothing).
+// trunc13, the emulation of the H100's fp8 tensor-core block dot (issue 32): a named variant outside
+// the calibration set, within the production linear's derived bound, and not the exact dot.
+TEST(ReorderedOps, Trunc13EmulatesTheTensorCoreBlockDotWithinItsBound) {
+  EXPECT_EQ(dv::sum_order_from_name("trunc13"), dv::SumOrder::kTrunc13);
+  for (dv::SumOrder o : dv::all_sum_orders()) EXPECT_NE(o, dv::SumOrder::kTrunc13);
+  std::printf("trunc13 seed 5\n");
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255);
+  int differs = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    float a[32], w[32];
+    for (int i = 0; i < 32; ++i) {
+      int x = byte(rng), y = byte(rng);
+      if ((x & 0x7F) == 0x7F) x = 0;  // E4M3 NaN codes: not values
+      if ((y & 0x7F) == 0x7F) y = 0;
+      a[i] = dsv41::formats::e4m3_decode(static_cast<uint8_t>(x));
+      w[i] = dsv41::formats::e4m3_decode(static_cast<uint8_t>(y));
+    }
+    double exact = 0;
+    for (int i = 0; i < 32; ++i) exact += double(a[i]) * w[i];  // exact: e4m3 products and their sum fit a double
+    const double d = dv::tensor_core_block_dot(a, w, 32);
+    ASSERT_TRUE(std::isfinite(d));
+    EXPECT_LE(std::fabs(d - exact), dsv41::scenarios::judge::fp8_mma_block_error(a, w, 32) + std::fabs(exact) * 0x1p-24)
+        << "trial " << trial;
+    differs += d != static_cast<float>(exact);
+  }
+  EXPECT_GT(differs, 100) << "the truncation must change some block dots";
+}
+
 TEST(Calibration, AReorderedVariantChangesBitsAndPassesOrderVariant) {
   st::CalibrationOptions o;
   o.variants = {"splitk"};
