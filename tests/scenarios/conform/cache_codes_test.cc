@@ -84,7 +84,9 @@ TEST_P(CacheCodes, OrderVariantInputsInsideTheChainBoundAreAdmissible) {
       const CacheView port = k.view(moved);
       size_t differ = 0;
       for (size_t i = 0; i < port.bytes.size(); ++i) differ += port.bytes[i] != k.view(k.x).bytes[i];
-      if (frac > 0.4) EXPECT_GT(differ, 0u) << "the noise must flip codes for the check to mean anything";
+      if (frac > 0.4) {
+        EXPECT_GT(differ, 0u) << "the noise must flip codes for the check to mean anything";
+      }
       EXPECT_EQ(k.excess(port), 0.0) << "frac " << frac;
     }
   }
