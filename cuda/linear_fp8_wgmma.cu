@@ -128,7 +128,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                             const float* __restrict__ wsc, int64_t T, int64_t in, int64_t out, float* __restrict__ y) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM, n0 = static_cast<int64_t>(blockIdx.x) * kBN;
+  // M tiles fastest: the CTAs resident together share a weight tile (read once from DRAM, the
+  // activations' tiles from L2), instead of each M tile re-reading the whole weight (bench/RESULTS.md).
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBM, n0 = static_cast<int64_t>(blockIdx.y) * kBN;
   const int64_t nkb = in / kBlock, nkt = (in + kBK - 1) / kBK;
   const int wg = static_cast<int>(threadIdx.x) / 128, warp = (static_cast<int>(threadIdx.x) / 32) % 4;
   const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, tq = lane % 4;
@@ -240,7 +242,8 @@ void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t
     return true;
   }();
   (void)attr;
-  const dim3 grid(static_cast<unsigned>((out + kBN - 1) / kBN), static_cast<unsigned>((T + kBM - 1) / kBM));
+  DSV41_CHECK((out + kBN - 1) / kBN <= 65535, "fp8_mma_linear: out ", out, " needs more than 65535 column tiles");
+  const dim3 grid(static_cast<unsigned>((T + kBM - 1) / kBM), static_cast<unsigned>((out + kBN - 1) / kBN));
   fp8_wgmma_linear_kernel<<<grid, kThreads, kSmemBytes>>>(x_codes, x_scales, w_codes, w_scales, T, in, out, y);
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
