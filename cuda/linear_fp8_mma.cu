@@ -104,18 +104,7 @@ __device__ inline void load_stage(const Smem& s, const uint8_t* __restrict__ xa,
     cp_async16(s.a + r * kPitch + col, ina ? xa + ta * in + k0 + col : xa, ina ? 16 : 0);
     cp_async16(s.b + r * kPitch + col, inb ? wb + ob * in + k0 + col : wb, inb ? 16 : 0);
   }
-#pragma unroll
-  for (int it = 0; it < kBM * kKb / kThreads; ++it) {  // activation scales [kBM][kKb]
-    const int c = it * kThreads + tid, r = c / kKb, j = c % kKb;
-    const bool ok = m0 + r < T && kb0 + j < nkb;
-    cp_async4(s.as + c, ok ? xs + (m0 + r) * nkb + kb0 + j : xs, ok ? 4 : 0);
-  }
-  if (tid < (kBN / kBlock) * kKb) {  // weight scales [kBN / 32][kKb]
-    const int r = tid / kKb, j = tid % kKb;
-    const int64_t ot = n0 / kBlock + r;
-    const bool ok = ot * kBlock < out && kb0 + j < nkb;
-    cp_async4(s.ws + tid, ok ? wsc + ot * nkb + kb0 + j : wsc, ok ? 4 : 0);
-  }
+  fp8::load_stage_scales<kBM, kBN, kKb, kBlock, kThreads>(s.as, s.ws, xs, wsc, m0, n0, kb0, nkb, T, out, tid);
 }
 
 __global__ void __launch_bounds__(kThreads, 1)

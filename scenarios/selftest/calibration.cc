@@ -60,6 +60,16 @@ std::string calibration_progress_line(const CalibrationRow& row) {
   return line;
 }
 
+void record_conform(const reports::RunReport& report, CalibrationRow& row) {
+  row.conform_exit = conform::conform_exit_code(report);
+  calibration_worst_row(report, row);
+  if (const std::optional<conform::RootCause> rc = conform::root_cause(report)) {
+    std::ostringstream w;
+    w << zoo_location(rc->component, rc->layer, rc->step) << " (" << rc->metric << " " << rc->value << ")";
+    row.root_cause = w.str();
+  }
+}
+
 // The worst checked order-variant row (a derived bound on max_rowrel or row_gain) as value / bound.
 void calibration_worst_row(const reports::RunReport& report, CalibrationRow& row) {
   for (const reports::ScenarioResult& s : report.scenarios) {
@@ -169,13 +179,7 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
         row.changed = dumps_differ(ref_dir, dir);
         const reports::RunReport report =
             conform::conform(conform::read_port_dump(dir), L.weights, token_map, order_variant_options(row.variant));
-        row.conform_exit = conform::conform_exit_code(report);
-        calibration_worst_row(report, row);
-        if (const std::optional<conform::RootCause> rc = conform::root_cause(report)) {
-          std::ostringstream w;
-          w << zoo_location(rc->component, rc->layer, rc->step) << " (" << rc->metric << " " << rc->value << ")";
-          row.root_cause = w.str();
-        }
+        record_conform(report, row);
         row.verdict = row.conform_exit != 0 ? "ALARM" : row.changed ? "ok" : "NO-CHANGE";
       } catch (const std::exception& e) {
         row.verdict = "ERROR";

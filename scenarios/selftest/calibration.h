@@ -91,6 +91,8 @@ std::vector<CalibrationRow> calibrate_suite(const CalibrationOptions& options, s
 std::string calibration_progress_line(const CalibrationRow& row);
 // The worst checked order-variant row of a report, as value / bound, into row.worst_ratio / worst.
 void calibration_worst_row(const reports::RunReport& report, CalibrationRow& row);
+// A conform report into its row: conform_exit, the worst row (above) and the root cause, if any.
+void record_conform(const reports::RunReport& report, CalibrationRow& row);
 std::string format_calibration_table(const CalibrationResult& r);
 // 0: every run ok; 1: an ALARM or a NO-CHANGE; 2: a run errored.
 int calibration_exit_code(const CalibrationResult& r);

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <optional>
-#include <sstream>
 
 #include "reference/checkpoint/weights.h"
 #include "reference/model/model.h"
@@ -55,13 +53,7 @@ CalibrationRow calibrate_official(const std::string& run_dir, const std::string&
     co.tolerances_file = s.waivers_file;
     const reports::RunReport report = conform::conform(conform::read_port_dump(dump), weights, token_map, co);
     row.changed = true;  // another implementation: its own sums, its torch order
-    row.conform_exit = conform::conform_exit_code(report);
-    calibration_worst_row(report, row);
-    if (const std::optional<conform::RootCause> rc = conform::root_cause(report)) {
-      std::ostringstream w;
-      w << zoo_location(rc->component, rc->layer, rc->step) << " (" << rc->metric << " " << rc->value << ")";
-      row.root_cause = w.str();
-    }
+    record_conform(report, row);
     row.verdict = row.conform_exit != 0 ? "ALARM" : "ok";
   } catch (const std::exception& e) {
     row.verdict = "ERROR";
