@@ -60,7 +60,6 @@ class ReplayOps : public reference::seam::ForwardingOps {
  public:
   explicit ReplayOps(const reference::ModelConfig& c) : ForwardingOps(reference::seam::reference_ops(), "reference"), c_(c) {}
   void set(HypothesisKind k) const { kind_ = k; }
-  HypothesisKind kind() const { return kind_; }
   // Record the cache writes into `into` (nullptr: stop).
   void record_writes(std::vector<CacheWrite>* into) const { writes_ = into; }
 
