@@ -14,6 +14,8 @@
 #include <functional>
 #include <mutex>
 #include <numeric>
+#include <set>
+#include <sstream>
 #include <utility>
 
 #include "cuda/device_tensor.h"
@@ -32,6 +34,8 @@ struct CudaOps::State {
   // kProduction: a prepared F8 weight's E4M3 codes, by the host address of its values.
   std::map<const void*, std::unique_ptr<DeviceBuffer<uint8_t>>> e4m3_codes;
   std::map<std::string, OpCalls> calls;
+  // kProduction: the production ops enabled (DSV41_CUDA_PRODUCTION_OPS; default all).
+  std::set<std::string> production;
   // DSV41_CUDA_OP_TIMES=1: the device is synchronized at every op's count() and the wall time
   // since the previous one is charged to that previous op (its kernels, its host work and the
   // model's host code up to the next op): a rough profile, printed on stderr when the ops end.
@@ -45,6 +49,23 @@ CudaOps::CudaOps(CudaMode mode) : mode_(mode), s_(std::make_unique<State>()) {
   DSV41_CHECK(device_count() > 0, "backend ", name(), ": no CUDA device (gpu::device_count() == 0)");
   const char* t = std::getenv("DSV41_CUDA_OP_TIMES");
   s_->timing = t != nullptr && std::string(t) == "1";
+  std::vector<std::string> names;
+  for (const std::string& op : production_ops()) names.push_back(op.substr(0, op.find(' ')));
+  const char* env = std::getenv("DSV41_CUDA_PRODUCTION_OPS");
+  if (env == nullptr || std::string(env) == "all") {
+    s_->production.insert(names.begin(), names.end());
+  } else {
+    std::stringstream list(env);
+    for (std::string op; std::getline(list, op, ',');) {
+      if (op.empty() || op == "none") continue;
+      DSV41_CHECK(std::find(names.begin(), names.end(), op) != names.end(), "DSV41_CUDA_PRODUCTION_OPS: unknown op '", op,
+                  "' (production ops: linear, sparse_attn; or all, none)");
+      s_->production.insert(op);
+    }
+  }
+}
+bool CudaOps::production(const char* op) const {
+  return mode_ == CudaMode::kProduction && s_->production.count(op) != 0;
 }
 CudaOps::~CudaOps() {
   if (!s_->timing || s_->seconds.empty()) return;
@@ -71,7 +92,7 @@ std::vector<std::string> CudaOps::ported() {
           "moe_experts", "index_weights", "index_scores",
           "candidate_blocks", "mask_scores", "index_topk", "compress"};
 }
-std::vector<std::string> CudaOps::production_ops() { return {"linear F8"}; }
+std::vector<std::string> CudaOps::production_ops() { return {"linear F8", "sparse_attn"}; }
 std::vector<std::string> CudaOps::host_fallbacks() {
   return {"engram_hash_ids", "moe_routing_weights"};
 }

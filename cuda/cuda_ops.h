@@ -69,8 +69,12 @@ class CudaOps final : public reference::seam::Ops {
 
   static std::vector<std::string> ported();
   // The ops kProduction runs on production (order-variant) kernels, with the inputs they cover
-  // ("linear F8": F8_E4M3 weights, not linear_fp32); docs/cuda.md "Production ops".
+  // ("linear F8": F8_E4M3 weights, not linear_fp32; "sparse_attn"); docs/cuda.md "Production ops".
+  // DSV41_CUDA_PRODUCTION_OPS=<comma list of op names: linear, sparse_attn; all (default); none>
+  // picks which of them kProduction runs (each judged alone: the others stay exact kernels).
   static std::vector<std::string> production_ops();
+  // Whether this backend runs the production kernel of `op` ("linear", "sparse_attn").
+  bool production(const char* op) const;
   static std::vector<std::string> host_fallbacks();
   std::map<std::string, OpCalls> counts() const;
   void reset_counts() const;

@@ -13,6 +13,9 @@
 // reference::OnlineSoftmax) on downloaded tensors: still bit-exact, slower.
 // Inputs the reference rejects (bad shapes, an index outside [-1, N)) run the reference on the
 // host, which raises its own error (counted as a host call).
+// kProduction (with sparse_attn among DSV41_CUDA_PRODUCTION_OPS): the production kernel
+// (cuda/attention_mma.cu, bf16 tensor cores, order-variant; bound scenarios/judge/sparse_attn_mma_bound.h)
+// on bf16 copies of q and the KV rows, for head dims 128, 256, 512 and bf16-valued inputs; else the above.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -150,6 +153,20 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
   if (T * H == 0) return out;
   DevIn<float> dq(q), dkv(*kv);
   DevIn<int32_t> di(idxs);
+  if (production("sparse_attn") && gpu::sparse_attn_mma_supported(D)) {
+    // The production kernel (cuda/attention_mma.cu, order-variant) on bf16 copies of q and the KV
+    // rows; a value that is not bf16 (outside the reference's input contract) takes the exact path.
+    DeviceBuffer<uint16_t> bq(static_cast<size_t>(q.numel())), bkv(static_cast<size_t>(kv->numel()));
+    DeviceBuffer<int> flag(1);
+    flag.upload(std::vector<int>{0});
+    gpu::to_bf16_bits(dq.get(), q.numel(), bq.get(), flag.get());
+    gpu::to_bf16_bits(dkv.get(), kv->numel(), bkv.get(), flag.get());
+    if (flag.download()[0] == 0) {
+      DevIn<float> dsink(sink);
+      gpu::sparse_attn_mma(bq.get(), bkv.get(), di.get(), dsink.get(), T, H, D, K, softmax_scale, dev(out));
+      return out;
+    }
+  }
   const int64_t blocks = (K + reference::kSparseAttnBlock - 1) / reference::kSparseAttnBlock;
   if (libm_expf_matches_host()) {  // all three stages on the device
     DevIn<float> dsink(sink);

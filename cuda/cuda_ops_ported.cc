@@ -84,7 +84,7 @@ Tensor<float> CudaOps::linear_path(const char* op, const Tensor<float>& x, const
   const float* wv = unpacked ? unpacked->get() : wm.get();
   const float* ws = quantized ? sm.get() : nullptr;
   int status = 0;
-  if (mode_ == CudaMode::kProduction && !fp32 && tile && !w.is_packed()) {
+  if (production("linear") && !fp32 && tile && !w.is_packed()) {
     // The production linear (order-variant): fp8 tensor cores, cuda/linear_fp8_mma.cu.
     const MirrorOf<uint8_t> codes = e4m3_codes(w, wv);
     status = gpu::fp8_mma_linear(in.get(), x.dim(0), w.in, codes.get(), ws, w.out, dev(y));

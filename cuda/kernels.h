@@ -122,6 +122,23 @@ void sparse_attn_softmax(const float* s, const float* sink, int64_t T, int64_t H
                          float* rescale, float* l);
 void sparse_attn_pv(const float* kv, const int32_t* idxs, const float* p, const float* rescale, const float* l,
                     int64_t T, int64_t H, int64_t D, int64_t K, float* out);
+// ---- attention_mma.cu (PRODUCTION, order-variant: backend `cuda`; docs/cuda.md) ----
+// sparse_attn on the bf16 tensor cores (mma.sync m16n8k16, fp32 accumulate), one pass: q [T, H, D]
+// and kv [N, D] as bf16 bits, idxs [T, K] (each in [-1, N): checked by the caller), sink [H] fp32
+// -> out [T, H, D] bf16 values (fp32 storage; _bf16: bf16 bits). D in {128, 256, 512}.
+// Error bound: scenarios/judge/sparse_attn_mma_bound.h.
+bool sparse_attn_mma_supported(int64_t D);
+void sparse_attn_mma(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
+                     int64_t H, int64_t D, int64_t K, float scale, float* out);
+void sparse_attn_mma_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
+                          int64_t H, int64_t D, int64_t K, float scale, uint16_t* out);
+// y [n] = the bf16 bits of x [n] (fp32 storage); *flag (device, zeroed by the caller) = 1 when some
+// x is not a bf16 value.
+void to_bf16_bits(const float* x, int64_t n, uint16_t* y, int* flag);
+// The probes of tests/cuda/sparse_attn_production_test.cc: one mma.sync m16n8k16 bf16 (a [16][16],
+// b [8][16] bf16 bits, k contiguous; c, d [16][8] fp32: d = c + a b^T), and the kernel's exp2f.
+void bf16_mma_probe(const uint16_t* a, const uint16_t* b, const float* c, float* d);
+void exp2_probe(const float* x, int64_t n, float* y);
 // attention_index_rows: window [rows, kw], topk [rows, kt] -> out [rows, kw + width] int32.
 void attention_index_rows(const int32_t* window, int64_t kw, const int32_t* topk, int64_t kt, int64_t rows,
                           int64_t offset, int64_t width, int32_t* out);

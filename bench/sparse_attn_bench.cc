@@ -1,0 +1,145 @@
+// bench/sparse_attn_bench.cc: dsv41_sparse_attn_bench, the production sparse attention
+// (cuda/attention_mma.cu, backend `cuda`) at issue 32's shapes, beside the exact kernel's three
+// stages (cuda/attention.cu, backend `cuda-exact`). bench/sparse_attn.sh runs it after
+// bench/sparse_attn_torch.py (torch eager and the bf16 matmul peak, same call).
+//
+// Shapes and index rows are bench/kernels_bench.cc's attention rows: h 64, d 512, k 640 (128 window
+// + 512 compressed indices). Decode B: B sequences x s_q 4 queries, each sequence 128 window rows +
+// 2048 compressed rows, query i reading the window and compressed rows j*4 + i. Prefill: T 4096
+// over 4096 window rows + 1024 compressed rows, query t reading window rows max(0, t-127) .. t (-1
+// past t) and 512 compressed rows (t*37 + 2j) % 1024.
+// The production kernel reads q and kv as bf16 (the production format) and writes bf16; the exact
+// stages read fp32 storage (the backend's). Medians of CUDA-event timings, each after a 256 MiB L2
+// flush (bench/bench_device.h). TFLOP/s = 2 T H K (512 + 512) / median (FlashMLA's count).
+// Checked before timing: 4 query rows x 64 heads of the production output against the derived
+// bound (scenarios/judge/sparse_attn_mma_bound.h); a FAIL is printed instead of the time.
+//
+// Usage: dsv41_sparse_attn_bench [--peak TFLOPS] [--exact]   (--exact: also time the exact stages)
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench_device.h"
+#include "cuda/device.h"
+#include "cuda/kernels.h"
+#include "formats/minifloat.h"
+#include "scenarios/judge/sparse_attn_mma_bound.h"
+
+namespace dsv41::bench {
+namespace {
+
+using gpu::DeviceBuffer;
+
+struct Shape {
+  const char* name;
+  int64_t B;  // 0: prefill T 4096
+};
+
+std::vector<float> bf16_values(const std::vector<uint16_t>& b) {
+  std::vector<float> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) {
+    const uint32_t u = static_cast<uint32_t>(b[i]) << 16;
+    std::memcpy(&v[i], &u, 4);
+  }
+  return v;
+}
+
+void run(const Shape& sh, double peak, bool exact) {
+  const bool prefill = sh.B == 0;
+  const int64_t sq = 4, H = 64, D = 512, K = 640, W = 128, C = prefill ? 1024 : 2048;
+  const int64_t T = prefill ? 4096 : sh.B * sq, N = prefill ? T + C : sh.B * (W + C);
+  DeviceBuffer<float> qf(static_cast<size_t>(T * H * D)), kvf(static_cast<size_t>(N * D)), sink(H);
+  fill_bf16(qf.get(), static_cast<int64_t>(qf.size()), D, 31u, 0, 1);
+  fill_bf16(kvf.get(), static_cast<int64_t>(kvf.size()), D, 32u, -1, 0);
+  fill_f32(sink.get(), H, 33u, -1.0f, 2.0f);
+  DeviceBuffer<uint16_t> q(qf.size()), kv(kvf.size()), out(static_cast<size_t>(T * H * D));
+  DeviceBuffer<int> flag(1);
+  flag.upload(std::vector<int>{0});
+  gpu::to_bf16_bits(qf.get(), static_cast<int64_t>(qf.size()), q.get(), flag.get());
+  gpu::to_bf16_bits(kvf.get(), static_cast<int64_t>(kvf.size()), kv.get(), flag.get());
+  std::vector<int32_t> hidx(static_cast<size_t>(T * K));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t b = t / sq, i = t % sq, lo = std::max<int64_t>(0, t - W + 1);
+    for (int64_t j = 0; j < K; ++j) {
+      int64_t v = 0;
+      if (!prefill) v = b * (W + C) + (j < W ? j : W + ((j - W) * sq + i) % C);
+      else if (j < W) v = lo + j > t ? -1 : lo + j;
+      else v = T + (t * 37 + 2 * (j - W)) % C;
+      hidx[static_cast<size_t>(t * K + j)] = static_cast<int32_t>(v);
+    }
+  }
+  DeviceBuffer<int32_t> idxs(hidx.size());
+  idxs.upload(hidx);
+  const float scale = 1.0f / std::sqrt(512.0f);
+  const double flops = 2.0 * double(T) * H * K * (512 + 512);
+  const auto prod = [&](int) { gpu::sparse_attn_mma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get()); };
+  prod(0);
+  gpu::synchronize();
+  // Check 4 query rows against the derived bound.
+  std::string check = flag.download()[0] == 0 ? "ok" : "FAIL inputs not bf16";
+  double worst = 0;
+  {
+    const std::vector<float> hq = bf16_values(q.download()), hkv = bf16_values(kv.download()),
+                             ho = bf16_values(out.download()), hs = sink.download();
+    for (const int64_t t : {int64_t{0}, int64_t{1}, T - 2, T - 1}) {
+      std::vector<const float*> rows(static_cast<size_t>(K));
+      for (int64_t j = 0; j < K; ++j) {
+        const int32_t ix = hidx[static_cast<size_t>(t * K + j)];
+        rows[static_cast<size_t>(j)] = ix < 0 ? nullptr : hkv.data() + static_cast<int64_t>(ix) * D;
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        const auto bd = scenarios::judge::sparse_attn_row_bound(hq.data() + (t * H + h) * D, rows, D, hs[h], scale,
+                                                                scenarios::judge::AttnArith::kMma);
+        for (int64_t d = 0; d < D; ++d) {
+          const double g = ho[static_cast<size_t>((t * H + h) * D + d)], e = bd.exact[static_cast<size_t>(d)];
+          const double b = bd.bound[static_cast<size_t>(d)] + 0x1p-40 * std::fabs(e);
+          if (!std::isfinite(g) || std::fabs(g - e) > b) check = "FAIL outside the bound";
+          if (b > 0) worst = std::max(worst, std::fabs(g - e) / b);
+        }
+      }
+    }
+  }
+  const int reps = prefill ? 20 : 50;
+  const std::vector<double> ms = time_ms(3, reps, 1, prod);
+  const double us = ms[ms.size() / 2] * 1e3;
+  std::printf("%-10s production  T %5lld: %9.1f us  %7.1f TFLOP/s  %5.1f%% of peak %.0f  (check %s, max err/bound %.3f)\n",
+              sh.name, static_cast<long long>(T), us, flops / us / 1e6, 100.0 * flops / us / 1e6 / peak, peak,
+              check.c_str(), worst);
+  if (!exact) return;
+  DeviceBuffer<float> s(static_cast<size_t>(T * H * K)), p(s.size()), rescale(static_cast<size_t>(T * H * (K / 64))),
+      l(static_cast<size_t>(T * H)), outf(static_cast<size_t>(T * H * D));
+  const auto ex = [&](int) {
+    gpu::sparse_attn_scores(qf.get(), kvf.get(), idxs.get(), T, H, D, K, scale, s.get());
+    gpu::sparse_attn_softmax(s.get(), sink.get(), T, H, K, p.get(), rescale.get(), l.get());
+    gpu::sparse_attn_pv(kvf.get(), idxs.get(), p.get(), rescale.get(), l.get(), T, H, D, K, outf.get());
+  };
+  const std::vector<double> me = time_ms(1, prefill ? 5 : 20, 1, ex);
+  const double ue = me[me.size() / 2] * 1e3;
+  std::printf("%-10s exact       T %5lld: %9.1f us  %7.1f TFLOP/s  %5.1f%% of peak %.0f\n", sh.name,
+              static_cast<long long>(T), ue, flops / ue / 1e6, 100.0 * flops / ue / 1e6 / peak, peak);
+}
+
+}  // namespace
+}  // namespace dsv41::bench
+
+int main(int argc, char** argv) {
+  double peak = 989;  // H100/H200 SXM dense bf16 (datasheet); pass the measured one with --peak
+  bool exact = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--peak") && i + 1 < argc) peak = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--exact")) exact = true;
+  }
+  if (dsv41::gpu::device_count() == 0) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  for (const dsv41::bench::Shape s : {dsv41::bench::Shape{"decode B64", 64}, dsv41::bench::Shape{"decode B1", 1},
+                                      dsv41::bench::Shape{"prefill", 0}}) {
+    dsv41::bench::run(s, peak, exact);
+  }
+  return 0;
+}

@@ -1,0 +1,315 @@
+// tests/cuda/sparse_attn_production_test.cc: the PRODUCTION sparse attention (cuda/attention_mma.cu,
+// backend `cuda`, CudaMode::kProduction) against its derived bound
+// (scenarios/judge/sparse_attn_mma_bound.h).
+//   1. The model the bound rests on, probed on the device: one mma.sync m16n8k16 bf16 keeps every
+//      term down to 2^(E - 23) next to the largest (E its exponent), products and accumulator, and
+//      |d - exact| <= delta = 2^-18 (|c| + sum |a b|) on random, mixed-magnitude and cancelling
+//      steps; the kernel's exp2f within 2 ulp (relative 4u) on a sweep of arguments.
+//   2. CudaOps::sparse_attn in kProduction on decode- and prefill-like shapes (64 heads, d 512,
+//      128 window rows of FP8-QDQ values + FP4 compressed entries read from the packed cache, -1
+//      entries, a sink), the tiny config's shape (4 heads, d 128), heads over one tile, rows of only
+//      -1, sharp softmaxes (large q): every output finite, not all zero, |cuda - exact| <= bound
+//      (the kernel's) and |cuda - reference| <= bound + the reference's own bound; printed: max
+//      err/bound, the bound in bf16 ulps of the row's largest |exact|, the share of outputs that
+//      differ from the reference's.
+//   3. DSV41_CUDA_PRODUCTION_OPS: with only `linear`, sparse_attn is the exact kernel (the
+//      reference's bits); an unknown name is refused.
+// Random data: DSV41_SEED=<n> reproduces a run (the seed is printed).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "cuda/kernels.h"
+#include "formats/cache_format.h"
+#include "formats/minifloat.h"
+#include "reference/ops/attention.h"
+#include "reference/ops/kv_quant.h"
+#include "scenarios/judge/sparse_attn_mma_bound.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace dsv41::test {
+namespace {
+
+using formats::CacheFormat;
+using scenarios::judge::AttnArith;
+using scenarios::judge::kBf16MmaStepRel;
+
+const gpu::CudaOps& production_ops() {
+  static const gpu::CudaOps ops(gpu::CudaMode::kProduction);
+  return ops;
+}
+
+uint16_t bf16_bits(float v) { return static_cast<uint16_t>(bits(formats::round_to_bf16(v)) >> 16); }
+
+// One mma step: a [16][16], b [8][16] (k contiguous), c [16][8] -> d [16][8] = c + a b^T.
+std::vector<float> mma_step(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c) {
+  std::vector<uint16_t> ab(a.size()), bb(b.size());
+  for (size_t i = 0; i < a.size(); ++i) ab[i] = bf16_bits(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) bb[i] = bf16_bits(b[i]);
+  gpu::DeviceBuffer<uint16_t> da(ab.size()), db(bb.size());
+  gpu::DeviceBuffer<float> dc(c.size()), dd(16 * 8);
+  da.upload(ab);
+  db.upload(bb);
+  dc.upload(c);
+  dd.poison();
+  gpu::bf16_mma_probe(da.get(), db.get(), dc.get(), dd.get());
+  return dd.download();
+}
+
+// d[0][0] for: product 1 at k = 0 and sign * 2^-j at k = pos (accumulator 0), or accumulator 1 and
+// the product sign * 2^-j alone (pos < 0).
+float probe_pair(int j, int pos, float sign = 1.0f) {
+  std::vector<float> a(16 * 16, 0.0f), b(8 * 16, 0.0f), c(16 * 8, 0.0f);
+  const float small = sign * std::ldexp(1.0f, -j);
+  if (pos >= 0) {
+    a[0] = 1.0f;
+    b[0] = 1.0f;
+    a[pos] = small;
+    b[pos] = 1.0f;
+  } else {
+    c[0] = 1.0f;
+    a[3] = small;
+    b[3] = 1.0f;
+  }
+  return mma_step(a, b, c)[0];
+}
+
+TEST(Bf16MmaModel, KeepsEveryBitTheBoundAssumes) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  for (const int pos : {1, 7, 8, 15, -1}) {
+    int kept = 0;
+    for (int j = 1; j <= 30; ++j) {
+      if (probe_pair(j, pos) != 1.0f + std::ldexp(1.0f, -j) && j <= 23) break;
+      if (j <= 23) kept = j;
+    }
+    std::printf("measured (mma.sync m16n8k16 bf16): %s, terms down to 2^-%d kept next to 1; 1 - 2^-24 gives %.9g\n",
+                pos < 0 ? "accumulator 1 + product" : "product 1 + product", kept, probe_pair(24, pos, -1.0f));
+    EXPECT_GE(kept, 23) << "the device keeps fewer bits than sparse_attn_mma_bound.h assumes (pos " << pos << ")";
+  }
+}
+
+TEST(Bf16MmaModel, StepErrorsWithinDelta) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-20, 20);
+  double worst = 0;
+  int64_t differ = 0, steps = 0;
+  for (int kind = 0; kind < 3; ++kind) {
+    for (int rep = 0; rep < 40; ++rep) {
+      std::vector<float> a(16 * 16), b(8 * 16), c(16 * 8);
+      for (float& v : a) v = formats::round_to_bf16(kind == 1 ? std::ldexp(n(rng()), ex(rng())) : n(rng()));
+      for (float& v : b) v = formats::round_to_bf16(n(rng()));
+      for (int r = 0; r < 16; ++r) {
+        for (int col = 0; col < 8; ++col) {
+          double p = 0;
+          for (int k = 0; k < 16; ++k) p += static_cast<double>(a[r * 16 + k]) * b[col * 16 + k];
+          // kind 2: the accumulator cancels the products but for a little
+          c[r * 8 + col] = kind == 2 ? static_cast<float>(-p * (1 + 1e-3 * n(rng()))) : 8.0f * n(rng());
+        }
+      }
+      const std::vector<float> d = mma_step(a, b, c);
+      for (int r = 0; r < 16; ++r) {
+        for (int col = 0; col < 8; ++col) {
+          double exact = c[r * 8 + col], prod = 0;
+          for (int k = 0; k < 16; ++k) {
+            const double p = static_cast<double>(a[r * 16 + k]) * b[col * 16 + k];
+            exact += p;
+            prod += std::fabs(p);
+          }
+          const double delta = scenarios::judge::bf16_mma_step_error(std::fabs(c[r * 8 + col]), prod);
+          const double err = std::fabs(static_cast<double>(d[r * 8 + col]) - exact);
+          ASSERT_TRUE(std::isfinite(d[r * 8 + col]));
+          EXPECT_LE(err, delta) << "kind " << kind << " row " << r << " col " << col;
+          differ += err > 0;
+          worst = std::max(worst, err / delta);
+          ++steps;
+        }
+      }
+    }
+  }
+  std::printf("measured (mma.sync m16n8k16 bf16): %lld of %lld steps differ from the exact sum; max err/delta %.3g "
+              "(delta = %.3g (|c| + sum |a b|))\n", static_cast<long long>(differ), static_cast<long long>(steps), worst,
+              kBf16MmaStepRel);
+}
+
+TEST(Bf16MmaModel, Exp2WithinTwoUlps) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  std::vector<float> x;
+  for (int i = 0; i <= 200000; ++i) x.push_back(-126.0f * static_cast<float>(i) / 200000.0f);
+  std::uniform_real_distribution<float> r(-30.0f, 0.0f);
+  for (int i = 0; i < 100000; ++i) x.push_back(r(rng()));
+  gpu::DeviceBuffer<float> dx(x.size()), dy(x.size());
+  dx.upload(x);
+  gpu::exp2_probe(dx.get(), static_cast<int64_t>(x.size()), dy.get());
+  const std::vector<float> y = dy.download();
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double e = std::exp2(static_cast<double>(x[i]));
+    worst = std::max(worst, std::fabs(y[i] - e) / e);
+  }
+  std::printf("measured: exp2f max relative error %.3g = %.2f u32 over %zu arguments in [-126, 0] (bound: 4 u32)\n",
+              worst, worst / 0x1p-24, x.size());
+  EXPECT_LE(worst, 4 * 0x1p-24);
+}
+
+struct Case {
+  const char* name;
+  int64_t T, H, D, window_rows, compressed_rows, Kw, Kc;  // K = Kw + Kc index columns
+  float q_scale;
+  bool prefill;     // window columns: row t reads window rows 0 .. t (-1 after); else all window rows
+  double minus_one; // share of -1 among the compressed columns
+};
+
+struct Stats {
+  double worst = 0, worst_vs_ref = 0, ulps_sum = 0;
+  int64_t n = 0, tight = 0, nonzero = 0, differ_ref = 0, failures = 0;
+};
+
+void run_case(const Case& c, Stats& st) {
+  const reference::Tensor<float> q = random_bf16({c.T, c.H, c.D}, c.q_scale, "q");
+  // Window rows: FP8-QDQ values (what the window cache returns); compressed rows: packed FP4 entries.
+  const reference::Tensor<float> window =
+      reference::qdq(CacheFormat::kWindowKvFp8, random_bf16({c.window_rows, c.D}, 1.0f, "window_kv"));
+  std::vector<float> sink_v(static_cast<size_t>(c.H));
+  std::normal_distribution<float> sd(0.0f, 2.0f);
+  for (float& v : sink_v) v = sd(rng());
+  const reference::Tensor<float> sink({c.H}, sink_v, "sink");
+  const CacheFormat f = CacheFormat::kCompressedKvFp4;
+  reference::Tensor<uint8_t> storage({c.compressed_rows, formats::entry_bytes(f, static_cast<int>(c.D))}, "compressed");
+  std::vector<int64_t> entries(static_cast<size_t>(c.compressed_rows));
+  for (int64_t i = 0; i < c.compressed_rows; ++i) entries[static_cast<size_t>(i)] = i;
+  reference::write_entries(storage, f, entries, random_bf16({c.compressed_rows, c.D}, 1.0f, "latents"));
+  const reference::CacheRows rows{f, c.D, c.compressed_rows, &storage};
+  const int64_t K = c.Kw + c.Kc;
+  reference::Tensor<int32_t> idxs({c.T, K}, "idxs", -1);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.compressed_rows) - 1);
+  std::bernoulli_distribution none(c.minus_one);
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t j = 0; j < c.Kw; ++j) idxs.at(t, j) = (!c.prefill || j <= t) ? static_cast<int32_t>(j) : -1;
+    for (int64_t j = 0; j < c.Kc; ++j)
+      idxs.at(t, c.Kw + j) = none(rng()) ? -1 : static_cast<int32_t>(c.window_rows + pick(rng()));
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+  const reference::Tensor<float> got =
+      production_ops().download(production_ops().sparse_attn(q, window, rows, sink, idxs, scale));
+  const reference::Tensor<float> want = ref_ops().sparse_attn(q, window, rows, sink, idxs, scale);
+  const reference::Tensor<float> kv = reference::concat_kv_rows(window, reference::read_all_entries(rows));
+  ASSERT_EQ(got.shape(), want.shape());
+  Stats local;
+  for (int64_t t = 0; t < c.T; ++t) {
+    std::vector<const float*> r(static_cast<size_t>(K));
+    for (int64_t j = 0; j < K; ++j) r[static_cast<size_t>(j)] = idxs.at(t, j) < 0 ? nullptr : kv.row(idxs.at(t, j));
+    for (int64_t h = 0; h < c.H; ++h) {
+      const float sk = sink.data()[static_cast<size_t>(h)];
+      const auto bm = scenarios::judge::sparse_attn_row_bound(q.row(t, h), r, c.D, sk, scale, AttnArith::kMma);
+      const auto br = scenarios::judge::sparse_attn_row_bound(q.row(t, h), r, c.D, sk, scale, AttnArith::kReference);
+      double row_max = 0;
+      for (int64_t d = 0; d < c.D; ++d) row_max = std::max(row_max, std::fabs(bm.exact[static_cast<size_t>(d)]));
+      const double ulp_row = row_max > 0 ? std::ldexp(1.0, std::ilogb(row_max) - 7) : 0x1p-133;
+      for (int64_t d = 0; d < c.D; ++d) {
+        const size_t i = static_cast<size_t>(d);
+        const float g = got.at(t, h, d), w = want.at(t, h, d);
+        ASSERT_TRUE(std::isfinite(g)) << c.name << " t " << t << " h " << h << " d " << d;
+        if (g != formats::round_to_bf16(g)) ++local.failures;  // not a bf16 value
+        local.nonzero += g != 0.0f;
+        const double slack = 0x1p-40 * std::fabs(bm.exact[i]);  // the double evaluation of the exact value
+        const double err = std::fabs(static_cast<double>(g) - bm.exact[i]);
+        const double err_ref = std::fabs(static_cast<double>(g) - w);
+        if (err > bm.bound[i] + slack || err_ref > bm.bound[i] + br.bound[i] + 2 * slack) {
+          if (++local.failures <= 5) {
+            ADD_FAILURE() << c.name << " t " << t << " h " << h << " d " << d << ": got " << g << " exact "
+                          << bm.exact[i] << " bound " << bm.bound[i] << "; reference " << w << " its bound "
+                          << br.bound[i];
+          }
+        }
+        if (bm.bound[i] > 0) local.worst = std::max(local.worst, err / bm.bound[i]);
+        if (bm.bound[i] + br.bound[i] > 0) local.worst_vs_ref = std::max(local.worst_vs_ref, err_ref / (bm.bound[i] + br.bound[i]));
+        if (row_max > 0) {
+          local.ulps_sum += bm.bound[i] / ulp_row;
+          local.tight += bm.bound[i] <= 1.5 * ulp_row;
+          ++local.n;
+        }
+        local.differ_ref += g != w;
+      }
+    }
+  }
+  EXPECT_GT(local.nonzero, 0) << c.name << ": all outputs zero";
+  EXPECT_EQ(local.failures, 0) << c.name << ": outputs outside the bound";
+  const double n = static_cast<double>(std::max<int64_t>(local.n, 1));
+  std::printf("%-22s T %3lld H %3lld D %3lld K %3lld: max err/bound %.3f (vs reference: %.3f of both bounds); bound mean "
+              "%.3f bf16 ulps of the row max, %.1f%% within 1.5 ulps; %.2f%% of outputs differ from the reference's\n",
+              c.name, static_cast<long long>(c.T), static_cast<long long>(c.H), static_cast<long long>(c.D),
+              static_cast<long long>(K), local.worst, local.worst_vs_ref, local.ulps_sum / n, 100.0 * local.tight / n,
+              100.0 * static_cast<double>(local.differ_ref) / static_cast<double>(c.T * c.H * c.D));
+  st.worst = std::max(st.worst, local.worst);
+  st.tight += local.tight;
+  st.n += local.n;
+}
+
+TEST(ProductionSparseAttn, WithinTheDerivedBound) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  const Case cases[] = {
+      {"decode, d 512", 8, 64, 512, 128, 1024, 128, 512, 1.0f, false, 0.05},
+      {"prefill-like, d 512", 12, 64, 512, 128, 512, 128, 512, 1.0f, true, 0.0},
+      {"sharp (q x 8), d 512", 4, 64, 512, 128, 512, 128, 512, 8.0f, false, 0.3},
+      {"tiny config, d 128", 6, 4, 128, 16, 64, 16, 40, 1.0f, true, 0.2},
+      {"72 heads, d 256", 3, 72, 256, 64, 128, 1, 64, 2.0f, false, 0.5},
+      {"mostly -1, d 512", 3, 64, 512, 64, 128, 64, 70, 1.0f, true, 0.97},
+  };
+  Stats st;
+  for (const Case& c : cases) run_case(c, st);
+  std::printf("all cases: max err/bound %.3f; %.1f%% of outputs with a bound within 1.5 bf16 ulps of the row max\n",
+              st.worst, 100.0 * static_cast<double>(st.tight) / static_cast<double>(std::max<int64_t>(st.n, 1)));
+  EXPECT_GE(static_cast<double>(st.tight), 0.9 * static_cast<double>(st.n)) << "the bound is vacuous";
+}
+
+TEST(ProductionSparseAttn, RowsOfOnlyMinusOneGiveZero) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  const reference::Tensor<float> q = random_bf16({2, 64, 512});
+  const reference::Tensor<float> window = random_bf16({8, 512});
+  const reference::Tensor<float> sink = random_bf16({64});
+  const reference::Tensor<int32_t> idxs({2, 70}, "idxs", -1);
+  const reference::Tensor<uint8_t> no_bytes({0, formats::entry_bytes(CacheFormat::kCompressedKvFp4, 512)}, "none");
+  const reference::CacheRows none{CacheFormat::kCompressedKvFp4, 512, 0, &no_bytes};
+  const reference::Tensor<float> got =
+      production_ops().download(production_ops().sparse_attn(q, window, none, sink, idxs, 0.0441941738f));
+  for (const float v : got.data()) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(ProductionSparseAttn, ProductionOpsEnvironment) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  const reference::Tensor<float> q = random_bf16({3, 64, 512});
+  const reference::Tensor<float> window = random_bf16({100, 512});
+  const reference::Tensor<float> sink = random_bf16({64});
+  reference::Tensor<int32_t> idxs({3, 100}, "idxs");
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t j = 0; j < 100; ++j) idxs.at(t, j) = static_cast<int32_t>((j * 7 + t) % 100);
+  const reference::Tensor<uint8_t> no_bytes({0, formats::entry_bytes(CacheFormat::kCompressedKvFp4, 512)}, "none");
+  const reference::CacheRows none{CacheFormat::kCompressedKvFp4, 512, 0, &no_bytes};
+  const float scale = 0.0441941738f;
+  const reference::Tensor<float> want = ref_ops().sparse_attn(q, window, none, sink, idxs, scale);
+  setenv("DSV41_CUDA_PRODUCTION_OPS", "linear", 1);
+  {
+    const gpu::CudaOps only_linear(gpu::CudaMode::kProduction);
+    EXPECT_TRUE(only_linear.production("linear"));
+    EXPECT_FALSE(only_linear.production("sparse_attn"));
+    EXPECT_TRUE(same_bits(want, only_linear.sparse_attn(q, window, none, sink, idxs, scale)));
+  }
+  setenv("DSV41_CUDA_PRODUCTION_OPS", "sparse_attn", 1);
+  {
+    const gpu::CudaOps only_attn(gpu::CudaMode::kProduction);
+    EXPECT_FALSE(only_attn.production("linear"));
+    EXPECT_TRUE(only_attn.production("sparse_attn"));
+  }
+  setenv("DSV41_CUDA_PRODUCTION_OPS", "linear,attention", 1);
+  EXPECT_THROW(gpu::CudaOps(gpu::CudaMode::kProduction), Error);
+  unsetenv("DSV41_CUDA_PRODUCTION_OPS");
+  const gpu::CudaOps all(gpu::CudaMode::kProduction);
+  EXPECT_TRUE(all.production("linear") && all.production("sparse_attn"));
+  EXPECT_FALSE(cuda_ops().production("sparse_attn"));  // kExact: never
+}
+
+}  // namespace
+}  // namespace dsv41::test
