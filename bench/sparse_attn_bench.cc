@@ -1,6 +1,6 @@
 // bench/sparse_attn_bench.cc: dsv41_sparse_attn_bench, the production sparse attention
-// (cuda/attention_mma.cu, backend `cuda`) at issue 32's shapes, beside the exact kernel's three
-// stages (cuda/attention.cu, backend `cuda-exact`). bench/sparse_attn.sh runs it after
+// (cuda/attention_wgmma.cu, backend `cuda`; and its mma.sync variant cuda/attention_mma.cu) at issue
+// 32's shapes, beside the exact kernel's three stages (cuda/attention.cu, backend `cuda-exact`). bench/sparse_attn.sh runs it after
 // bench/sparse_attn_torch.py (torch eager and the bf16 matmul peak, same call).
 //
 // Shapes and index rows are bench/kernels_bench.cc's attention rows: h 64, d 512, k 640 (128 window
@@ -11,7 +11,7 @@
 // The production kernel reads q and kv as bf16 (the production format) and writes bf16; the exact
 // stages read fp32 storage (the backend's). Medians of CUDA-event timings, each after a 256 MiB L2
 // flush (bench/bench_device.h). TFLOP/s = 2 T H K (512 + 512) / median (FlashMLA's count).
-// Checked before timing: 4 query rows x 64 heads of the production output against the derived
+// Checked before timing: 4 query rows x 64 heads of each kernel's output (poisoned first) against the derived
 // bound (scenarios/judge/sparse_attn_mma_bound.h); a FAIL is printed instead of the time.
 //
 // Usage: dsv41_sparse_attn_bench [--peak TFLOPS] [--exact]   (--exact: also time the exact stages)
@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -76,15 +77,18 @@ void run(const Shape& sh, double peak, bool exact) {
   idxs.upload(hidx);
   const float scale = 1.0f / std::sqrt(512.0f);
   const double flops = 2.0 * double(T) * H * K * (512 + 512);
-  const auto prod = [&](int) { gpu::sparse_attn_mma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get()); };
-  prod(0);
-  gpu::synchronize();
-  // Check 4 query rows against the derived bound.
-  std::string check = flag.download()[0] == 0 ? "ok" : "FAIL inputs not bf16";
-  double worst = 0;
-  {
-    const std::vector<float> hq = bf16_values(q.download()), hkv = bf16_values(kv.download()),
-                             ho = bf16_values(out.download()), hs = sink.download();
+  const std::function<void(int)> kernels[2] = {
+      [&](int) { gpu::sparse_attn_mma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get()); },
+      [&](int) { gpu::sparse_attn_wgmma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get()); }};
+  const std::vector<float> hq = bf16_values(q.download()), hkv = bf16_values(kv.download()), hs = sink.download();
+  for (int kernel = 0; kernel < 2; ++kernel) {
+    // Check 4 query rows against the derived bound (the output poisoned first).
+    std::string check = flag.download()[0] == 0 ? "ok" : "FAIL inputs not bf16";
+    out.poison();
+    kernels[kernel](0);
+    gpu::synchronize();
+    double worst = 0;
+    const std::vector<float> ho = bf16_values(out.download());
     for (const int64_t t : {int64_t{0}, int64_t{1}, T - 2, T - 1}) {
       std::vector<const float*> rows(static_cast<size_t>(K));
       for (int64_t j = 0; j < K; ++j) {
@@ -102,13 +106,13 @@ void run(const Shape& sh, double peak, bool exact) {
         }
       }
     }
+    const int reps = prefill ? 20 : 50;
+    const std::vector<double> ms = time_ms(3, reps, 1, kernels[kernel]);
+    const double us = ms[ms.size() / 2] * 1e3;
+    std::printf("%-10s %-10s T %5lld: %9.1f us  %7.1f TFLOP/s  %5.1f%% of peak %.0f  (check %s, max err/bound %.3f)\n",
+                sh.name, kernel == 0 ? "mma.sync" : "wgmma", static_cast<long long>(T), us, flops / us / 1e6,
+                100.0 * flops / us / 1e6 / peak, peak, check.c_str(), worst);
   }
-  const int reps = prefill ? 20 : 50;
-  const std::vector<double> ms = time_ms(3, reps, 1, prod);
-  const double us = ms[ms.size() / 2] * 1e3;
-  std::printf("%-10s production  T %5lld: %9.1f us  %7.1f TFLOP/s  %5.1f%% of peak %.0f  (check %s, max err/bound %.3f)\n",
-              sh.name, static_cast<long long>(T), us, flops / us / 1e6, 100.0 * flops / us / 1e6 / peak, peak,
-              check.c_str(), worst);
   if (!exact) return;
   DeviceBuffer<float> s(static_cast<size_t>(T * H * K)), p(s.size()), rescale(static_cast<size_t>(T * H * (K / 64))),
       l(static_cast<size_t>(T * H)), outf(static_cast<size_t>(T * H * D));
@@ -119,7 +123,7 @@ void run(const Shape& sh, double peak, bool exact) {
   };
   const std::vector<double> me = time_ms(1, prefill ? 5 : 20, 1, ex);
   const double ue = me[me.size() / 2] * 1e3;
-  std::printf("%-10s exact       T %5lld: %9.1f us  %7.1f TFLOP/s  %5.1f%% of peak %.0f\n", sh.name,
+  std::printf("%-10s exact      T %5lld: %9.1f us  %7.1f TFLOP/s  %5.1f%% of peak %.0f\n", sh.name,
               static_cast<long long>(T), ue, flops / ue / 1e6, 100.0 * flops / ue / 1e6 / peak, peak);
 }
 

@@ -14,7 +14,7 @@
 // Inputs the reference rejects (bad shapes, an index outside [-1, N)) run the reference on the
 // host, which raises its own error (counted as a host call).
 // kProduction (with sparse_attn among DSV41_CUDA_PRODUCTION_OPS): the production kernel
-// (cuda/attention_mma.cu, bf16 tensor cores, order-variant; bound scenarios/judge/sparse_attn_mma_bound.h)
+// (cuda/attention_wgmma.cu, bf16 tensor cores, order-variant; bound scenarios/judge/sparse_attn_mma_bound.h)
 // on bf16 copies of q and the KV rows, for head dims 128, 256, 512 and bf16-valued inputs; else the above.
 #include <algorithm>
 #include <cmath>
@@ -154,7 +154,7 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
   DevIn<float> dq(q), dkv(*kv);
   DevIn<int32_t> di(idxs);
   if (production("sparse_attn") && gpu::sparse_attn_mma_supported(D)) {
-    // The production kernel (cuda/attention_mma.cu, order-variant) on bf16 copies of q and the KV
+    // The production kernel (cuda/attention_wgmma.cu, order-variant) on bf16 copies of q and the KV
     // rows; a value that is not bf16 (outside the reference's input contract) takes the exact path.
     DeviceBuffer<uint16_t> bq(static_cast<size_t>(q.numel())), bkv(static_cast<size_t>(kv->numel()));
     DeviceBuffer<int> flag(1);
@@ -163,7 +163,7 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
     gpu::to_bf16_bits(dkv.get(), kv->numel(), bkv.get(), flag.get());
     if (flag.download()[0] == 0) {
       DevIn<float> dsink(sink);
-      gpu::sparse_attn_mma(bq.get(), bkv.get(), di.get(), dsink.get(), T, H, D, K, softmax_scale, dev(out));
+      gpu::sparse_attn_wgmma(bq.get(), bkv.get(), di.get(), dsink.get(), T, H, D, K, softmax_scale, dev(out));
       return out;
     }
   }

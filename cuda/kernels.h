@@ -132,12 +132,21 @@ void sparse_attn_mma(const uint16_t* q, const uint16_t* kv, const int32_t* idxs,
                      int64_t H, int64_t D, int64_t K, float scale, float* out);
 void sparse_attn_mma_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
                           int64_t H, int64_t D, int64_t K, float scale, uint16_t* out);
+// The same on wgmma (cuda/attention_wgmma.cu: 2 warpgroups, M = 64 heads, operands from shared
+// memory): the production path's kernel.
+void sparse_attn_wgmma(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
+                       int64_t H, int64_t D, int64_t K, float scale, float* out);
+void sparse_attn_wgmma_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
+                            int64_t H, int64_t D, int64_t K, float scale, uint16_t* out);
 // y [n] = the bf16 bits of x [n] (fp32 storage); *flag (device, zeroed by the caller) = 1 when some
 // x is not a bf16 value.
 void to_bf16_bits(const float* x, int64_t n, uint16_t* y, int* flag);
 // The probes of tests/cuda/sparse_attn_production_test.cc: one mma.sync m16n8k16 bf16 (a [16][16],
 // b [8][16] bf16 bits, k contiguous; c, d [16][8] fp32: d = c + a b^T), and the kernel's exp2f.
 void bf16_mma_probe(const uint16_t* a, const uint16_t* b, const float* c, float* d);
+// One wgmma m64n32k16 bf16 in cuda/attention_wgmma.cu's layout: a [64][16], b [32][16] bf16 bits
+// (k contiguous), c, d [64][32] fp32: d = c + a b^T.
+void bf16_wgmma_probe(const uint16_t* a, const uint16_t* b, const float* c, float* d);
 void exp2_probe(const float* x, int64_t n, float* y);
 // attention_index_rows: window [rows, kw], topk [rows, kt] -> out [rows, kw + width] int32.
 void attention_index_rows(const int32_t* window, int64_t kw, const int32_t* topk, int64_t kt, int64_t rows,

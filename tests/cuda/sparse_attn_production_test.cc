@@ -1,7 +1,8 @@
-// tests/cuda/sparse_attn_production_test.cc: the PRODUCTION sparse attention (cuda/attention_mma.cu,
-// backend `cuda`, CudaMode::kProduction) against its derived bound
+// tests/cuda/sparse_attn_production_test.cc: the PRODUCTION sparse attention (cuda/attention_wgmma.cu,
+// backend `cuda`, CudaMode::kProduction; and the mma.sync variant cuda/attention_mma.cu) against its derived bound
 // (scenarios/judge/sparse_attn_mma_bound.h).
-//   1. The model the bound rests on, probed on the device: one mma.sync m16n8k16 bf16 keeps every
+//   1. The model the bound rests on, probed on the device for both tensor-core paths (wgmma
+//      m64n32k16 in the production kernel's layout, mma.sync m16n8k16): one step keeps every
 //      term down to 2^(E - 23) next to the largest (E its exponent), products and accumulator, and
 //      |d - exact| <= delta = 2^-18 (|c| + sum |a b|) on random, mixed-magnitude and cancelling
 //      steps; the kernel's exp2f within 2 ulp (relative 4u) on a sweep of arguments.
@@ -43,25 +44,35 @@ const gpu::CudaOps& production_ops() {
 
 uint16_t bf16_bits(float v) { return static_cast<uint16_t>(bits(formats::round_to_bf16(v)) >> 16); }
 
-// One mma step: a [16][16], b [8][16] (k contiguous), c [16][8] -> d [16][8] = c + a b^T.
-std::vector<float> mma_step(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c) {
+// The two tensor-core paths: mma.sync m16n8k16 (cuda/attention_mma.cu) and wgmma m64n32k16
+// (cuda/attention_wgmma.cu, the production path's layout and descriptors).
+enum class Path { kMmaSync, kWgmma };
+const char* path_name(Path p) { return p == Path::kMmaSync ? "mma.sync m16n8k16 bf16" : "wgmma m64n32k16 bf16"; }
+int rows_of(Path p) { return p == Path::kMmaSync ? 16 : 64; }
+int cols_of(Path p) { return p == Path::kMmaSync ? 8 : 32; }
+
+// One step: a [M][16], b [N][16] (k contiguous), c [M][N] -> d [M][N] = c + a b^T.
+std::vector<float> mma_step(Path path, const std::vector<float>& a, const std::vector<float>& b,
+                            const std::vector<float>& c) {
   std::vector<uint16_t> ab(a.size()), bb(b.size());
   for (size_t i = 0; i < a.size(); ++i) ab[i] = bf16_bits(a[i]);
   for (size_t i = 0; i < b.size(); ++i) bb[i] = bf16_bits(b[i]);
   gpu::DeviceBuffer<uint16_t> da(ab.size()), db(bb.size());
-  gpu::DeviceBuffer<float> dc(c.size()), dd(16 * 8);
+  gpu::DeviceBuffer<float> dc(c.size()), dd(c.size());
   da.upload(ab);
   db.upload(bb);
   dc.upload(c);
   dd.poison();
-  gpu::bf16_mma_probe(da.get(), db.get(), dc.get(), dd.get());
+  if (path == Path::kMmaSync) gpu::bf16_mma_probe(da.get(), db.get(), dc.get(), dd.get());
+  else gpu::bf16_wgmma_probe(da.get(), db.get(), dc.get(), dd.get());
   return dd.download();
 }
 
 // d[0][0] for: product 1 at k = 0 and sign * 2^-j at k = pos (accumulator 0), or accumulator 1 and
 // the product sign * 2^-j alone (pos < 0).
-float probe_pair(int j, int pos, float sign = 1.0f) {
-  std::vector<float> a(16 * 16, 0.0f), b(8 * 16, 0.0f), c(16 * 8, 0.0f);
+float probe_pair(Path path, int j, int pos, float sign = 1.0f) {
+  const int M = rows_of(path), N = cols_of(path);
+  std::vector<float> a(M * 16, 0.0f), b(N * 16, 0.0f), c(M * N, 0.0f);
   const float small = sign * std::ldexp(1.0f, -j);
   if (pos >= 0) {
     a[0] = 1.0f;
@@ -73,55 +84,61 @@ float probe_pair(int j, int pos, float sign = 1.0f) {
     a[3] = small;
     b[3] = 1.0f;
   }
-  return mma_step(a, b, c)[0];
+  return mma_step(path, a, b, c)[0];
 }
 
-TEST(Bf16MmaModel, KeepsEveryBitTheBoundAssumes) {
+class Bf16MmaModel : public ::testing::TestWithParam<Path> {};
+
+TEST_P(Bf16MmaModel, KeepsEveryBitTheBoundAssumes) {
   DSV41_SKIP_WITHOUT_DEVICE();
+  const Path path = GetParam();
   for (const int pos : {1, 7, 8, 15, -1}) {
     int kept = 0;
-    for (int j = 1; j <= 30; ++j) {
-      if (probe_pair(j, pos) != 1.0f + std::ldexp(1.0f, -j) && j <= 23) break;
-      if (j <= 23) kept = j;
+    for (int j = 1; j <= 23; ++j) {
+      if (probe_pair(path, j, pos) != 1.0f + std::ldexp(1.0f, -j)) break;
+      kept = j;
     }
-    std::printf("measured (mma.sync m16n8k16 bf16): %s, terms down to 2^-%d kept next to 1; 1 - 2^-24 gives %.9g\n",
-                pos < 0 ? "accumulator 1 + product" : "product 1 + product", kept, probe_pair(24, pos, -1.0f));
+    std::printf("measured (%s): %s at k %d, terms down to 2^-%d kept next to 1; 1 - 2^-24 gives %.9g\n",
+                path_name(path), pos < 0 ? "accumulator 1 + product" : "product 1 + product", pos, kept,
+                probe_pair(path, 24, pos, -1.0f));
     EXPECT_GE(kept, 23) << "the device keeps fewer bits than sparse_attn_mma_bound.h assumes (pos " << pos << ")";
   }
 }
 
-TEST(Bf16MmaModel, StepErrorsWithinDelta) {
+TEST_P(Bf16MmaModel, StepErrorsWithinDelta) {
   DSV41_SKIP_WITHOUT_DEVICE();
+  const Path path = GetParam();
+  const int M = rows_of(path), N = cols_of(path);
   std::normal_distribution<float> n(0.0f, 1.0f);
   std::uniform_int_distribution<int> ex(-20, 20);
   double worst = 0;
   int64_t differ = 0, steps = 0;
   for (int kind = 0; kind < 3; ++kind) {
-    for (int rep = 0; rep < 40; ++rep) {
-      std::vector<float> a(16 * 16), b(8 * 16), c(16 * 8);
+    for (int rep = 0; rep < (path == Path::kMmaSync ? 40 : 4); ++rep) {
+      std::vector<float> a(M * 16), b(N * 16), c(M * N);
       for (float& v : a) v = formats::round_to_bf16(kind == 1 ? std::ldexp(n(rng()), ex(rng())) : n(rng()));
       for (float& v : b) v = formats::round_to_bf16(n(rng()));
-      for (int r = 0; r < 16; ++r) {
-        for (int col = 0; col < 8; ++col) {
+      for (int r = 0; r < M; ++r) {
+        for (int col = 0; col < N; ++col) {
           double p = 0;
           for (int k = 0; k < 16; ++k) p += static_cast<double>(a[r * 16 + k]) * b[col * 16 + k];
           // kind 2: the accumulator cancels the products but for a little
-          c[r * 8 + col] = kind == 2 ? static_cast<float>(-p * (1 + 1e-3 * n(rng()))) : 8.0f * n(rng());
+          c[r * N + col] = kind == 2 ? static_cast<float>(-p * (1 + 1e-3 * n(rng()))) : 8.0f * n(rng());
         }
       }
-      const std::vector<float> d = mma_step(a, b, c);
-      for (int r = 0; r < 16; ++r) {
-        for (int col = 0; col < 8; ++col) {
-          double exact = c[r * 8 + col], prod = 0;
+      const std::vector<float> d = mma_step(path, a, b, c);
+      for (int r = 0; r < M; ++r) {
+        for (int col = 0; col < N; ++col) {
+          double exact = c[r * N + col], prod = 0;
           for (int k = 0; k < 16; ++k) {
             const double p = static_cast<double>(a[r * 16 + k]) * b[col * 16 + k];
             exact += p;
             prod += std::fabs(p);
           }
-          const double delta = scenarios::judge::bf16_mma_step_error(std::fabs(c[r * 8 + col]), prod);
-          const double err = std::fabs(static_cast<double>(d[r * 8 + col]) - exact);
-          ASSERT_TRUE(std::isfinite(d[r * 8 + col]));
-          EXPECT_LE(err, delta) << "kind " << kind << " row " << r << " col " << col;
+          const double delta = scenarios::judge::bf16_mma_step_error(std::fabs(c[r * N + col]), prod);
+          const double err = std::fabs(static_cast<double>(d[r * N + col]) - exact);
+          ASSERT_TRUE(std::isfinite(d[r * N + col]));
+          EXPECT_LE(err, delta) << path_name(path) << " kind " << kind << " row " << r << " col " << col;
           differ += err > 0;
           worst = std::max(worst, err / delta);
           ++steps;
@@ -129,12 +146,15 @@ TEST(Bf16MmaModel, StepErrorsWithinDelta) {
       }
     }
   }
-  std::printf("measured (mma.sync m16n8k16 bf16): %lld of %lld steps differ from the exact sum; max err/delta %.3g "
-              "(delta = %.3g (|c| + sum |a b|))\n", static_cast<long long>(differ), static_cast<long long>(steps), worst,
-              kBf16MmaStepRel);
+  std::printf("measured (%s): %lld of %lld steps differ from the exact sum; max err/delta %.3g "
+              "(delta = %.3g (|c| + sum |a b|))\n", path_name(path), static_cast<long long>(differ),
+              static_cast<long long>(steps), worst, kBf16MmaStepRel);
 }
 
-TEST(Bf16MmaModel, Exp2WithinTwoUlps) {
+INSTANTIATE_TEST_SUITE_P(Paths, Bf16MmaModel, ::testing::Values(Path::kMmaSync, Path::kWgmma),
+                         [](const auto& info) { return std::string(info.param == Path::kWgmma ? "wgmma" : "mma_sync"); });
+
+TEST(Exp2Model, WithinTwoUlps) {
   DSV41_SKIP_WITHOUT_DEVICE();
   std::vector<float> x;
   for (int i = 0; i <= 200000; ++i) x.push_back(-126.0f * static_cast<float>(i) / 200000.0f);
@@ -160,7 +180,30 @@ struct Case {
   float q_scale;
   bool prefill;     // window columns: row t reads window rows 0 .. t (-1 after); else all window rows
   double minus_one; // share of -1 among the compressed columns
+  bool mma_sync = false;  // the mma.sync kernel (cuda/attention_mma.cu) directly, not CudaOps (wgmma)
 };
+
+// The mma.sync kernel on bf16 copies of q and the KV rows.
+reference::Tensor<float> run_mma_sync(const reference::Tensor<float>& q, const reference::Tensor<float>& kv,
+                                      const reference::Tensor<float>& sink, const reference::Tensor<int32_t>& idxs,
+                                      float scale) {
+  const auto bits16 = [](const reference::Tensor<float>& t) {
+    std::vector<uint16_t> v(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_bits(t.data()[i]);
+    return v;
+  };
+  gpu::DeviceBuffer<uint16_t> dq(static_cast<size_t>(q.numel())), dkv(static_cast<size_t>(kv.numel()));
+  dq.upload(bits16(q));
+  dkv.upload(bits16(kv));
+  gpu::DeviceBuffer<int32_t> di(static_cast<size_t>(idxs.numel()));
+  di.upload(idxs.data());
+  gpu::DeviceBuffer<float> ds(static_cast<size_t>(sink.numel())), dout(static_cast<size_t>(q.numel()));
+  ds.upload(sink.data());
+  dout.poison();
+  gpu::sparse_attn_mma(dq.get(), dkv.get(), di.get(), ds.get(), q.dim(0), q.dim(1), q.dim(2), idxs.dim(1), scale,
+                       dout.get());
+  return reference::Tensor<float>(q.shape(), dout.download(), "out");
+}
 
 struct Stats {
   double worst = 0, worst_vs_ref = 0, ulps_sum = 0;
@@ -192,10 +235,11 @@ void run_case(const Case& c, Stats& st) {
       idxs.at(t, c.Kw + j) = none(rng()) ? -1 : static_cast<int32_t>(c.window_rows + pick(rng()));
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
-  const reference::Tensor<float> got =
-      production_ops().download(production_ops().sparse_attn(q, window, rows, sink, idxs, scale));
   const reference::Tensor<float> want = ref_ops().sparse_attn(q, window, rows, sink, idxs, scale);
   const reference::Tensor<float> kv = reference::concat_kv_rows(window, reference::read_all_entries(rows));
+  const reference::Tensor<float> got =
+      c.mma_sync ? run_mma_sync(q, kv, sink, idxs, scale)
+                 : production_ops().download(production_ops().sparse_attn(q, window, rows, sink, idxs, scale));
   ASSERT_EQ(got.shape(), want.shape());
   Stats local;
   for (int64_t t = 0; t < c.T; ++t) {
@@ -257,6 +301,8 @@ TEST(ProductionSparseAttn, WithinTheDerivedBound) {
       {"tiny config, d 128", 6, 4, 128, 16, 64, 16, 40, 1.0f, true, 0.2},
       {"72 heads, d 256", 3, 72, 256, 64, 128, 1, 64, 2.0f, false, 0.5},
       {"mostly -1, d 512", 3, 64, 512, 64, 128, 64, 70, 1.0f, true, 0.97},
+      {"mma.sync: decode", 4, 64, 512, 128, 1024, 128, 512, 1.0f, false, 0.05, true},
+      {"mma.sync: tiny", 4, 4, 128, 16, 64, 16, 40, 1.0f, true, 0.2, true},
   };
   Stats st;
   for (const Case& c : cases) run_case(c, st);

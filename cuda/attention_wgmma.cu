@@ -1,0 +1,377 @@
+// cuda/attention_wgmma.cu: the PRODUCTION sparse attention on Hopper's wgmma (backend `cuda`, claim
+// order-variant) ↔ reference/ops/attention.cc (sparse_attn); docs/cuda.md "Production ops".
+//
+// The algorithm, the semantics and the softmax statements are cuda/attention_mma.cu's (read its
+// header); what differs is the matrix work: 2 warpgroups, each one wgmma M = 64 (all the CTA's
+// heads) at a time, operands read by the tensor cores straight from shared memory:
+//   S:  warpgroup dh computes the 64 heads x 32 indices 32 dh .. 32 dh + 31 of block b over the
+//       whole head dim: D/16 wgmma m64n32k16 in channel order into one accumulator (A = Q, B = the
+//       KV rows, both K-major), then s2 = s * c2, -1 -> -inf; the row max of the pair of warps that
+//       share 16 heads (warp w and w + 4) through shared memory, p, r, l as cuda/attention_mma.cu;
+//   P:  bf16 probabilities into a [64][64] K-major tile (both warpgroups' halves; all 8 warps
+//       then meet), O = O * r;
+//   PV: warpgroup dh: O[64 heads, D/2 channels dh D/2 ..] += P . V_b, 4 wgmma m64n(D/2)k16, A = P
+//       (K-major), B = the same KV tile read MN-major (channels contiguous: the transposed operand).
+// Shared tiles: [rows][D] bf16 as D/64 atom columns of [rows][128 bytes] in the 128-byte swizzle
+// (16-byte chunk c of row r at chunk c ^ (r % 8); atoms 1024-byte aligned; atom columns 8 KiB
+// apart), so one KV tile serves both the K-major B of S (SBO 1024) and the MN-major B of PV (LBO
+// 8 KiB between atom columns, SBO 1024 between 8-row groups). Written by cp.async, made visible to
+// the tensor cores by fence.proxy.async before the barrier (HOPPER.md). Shared memory at D = 512:
+// Q 64 KiB, two KV stages 128 KiB, P 8 KiB: 207,360 bytes, one CTA per SM.
+// Error model: each wgmma k16 is one step of scenarios/judge/sparse_attn_mma_bound.h (16 products
+// and the accumulator), probed on the device by tests/cuda/sparse_attn_production_test.cc
+// (bf16_wgmma_probe, this file's layout and descriptors).
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/fp8_async.cuh"
+#include "cuda/kernels.h"
+
+namespace dsv41::gpu {
+namespace {
+
+using fp8::cp_async16;
+using fp8::cp_async_commit;
+using fp8::cp_async_wait;
+using fp8::smem_addr;
+
+constexpr int kThreads = 256;  // 2 warpgroups
+constexpr int kHeads = 64;
+constexpr int kKeys = 64;
+constexpr int kAtom = kHeads * 128;  // bytes of one [64 rows][128 B] atom column
+constexpr float kInitMax = -1e30f;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int D>
+struct Layout {
+  static constexpr int kCols = D / 64;  // atom columns
+  static constexpr int kTile = kCols * kAtom;
+  static constexpr int kOffKV = kTile, kOffP = 3 * kTile, kOffStat = kOffP + kAtom;
+  static constexpr int kBytes = kOffStat + 6 * 64 * 4;  // rmax[2][64], rl[2][64], sidx[2][64]
+  static constexpr int kAlloc = kBytes + 1024;         // + alignment slack
+};
+static_assert(Layout<512>::kAlloc <= 232448, "shared memory of one CTA");
+
+// Byte offset of 16-byte chunk ch (of D/8) of row r in a swizzled [rows][D] tile.
+__device__ inline int sw_off(int r, int ch) { return (ch >> 3) * kAtom + r * 128 + (((ch & 7) ^ (r & 7)) << 4); }
+
+__device__ inline uint64_t desc(unsigned addr, unsigned lbo, unsigned sbo) {
+  return ((addr >> 4) & 0x3FFFull) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+__device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ inline void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+template <int N>
+__device__ inline void pin(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ inline void pair_sync(int hg) { asm volatile("bar.sync %0, 64;\n" ::"r"(1 + hg) : "memory"); }
+__device__ inline uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ inline void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+__device__ inline void store2(uint16_t* p, float a, float b) { *reinterpret_cast<uint32_t*>(p) = pack_bf16x2(a, b); }
+__device__ inline float bf16_value(float x) { return __uint_as_float(pack_bf16x2(x, 0.0f) << 16); }
+
+// Generated wgmma wrappers (d += a b, bf16 in, fp32 accumulate; _tb: B MN-major).
+__device__ inline void wgmma_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, 1, 1, 1, 0, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b));
+}
+__device__ inline void wgmma_m64n64k16_tb(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, 1, 1, 1, 0, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b));
+}
+__device__ inline void wgmma_m64n128k16_tb(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, 1, 1, 1, 0, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b));
+}
+__device__ inline void wgmma_m64n256k16_tb(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, 1, 1, 1, 0, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b));
+}
+
+template <int N>
+__device__ inline void wgmma_pv(float (&d)[N / 2], uint64_t a, uint64_t b) {
+  if constexpr (N == 256) wgmma_m64n256k16_tb(d, a, b);
+  else if constexpr (N == 128) wgmma_m64n128k16_tb(d, a, b);
+  else wgmma_m64n64k16_tb(d, a, b);
+}
+
+template <int D, typename OutT>
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_attn_wgmma_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
+                             const int32_t* __restrict__ idxs, const float* __restrict__ sink, int64_t H, int64_t K,
+                             float c2, OutT* __restrict__ out) {
+  using L = Layout<D>;
+  constexpr int DH = D / 2, kChunks = D / 8;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint8_t* const Qs = smem;
+  uint8_t* const KVs = smem + L::kOffKV;
+  uint8_t* const Ps = smem + L::kOffP;
+  float* const rmax = reinterpret_cast<float*>(smem + L::kOffStat);  // [2][64]
+  float* const rl = rmax + 2 * kHeads;                                // [2][64]
+  int32_t* const sidx = reinterpret_cast<int32_t*>(rl + 2 * kHeads);   // [2][64]
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, w = tid >> 5, hg = w & 3, dh = w >> 2;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t t = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * kHeads;
+  const int32_t* const idx = idxs + t * K;
+  const int64_t nblocks = (K + kKeys - 1) / kKeys;
+
+  for (int i = tid; i < kHeads * kChunks; i += kThreads) {  // the Q tile (zero rows past H)
+    const int r = i / kChunks, ch = i % kChunks;
+    const bool ok = h0 + r < H;
+    cp_async16(Qs + sw_off(r, ch), ok ? q + ((t * H + h0 + r) * D + ch * 8) : q, ok ? 16 : 0);
+  }
+  const auto load_kv = [&](int stage, int64_t b) {
+    uint8_t* const dst = KVs + stage * L::kTile;
+#pragma unroll 4
+    for (int i = tid; i < kKeys * kChunks; i += kThreads) {
+      const int r = i / kChunks, ch = i % kChunks;
+      const int64_t j = b * kKeys + r;
+      const int32_t ix = j < K ? __ldg(idx + j) : -1;
+      cp_async16(dst + sw_off(r, ch), ix >= 0 ? kv + (static_cast<int64_t>(ix) * D + ch * 8) : kv, ix >= 0 ? 16 : 0);
+    }
+    if (tid < kKeys) {
+      const int64_t j = b * kKeys + tid;
+      sidx[stage * kKeys + tid] = j < K ? __ldg(idx + j) : -1;
+    }
+    cp_async_commit();
+  };
+  if (nblocks > 0) load_kv(0, 0);
+  cp_async_commit();
+
+  float o[DH / 2];
+#pragma unroll
+  for (int n = 0; n < DH / 2; ++n) o[n] = 0.0f;
+  float m_run[2] = {kInitMax, kInitMax};
+  float l_run[2] = {0.0f, 0.0f};
+  const unsigned qs = smem_addr(Qs), kvs0 = smem_addr(KVs), ps = smem_addr(Ps);
+  const int prow0 = hg * 16 + g;
+
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int st = static_cast<int>(b & 1);
+    cp_async_wait<0>();
+    fence_proxy_async();  // this thread's cp.async bytes -> visible to the tensor cores
+    __syncthreads();      // stage st landed; stage st ^ 1, P and the statistics are free
+    if (b + 1 < nblocks) load_kv(st ^ 1, b + 1);
+    const unsigned kvs = kvs0 + static_cast<unsigned>(st * L::kTile);
+
+    // S: 64 heads x this warpgroup's 32 indices, D/16 steps in channel order
+    float s[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const unsigned col = static_cast<unsigned>((ks >> 2) * kAtom + (ks & 3) * 32);
+      wgmma_m64n32k16(s, desc(qs + col, 16, 1024), desc(kvs + col + static_cast<unsigned>(dh * 32 * 128), 16, 1024));
+    }
+    wgmma_commit();
+    wgmma_wait0();
+    pin(s);
+    float x[4][4];
+    const int* const sid = sidx + st * kKeys + dh * 32;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[i][e] = sid[i * 8 + 2 * c + (e & 1)] < 0 ? -INFINITY : __fmul_rn(s[4 * i + e], c2);
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      mx[0] = fmaxf(mx[0], fmaxf(x[i][0], x[i][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(x[i][2], x[i][3]));
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
+      mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+    }
+    if (c == 0) {
+      rmax[dh * kHeads + prow0] = mx[0];
+      rmax[dh * kHeads + prow0 + 8] = mx[1];
+    }
+    pair_sync(hg);
+    float r[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const float m_new = fmaxf(m_run[k], fmaxf(mx[k], rmax[(dh ^ 1) * kHeads + prow0 + 8 * k]));
+      r[k] = exp2f(__fsub_rn(m_run[k], m_new));
+      m_run[k] = m_new;
+    }
+    float psum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float p[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        p[e] = exp2f(__fsub_rn(x[i][e], m_run[e >> 1]));
+        psum[e >> 1] = __fadd_rn(psum[e >> 1], p[e]);
+      }
+      const int key = dh * 32 + i * 8 + 2 * c, chunk = key >> 3, within = (key & 7) * 2;
+      *reinterpret_cast<uint32_t*>(Ps + prow0 * 128 + ((chunk ^ (prow0 & 7)) << 4) + within) = pack_bf16x2(p[0], p[1]);
+      *reinterpret_cast<uint32_t*>(Ps + (prow0 + 8) * 128 + ((chunk ^ ((prow0 + 8) & 7)) << 4) + within) =
+          pack_bf16x2(p[2], p[3]);
+    }
+    l_run[0] = __fmaf_rn(l_run[0], r[0], psum[0]);
+    l_run[1] = __fmaf_rn(l_run[1], r[1], psum[1]);
+    fence_proxy_async();  // the P stores -> visible to the tensor cores
+#pragma unroll
+    for (int n = 0; n < DH / 8; ++n) {
+      o[4 * n] = __fmul_rn(o[4 * n], r[0]);
+      o[4 * n + 1] = __fmul_rn(o[4 * n + 1], r[0]);
+      o[4 * n + 2] = __fmul_rn(o[4 * n + 2], r[1]);
+      o[4 * n + 3] = __fmul_rn(o[4 * n + 3], r[1]);
+    }
+    __syncthreads();  // all of P written
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      wgmma_pv<DH>(o, desc(ps + static_cast<unsigned>(kk * 32), 16, 1024),
+                   desc(kvs + static_cast<unsigned>(dh * (DH / 64) * kAtom + kk * 2048), kAtom, 1024));
+    }
+    wgmma_commit();
+    wgmma_wait0();
+    pin(o);
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    l_run[k] = __fadd_rn(l_run[k], __shfl_xor_sync(0xffffffffu, l_run[k], 1));
+    l_run[k] = __fadd_rn(l_run[k], __shfl_xor_sync(0xffffffffu, l_run[k], 2));
+  }
+  if (c == 0) {
+    rl[dh * kHeads + prow0] = l_run[0];
+    rl[dh * kHeads + prow0 + 8] = l_run[1];
+  }
+  pair_sync(hg);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int row = prow0 + 8 * k;
+    const int64_t h = h0 + row;
+    if (h >= H) continue;
+    const float other = rl[(dh ^ 1) * kHeads + row];
+    float l = dh == 0 ? __fadd_rn(l_run[k], other) : __fadd_rn(other, l_run[k]);
+    l = __fadd_rn(l, exp2f(__fsub_rn(__fmul_rn(sink[h], kLog2e), m_run[k])));
+    const float inv = __frcp_rn(l);
+    OutT* const orow = out + (t * H + h) * D + dh * DH + 2 * c;
+#pragma unroll
+    for (int n = 0; n < DH / 8; ++n) {
+      store2(orow + n * 8, bf16_value(__fmul_rn(o[4 * n + 2 * k], inv)), bf16_value(__fmul_rn(o[4 * n + 2 * k + 1], inv)));
+    }
+  }
+}
+
+template <int D, typename OutT>
+void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
+            int64_t K, float scale, OutT* out) {
+  const int64_t hb = (H + kHeads - 1) / kHeads;
+  DSV41_CHECK(T <= 0x7fffffff && hb <= 65535, "sparse_attn_wgmma: ", T, " queries x ", H, " heads exceed the grid");
+  const auto kernel = sparse_attn_wgmma_kernel<D, OutT>;
+  DSV41_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::kAlloc)));
+  const float c2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634074);
+  kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(hb)), kThreads, Layout<D>::kAlloc>>>(q, kv, idxs, sink,
+                                                                                                    H, K, c2, out);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename OutT>
+void dispatch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
+              int64_t D, int64_t K, float scale, OutT* out) {
+  DSV41_CHECK(sparse_attn_mma_supported(D), "sparse_attn_wgmma: head dim ", D, " not supported (128, 256, 512)");
+  if (T * H == 0) return;
+  if (D == 512) launch<512>(q, kv, idxs, sink, T, H, K, scale, out);
+  else if (D == 256) launch<256>(q, kv, idxs, sink, T, H, K, scale, out);
+  else launch<128>(q, kv, idxs, sink, T, H, K, scale, out);
+}
+
+__device__ inline unsigned pack16(uint16_t lo, uint16_t hi) {
+  return static_cast<unsigned>(lo) | (static_cast<unsigned>(hi) << 16);
+}
+
+// One wgmma m64n32k16 bf16 with accumulator, in the kernel's layout and descriptors: a [64][16],
+// b [32][16] (k contiguous), c, d [64][32].
+__global__ void bf16_wgmma_probe_kernel(const uint16_t* a, const uint16_t* b, const float* c, float* d) {
+  __shared__ __align__(1024) uint8_t sa[kAtom];
+  __shared__ __align__(1024) uint8_t sb[kAtom];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, wi = tid >> 5, g = lane >> 2, q = lane & 3;
+  for (int i = tid; i < 64 * 8; i += 128) {  // rows x 16-byte chunks; k 0..15 in chunks 0, 1
+    const int r = i / 8, ch = i % 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    uint4 u = make_uint4(0, 0, 0, 0);
+    if (ch < 2) {
+      const uint16_t* pa = a + r * 16 + ch * 8;
+      v = make_uint4(pack16(pa[0], pa[1]), pack16(pa[2], pa[3]), pack16(pa[4], pa[5]), pack16(pa[6], pa[7]));
+      if (r < 32) {
+        const uint16_t* pb = b + r * 16 + ch * 8;
+        u = make_uint4(pack16(pb[0], pb[1]), pack16(pb[2], pb[3]), pack16(pb[4], pb[5]), pack16(pb[6], pb[7]));
+      }
+    }
+    *reinterpret_cast<uint4*>(sa + sw_off(r, ch)) = v;
+    *reinterpret_cast<uint4*>(sb + sw_off(r, ch)) = u;
+  }
+  fence_proxy_async();
+  __syncthreads();
+  float acc[16];
+  const int r0 = wi * 16 + g;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    acc[4 * j] = c[r0 * 32 + 8 * j + 2 * q];
+    acc[4 * j + 1] = c[r0 * 32 + 8 * j + 2 * q + 1];
+    acc[4 * j + 2] = c[(r0 + 8) * 32 + 8 * j + 2 * q];
+    acc[4 * j + 3] = c[(r0 + 8) * 32 + 8 * j + 2 * q + 1];
+  }
+  wgmma_fence();
+  wgmma_m64n32k16(acc, desc(smem_addr(sa), 16, 1024), desc(smem_addr(sb), 16, 1024));
+  wgmma_commit();
+  wgmma_wait0();
+  pin(acc);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    d[r0 * 32 + 8 * j + 2 * q] = acc[4 * j];
+    d[r0 * 32 + 8 * j + 2 * q + 1] = acc[4 * j + 1];
+    d[(r0 + 8) * 32 + 8 * j + 2 * q] = acc[4 * j + 2];
+    d[(r0 + 8) * 32 + 8 * j + 2 * q + 1] = acc[4 * j + 3];
+  }
+}
+
+}  // namespace
+
+void sparse_attn_wgmma(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
+                       int64_t H, int64_t D, int64_t K, float scale, float* out) {
+  dispatch(q, kv, idxs, sink, T, H, D, K, scale, out);
+}
+void sparse_attn_wgmma_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
+                            int64_t H, int64_t D, int64_t K, float scale, uint16_t* out) {
+  dispatch(q, kv, idxs, sink, T, H, D, K, scale, out);
+}
+void bf16_wgmma_probe(const uint16_t* a, const uint16_t* b, const float* c, float* d) {
+  bf16_wgmma_probe_kernel<<<1, 128>>>(a, b, c, d);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dsv41::gpu
