@@ -12,6 +12,10 @@
 //       then meet), O = O * r;
 //   PV: warpgroup dh: O[64 heads, D/2 channels dh D/2 ..] += P . V_b, 4 wgmma m64n(D/2)k16, A = P
 //       (K-major), B = the same KV tile read MN-major (channels contiguous: the transposed operand).
+// Pipelining: block b's S is issued right after the barrier, then the threads gather block b + 1's
+// rows (cp.async, one row per thread group; the row's index loaded one block earlier, so no load is
+// waited on) while the tensor cores run S; P . V of block b is waited at block b + 1's top, behind
+// the copy wait. O = O * r is skipped where every r of the warp is 1.
 // Shared tiles: [rows][D] bf16 as D/64 atom columns of [rows][128 bytes] in the 128-byte swizzle
 // (16-byte chunk c of row r at chunk c ^ (r % 8); atoms 1024-byte aligned; atom columns 8 KiB
 // apart), so one KV tile serves both the K-major B of S (SBO 1024) and the MN-major B of PV (LBO
@@ -146,23 +150,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool ok = h0 + r < H;
     cp_async16(Qs + sw_off(r, ch), ok ? q + ((t * H + h0 + r) * D + ch * 8) : q, ok ? 16 : 0);
   }
-  const auto load_kv = [&](int stage, int64_t b) {
+  // KV loads: thread tid copies row r = tid % 64 of a block, 32-byte pieces 2 (tid / 64) + 8 i of
+  // its chunks; its row's index for the next block is loaded one block ahead (never waited on).
+  const int lr = tid & 63, lpart = tid >> 6;
+  const auto row_index = [&](int64_t b) -> int32_t {
+    const int64_t j = b * kKeys + lr;
+    return b < nblocks && j < K ? __ldg(idx + j) : -1;
+  };
+  const auto load_kv = [&](int stage, int32_t ix) {
     uint8_t* const dst = KVs + stage * L::kTile;
-#pragma unroll 4
-    for (int i = tid; i < kKeys * kChunks; i += kThreads) {
-      const int r = i / kChunks, ch = i % kChunks;
-      const int64_t j = b * kKeys + r;
-      const int32_t ix = j < K ? __ldg(idx + j) : -1;
-      cp_async16(dst + sw_off(r, ch), ix >= 0 ? kv + (static_cast<int64_t>(ix) * D + ch * 8) : kv, ix >= 0 ? 16 : 0);
+    const uint16_t* const src = ix >= 0 ? kv + static_cast<int64_t>(ix) * D : kv;
+#pragma unroll
+    for (int i = 0; i < kChunks / 8; ++i) {
+      const int ch = 8 * i + 2 * lpart;
+      cp_async16(dst + sw_off(lr, ch), src + ch * 8, ix >= 0 ? 16 : 0);
+      cp_async16(dst + sw_off(lr, ch + 1), src + ch * 8 + 8, ix >= 0 ? 16 : 0);
     }
-    if (tid < kKeys) {
-      const int64_t j = b * kKeys + tid;
-      sidx[stage * kKeys + tid] = j < K ? __ldg(idx + j) : -1;
-    }
+    if (lpart == 0) sidx[stage * kKeys + lr] = ix;
     cp_async_commit();
   };
-  if (nblocks > 0) load_kv(0, 0);
+  if (nblocks > 0) load_kv(0, row_index(0));
   cp_async_commit();
+  int32_t next_ix = row_index(1);  // block 1's row of this thread
 
   float o[DH / 2];
 #pragma unroll
@@ -175,9 +184,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t b = 0; b < nblocks; ++b) {
     const int st = static_cast<int>(b & 1);
     cp_async_wait<0>();
+    wgmma_wait0();        // the previous block's P . V (it overlapped this wait)
+    pin(o);
     fence_proxy_async();  // this thread's cp.async bytes -> visible to the tensor cores
     __syncthreads();      // stage st landed; stage st ^ 1, P and the statistics are free
-    if (b + 1 < nblocks) load_kv(st ^ 1, b + 1);
     const unsigned kvs = kvs0 + static_cast<unsigned>(st * L::kTile);
 
     // S: 64 heads x this warpgroup's 32 indices, D/16 steps in channel order
@@ -191,6 +201,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_m64n32k16(s, desc(qs + col, 16, 1024), desc(kvs + col + static_cast<unsigned>(dh * 32 * 128), 16, 1024));
     }
     wgmma_commit();
+    // while S runs: the next block's rows into the other stage, and the index one block further
+    if (b + 1 < nblocks) load_kv(st ^ 1, next_ix);
+    next_ix = row_index(b + 2);
     wgmma_wait0();
     pin(s);
     float x[4][4];
@@ -240,12 +253,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     l_run[0] = __fmaf_rn(l_run[0], r[0], psum[0]);
     l_run[1] = __fmaf_rn(l_run[1], r[1], psum[1]);
     fence_proxy_async();  // the P stores -> visible to the tensor cores
+    if (__any_sync(0xffffffffu, r[0] != 1.0f || r[1] != 1.0f)) {  // (a factor 1 changes no value)
 #pragma unroll
-    for (int n = 0; n < DH / 8; ++n) {
-      o[4 * n] = __fmul_rn(o[4 * n], r[0]);
-      o[4 * n + 1] = __fmul_rn(o[4 * n + 1], r[0]);
-      o[4 * n + 2] = __fmul_rn(o[4 * n + 2], r[1]);
-      o[4 * n + 3] = __fmul_rn(o[4 * n + 3], r[1]);
+      for (int n = 0; n < DH / 8; ++n) {
+        o[4 * n] = __fmul_rn(o[4 * n], r[0]);
+        o[4 * n + 1] = __fmul_rn(o[4 * n + 1], r[0]);
+        o[4 * n + 2] = __fmul_rn(o[4 * n + 2], r[1]);
+        o[4 * n + 3] = __fmul_rn(o[4 * n + 3], r[1]);
+      }
     }
     __syncthreads();  // all of P written
     wgmma_fence();
@@ -254,10 +269,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_pv<DH>(o, desc(ps + static_cast<unsigned>(kk * 32), 16, 1024),
                    desc(kvs + static_cast<unsigned>(dh * (DH / 64) * kAtom + kk * 2048), kAtom, 1024));
     }
-    wgmma_commit();
-    wgmma_wait0();
-    pin(o);
+    wgmma_commit();  // waited at the next block's top (or below)
   }
+  wgmma_wait0();
+  pin(o);
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     l_run[k] = __fadd_rn(l_run[k], __shfl_xor_sync(0xffffffffu, l_run[k], 1));
