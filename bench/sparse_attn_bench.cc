@@ -14,7 +14,10 @@
 // Checked before timing: 4 query rows x 64 heads of each kernel's output (poisoned first) against the derived
 // bound (scenarios/judge/sparse_attn_mma_bound.h); a FAIL is printed instead of the time.
 //
-// Usage: dsv41_sparse_attn_bench [--peak TFLOPS] [--exact]   (--exact: also time the exact stages)
+// Kernels: mma.sync (cuda/attention_mma.cu), wgmma sP (P . V with P from a shared tile), wgmma rP
+// (P from registers: the production default).
+// Usage: dsv41_sparse_attn_bench [--peak TFLOPS] [--exact] [--only decode|prefill|B64|B1] [--kernel 0|1|2]
+//        [--reps N]   (--exact: also time the exact stages)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -49,6 +52,8 @@ std::vector<float> bf16_values(const std::vector<uint16_t>& b) {
   return v;
 }
 
+int only_kernel = -1, reps_override = 0;
+
 void run(const Shape& sh, double peak, bool exact) {
   const bool prefill = sh.B == 0;
   const int64_t sq = 4, H = 64, D = 512, K = 640, W = 128, C = prefill ? 1024 : 2048;
@@ -77,11 +82,18 @@ void run(const Shape& sh, double peak, bool exact) {
   idxs.upload(hidx);
   const float scale = 1.0f / std::sqrt(512.0f);
   const double flops = 2.0 * double(T) * H * K * (512 + 512);
-  const std::function<void(int)> kernels[2] = {
+  const std::function<void(int)> kernels[3] = {
       [&](int) { gpu::sparse_attn_mma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get()); },
-      [&](int) { gpu::sparse_attn_wgmma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get()); }};
+      [&](int) {
+        gpu::sparse_attn_wgmma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get(), false);
+      },
+      [&](int) {
+        gpu::sparse_attn_wgmma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get(), true);
+      }};
+  static const char* const names[3] = {"mma.sync", "wgmma sP", "wgmma rP"};
   const std::vector<float> hq = bf16_values(q.download()), hkv = bf16_values(kv.download()), hs = sink.download();
-  for (int kernel = 0; kernel < 2; ++kernel) {
+  for (int kernel = 0; kernel < 3; ++kernel) {
+    if (only_kernel >= 0 && kernel != only_kernel) continue;
     // Check 4 query rows against the derived bound (the output poisoned first).
     std::string check = flag.download()[0] == 0 ? "ok" : "FAIL inputs not bf16";
     out.poison();
@@ -106,11 +118,11 @@ void run(const Shape& sh, double peak, bool exact) {
         }
       }
     }
-    const int reps = prefill ? 20 : 50;
+    const int reps = reps_override > 0 ? reps_override : prefill ? 20 : 50;
     const std::vector<double> ms = time_ms(3, reps, 1, kernels[kernel]);
     const double us = ms[ms.size() / 2] * 1e3;
     std::printf("%-10s %-10s T %5lld: %9.1f us  %7.1f TFLOP/s  %5.1f%% of peak %.0f  (check %s, max err/bound %.3f)\n",
-                sh.name, kernel == 0 ? "mma.sync" : "wgmma", static_cast<long long>(T), us, flops / us / 1e6,
+                sh.name, names[kernel], static_cast<long long>(T), us, flops / us / 1e6,
                 100.0 * flops / us / 1e6 / peak, peak, check.c_str(), worst);
   }
   if (!exact) return;
@@ -133,9 +145,13 @@ void run(const Shape& sh, double peak, bool exact) {
 int main(int argc, char** argv) {
   double peak = 989;  // H100/H200 SXM dense bf16 (datasheet); pass the measured one with --peak
   bool exact = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--peak") && i + 1 < argc) peak = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--exact")) exact = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--kernel") && i + 1 < argc) dsv41::bench::only_kernel = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) dsv41::bench::reps_override = std::atoi(argv[++i]);
   }
   if (dsv41::gpu::device_count() == 0) {
     std::printf("no CUDA device\n");
@@ -143,6 +159,7 @@ int main(int argc, char** argv) {
   }
   for (const dsv41::bench::Shape s : {dsv41::bench::Shape{"decode B64", 64}, dsv41::bench::Shape{"decode B1", 1},
                                       dsv41::bench::Shape{"prefill", 0}}) {
+    if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
     dsv41::bench::run(s, peak, exact);
   }
   return 0;

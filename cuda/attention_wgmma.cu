@@ -8,10 +8,12 @@
 //       whole head dim: D/16 wgmma m64n32k16 in channel order into one accumulator (A = Q, B = the
 //       KV rows, both K-major), then s2 = s * c2, -1 -> -inf; the row max of the pair of warps that
 //       share 16 heads (warp w and w + 4) through shared memory, p, r, l as cuda/attention_mma.cu;
-//   P:  bf16 probabilities into a [64][64] K-major tile (both warpgroups' halves; all 8 warps
-//       then meet), O = O * r;
-//   PV: warpgroup dh: O[64 heads, D/2 channels dh D/2 ..] += P . V_b, 4 wgmma m64n(D/2)k16, A = P
-//       (K-major), B = the same KV tile read MN-major (channels contiguous: the transposed operand).
+//   P:  bf16 probabilities as wgmma A fragments in registers (the production default: each warp's
+//       own 32 indices, the partner warp's 32 swapped through shared memory by ordinary stores), or
+//       (p_in_registers = false) into a [64][64] K-major shared tile behind fence.proxy.async (that
+//       fence waits for the next block's copies still in flight); O = O * r;
+//   PV: warpgroup dh: O[64 heads, D/2 channels dh D/2 ..] += P . V_b, 4 wgmma m64n(D/2)k16, A = P,
+//       B = the same KV tile read MN-major (channels contiguous: the transposed operand).
 // Pipelining: block b's S is issued right after the barrier, then the threads gather block b + 1's
 // rows (cp.async, one row per thread group; the row's index loaded one block earlier, so no load is
 // waited on) while the tensor cores run S; P . V of block b is waited at block b + 1's top, behind
@@ -117,14 +119,54 @@ __device__ inline void wgmma_m64n256k16_tb(float (&d)[128], uint64_t desc_a, uin
       : "l"(desc_a), "l"(desc_b));
 }
 
+// A from registers (the m16n8k16 A fragment layout per warp), B MN-major.
+__device__ inline void wgmma_m64n64k16_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+__device__ inline void wgmma_m64n128k16_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+__device__ inline void wgmma_m64n256k16_rs_tb(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "{%128, %129, %130, %131}, %132, 1, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
 template <int N>
 __device__ inline void wgmma_pv(float (&d)[N / 2], uint64_t a, uint64_t b) {
   if constexpr (N == 256) wgmma_m64n256k16_tb(d, a, b);
   else if constexpr (N == 128) wgmma_m64n128k16_tb(d, a, b);
   else wgmma_m64n64k16_tb(d, a, b);
 }
+template <int N>
+__device__ inline void wgmma_pv(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (N == 256) wgmma_m64n256k16_rs_tb(d, a, b);
+  else if constexpr (N == 128) wgmma_m64n128k16_rs_tb(d, a, b);
+  else wgmma_m64n64k16_rs_tb(d, a, b);
+}
+// Keeps registers an in-flight wgmma reads (its A fragments) alive and unmoved until this point.
+__device__ inline void hold(const uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm volatile("" ::"r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]) : "memory");
+}
 
-template <int D, typename OutT>
+// kRegP: P . V takes P from registers (each warp's own fragments and its partner's, swapped through
+// shared memory by ordinary stores: no async-proxy fence while the next block's copies are in
+// flight); else from a shared K-major tile (fence.proxy.async after the P stores).
+template <int D, typename OutT, bool kRegP>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_wgmma_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
                              const int32_t* __restrict__ idxs, const float* __restrict__ sink, int64_t H, int64_t K,
@@ -180,12 +222,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   float l_run[2] = {0.0f, 0.0f};
   const unsigned qs = smem_addr(Qs), kvs0 = smem_addr(KVs), ps = smem_addr(Ps);
   const int prow0 = hg * 16 + g;
+  uint32_t pa[4][4] = {};  // kRegP: the A fragments of P, k-steps 0..3 (16 indices each)
+  uint32_t* const px = reinterpret_cast<uint32_t*>(Ps);  // kRegP: [8 warps][8][32 lanes] swap slots
 
   for (int64_t b = 0; b < nblocks; ++b) {
     const int st = static_cast<int>(b & 1);
     cp_async_wait<0>();
     wgmma_wait0();        // the previous block's P . V (it overlapped this wait)
     pin(o);
+    if constexpr (kRegP) hold(pa);
     fence_proxy_async();  // this thread's cp.async bytes -> visible to the tensor cores
     __syncthreads();      // stage st landed; stage st ^ 1, P and the statistics are free
     const unsigned kvs = kvs0 + static_cast<unsigned>(st * L::kTile);
@@ -237,6 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       m_run[k] = m_new;
     }
     float psum[2] = {0.0f, 0.0f};
+    uint32_t own[8];  // kRegP: this thread's P fragments: k-steps 2 dh, 2 dh + 1 of the A layout
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float p[4];
@@ -245,14 +291,38 @@ __global__ void __launch_bounds__(kThreads, 1)
         p[e] = exp2f(__fsub_rn(x[i][e], m_run[e >> 1]));
         psum[e >> 1] = __fadd_rn(psum[e >> 1], p[e]);
       }
-      const int key = dh * 32 + i * 8 + 2 * c, chunk = key >> 3, within = (key & 7) * 2;
-      *reinterpret_cast<uint32_t*>(Ps + prow0 * 128 + ((chunk ^ (prow0 & 7)) << 4) + within) = pack_bf16x2(p[0], p[1]);
-      *reinterpret_cast<uint32_t*>(Ps + (prow0 + 8) * 128 + ((chunk ^ ((prow0 + 8) & 7)) << 4) + within) =
-          pack_bf16x2(p[2], p[3]);
+      if constexpr (kRegP) {
+        own[2 * i] = pack_bf16x2(p[0], p[1]);      // row g: a0a1 (even n8 block) or a4a5 (odd)
+        own[2 * i + 1] = pack_bf16x2(p[2], p[3]);  // row g + 8: a2a3 or a6a7
+      } else {
+        const int key = dh * 32 + i * 8 + 2 * c, chunk = key >> 3, within = (key & 7) * 2;
+        *reinterpret_cast<uint32_t*>(Ps + prow0 * 128 + ((chunk ^ (prow0 & 7)) << 4) + within) = pack_bf16x2(p[0], p[1]);
+        *reinterpret_cast<uint32_t*>(Ps + (prow0 + 8) * 128 + ((chunk ^ ((prow0 + 8) & 7)) << 4) + within) =
+            pack_bf16x2(p[2], p[3]);
+      }
     }
     l_run[0] = __fmaf_rn(l_run[0], r[0], psum[0]);
     l_run[1] = __fmaf_rn(l_run[1], r[1], psum[1]);
-    fence_proxy_async();  // the P stores -> visible to the tensor cores
+    if constexpr (kRegP) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) px[(w * 8 + k) * 32 + lane] = own[k];
+      pair_sync(hg);
+      uint32_t other[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) other[k] = px[((w ^ 4) * 8 + k) * 32 + lane];
+      // k-step j (indices 16 j ..) belongs to warpgroup j / 2; its n8 blocks 2 (j % 2), 2 (j % 2) + 1
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int lo = 4 * (j & 1);
+        const bool mine = (j >> 1) == dh;
+        pa[j][0] = mine ? own[lo] : other[lo];          // row g, indices 2c, 2c + 1
+        pa[j][1] = mine ? own[lo + 1] : other[lo + 1];  // row g + 8
+        pa[j][2] = mine ? own[lo + 2] : other[lo + 2];  // row g, indices 8 + 2c, 8 + 2c + 1
+        pa[j][3] = mine ? own[lo + 3] : other[lo + 3];  // row g + 8
+      }
+    } else {
+      fence_proxy_async();  // the P stores -> visible to the tensor cores
+    }
     if (__any_sync(0xffffffffu, r[0] != 1.0f || r[1] != 1.0f)) {  // (a factor 1 changes no value)
 #pragma unroll
       for (int n = 0; n < DH / 8; ++n) {
@@ -262,17 +332,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         o[4 * n + 3] = __fmul_rn(o[4 * n + 3], r[1]);
       }
     }
-    __syncthreads();  // all of P written
+    if constexpr (!kRegP) __syncthreads();  // all of P written
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      wgmma_pv<DH>(o, desc(ps + static_cast<unsigned>(kk * 32), 16, 1024),
-                   desc(kvs + static_cast<unsigned>(dh * (DH / 64) * kAtom + kk * 2048), kAtom, 1024));
+      const uint64_t vb = desc(kvs + static_cast<unsigned>(dh * (DH / 64) * kAtom + kk * 2048), kAtom, 1024);
+      if constexpr (kRegP) wgmma_pv<DH>(o, pa[kk], vb);
+      else wgmma_pv<DH>(o, desc(ps + static_cast<unsigned>(kk * 32), 16, 1024), vb);
     }
     wgmma_commit();  // waited at the next block's top (or below)
   }
   wgmma_wait0();
   pin(o);
+  if constexpr (kRegP) hold(pa);
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     l_run[k] = __fadd_rn(l_run[k], __shfl_xor_sync(0xffffffffu, l_run[k], 1));
@@ -300,12 +372,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int D, typename OutT>
+template <int D, typename OutT, bool kRegP>
 void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
             int64_t K, float scale, OutT* out) {
   const int64_t hb = (H + kHeads - 1) / kHeads;
   DSV41_CHECK(T <= 0x7fffffff && hb <= 65535, "sparse_attn_wgmma: ", T, " queries x ", H, " heads exceed the grid");
-  const auto kernel = sparse_attn_wgmma_kernel<D, OutT>;
+  const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP>;
   DSV41_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::kAlloc)));
   const float c2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634074);
@@ -314,14 +386,14 @@ void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const fl
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename OutT>
+template <typename OutT, bool kRegP>
 void dispatch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
               int64_t D, int64_t K, float scale, OutT* out) {
   DSV41_CHECK(sparse_attn_mma_supported(D), "sparse_attn_wgmma: head dim ", D, " not supported (128, 256, 512)");
   if (T * H == 0) return;
-  if (D == 512) launch<512>(q, kv, idxs, sink, T, H, K, scale, out);
-  else if (D == 256) launch<256>(q, kv, idxs, sink, T, H, K, scale, out);
-  else launch<128>(q, kv, idxs, sink, T, H, K, scale, out);
+  if (D == 512) launch<512, OutT, kRegP>(q, kv, idxs, sink, T, H, K, scale, out);
+  else if (D == 256) launch<256, OutT, kRegP>(q, kv, idxs, sink, T, H, K, scale, out);
+  else launch<128, OutT, kRegP>(q, kv, idxs, sink, T, H, K, scale, out);
 }
 
 __device__ inline unsigned pack16(uint16_t lo, uint16_t hi) {
@@ -377,12 +449,14 @@ __global__ void bf16_wgmma_probe_kernel(const uint16_t* a, const uint16_t* b, co
 }  // namespace
 
 void sparse_attn_wgmma(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
-                       int64_t H, int64_t D, int64_t K, float scale, float* out) {
-  dispatch(q, kv, idxs, sink, T, H, D, K, scale, out);
+                       int64_t H, int64_t D, int64_t K, float scale, float* out, bool p_in_registers) {
+  if (p_in_registers) dispatch<float, true>(q, kv, idxs, sink, T, H, D, K, scale, out);
+  else dispatch<float, false>(q, kv, idxs, sink, T, H, D, K, scale, out);
 }
 void sparse_attn_wgmma_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
-                            int64_t H, int64_t D, int64_t K, float scale, uint16_t* out) {
-  dispatch(q, kv, idxs, sink, T, H, D, K, scale, out);
+                            int64_t H, int64_t D, int64_t K, float scale, uint16_t* out, bool p_in_registers) {
+  if (p_in_registers) dispatch<uint16_t, true>(q, kv, idxs, sink, T, H, D, K, scale, out);
+  else dispatch<uint16_t, false>(q, kv, idxs, sink, T, H, D, K, scale, out);
 }
 void bf16_wgmma_probe(const uint16_t* a, const uint16_t* b, const float* c, float* d) {
   bf16_wgmma_probe_kernel<<<1, 128>>>(a, b, c, d);

@@ -9,7 +9,8 @@
 //   2. CudaOps::sparse_attn in kProduction on decode- and prefill-like shapes (64 heads, d 512,
 //      128 window rows of FP8-QDQ values + FP4 compressed entries read from the packed cache, -1
 //      entries, a sink), the tiny config's shape (4 heads, d 128), heads over one tile, rows of only
-//      -1, sharp softmaxes (large q): every output finite, not all zero, |cuda - exact| <= bound
+//      -1, sharp softmaxes (large q); and the variants directly (mma.sync, wgmma with P in shared
+//      memory): every output finite, not all zero, |cuda - exact| <= bound
 //      (the kernel's) and |cuda - reference| <= bound + the reference's own bound; printed: max
 //      err/bound, the bound in bf16 ulps of the row's largest |exact|, the share of outputs that
 //      differ from the reference's.
@@ -180,13 +181,13 @@ struct Case {
   float q_scale;
   bool prefill;     // window columns: row t reads window rows 0 .. t (-1 after); else all window rows
   double minus_one; // share of -1 among the compressed columns
-  bool mma_sync = false;  // the mma.sync kernel (cuda/attention_mma.cu) directly, not CudaOps (wgmma)
+  int kernel = 0;  // 0: CudaOps (wgmma, P in registers); 1: mma.sync (cuda/attention_mma.cu); 2: wgmma, P in shared
 };
 
-// The mma.sync kernel on bf16 copies of q and the KV rows.
-reference::Tensor<float> run_mma_sync(const reference::Tensor<float>& q, const reference::Tensor<float>& kv,
-                                      const reference::Tensor<float>& sink, const reference::Tensor<int32_t>& idxs,
-                                      float scale) {
+// A kernel variant directly (1: mma.sync, 2: wgmma with P in shared memory) on bf16 copies of q and the KV rows.
+reference::Tensor<float> run_variant(int kernel, const reference::Tensor<float>& q, const reference::Tensor<float>& kv,
+                                     const reference::Tensor<float>& sink, const reference::Tensor<int32_t>& idxs,
+                                     float scale) {
   const auto bits16 = [](const reference::Tensor<float>& t) {
     std::vector<uint16_t> v(static_cast<size_t>(t.numel()));
     for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_bits(t.data()[i]);
@@ -200,8 +201,13 @@ reference::Tensor<float> run_mma_sync(const reference::Tensor<float>& q, const r
   gpu::DeviceBuffer<float> ds(static_cast<size_t>(sink.numel())), dout(static_cast<size_t>(q.numel()));
   ds.upload(sink.data());
   dout.poison();
-  gpu::sparse_attn_mma(dq.get(), dkv.get(), di.get(), ds.get(), q.dim(0), q.dim(1), q.dim(2), idxs.dim(1), scale,
-                       dout.get());
+  if (kernel == 1) {
+    gpu::sparse_attn_mma(dq.get(), dkv.get(), di.get(), ds.get(), q.dim(0), q.dim(1), q.dim(2), idxs.dim(1), scale,
+                         dout.get());
+  } else {
+    gpu::sparse_attn_wgmma(dq.get(), dkv.get(), di.get(), ds.get(), q.dim(0), q.dim(1), q.dim(2), idxs.dim(1), scale,
+                           dout.get(), false);
+  }
   return reference::Tensor<float>(q.shape(), dout.download(), "out");
 }
 
@@ -238,7 +244,7 @@ void run_case(const Case& c, Stats& st) {
   const reference::Tensor<float> want = ref_ops().sparse_attn(q, window, rows, sink, idxs, scale);
   const reference::Tensor<float> kv = reference::concat_kv_rows(window, reference::read_all_entries(rows));
   const reference::Tensor<float> got =
-      c.mma_sync ? run_mma_sync(q, kv, sink, idxs, scale)
+      c.kernel != 0 ? run_variant(c.kernel, q, kv, sink, idxs, scale)
                  : production_ops().download(production_ops().sparse_attn(q, window, rows, sink, idxs, scale));
   ASSERT_EQ(got.shape(), want.shape());
   Stats local;
@@ -301,8 +307,10 @@ TEST(ProductionSparseAttn, WithinTheDerivedBound) {
       {"tiny config, d 128", 6, 4, 128, 16, 64, 16, 40, 1.0f, true, 0.2},
       {"72 heads, d 256", 3, 72, 256, 64, 128, 1, 64, 2.0f, false, 0.5},
       {"mostly -1, d 512", 3, 64, 512, 64, 128, 64, 70, 1.0f, true, 0.97},
-      {"mma.sync: decode", 4, 64, 512, 128, 1024, 128, 512, 1.0f, false, 0.05, true},
-      {"mma.sync: tiny", 4, 4, 128, 16, 64, 16, 40, 1.0f, true, 0.2, true},
+      {"mma.sync: decode", 4, 64, 512, 128, 1024, 128, 512, 1.0f, false, 0.05, 1},
+      {"mma.sync: tiny", 4, 4, 128, 16, 64, 16, 40, 1.0f, true, 0.2, 1},
+      {"wgmma sP: decode", 4, 64, 512, 128, 1024, 128, 512, 1.0f, false, 0.05, 2},
+      {"wgmma sP: 72 heads", 3, 72, 256, 64, 128, 1, 64, 2.0f, false, 0.5, 2},
   };
   Stats st;
   for (const Case& c : cases) run_case(c, st);
