@@ -180,6 +180,8 @@ OpCase with_tensor_core_bound(const OpCase& c) {
   t.formula = c.op.rfind("linear", 0) == 0
                   ? "fp8 tensor cores: sum_b s_b delta_b + gamma_{in/32}(u32) sum_b s_b(|p_b| + delta_b) + ulp_bf16/2 "
                     "(delta_b: scenarios/judge/fp8_mma_bound.h)"
+              : c.op == "sparse_attn"
+                  ? "max(" + c.formula + ", the bf16 tensor-core kernel's: scenarios/judge/sparse_attn_mma_bound.h)"
                   : c.formula + "; the F8 linears' radii + their fp8 tensor-core terms (scenarios/judge/fp8_mma_bound.h)";
   return t;
 }

@@ -17,6 +17,8 @@
 // exp(m^_b - m_b) (numerator) and the score's own error through exp(s^_j - s_j) (denominator).
 // The numerator is a sum of K products with at most K + 2 B roundings; the denominator a sum of
 // positive terms, relative error eps_l; then one division and bf16.
+// OpCase::tensor_core_bound (the `cuda` backend's): the larger of this bound and the production
+// kernel's (scenarios/judge/sparse_attn_mma_bound.h: tensor-core steps, exp2f, its own order).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -24,6 +26,7 @@
 
 #include "reference/ops/attention.h"
 #include "scenarios/exact/exact_internal.h"
+#include "scenarios/judge/sparse_attn_mma_bound.h"
 
 namespace dsv41::scenarios::exact {
 
@@ -79,6 +82,7 @@ OpCase sparse_attn_case(const std::string& inputs, const Tensor<float>& q, const
         for (int64_t dd = 0; dd < D; ++dd) {
           c.exact.push_back(Exact(0));
           c.bound.push_back(0.0);
+          c.tensor_core_bound.push_back(0.0);
         }
         continue;
       }
@@ -154,6 +158,20 @@ OpCase sparse_attn_case(const std::string& inputs, const Tensor<float>& q, const
         const double e_div = e_num / (l_d * (1 - eps_l)) + ao * eps_l / (1 - eps_l);
         c.exact.push_back(o);
         c.bound.push_back(finish_bound(o, e_div + u * (ao + e_div), kBf16));
+      }
+      // The production kernel's bound (tensor-core steps, exp2f, its order: sparse_attn_mma_bound.h),
+      // around its double evaluation of the exact value (2^-40 relative covers the difference); the
+      // larger of the two, since the `cuda` backend runs the exact kernels for other head dims or
+      // with DSV41_CUDA_PRODUCTION_OPS leaving sparse_attn out.
+      std::vector<const float*> rows(static_cast<size_t>(K));
+      for (int64_t j = 0; j < K; ++j) rows[static_cast<size_t>(j)] = idxs.at(t, j) < 0 ? nullptr : kv.row(idxs.at(t, j));
+      const judge::SparseAttnRowBound tc = judge::sparse_attn_row_bound(
+          q.row(t, h), rows, D, sink.data()[static_cast<size_t>(h)], scale, judge::AttnArith::kMma);
+      const size_t first = c.bound.size() - static_cast<size_t>(D);
+      for (int64_t dd = 0; dd < D; ++dd) {
+        const size_t i = first + static_cast<size_t>(dd);
+        const double mma = tc.bound[static_cast<size_t>(dd)] + 0x1p-40 * std::fabs(tc.exact[static_cast<size_t>(dd)]);
+        c.tensor_core_bound.push_back(std::max(c.bound[i], mma));
       }
     }
   }

@@ -137,7 +137,9 @@ TEST(ExactEval, BoundsAreNotVacuous) {
 }
 
 // The fp8 tensor-core bounds (the production backend's linear F8 and moe_experts' F8 shared expert,
-// scenarios/judge/fp8_mma_bound.h): present exactly where an F8 linear is, each at least the exact
+// scenarios/judge/fp8_mma_bound.h; sparse_attn's the larger of its exact bound and the bf16
+// tensor-core kernel's, scenarios/judge/sparse_attn_mma_bound.h): present exactly where an F8
+// linear or the attention is, each at least the exact
 // bound it widens, the reference within it; linear F8's not vacuous. moe_experts' is, on these
 // random weights (uniform E4M3 codes): its F8 linears' wider radii straddle bf16 boundaries of g
 // and u, so h's act_quant codes may flip by a whole E4M3 step (6%) and the bound must admit it
@@ -146,27 +148,29 @@ TEST(ExactEval, TensorCoreBoundsWidenTheF8CasesAndStayTight) {
   int widened = 0;
   for (const OpCase& c : tiny_cases()) {
     SCOPED_TRACE(c.op + " / " + c.inputs);
-    const bool f8 = c.op == "linear F8" || c.op == "moe_experts";
-    ASSERT_EQ(!c.tensor_core_bound.empty(), f8);
-    if (!f8) continue;
+    const bool f8 = c.op == "linear F8" || c.op == "moe_experts", attn = c.op == "sparse_attn";
+    ASSERT_EQ(!c.tensor_core_bound.empty(), f8 || attn);
+    if (!f8 && !attn) continue;
     ASSERT_EQ(c.tensor_core_bound.size(), c.bound.size());
     int64_t wider = 0;
     for (size_t i = 0; i < c.bound.size(); ++i) {
       EXPECT_GE(c.tensor_core_bound[i], c.bound[i]) << "output " << i;
       wider += c.tensor_core_bound[i] > c.bound[i];
     }
-    EXPECT_GT(wider, 0) << "the tensor-core terms widened nothing";
+    if (f8) {
+      EXPECT_GT(wider, 0) << "the tensor-core terms widened nothing";
+    }
     const OpCase t = with_tensor_core_bound(c);
     EXPECT_EQ(measure(t, reference::seam::reference_ops(), "ref").exceeded, 0);
     const BoundStats b = bound_stats(t);
-    if (c.op == "linear F8") {
+    if (c.op == "linear F8" || (attn && !c.adversarial)) {
       EXPECT_FALSE(b.vacuous) << "median " << b.median_ulps << " ulps, tight on " << b.tight_fraction;
     }
     std::printf("[exact] tensor cores: %-12s %-7s bound median %.3g ulps (exact bound %.3g), tight on %.3g\n",
                 c.op.c_str(), c.inputs.c_str(), b.median_ulps, bound_stats(c).median_ulps, b.tight_fraction);
     ++widened;
   }
-  EXPECT_EQ(widened, 4);  // linear F8 random, long, cancel; moe_experts random
+  EXPECT_EQ(widened, 7);  // linear F8 random, long, cancel; moe_experts random; sparse_attn random, peaked, ties
 }
 
 // A backend whose rms_norm moves one output, and whose rope_rows moves one rotated channel, by 3
