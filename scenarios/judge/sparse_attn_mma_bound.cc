@@ -28,11 +28,13 @@ double bf16_round(double x) {
 }
 double f32_round(double x) { return static_cast<double>(static_cast<float>(x)); }
 
-// The kernel's dot of q and one row: two channel halves, each D/32 steps of 16 in order from a
-// zero accumulator, then one add. Returns the bound on |dot^ - dot|; dot, mag exact (double).
+// The kernels' dot of q and one row, each tensor-core step of 16 channels from a zero accumulator:
+// cuda/attention_wgmma.cu runs one chain of D/16 steps in channel order; cuda/attention_mma.cu one
+// chain of D/32 steps per channel half, then one add. Returns the larger of the two bounds on
+// |dot^ - dot|; dot, mag exact (double).
 double mma_dot_error(const float* q, const float* k, int64_t D, double& dot, double& mag) {
   const int64_t half = D / 2;
-  double err[2] = {0, 0}, sum[2] = {0, 0};
+  double err[2] = {0, 0}, sum[2] = {0, 0}, one_err = 0, one_sum = 0;
   mag = 0;
   for (int h = 0; h < 2; ++h) {
     const int64_t lo = h * half, hi = h == 0 ? half : D;
@@ -48,8 +50,19 @@ double mma_dot_error(const float* q, const float* k, int64_t D, double& dot, dou
       mag += prod;
     }
   }
+  for (int64_t k0 = 0; k0 < D; k0 += kSparseAttnMmaStep) {  // the single chain (steps over the halves' boundary too)
+    double step = 0, prod = 0;
+    for (int64_t d = k0; d < std::min(D, k0 + kSparseAttnMmaStep); ++d) {
+      const double p = static_cast<double>(q[d]) * static_cast<double>(k[d]);
+      step += p;
+      prod += std::fabs(p);
+    }
+    one_err += bf16_mma_step_error(std::fabs(one_sum) + one_err, prod);
+    one_sum += step;
+  }
   dot = sum[0] + sum[1];
-  return err[0] + err[1] + kU * (std::fabs(dot) + err[0] + err[1]);
+  const double split = err[0] + err[1] + kU * (std::fabs(dot) + err[0] + err[1]);
+  return std::max(split, one_err);
 }
 
 }  // namespace

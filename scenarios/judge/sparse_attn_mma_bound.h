@@ -1,6 +1,7 @@
 // scenarios/judge/sparse_attn_mma_bound.h
 //
-// The derived error bound of the PRODUCTION sparse attention (cuda/attention_mma.cu, backend `cuda`,
+// The derived error bound of the PRODUCTION sparse attention (cuda/attention_wgmma.cu and its
+// mma.sync variant cuda/attention_mma.cu, backend `cuda`,
 // claim order-variant; docs/cuda.md "Production ops") and, for comparison, of the reference's own
 // arithmetic (reference/ops/attention.cc): per (query, head) row, the exact value of every output
 // channel and a bound on |computed - exact|.
@@ -22,9 +23,10 @@
 // kept next to the largest term, and delta on random, mixed-magnitude and cancelling steps.
 //
 // THE KERNEL'S ORDER and its roundings (u = 2^-24):
-//   scores: per channel half (D/2) one accumulator over D/32 steps of 16 channels in order, then
-//     half0 + half1 (one add), then * c2 with c2 = fl(scale log2 e) (base-2 exponents: the
-//     natural-unit score carries relative (1+u)^2);
+//   scores: one accumulator over D/16 steps of 16 channels in order (cuda/attention_wgmma.cu), or
+//     per channel half one over D/32 steps, then half0 + half1 (one add; cuda/attention_mma.cu):
+//     the bound takes the larger of the two; then * c2 with c2 = fl(scale log2 e) (base-2
+//     exponents: the natural-unit score carries relative (1+u)^2);
 //   softmax: exp2f (CUDA, 2 ulp: relative 4u) of fl(s2 - m2); the rescale r = exp2f(fl(m - m'));
 //     probabilities bf16; l: fp32 sums of <= 8 terms, one fma per later block, 4 final adds;
 //     sink: exp2f(fl(fl(sink * log2e_f) - m)) (3 roundings on the argument);

@@ -2,9 +2,9 @@
 // attention (scenarios/judge/sparse_attn_mma_bound.h) on the CPU, no device needed:
 //   1. the reference's own output (reference::sparse_attn) is within the kReference bound of the
 //      exact value (random, sharp, masked rows, a partial last block, a row of only -1);
-//   2. an emulation of the kernel's arithmetic (cuda/attention_wgmma.cu's order; each tensor-core
-//      step one instance of the model: the exact sum truncated toward zero below 2^(E - 23), then
-//      fp32) is within the kMma bound;
+//   2. an emulation of the kernels' arithmetic (cuda/attention_wgmma.cu's order on half the rows,
+//      cuda/attention_mma.cu's on the others; each tensor-core step one instance of the model: the
+//      exact sum truncated toward zero below 2^(E - 23), then fp32) is within the kMma bound;
 //   3. the kMma bound is not vacuous on random data (>= 90% of the outputs within 1.5 bf16 ulps of
 //      their row's largest value), and 2 bf16 ulps (of the output's own binade) added to the
 //      emulated output exceed it on most outputs (on every output whose bound is below one ulp).
@@ -40,8 +40,10 @@ float step(float c, const std::vector<double>& p) {
   return static_cast<float>(std::trunc(sum / q) * q);
 }
 
-// The kernel's arithmetic for one (query, head) row (cuda/attention_wgmma.cu's header).
-std::vector<float> emulate(const float* q, const std::vector<const float*>& rows, int64_t D, float sink, float scale) {
+// The kernels' arithmetic for one (query, head) row (cuda/attention_wgmma.cu's header): the score
+// as one chain of D/16 steps (wgmma, single) or two channel halves then one add (mma.sync).
+std::vector<float> emulate(const float* q, const std::vector<const float*>& rows, int64_t D, float sink, float scale,
+                           bool single) {
   const int64_t K = static_cast<int64_t>(rows.size()), B = (K + 63) / 64;
   const float c2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634074);
   std::vector<float> o(static_cast<size_t>(D), 0.0f);
@@ -58,13 +60,14 @@ std::vector<float> emulate(const float* q, const std::vector<const float*>& rows
       }
       float half[2] = {0, 0};
       for (int h = 0; h < 2; ++h) {
-        for (int64_t d0 = h * D / 2; d0 < (h + 1) * D / 2; d0 += 16) {
+        const int64_t lo = single ? (h == 0 ? 0 : D) : h * D / 2, hi = single ? (h == 0 ? D : D) : (h + 1) * D / 2;
+        for (int64_t d0 = lo; d0 < hi; d0 += 16) {
           std::vector<double> prod;
           for (int64_t d = d0; d < d0 + 16; ++d) prod.push_back(static_cast<double>(q[d]) * k[d]);
           half[h] = step(half[h], prod);
         }
       }
-      x[j] = (half[0] + half[1]) * c2;
+      x[j] = (single ? half[0] : half[0] + half[1]) * c2;
       bmax = std::max(bmax, x[j]);
     }
     const float m_new = std::max(m, bmax);
@@ -130,7 +133,7 @@ void run(const Case& c, uint64_t seed, Stats& st) {
       const float sk = sink[static_cast<size_t>(h)];
       const SparseAttnRowBound br = sparse_attn_row_bound(q.row(t, h), rows, c.D, sk, scale, AttnArith::kReference);
       const SparseAttnRowBound bm = sparse_attn_row_bound(q.row(t, h), rows, c.D, sk, scale, AttnArith::kMma);
-      const std::vector<float> em = emulate(q.row(t, h), rows, c.D, sk, scale);
+      const std::vector<float> em = emulate(q.row(t, h), rows, c.D, sk, scale, (t + h) % 2 == 0);
       double row_max = 0;
       for (const double e : bm.exact) row_max = std::max(row_max, std::fabs(e));
       const double ulp = std::ldexp(1.0, std::ilogb(std::max(row_max, 0x1p-100)) - 7);
