@@ -98,12 +98,14 @@ def check(component, inputs, outputs, params=None, *, config=None, tolerances=No
 
 
 def conform(dump, *, weights, config="", token_map=None, tolerances=None, order_variant=False, end_to_end=True,
-            only="", stop_after_step=-1, report="", junit="", rows=True):
+            only="", stop_after_step=-1, report="", junit="", rows=True, accumulation=""):
     """`dsv41 conform DUMP --config C --weights W` (docs/conform.md) as a function.
 
     dump        a dump directory or FILE.h5 (docs/port-dump.md)
     weights     the weights file; config: a preset or config.json ("": the dump's own config)
     tolerances  None, a tolerance file path, or the same as a dict
+    accumulation  under order-variant: "fp32" or "fp8-tensor-core" ("": the dump's manifest;
+                docs/conform.md "Accumulation")
     Returns {verdict, exit_code (0 pass, 1 fail, 3 too thin), root_cause {mode, step, layer,
     component, metric, value, detail, repro} or None, comparisons [{mode, verdict, notes, rows}],
     claim, support_matrix, summary}. Bad input raises dsv41.Error (the CLI's exit 2).
@@ -121,7 +123,8 @@ def conform(dump, *, weights, config="", token_map=None, tolerances=None, order_
     try:
         return _core.conform(str(dump), weights=str(weights), config=str(config), token_map=token_map,
                              tolerances=tol_path, order_variant=order_variant, end_to_end=end_to_end, only=only,
-                             stop_after_step=stop_after_step, report=str(report), junit=str(junit), rows=rows)
+                             stop_after_step=stop_after_step, report=str(report), junit=str(junit), rows=rows,
+                             accumulation=str(accumulation))
     finally:
         if tmp is not None:
             _os.unlink(tmp.name)

@@ -28,6 +28,7 @@ struct SelftestArgs {
   bool calibration = false, sensitivity = false, no_official = false, suite = false;
   // --small-bugs (scenarios/selftest/small_zoo.h)
   bool small_bugs = false;
+  std::string accumulation;  // --small-bugs: the claim's accumulation ("": fp32)
   double min_located = 0.95;
   std::string variants, scenarios, components, factors;
   int layer = 2;
@@ -136,6 +137,7 @@ int run_small_bugs(const SelftestArgs& a) {
   o.dir = a.dir;
   o.keep = a.keep;
   o.progress = !a.quiet;
+  o.accumulation = a.accumulation;
   const selftest::SmallZooResult r = selftest::run_small_zoo(o, std::cerr);
   std::cout << selftest::format_small_zoo_table(r);
   for (const selftest::SmallZooRow& row : r.rows) {
@@ -147,7 +149,8 @@ int run_small_bugs(const SelftestArgs& a) {
   const int code = selftest::small_zoo_exit_code(r, a.min_located);
   std::cout << "selftest --small-bugs: "
             << (code == 0 ? "the clean reference passes, every bug fired, at least " : "FAILED: goal ") << a.min_located
-            << " of the bugs located (order-variant)\n";
+            << " of the bugs located (order-variant"
+            << (a.accumulation.empty() ? "" : ", accumulation " + a.accumulation) << ")\n";
   return code;
 }
 
@@ -233,6 +236,10 @@ Verb add_selftest_verb(CLI::App& parent) {
                 "instead of the zoo: the small-bug zoo (0.1-1% effects, one cache byte), each judged under "
                 "order-variant: flagged and located where planted? (docs/selftest.md \"Small bugs\"); with --bugs, "
                 "--list, --ci (the CI slice)");
+  app->add_option("--accumulation", a->accumulation,
+                  "--small-bugs: judge under the order-variant claim with this accumulation (fp32, the default, or "
+                  "fp8-tensor-core: docs/conform.md \"Accumulation\")")
+      ->check(CLI::IsMember({"fp32", "fp8-tensor-core"}));
   app->add_option("--min-located", a->min_located,
                   "--small-bugs: exit 1 unless at least this fraction of the bugs is located (default 0.95)");
   app->add_option("-o,--output-dir", a->dir, "write the dumps here (default: a temporary directory)");

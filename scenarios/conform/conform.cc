@@ -270,7 +270,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
     ctx.expect = judge::Expectation::kMeasured;  // conform_report.cc gives each row its bound
     ctx.candidate_block_size = std::max(1, c.candidate_block_size);
     ctx.candidate_source_layer = c.candidate_source_layer;
-    ctx.topk_tie_rel = conform_detail::order_variant(d, o) ? judge::topk_tie_band(c) : 0.0;
+    ctx.topk_tie_rel = conform_detail::order_variant(d, o) ? judge::topk_tie_band(c, conform_detail::accumulation(d, o)) : 0.0;
     // A verify step keeps its first s.kept tokens: after it, the state is rolled back to the one
     // before it advanced by those (reference::model::roll_back, hook-free), as the port's caches are.
     const bool rolls_back = s.kept < static_cast<int64_t>(s.tokens.size());

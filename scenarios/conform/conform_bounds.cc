@@ -80,7 +80,7 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
     if (is_hypothesis_metric(metric)) {  // directional tests: teacher-forced components only
       return fr != nullptr && !fr->forced ? std::nullopt : std::optional<Tolerance>(hypothesis_tolerance(metric));
     }
-    const judge::OrderVariantTolerance t = judge::order_variant_tolerance(*claim.config, component, metric, fr);
+    const judge::OrderVariantTolerance t = judge::order_variant_tolerance(*claim.config, component, metric, fr, claim.accumulation);
     if (t.kind != judge::OrderVariantTolerance::kExact) return t.tolerance;
     // Components exact given equal inputs (embed, in_stream, in_pre): as bit-exact.
   }

@@ -40,6 +40,12 @@ inline bool order_variant(const PortDump& d, const ConformOptions& o) {
   return o.order_variant || d.claim == kClaimOrderVariant;
 }
 
+// The accumulation the port is judged under (--accumulation, else the manifest's).
+inline judge::Accumulation accumulation(const PortDump& d, const ConformOptions& o) {
+  return judge::accumulation_from_name(o.accumulation.empty() ? (d.accumulation.empty() ? "fp32" : d.accumulation)
+                                                              : o.accumulation);
+}
+
 // "cache.window_kv", ...
 bool is_cache(const std::string& component);
 
@@ -98,6 +104,7 @@ extern const char* kOrderVariantE2eNote;   // end to end under order-variant: me
 struct Claim {
   bool order_variant = false;
   const reference::ModelConfig* config = nullptr;
+  judge::Accumulation accumulation = judge::Accumulation::kFp32;
 };
 // The tolerance file's bounds of a component ("*" when it does not name it); nullptr: bit-exact.
 const std::map<std::string, reports::Tolerance>* file_bounds(const ConformTolerances& tol, const std::string& component);

@@ -150,7 +150,7 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
                           const ConformTolerances& tol, const std::vector<ConformWaiver>& waivers,
                           const ConformOptions& o, const std::string& thin, const ForcingMap& forcing,
                           std::vector<conform_detail::RootCauseGroup>* roots_out = nullptr) {
-  const Claim claim{conform_detail::order_variant(d, o), &d.config};
+  const Claim claim{conform_detail::order_variant(d, o), &d.config, conform_detail::accumulation(d, o)};
   reports::Comparison cmp;
   cmp.side_a = "ref";
   cmp.side_b = "port";
@@ -415,11 +415,15 @@ reports::RunReport conform(const PortDump& d, const reference::checkpoint::Model
   const bool ov = conform_detail::order_variant(d, o);
   sj["claim"] = ov ? kClaimOrderVariant : kClaimBitExact;
   sj["claim_source"] = o.order_variant ? "--order-variant" : "the dump's manifest";
+  if (ov) {
+    sj["accumulation"] = judge::name(conform_detail::accumulation(d, o));
+    sj["accumulation_source"] = o.accumulation.empty() ? "the dump's manifest" : "--accumulation";
+  }
   sj["default_tolerance"] = ov ? "derived bounds (scenarios/judge/derived_bounds.h), exact where the semantics are exact"
                                : kExactNote;
   if (ov) {
     json db = json::array();
-    for (const judge::DerivedBound& b : judge::derived_bound_table(d.config)) {
+    for (const judge::DerivedBound& b : judge::derived_bound_table(d.config, conform_detail::accumulation(d, o))) {
       db.push_back({{"component", b.component}, {"metric", judge::kRowRelMetric}, {"bound", b.bound}, {"n", b.n},
                     {"op", b.op}, {"precisions", b.precisions}, {"origin", b.origin},
                     {"overridden", tol.count(b.component) > 0 || tol.count("*") > 0}});
@@ -428,7 +432,7 @@ reports::RunReport conform(const PortDump& d, const reference::checkpoint::Model
                     {"op", b.op}, {"precisions", b.precisions}, {"origin", g.note},
                     {"overridden", tol.count(b.component) > 0 || tol.count("*") > 0}});
     }
-    for (const judge::DerivedBound& b : judge::derived_cache_bound_table(d.config)) {
+    for (const judge::DerivedBound& b : judge::derived_cache_bound_table(d.config, conform_detail::accumulation(d, o))) {
       db.push_back({{"component", b.component}, {"metric", judge::kDecodedRowRelMetric}, {"bound", b.bound}, {"n", b.n},
                     {"op", b.op}, {"precisions", b.precisions}, {"origin", b.origin},
                     {"overridden", tol.count(b.component) > 0 || tol.count("*") > 0}});

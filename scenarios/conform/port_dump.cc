@@ -21,6 +21,7 @@
 #include "reference/model/hooks.h"
 #include "reports/h5_writer.h"
 #include "scenarios/conform/port_dump_internal.h"
+#include "scenarios/judge/derived_bounds.h"
 
 namespace dsv41::scenarios::conform {
 
@@ -254,6 +255,15 @@ void PortDumpWriter::set_claim(const std::string& claim) {
   claim_ = claim;
 }
 
+void PortDumpWriter::set_accumulation(const std::string& accumulation) {
+  try {
+    judge::accumulation_from_name(accumulation);
+  } catch (const Error& e) {
+    DSV41_FAIL("port dump '", dir_, "': ", e.what());
+  }
+  accumulation_ = accumulation;
+}
+
 void PortDumpWriter::finish() {
   json m;
   m["format"] = kPortDumpFormat;
@@ -265,6 +275,7 @@ void PortDumpWriter::finish() {
   m["token_map"] = token_map_;
   m["command_line"] = command_line_;
   m["claim"] = claim_.empty() ? kClaimBitExact : claim_;
+  if (!accumulation_.empty()) m["accumulation"] = accumulation_;
   m["n_steps"] = steps_.size();
   json steps = json::array();
   for (const PortDumpStep& s : steps_) {

@@ -86,6 +86,10 @@ struct PortDump {
   // What the port claims (docs/conform.md "Claims"): kClaimBitExact (the default when the manifest
   // has no "claim") or kClaimOrderVariant.
   std::string claim;
+  // Under order-variant, the accumulation the port's sums use (scenarios/judge/derived_bounds.h
+  // "Accumulation"): "fp32" (the default when the manifest has no "accumulation") or
+  // "fp8-tensor-core" (its fp8 linears on Hopper's fp8 tensor cores).
+  std::string accumulation;
   std::map<std::string, std::vector<int>> components;  // component -> its layers, in every step
   std::vector<std::string> not_covered;                // table components the dump does not hold
   std::vector<PortDumpStep> steps;
@@ -120,6 +124,8 @@ class PortDumpWriter {
                       int64_t kept = -1);
   // The manifest's "claim" (kClaimBitExact unless set): what a port declares of its sums.
   void set_claim(const std::string& claim);
+  // The manifest's "accumulation" ("fp32" unless set; judge::accumulation_from_name's names).
+  void set_accumulation(const std::string& accumulation);
   // The manifest's "tool" (default "dsv41 <version>"): who produced the values, e.g. an imported
   // official run (scenarios/agree/official_dump.h).
   void set_tool(const std::string& tool) { tool_ = tool; }
@@ -134,6 +140,7 @@ class PortDumpWriter {
   reference::ModelConfig config_;
   std::string weights_, token_map_, command_line_;
   std::string claim_;
+  std::string accumulation_;
   std::string tool_;
   std::map<std::string, std::vector<int>> components_;
   std::vector<PortDumpStep> steps_;  // metadata only (no tensors kept)

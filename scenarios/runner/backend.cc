@@ -385,6 +385,15 @@ Claim backend_claim(const std::string& spec) {
   return Claim::kBitExact;
 }
 
+judge::Accumulation backend_accumulation(const std::string& spec) {
+  validate_backend_name(spec);
+  if (spec == "cuda") return judge::Accumulation::kFp8TensorCore;
+  if (spec.rfind("ref-order:", 0) == 0 && parse_order_spec(spec).order == defects::SumOrder::kTrunc13) {
+    return judge::Accumulation::kFp8TensorCore;
+  }
+  return judge::Accumulation::kFp32;
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendResources& r) {
   validate_backend_name(spec);
   if (spec == "ref") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::nullopt);

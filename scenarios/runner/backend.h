@@ -45,6 +45,7 @@
 #include "reference/model/speculative.h"
 #include "reference/checkpoint/weights.h"
 #include "scenarios/defects/mutants.h"
+#include "scenarios/judge/derived_bounds.h"
 
 namespace dsv41::scenarios::runner {
 
@@ -53,6 +54,11 @@ namespace dsv41::scenarios::runner {
 // cores, fused kernels: judged by tolerance, derived bounds, docs/conform.md) or "approximate"
 // (it differs by design; measured only).
 enum class Claim { kBitExact, kOrderVariant, kApproximate };
+
+// The accumulation an order-variant backend's claim admits (scenarios/judge/derived_bounds.h
+// "Accumulation"): kFp8TensorCore for `cuda` (its fp8 linears on wgmma) and `ref-order:trunc13[...]`
+// (the CPU emulation of that block dot); kFp32 for every other backend.
+judge::Accumulation backend_accumulation(const std::string& spec);
 
 // One session of a backend (opaque to the runner).
 class BackendSession {

@@ -264,6 +264,7 @@ SmallZooResult run_small_zoo(const SmallZooOptions& o, std::ostream& progress) {
       conform::ConformOptions co;
       co.name = row.bug;
       co.order_variant = true;
+      co.accumulation = o.accumulation;
       const reports::RunReport report = conform::conform(conform::read_port_dump(dir), m.weights, token_map, co);
       row.conform_exit = conform::conform_exit_code(report);
       row.flagged = row.conform_exit == 1;

@@ -67,6 +67,9 @@ struct SmallZooOptions {
   std::string dir;                // where the dumps go; "": a temporary directory
   bool keep = false;              // keep every dump
   bool progress = true;           // one line per run on the progress stream
+  // The order-variant claim's accumulation the dumps are judged under ("": fp32;
+  // "fp8-tensor-core": the wider bounds of a port on fp8 tensor cores, scenarios/judge/derived_bounds.h).
+  std::string accumulation;
 };
 
 // One line of the detection table.
