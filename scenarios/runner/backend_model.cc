@@ -115,7 +115,7 @@ void BackendModel::end_step(reference::model::ModelState& state, int64_t step) {
 std::string BackendModel::missing_evidence() const {
   if (!parts_.mutation || fired_) return "";
   return "the planted defect of backend " + name_ + " never applied (no such step, layer or component in this "
-         "run, or nothing to change there): the run is the unplanted backend's";
+         "run, or nothing to change there; a speculative round plants none): the run is the unplanted backend's";
 }
 
 reference::model::ModelState BackendModel::host_state(const reference::model::ModelState& state) const {
