@@ -6,7 +6,9 @@ Parts (docs/python.md):
     dsv41.formats   codecs (E2M1, E4M3, E8M0, BF16), block recipes, packed cache entries
     dsv41.ops       each reference op of the seam (reference/seam/ops.h), numpy in and out
     dsv41.Config, dsv41.Weights, dsv41.Model, dsv41.State, dsv41.DumpWriter
-                    the model, its sessions (step, save, resume full / global-only) and port dumps
+                    the model, its sessions (step, save, resume full / global-only) and port dumps;
+                    Model(..., backend="ref") picks the ops it runs on ("cuda-exact", "cuda",
+                    "ref-order:<variant>": the names of `dsv41 forward --backend`)
     dsv41.conform   `dsv41 conform DUMP` as a function: verdicts, root cause, report
     dsv41.check     one component judged in memory, with conform's tolerances and tie rules
     dsv41.pytest    the pytest plugin (fixture dsv41_ref)

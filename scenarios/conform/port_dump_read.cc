@@ -281,6 +281,7 @@ PortDump read_port_dump(const std::string& dir) {
     d.token_map = m.value("token_map", "");
     d.command_line = m.value("command_line", "");
     d.claim = m.value("claim", std::string(kClaimBitExact));
+    d.backend = m.value("backend", "");
     if (d.claim != kClaimBitExact && d.claim != kClaimOrderVariant) {
       DSV41_FAIL(where, ": claim '", d.claim, "', expected '", kClaimBitExact, "' or '", kClaimOrderVariant, "'");
     }

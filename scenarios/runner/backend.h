@@ -165,4 +165,23 @@ std::optional<defects::Mutation> backend_mutation(const std::string& spec);
 // building it: a pair's default expectation follows from it.
 Claim backend_claim(const std::string& spec);
 
+// What make_backend builds a backend's model from, without the model: the parts a tool that runs
+// a reference::model::Model itself needs (`dsv41 forward --backend`, the Python module:
+// scenarios/runner/backend_model.h). The claim is backend_claim(spec).
+struct BackendOps {
+  std::unique_ptr<reference::seam::Ops> ops;  // nullptr: reference::seam::reference_ops()
+  bool device = false;  // ops keeps its tensors on a device: sessions are saved and read through the host
+  reference::CachePrecision precision = reference::CachePrecision::kPacked;  // kBf16: ref-bf16kv
+  std::optional<defects::Mutation> mutation;  // the planted defect (mutant:..., ref-order:<variant>:...)
+};
+
+// The parts of the backend `spec` names (validate_backend_name's names); a dsv41::Error naming the
+// spec otherwise, or when a device backend finds no device ("backend cuda: no CUDA device ...").
+BackendOps make_backend_ops(const std::string& spec);
+
+// Moves every tensor of a state into `ops`' memory (to_device) or back to the host: session files
+// are written and read on the host (reference/session/session_*.cc), a device backend's state lives
+// on the device between steps.
+void move_state(reference::model::ModelState& st, const reference::seam::Ops& ops, bool to_device);
+
 }  // namespace dsv41::scenarios::runner
