@@ -43,11 +43,11 @@ std::string temp_root(const std::string& dir, const char* what) {
 
 // The claim a variant's dump is judged under: order-variant, with the fp8 tensor-core accumulation
 // for the emulation of that block dot (trunc13), as a port built on such kernels declares it.
-conform::ConformOptions order_variant_options(const std::string& name) {
+conform::ConformOptions order_variant_options(const std::string& name, bool tensor_core = false) {
   conform::ConformOptions co;
   co.name = name;
   co.order_variant = true;
-  if (sum_order_from_name(name) == SumOrder::kTrunc13) co.accumulation = judge::name(judge::Accumulation::kFp8TensorCore);
+  if (tensor_core) co.accumulation = judge::name(judge::Accumulation::kFp8TensorCore);
   return co;
 }
 
@@ -187,7 +187,8 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
                             "dsv41 selftest --calibration --variants " + row.variant);
         row.changed = dumps_differ(ref_dir, dir);
         const reports::RunReport report =
-            conform::conform(conform::read_port_dump(dir), L.weights, token_map, order_variant_options(row.variant));
+            conform::conform(conform::read_port_dump(dir), L.weights, token_map,
+                             order_variant_options(row.variant, v == SumOrder::kTrunc13));
         record_conform(report, row);
         row.verdict = row.conform_exit != 0 ? "ALARM" : row.changed ? "ok" : "NO-CHANGE";
       } catch (const std::exception& e) {
