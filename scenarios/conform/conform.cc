@@ -253,6 +253,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
     end_to_end.insert(reference::model::name(k));
   }
   std::vector<StepJudgement> out;
+  bool rolled_back = false;  // teacher-forced: a speculative rollback happened (StepJudgement::unforced_caches)
   for (const PortDumpStep& s : d.steps) {
     if (o.stop_after_step >= 0 && s.index > o.stop_after_step) break;
     if (o.progress) {
@@ -300,6 +301,8 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
       model.set_hooks({});
       ops.record_writes(nullptr);
       if (rolls_back) keep_kept(forced, *before);
+      rolled_back = rolled_back || rolls_back;
+      j.unforced_caches = rolled_back;
       runner::finish_capture(own, rec, all_caches(model, forced));
       const std::vector<reference::model::CacheView> extra = keep_covered(own, port, every);
       ctx.teacher_forced = true;

@@ -31,6 +31,12 @@ nlohmann::json parse_tolerance_json(const std::string& text, const std::string& 
 // port covers, for the failure details.
 struct StepJudgement {
   int64_t step = 0;
+  // Teacher-forced, this step or an earlier one rolled a speculative round back: the replay keeps
+  // the kept tokens by rerunning them hook-free (reference::model::roll_back), so the caches from
+  // here on hold rows no forcing reached. Under order-variant the caches and their readers are
+  // then measured (as the runner does, docs/scenarios.md); under bit-exact a correct port's
+  // rollback is the reference's, bit for bit, and stays judged.
+  bool unforced_caches = false;
   runner::StepComparison forced, free;
   runner::StepCapture forced_own, forced_port, free_own, free_port;
 };
@@ -100,6 +106,11 @@ bool is_comb(const std::string& component);
 // The bounds (conform_bounds.cc): what each row of the replay is judged against.
 extern const char* kExactNote;             // the bit-exact default's origin note
 extern const char* kOrderVariantE2eNote;   // end to end under order-variant: measured
+// A cache or one of its readers (attn_out, index_scores, topk, candidates, dspark_attn_out): what a
+// teacher-forced step after a speculative rollback measures under order-variant.
+bool is_cache_or_reader(const std::string& component);
+// The rows exact under every claim (present, masks, valid entries, ...).
+bool always_exact(const std::string& metric);
 // The claim in effect: bit-exact, or order-variant (docs/conform.md "Claims").
 struct Claim {
   bool order_variant = false;

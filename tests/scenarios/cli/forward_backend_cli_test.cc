@@ -171,6 +171,29 @@ TEST_F(ForwardBackend, SessionsAndGenerationRunOnTheChosenOps) {
   EXPECT_EQ(manifest(at("gen_dump"))["n_steps"], 5);  // 3 prompt chunks, 2 generated decode steps
 }
 
+// A speculative generation's dump on the variant (verify steps that roll back): conform passes it,
+// the teacher-forced caches and their readers measured from the first rollback on (the replay
+// reruns the kept tokens without the port's values), with a note saying so; the tensor-core
+// emulation's dump records its accumulation and passes under it (that fp32 does not admit it:
+// tests/scenarios/judge/accumulation_test.cc).
+TEST_F(ForwardBackend, SpeculativeDumpsConformAfterARollback) {
+  const std::string dump = at("spec_dump");
+  const Result f = run(forward("ref-order:tiles", "--prompt " + prompt() + " --generate 5 --speculative 2 --dump '" +
+                                                      dump + "'"));
+  ASSERT_EQ(f.code, 0) << f.err;
+  const Result c = run(conform(dump) + " --no-end-to-end");
+  EXPECT_EQ(c.code, 0) << c.out << c.err;
+  const Result show = run("report show '" + dump + ".report.h5'");
+  EXPECT_TRUE(has(show.out + c.out, "a speculative round rolled back")) << show.out;
+  const std::string tc = at("trunc13_dump");
+  const Result t = run(forward("ref-order:trunc13", "--prompt " + prompt() + " --decode 5 --dump '" + tc + "'"));
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_EQ(manifest(tc)["accumulation"], "fp8-tensor-core");
+  const Result ct = run(conform(tc) + " --no-end-to-end");
+  EXPECT_EQ(ct.code, 0) << ct.out << ct.err;
+  EXPECT_TRUE(has(ct.out, "accumulation fp8-tensor-core (the dump's manifest)")) << ct.out;
+}
+
 // Exit 2 and nothing written, before the weights are read where the name alone tells.
 void expect_refused(const std::string& backend, const std::vector<std::string>& parts) {
   const std::string out = at("refused.h5"), dump = at("refused_dump");
