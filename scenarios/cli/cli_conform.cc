@@ -130,7 +130,7 @@ int run(const ConformArgs& a, const std::string& command_line) {
     }
     std::cout << "  every cache above, also: " << judge::kDecodedBlockGainMetric << " <= "
               << judge::decoded_block_gain_tolerance().bound << "  (a scale block's gain error; docs/conform.md)\n";
-    const judge::DerivedBound& any = judge::derived_bound_table(d.config, acc).front();
+    const judge::DerivedBound any = judge::derived_bound_table(d.config, acc).front();  // a copy: the table is a temporary
     std::cout << "  every row above, also: " << judge::kRowGainMetric << " <= " << judge::row_gain_tolerance(any).bound
               << "  (a row's gain error, its lower " << judge::kRowGainSigmas
               << "-sigma bound; docs/conform.md \"Row gain\")\n";
