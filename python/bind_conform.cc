@@ -14,6 +14,7 @@
 #include "reports/report.h"
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/port_dump.h"
+#include "scenarios/judge/derived_bounds.h"
 
 namespace dsv41::python {
 
@@ -40,7 +41,7 @@ py::dict row_dict(const reports::MetricRow& r) {
 py::dict conform_py(const std::string& dump, const std::string& weights, const std::string& config,
                     std::optional<std::vector<int64_t>> token_map, const std::string& tolerances, bool order_variant,
                     bool end_to_end, const std::string& only, int64_t stop_after_step, const std::string& report,
-                    const std::string& junit, bool rows) {
+                    const std::string& junit, bool rows, const std::string& accumulation) {
   const scenarios::conform::PortDump d = scenarios::conform::read_port_dump(dump);
   const reference::ModelConfig c = config.empty() ? d.config : reference::load_config(config);
   if (reference::config_hash(c) != d.config_hash) {
@@ -58,9 +59,12 @@ py::dict conform_py(const std::string& dump, const std::string& weights, const s
   o.only = only;
   o.stop_after_step = stop_after_step;
   o.order_variant = order_variant;
+  if (!accumulation.empty()) scenarios::judge::accumulation_from_name(accumulation);  // a dsv41.Error naming the valid ones
+  o.accumulation = accumulation;
   o.rerun_prefix = "dsv41 conform " + dump + " --config " + (config.empty() ? std::string("DUMP_CONFIG") : config) +
                    " --weights " + weights + (tolerances.empty() ? "" : " --tolerances " + tolerances) +
-                   (order_variant ? " --order-variant" : "");
+                   (order_variant ? " --order-variant" : "") +
+                   (accumulation.empty() ? "" : " --accumulation " + accumulation);
   if (!report.empty() || !junit.empty()) reports::check_scenario_name("dump");
   reports::RunReport r;
   {
@@ -116,7 +120,7 @@ void register_conform(py::module_& m) {
   m.def("conform", &conform_py, py::arg("dump"), py::kw_only(), py::arg("weights"), py::arg("config") = "",
         py::arg("token_map") = py::none(), py::arg("tolerances") = "", py::arg("order_variant") = false,
         py::arg("end_to_end") = true, py::arg("only") = "", py::arg("stop_after_step") = -1,
-        py::arg("report") = "", py::arg("junit") = "", py::arg("rows") = true,
+        py::arg("report") = "", py::arg("junit") = "", py::arg("rows") = true, py::arg("accumulation") = "",
         "`dsv41 conform DUMP --config C --weights W` (docs/conform.md) -> {verdict, exit_code, root_cause, "
         "comparisons [{mode, verdict, notes, rows}], claim, support_matrix, summary}");
 }

@@ -4,7 +4,9 @@
 // "Model and sessions"): the model of reference/model/model.h with its sessions (reference/session/session_store.h)
 // and the port dump writer of `dsv41 forward --dump` (scenarios/conform/port_dump.h). A step returns a dict
 // of numpy arrays (logits, selections) and, with capture=True, every hooked component under its
-// dump key ("layer03.attn_out", "model.logits": reference/model/hooks.h names).
+// dump key ("layer03.attn_out", "model.logits": reference/model/hooks.h names). backend="NAME" runs
+// the model over a runner backend's ops (scenarios/runner/backend_model.h: ref, cuda-exact, cuda,
+// ref-order:<variant>; planted defects are `dsv41 forward --backend`'s and `dsv41 run`'s).
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +19,7 @@
 #include "reference/checkpoint/safetensors.h"
 #include "reference/session/session_store.h"
 #include "reference/checkpoint/weights.h"
+#include "scenarios/runner/backend_model.h"
 #include "scenarios/runner/capture.h"
 #include "scenarios/conform/port_dump.h"
 
@@ -53,23 +56,35 @@ Weights generate(const ModelConfig& c, uint64_t seed) {
   return w;
 }
 
-// A model and the ops it runs on (the reference, or a port's ops bridged from Python).
+// A model and the ops it runs on (a runner backend's, or a port's ops bridged from Python).
 struct PyModel {
-  std::shared_ptr<PortOps> port;  // null: the reference
-  std::shared_ptr<Model> model;
+  std::shared_ptr<PortOps> port;  // null: a backend's model
+  std::shared_ptr<scenarios::runner::BackendModel> backend;  // null: a port's model
+  std::shared_ptr<Model> model;  // the backend's model (sharing its ownership), or the port's
 };
 
 PyModel make_model(const ModelConfig& c, const Weights& w, std::optional<std::vector<int64_t>> token_map,
-                   std::optional<py::dict> port) {
+                   std::optional<py::dict> port, const std::string& backend) {
   PyModel m;
   std::vector<int64_t> map = token_map ? *token_map : reference::model::default_token_map(c);
   if (port && !port->empty()) {
+    if (backend != "ref") {
+      DSV41_FAIL("Model: port and backend '", backend, "': a port's ops replace some of the reference's "
+                 "(backend 'ref'); give one of them");
+    }
     m.port = std::make_shared<PortOps>(*port);
     m.model = std::make_shared<Model>(c, *w.weights, std::move(map), *m.port);
-  } else {
-    m.model = std::make_shared<Model>(c, *w.weights, std::move(map));
+    return m;
   }
+  scenarios::runner::BackendModel::validate(backend, "backend", /*planted_defects=*/false);
+  m.backend = std::make_shared<scenarios::runner::BackendModel>(backend);  // a device backend: needs a device
+  m.model = std::shared_ptr<Model>(m.backend, &m.backend->build(c, *w.weights, std::move(map)));
   return m;
+}
+
+const char* claim_name(scenarios::runner::Claim c) {
+  return c == scenarios::runner::Claim::kOrderVariant ? scenarios::conform::kClaimOrderVariant
+                                                       : scenarios::conform::kClaimBitExact;
 }
 
 py::dict record_dict(reference::model::StepRecord&& r) {
@@ -212,6 +227,8 @@ py::dict step(PyModel& pm, ModelState& state, const std::vector<int64_t>& tokens
       out["caches"] = caches;
     }
     if (dump != nullptr) {  // add_model_step finishes the capture (Engram ids, logits, every cache)
+      // The dump's values are the backend's (not a port's): it records the backend and its claim.
+      if (pm.backend && port_values.is_none()) dump->set_backend(pm.backend->name());
       const bool first = state.pos == static_cast<int64_t>(tokens.size());
       const std::string ev = !event.empty() ? event : first || tokens.size() > 1 ? "prefill" : "decode";
       dump->add_model_step(cap, model, state, rec, tokens, ev);
@@ -264,21 +281,40 @@ void register_model(py::module_& m) {
   py::class_<scenarios::conform::PortDumpWriter, std::unique_ptr<scenarios::conform::PortDumpWriter>>(
       m, "DumpWriter", "writes a port dump (docs/port-dump.md), as `dsv41 forward --dump` does")
       .def(py::init([](const std::string& path, const ModelConfig& c, const std::string& weights,
-                       const std::string& token_map, const std::string& command_line, const std::string& claim) {
+                       const std::string& token_map, const std::string& command_line,
+                       const std::optional<std::string>& claim) {
              auto w = std::make_unique<scenarios::conform::PortDumpWriter>(path, c, weights, token_map, command_line);
-             w->set_claim(claim);
+             if (claim) w->set_claim(*claim);
              return w;
            }),
            py::arg("path"), py::arg("config"), py::arg("weights") = "", py::arg("token_map") = "default",
-           py::arg("command_line") = "python", py::arg("claim") = scenarios::conform::kClaimBitExact,
-           "path: a new or empty directory, or a new FILE.h5; claim: 'bit-exact' or 'order-variant' (docs/conform.md)")
+           py::arg("command_line") = "python", py::arg("claim") = py::none(),
+           "path: a new or empty directory, or a new FILE.h5; claim: 'bit-exact' or 'order-variant' (docs/conform.md); "
+           "None: the claim of the Model(backend=...) whose steps it writes (bit-exact when a port's values are dumped)")
+      .def_property_readonly("claim", [](const scenarios::conform::PortDumpWriter& w) {
+             return w.claim().empty() ? std::string(scenarios::conform::kClaimBitExact) : w.claim();
+           }, "the claim the manifest will hold")
+      .def_property_readonly("backend", [](const scenarios::conform::PortDumpWriter& w) -> py::object {
+             if (w.backend().empty()) return py::none();
+             return py::str(w.backend());
+           }, "the backend whose steps it holds (None: not recorded)")
       .def("finish", &scenarios::conform::PortDumpWriter::finish, "write the manifest (the dump exists only after this)");
 
   py::class_<PyModel>(m, "Model", "the reference forward (reference/model/model.h), optionally over a port's ops")
       .def(py::init(&make_model), py::arg("config"), py::arg("weights"), py::arg("token_map") = py::none(),
-           py::arg("port") = py::none(),
+           py::arg("port") = py::none(), py::kw_only(), py::arg("backend") = "ref",
            "token_map: [vocab] Engram compressed ids (default: id * C / V); port: {op name: callable} replacing "
-           "seam ops by a port's (docs/python.md, 'A port's ops in the reference model')")
+           "seam ops by a port's (docs/python.md, 'A port's ops in the reference model'); backend: the ops the "
+           "model runs on, a runner backend's name (default 'ref'; 'cuda-exact', 'cuda', 'ref-order:<variant>'; "
+           "docs/python.md): a bad name is a dsv41.Error naming the valid ones")
+      .def_property_readonly("backend", [](const PyModel& pm) -> py::object {
+             if (!pm.backend) return py::none();
+             return py::str(pm.backend->name());
+           }, "the backend's name (None: a port's model)")
+      .def_property_readonly("claim", [](const PyModel& pm) -> py::object {
+             if (!pm.backend) return py::none();
+             return py::str(claim_name(pm.backend->claim()));
+           }, "what the backend claims: 'bit-exact' or 'order-variant' (None: a port's model, which states its own)")
       .def("new_state", [](const PyModel& pm) { return pm.model->new_state(); }, "a fresh state at position 0")
       .def("step", &step, py::arg("state"), py::arg("tokens"), py::kw_only(), py::arg("capture") = false,
            py::arg("dump") = nullptr, py::arg("event") = "", py::arg("port_values") = py::none(),
@@ -312,16 +348,20 @@ void register_model(py::module_& m) {
            "the DSpark draft after state.pos (docs/dspark.md): {position, tokens [B], logits float32 [B, vocab], "
            "probs, confidence float32 [B]}")
       .def("save_session", [](const PyModel& pm, const ModelState& s, const std::string& path, bool swa) {
+             if (pm.backend) return pm.backend->save_session(path, s, swa);  // a device backend: via the host
              reference::session::save_session(path, s, pm.model->config(), swa);
            }, py::arg("state"), py::arg("path"), py::arg("include_swa") = true,
            "save the session (docs/session-store.md; atomic); include_swa=False drops the SWA rings")
       .def("session_bytes", [](const PyModel& pm, const ModelState& s, bool swa) {
-             std::vector<uint8_t> b = reference::session::session_bytes(s, pm.model->config(), swa);
+             std::vector<uint8_t> b = pm.backend ? pm.backend->session_bytes(s, swa)
+                                                 : reference::session::session_bytes(s, pm.model->config(), swa);
              const int64_t n = static_cast<int64_t>(b.size());
              return to_numpy(std::move(b), {n});
            }, py::arg("state"), py::arg("include_swa") = true, "the session file's bytes, uint8")
       .def("load_session", [](const PyModel& pm, const std::string& path, const std::string& mode) {
-             reference::session::LoadedSession l = reference::session::load_session(path, pm.model->config(), *pm.model, resume_mode(mode));
+             reference::session::LoadedSession l =
+                 pm.backend ? pm.backend->load_session(path, resume_mode(mode))
+                            : reference::session::load_session(path, pm.model->config(), *pm.model, resume_mode(mode));
              py::dict info;
              info["pos"] = l.header.pos;
              info["has_swa"] = l.has_swa;

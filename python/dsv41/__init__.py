@@ -6,7 +6,9 @@ Parts (docs/python.md):
     dsv41.formats   codecs (E2M1, E4M3, E8M0, BF16), block recipes, packed cache entries
     dsv41.ops       each reference op of the seam (reference/seam/ops.h), numpy in and out
     dsv41.Config, dsv41.Weights, dsv41.Model, dsv41.State, dsv41.DumpWriter
-                    the model, its sessions (step, save, resume full / global-only) and port dumps
+                    the model, its sessions (step, save, resume full / global-only) and port dumps;
+                    Model(..., backend="ref") picks the ops it runs on ("cuda-exact", "cuda",
+                    "ref-order:<variant>": the names of `dsv41 forward --backend`)
     dsv41.conform   `dsv41 conform DUMP` as a function: verdicts, root cause, report
     dsv41.check     one component judged in memory, with conform's tolerances and tie rules
     dsv41.pytest    the pytest plugin (fixture dsv41_ref)
@@ -98,12 +100,14 @@ def check(component, inputs, outputs, params=None, *, config=None, tolerances=No
 
 
 def conform(dump, *, weights, config="", token_map=None, tolerances=None, order_variant=False, end_to_end=True,
-            only="", stop_after_step=-1, report="", junit="", rows=True):
+            only="", stop_after_step=-1, report="", junit="", rows=True, accumulation=""):
     """`dsv41 conform DUMP --config C --weights W` (docs/conform.md) as a function.
 
     dump        a dump directory or FILE.h5 (docs/port-dump.md)
     weights     the weights file; config: a preset or config.json ("": the dump's own config)
     tolerances  None, a tolerance file path, or the same as a dict
+    accumulation  under order-variant: "fp32" or "fp8-tensor-core" ("": the dump's manifest;
+                docs/conform.md "Accumulation")
     Returns {verdict, exit_code (0 pass, 1 fail, 3 too thin), root_cause {mode, step, layer,
     component, metric, value, detail, repro} or None, comparisons [{mode, verdict, notes, rows}],
     claim, support_matrix, summary}. Bad input raises dsv41.Error (the CLI's exit 2).
@@ -121,7 +125,8 @@ def conform(dump, *, weights, config="", token_map=None, tolerances=None, order_
     try:
         return _core.conform(str(dump), weights=str(weights), config=str(config), token_map=token_map,
                              tolerances=tol_path, order_variant=order_variant, end_to_end=end_to_end, only=only,
-                             stop_after_step=stop_after_step, report=str(report), junit=str(junit), rows=rows)
+                             stop_after_step=stop_after_step, report=str(report), junit=str(junit), rows=rows,
+                             accumulation=str(accumulation))
     finally:
         if tmp is not None:
             _os.unlink(tmp.name)

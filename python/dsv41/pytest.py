@@ -58,9 +58,9 @@ class Reference:
             self._weights = dsv41.Weights.load(self.weights_path, self.config)
         return self._weights
 
-    def model(self, port=None):
-        """A dsv41.Model on the reference weights (port: {op: callable}, docs/python.md)."""
-        return dsv41.Model(self.config, self.weights, port=port)
+    def model(self, port=None, backend="ref"):
+        """A dsv41.Model on the reference weights (port: {op: callable}; backend: the ops it runs on, docs/python.md)."""
+        return dsv41.Model(self.config, self.weights, port=port, backend=backend)
 
     def check(self, component, inputs, outputs, params=None, tolerances=None, config=None):
         """dsv41.check; raises AssertionError with the located failure message. Returns the CheckResult."""

@@ -71,10 +71,12 @@ MoeRouting moe_route(const Tensor<float>& logits, const MoeWeights& w, const Mod
 }
 
 Tensor<float> expert_forward(const Tensor<float>& x, const LinearWeight& w1, const LinearWeight& w2,
-                             const LinearWeight& w3, const float* routing_weight, double swiglu_limit) {
-  const Tensor<float> g = linear(x, w1);  // [T, inter] bf16
-  const Tensor<float> u = linear(x, w3);  // [T, inter] bf16
-  return linear(swiglu(g, u, routing_weight, swiglu_limit), w2);
+                             const LinearWeight& w3, const float* routing_weight, double swiglu_limit,
+                             const ExpertLinear& lin) {
+  const auto run = [&](const Tensor<float>& in, const LinearWeight& w) { return lin ? lin(in, w) : linear(in, w); };
+  const Tensor<float> g = run(x, w1);  // [T, inter] bf16
+  const Tensor<float> u = run(x, w3);  // [T, inter] bf16
+  return run(swiglu(g, u, routing_weight, swiglu_limit), w2);
 }
 
 Tensor<float> swiglu(const Tensor<float>& g, const Tensor<float>& u, const float* routing_weight, double swiglu_limit) {
@@ -118,7 +120,7 @@ ExpertBatch expert_batch(const Tensor<float>& x, const MoeRouting& routing, int 
 }
 
 Tensor<float> moe_experts(const Tensor<float>& x, const MoeWeights& w, const MoeRouting& routing,
-                          const ModelConfig& c) {
+                          const ModelConfig& c, const ExpertLinear& lin) {
   const int64_t T = x.dim(0), dim = x.dim(1);
   DSV41_CHECK(routing.experts.rank() == 2 && routing.experts.dim(0) == T &&
                   routing.weights.shape() == routing.experts.shape(),
@@ -128,12 +130,12 @@ Tensor<float> moe_experts(const Tensor<float>& x, const MoeWeights& w, const Moe
   for (int e = 0; e < static_cast<int>(w.w1.size()); ++e) {
     const ExpertBatch b = expert_batch(x, routing, e);
     if (b.tokens.empty()) continue;
-    const Tensor<float> ye = expert_forward(b.rows, w.w1[e], w.w2[e], w.w3[e], b.weights.data(), c.swiglu_limit);
+    const Tensor<float> ye = expert_forward(b.rows, w.w1[e], w.w2[e], w.w3[e], b.weights.data(), c.swiglu_limit, lin);
     for (size_t i = 0; i < b.tokens.size(); ++i) {
       for (int64_t d = 0; d < dim; ++d) acc.at(b.tokens[i], d) += ye.at(static_cast<int64_t>(i), d);
     }
   }
-  const Tensor<float> shared = expert_forward(x, w.s_w1, w.s_w2, w.s_w3, nullptr, c.swiglu_limit);
+  const Tensor<float> shared = expert_forward(x, w.s_w1, w.s_w2, w.s_w3, nullptr, c.swiglu_limit, lin);
   Tensor<float> y({T, dim}, "moe.y");
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t d = 0; d < dim; ++d) y.at(t, d) = round_to_bf16(acc.at(t, d) + shared.at(t, d));

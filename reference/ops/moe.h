@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "reference/ops/config.h"
@@ -71,13 +72,20 @@ struct ExpertBatch {
 };
 ExpertBatch expert_batch(const Tensor<float>& x, const MoeRouting& routing, int e);
 
+// The linear an expert's three projections run through: reference::linear, or an order-variant
+// backend's own (scenarios/defects/reordered_ops.cc: the tensor-core emulation runs the shared
+// expert's F8 linears through its block dot, as the production CUDA linear does).
+using ExpertLinear = std::function<Tensor<float>(const Tensor<float>&, const LinearWeight&)>;
+
 // One SwiGLU expert. x: [T, dim] bf16; routing_weight: [T] fp32 or nullptr -> [T, dim] bf16.
 Tensor<float> expert_forward(const Tensor<float>& x, const LinearWeight& w1, const LinearWeight& w2,
-                             const LinearWeight& w3, const float* routing_weight, double swiglu_limit);
+                             const LinearWeight& w3, const float* routing_weight, double swiglu_limit,
+                             const ExpertLinear& lin = {});
 
 // The routed experts (each token through its experts, weighted) plus the shared expert, summed in
-// the official order above. x: [T, dim] bf16 -> [T, dim] bf16.
+// the official order above. x: [T, dim] bf16 -> [T, dim] bf16. lin: the experts' linear (empty:
+// reference::linear).
 Tensor<float> moe_experts(const Tensor<float>& x, const MoeWeights& w, const MoeRouting& routing,
-                          const ModelConfig& c);
+                          const ModelConfig& c, const ExpertLinear& lin = {});
 
 }  // namespace dsv41::reference

@@ -37,6 +37,7 @@ struct ConformArgs {
   bool no_end_to_end = false;
   bool no_hypotheses = false;
   bool order_variant = false;
+  std::string accumulation;  // "": the manifest's
   bool quiet = false;
 };
 
@@ -70,10 +71,12 @@ int run(const ConformArgs& a, const std::string& command_line) {
   o.stop_after_step = a.stop_after_step;
   o.only = a.only;
   o.order_variant = a.order_variant;
+  o.accumulation = a.accumulation;
   o.rerun_prefix = "dsv41 conform " + reports::shell_quote(a.dump) + " --config " + reports::shell_quote(a.config) + " --weights " +
                    reports::shell_quote(a.weights) + (a.token_map.empty() ? "" : " --token-map " + reports::shell_quote(a.token_map)) +
                    (a.tolerances.empty() ? "" : " --tolerances " + reports::shell_quote(a.tolerances)) +
-                   (a.order_variant ? " --order-variant" : "");
+                   (a.order_variant ? " --order-variant" : "") +
+                   (a.accumulation.empty() ? "" : " --accumulation " + a.accumulation);
   if (a.threads > 0) reference::set_reference_threads(a.threads);
   runner::check_report_outputs(a.output, a.junit);
 
@@ -110,21 +113,24 @@ int run(const ConformArgs& a, const std::string& command_line) {
   }
   if (conform::conform_detail::order_variant(d, o)) {  // the tolerance table of the claim: one row per float component
     const conform::ConformTolerances tol = a.tolerances.empty() ? conform::ConformTolerances{} : conform::load_conform_tolerances(a.tolerances);
+    const judge::Accumulation acc = conform::conform_detail::accumulation(d, o);
     std::cout << "claim: order-variant (" << (a.order_variant ? "--order-variant" : "the dump's manifest")
-              << "); derived bounds, metric " << judge::kRowRelMetric << " (teacher-forced):\n";
-    for (const judge::DerivedBound& b : judge::derived_bound_table(d.config)) {
+              << "), accumulation " << judge::name(acc) << " ("
+              << (a.accumulation.empty() ? "the dump's manifest" : "--accumulation") << "); derived bounds, metric "
+              << judge::kRowRelMetric << " (teacher-forced):\n";
+    for (const judge::DerivedBound& b : judge::derived_bound_table(d.config, acc)) {
       const bool file = tol.count(b.component) > 0 || tol.count("*") > 0;
       std::cout << "  " << b.component << ": " << judge::kRowRelMetric << " <= " << b.bound << "  "
                 << (file ? "[overridden by the tolerance file] " : "") << b.origin << "\n";
     }
-    for (const judge::DerivedBound& b : judge::derived_cache_bound_table(d.config)) {
+    for (const judge::DerivedBound& b : judge::derived_cache_bound_table(d.config, acc)) {
       const bool file = tol.count(b.component) > 0 || tol.count("*") > 0;
       std::cout << "  " << b.component << ": " << judge::kDecodedRowRelMetric << " <= " << b.bound << "  "
                 << (file ? "[overridden by the tolerance file] " : "") << b.origin << "\n";
     }
     std::cout << "  every cache above, also: " << judge::kDecodedBlockGainMetric << " <= "
               << judge::decoded_block_gain_tolerance().bound << "  (a scale block's gain error; docs/conform.md)\n";
-    const judge::DerivedBound& any = judge::derived_bound_table(d.config).front();
+    const judge::DerivedBound any = judge::derived_bound_table(d.config, acc).front();  // a copy: the table is a temporary
     std::cout << "  every row above, also: " << judge::kRowGainMetric << " <= " << judge::row_gain_tolerance(any).bound
               << "  (a row's gain error, its lower " << judge::kRowGainSigmas
               << "-sigma bound; docs/conform.md \"Row gain\")\n";
@@ -167,6 +173,11 @@ Verb add_conform_verb(CLI::App& parent) {
   app->add_flag("--order-variant", a->order_variant,
                 "judge under the order-variant claim (also the dump's manifest \"claim\"): every float component "
                 "within its derived bound with its origin, the rest exact (docs/conform.md \"Claims\")");
+  app->add_option("--accumulation", a->accumulation,
+                  "order-variant: the accumulation the port's sums use, fp32 or fp8-tensor-core (its fp8 linears on "
+                  "Hopper's fp8 tensor cores, as DeepGEMM-style kernels; derived bounds with A4-A5); default: the "
+                  "dump's manifest \"accumulation\", else fp32 (docs/conform.md \"Accumulation\")")
+      ->check(CLI::IsMember({"fp32", "fp8-tensor-core"}));
   app->add_flag("-q,--quiet", a->quiet, "no progress lines");
   return {app, [a, app] {
             const std::string cmd = command_line_of(*app, "conform", "dump");

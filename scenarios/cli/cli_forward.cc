@@ -7,7 +7,9 @@
 // --dump DIR (or FILE.h5, the HDF5 container) also writes the run as a port dump
 // (docs/port-dump.md): every hooked component, the logits and the caches of every step (a
 // generating run's decode steps, a speculative run's verify steps), recorded with capture_hooks
-// (scenarios/runner/capture.h).
+// (scenarios/runner/capture.h). --backend NAME runs the model over a runner backend's ops
+// (scenarios/runner/backend_model.h: ref, cuda-exact, cuda, ref-order:<variant>[:<defect>],
+// mutant:<defect>); a dump records the backend and its claim.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
@@ -34,6 +36,7 @@
 #include "reports/h5_writer.h"
 #include "scenarios/cli/cli.h"
 #include "scenarios/runner/progress.h"
+#include "scenarios/runner/backend_model.h"
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/forward_generate.h"
 #include "scenarios/conform/port_dump.h"
@@ -49,6 +52,7 @@ using reference::Tensor;
 struct ForwardArgs {
   std::string config, weights, prompt, decode, token_map, output;
   std::string dump;  // --dump DIR or FILE.h5: a port dump of the run (docs/port-dump.md); "": none
+  std::string backend = "ref";  // the ops the model runs on (scenarios/runner/backend_model.h)
   int threads = 0;
   // Sessions.
   std::string save_state, resume;
@@ -184,7 +188,8 @@ void check_vocab(const std::vector<int64_t>& ids, const std::string& option, con
 
 int run_forward(const ForwardArgs& a, const std::string& command_line) {
   if (a.threads > 0) reference::set_reference_threads(a.threads);
-  // 1. Inputs that cost nothing to check: config, ids, token map, output path.
+  // 1. Inputs that cost nothing to check: backend, config, ids, token map, output path.
+  runner::BackendModel::validate(a.backend, "--backend");
   const reference::ModelConfig c = reference::load_config(a.config);
   const std::vector<int64_t> prompt = a.prompt.empty() ? std::vector<int64_t>{} : runner::parse_id_list(a.prompt, "--prompt");
   const std::vector<int64_t> decode = runner::parse_id_list(a.decode, "--decode");
@@ -255,16 +260,21 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   std::optional<reports::H5Writer> w;
   if (!a.output.empty()) w.emplace(a.output, "forward output (-o)");
   std::optional<conform::PortDumpWriter> dump;
-  if (!a.dump.empty()) dump.emplace(a.dump, c, a.weights, a.token_map.empty() ? "default" : a.token_map, command_line);
+  if (!a.dump.empty()) {
+    dump.emplace(a.dump, c, a.weights, a.token_map.empty() ? "default" : a.token_map, command_line);
+    dump->set_backend(a.backend);  // the manifest's backend and claim (runner::backend_claim)
+  }
+  // The backend's ops (a device backend needs a device: checked before the weights are read).
+  runner::BackendModel bm(a.backend);
 
   // 2. Weights and the forward.
-  reference::model::Model model(c, reference::checkpoint::ModelWeights::load(a.weights, c), std::move(map));
+  reference::model::Model& model = bm.build(c, reference::checkpoint::ModelWeights::load(a.weights, c), std::move(map));
   // A global-only resume rebuilds the SWA rings by encoder replay (docs/sessions.md).
   const reference::session::ResumeMode mode = global_only ? reference::session::ResumeMode::kGlobalOnly : reference::session::ResumeMode::kFull;
   reference::model::ModelState state = model.new_state();
   int64_t replayed = 0;
   if (!a.resume.empty()) {
-    reference::session::LoadedSession loaded = reference::session::load_session(a.resume, c, model, mode);
+    reference::session::LoadedSession loaded = bm.load_session(a.resume, mode);
     state = std::move(loaded.state);
     replayed = loaded.replayed_tokens;
   }
@@ -289,12 +299,23 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
                       step_name + " layer " + std::to_string(layer + 1) + "/" + std::to_string(n_layers));
     };
   }
-  if (hooks.any()) model.set_hooks(hooks);
+  bm.set_hooks(hooks);  // set on the model by each step's begin_step, with the planted defect if any
+  // Around each step: the backend's planted defect (at its step index), then the dump.
+  auto run_step = [&](const std::vector<int64_t>& ids, const auto& fn) {
+    bm.begin_step(state.pos, static_cast<int64_t>(ids.size()), step_index);
+    StepRecord rec = fn();
+    bm.end_step(state, step_index);
+    return rec;
+  };
   auto dump_step = [&](const StepRecord& rec, std::vector<int64_t> ids, std::string event) {
     if (dump) dump->add_model_step(cap, model, state, rec, ids, event);
     ++step_index;
   };
   std::vector<StepRecord> steps;
+  if (a.backend != "ref") {
+    std::fprintf(stderr, "dsv41 forward: backend %s (claims %s)\n", a.backend.c_str(),
+                 bm.claim() == runner::Claim::kOrderVariant ? conform::kClaimOrderVariant : conform::kClaimBitExact);
+  }
   const std::string how = a.chunk > 0 ? " in chunks of " + std::to_string(a.chunk) : std::string();
   if (gen) {
     const std::string mode = gen->speculative ? "speculative " + gen->speculative->str() : std::string("plain");
@@ -330,13 +351,13 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     options.decoder_replay_rows = a.decoder_replay;
     const std::vector<int64_t> ids(prompt.begin() + static_cast<std::ptrdiff_t>(at),
                                    prompt.begin() + static_cast<std::ptrdiff_t>(end));
-    steps.push_back(model.forward_chunk(state, ids, options));
+    steps.push_back(run_step(ids, [&] { return model.forward_chunk(state, ids, options); }));
     dump_step(steps.back(), ids, !a.resume.empty() && at == 0 ? "resume+prefill" : "prefill");
   }
   const size_t prompt_steps = steps.size();
   for (size_t k = 0; k < decode.size(); ++k) {
     step_name = "decode " + std::to_string(k + 1) + "/" + std::to_string(decode.size());
-    steps.push_back(model.decode(state, decode[k]));
+    steps.push_back(run_step({decode[k]}, [&] { return model.decode(state, decode[k]); }));
     dump_step(steps.back(), {decode[k]}, !a.resume.empty() && prompt.empty() && k == 0 ? "resume+decode" : "decode");
   }
   std::vector<int64_t> tokens = prompt;  // the ids fed
@@ -348,11 +369,16 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     runner::GenerateObserver observer;
     bool resumed_first = steps.empty() && !a.resume.empty();  // the session's first step is a generated one
     int64_t generated_steps = 0;
+    // A planted defect fires in a plain generated step (one token), never in a speculative round
+    // (its draft and verify, as in the runner: scenarios/runner/rounds.h).
+    bm.begin_step(state.pos, 1, gen->speculative ? -1 : step_index);
     observer.before_step = [&] {
+      bm.begin_step(state.pos, 1, gen->speculative ? -1 : step_index);
       if (dump) cap = runner::StepCapture{};
       step_name = (gen->speculative ? "speculative round " : "generated token ") + std::to_string(++generated_steps);
     };
     observer.after_step = [&](const StepRecord& rec, const std::vector<int64_t>& ids, int64_t kept) {
+      bm.end_step(state, gen->speculative ? -1 : step_index);
       ++step_index;
       if (!dump) return;
       const std::string event = gen->speculative ? conform::kPortDumpVerify : resumed_first ? "resume+decode" : "decode";
@@ -376,6 +402,8 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
                  " (NaN or Inf: do the weights hold non-finite values?)");
     }
   }
+  // A planted defect that never applied: the run would pass for the defect's (exit 2, nothing written).
+  if (const std::string missing = bm.missing_evidence(); !missing.empty()) DSV41_FAIL("--backend: ", missing);
   if (dump) {
     dump->finish();
     std::fprintf(stderr, "dsv41 forward: wrote the port dump %s (%zu steps)\n", a.dump.c_str(), steps.size());
@@ -396,12 +424,15 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     write_per_layer<uint8_t>(*w, "/candidates", steps, &StepRecord::candidates, 0);
     write_per_layer<int64_t>(*w, "/engram", steps, &StepRecord::engram_ids, -1);
     write_per_layer<int32_t>(*w, "/experts", steps, &StepRecord::experts, -1);
-    write_caches(*w, state, c, model.ops());
+    std::optional<reference::model::ModelState> host;  // a device backend's caches, read on the host
+    if (bm.device()) host = bm.host_state(state);
+    write_caches(*w, host ? *host : state, c, bm.host_ops());
     w->attr("/", "tool", std::string("dsv41 ") + DSV41_VERSION_STRING);
     w->attr("/", "git_commit", DSV41_GIT_COMMIT_STRING);
     w->attr("/", "config_hash", reference::config_hash(c));
     w->attr("/", "config_json", reference::to_json_string(c, -1));
     w->attr("/", "weights", a.weights);
+    w->attr("/", "backend", a.backend);
     w->attr("/", "command_line", command_line);
     w->attr("/", "prompt_len", static_cast<int64_t>(prompt.size()));
     w->attr("/", "n_decode", static_cast<int64_t>(decode.size()));
@@ -418,7 +449,7 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   }
   // The session state, before the output is committed: if saving fails, no output is left.
   if (!a.save_state.empty()) {
-    reference::session::save_session(a.save_state, state, c, !a.drop_swa);
+    bm.save_session(a.save_state, state, !a.drop_swa);
     std::fprintf(stderr, "dsv41 forward: saved the session at position %lld to %s%s\n",
                  static_cast<long long>(state.pos), a.save_state.c_str(), a.drop_swa ? " (without SWA rings)" : "");
     if (gen) {
@@ -439,6 +470,10 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
 Verb add_forward_verb(CLI::App& parent) {
   auto args = std::make_shared<ForwardArgs>();
   CLI::App* app = parent.add_subcommand("forward", "run the reference forward (prefill + decode steps) and write an HDF5 file");
+  app->add_option("--backend", args->backend,
+                  "the ops the model runs on (default ref): ref, cuda-exact, cuda, ref-order:<variant>[:<defect>], "
+                  "mutant:<defect> (dsv41 run --list describes them; docs/forward.md); a --dump records it and its claim")
+      ->default_str("ref");
   app->add_option("--config", args->config, "config.json path or preset (tiny, full)")->required();
   app->add_option("--weights", args->weights, "safetensors file with the official tensor names")->required();
   app->add_option("--prompt", args->prompt,

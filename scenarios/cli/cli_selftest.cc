@@ -13,6 +13,7 @@
 #include "scenarios/selftest/bug_zoo.h"
 #include "scenarios/selftest/calibration.h"
 #include "scenarios/defects/reordered_ops.h"
+#include "scenarios/runner/backend.h"
 #include "scenarios/selftest/small_zoo.h"
 #include "scenarios/cli/cli.h"
 #include "scenarios/selftest/selftest.h"
@@ -28,6 +29,8 @@ struct SelftestArgs {
   bool calibration = false, sensitivity = false, no_official = false, suite = false;
   // --small-bugs (scenarios/selftest/small_zoo.h)
   bool small_bugs = false;
+  std::string accumulation;  // --small-bugs: the claim's accumulation ("": fp32, or the base's)
+  std::string base;          // --small-bugs: the backend the bugs are planted in ("": the reference)
   double min_located = 0.95;
   std::string variants, scenarios, components, factors;
   int layer = 2;
@@ -136,6 +139,9 @@ int run_small_bugs(const SelftestArgs& a) {
   o.dir = a.dir;
   o.keep = a.keep;
   o.progress = !a.quiet;
+  o.accumulation = a.accumulation;
+  o.base = a.base;
+  if (!a.base.empty()) runner::validate_backend_name(a.base);  // exit 2 before any run
   const selftest::SmallZooResult r = selftest::run_small_zoo(o, std::cerr);
   std::cout << selftest::format_small_zoo_table(r);
   for (const selftest::SmallZooRow& row : r.rows) {
@@ -147,7 +153,9 @@ int run_small_bugs(const SelftestArgs& a) {
   const int code = selftest::small_zoo_exit_code(r, a.min_located);
   std::cout << "selftest --small-bugs: "
             << (code == 0 ? "the clean reference passes, every bug fired, at least " : "FAILED: goal ") << a.min_located
-            << " of the bugs located (order-variant)\n";
+            << " of the bugs located (order-variant"
+            << (a.accumulation.empty() ? "" : ", accumulation " + a.accumulation)
+            << (a.base.empty() ? "" : ", planted in " + a.base) << ")\n";
   return code;
 }
 
@@ -233,6 +241,13 @@ Verb add_selftest_verb(CLI::App& parent) {
                 "instead of the zoo: the small-bug zoo (0.1-1% effects, one cache byte), each judged under "
                 "order-variant: flagged and located where planted? (docs/selftest.md \"Small bugs\"); with --bugs, "
                 "--list, --ci (the CI slice)");
+  app->add_option("--accumulation", a->accumulation,
+                  "--small-bugs: judge under the order-variant claim with this accumulation (fp32, or "
+                  "fp8-tensor-core: docs/conform.md \"Accumulation\"); default: the --base backend's, else fp32")
+      ->check(CLI::IsMember({"fp32", "fp8-tensor-core"}));
+  app->add_option("--base", a->base,
+                  "--small-bugs: plant the bugs in this backend (ref-order:<variant>, the tensor-core emulation "
+                  "ref-order:trunc13, the production cuda; docs/selftest.md \"Small bugs\"); default: the reference");
   app->add_option("--min-located", a->min_located,
                   "--small-bugs: exit 1 unless at least this fraction of the bugs is located (default 0.95)");
   app->add_option("-o,--output-dir", a->dir, "write the dumps here (default: a temporary directory)");

@@ -253,6 +253,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
     end_to_end.insert(reference::model::name(k));
   }
   std::vector<StepJudgement> out;
+  bool rolled_back = false;  // teacher-forced: a speculative rollback happened (StepJudgement::unforced_caches)
   for (const PortDumpStep& s : d.steps) {
     if (o.stop_after_step >= 0 && s.index > o.stop_after_step) break;
     if (o.progress) {
@@ -270,7 +271,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
     ctx.expect = judge::Expectation::kMeasured;  // conform_report.cc gives each row its bound
     ctx.candidate_block_size = std::max(1, c.candidate_block_size);
     ctx.candidate_source_layer = c.candidate_source_layer;
-    ctx.topk_tie_rel = conform_detail::order_variant(d, o) ? judge::topk_tie_band(c) : 0.0;
+    ctx.topk_tie_rel = conform_detail::order_variant(d, o) ? judge::topk_tie_band(c, conform_detail::accumulation(d, o)) : 0.0;
     // A verify step keeps its first s.kept tokens: after it, the state is rolled back to the one
     // before it advanced by those (reference::model::roll_back, hook-free), as the port's caches are.
     const bool rolls_back = s.kept < static_cast<int64_t>(s.tokens.size());
@@ -300,6 +301,8 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
       model.set_hooks({});
       ops.record_writes(nullptr);
       if (rolls_back) keep_kept(forced, *before);
+      rolled_back = rolled_back || rolls_back;
+      j.unforced_caches = rolled_back;
       runner::finish_capture(own, rec, all_caches(model, forced));
       const std::vector<reference::model::CacheView> extra = keep_covered(own, port, every);
       ctx.teacher_forced = true;

@@ -106,6 +106,9 @@ struct ConformOptions {
   // max_rowrel instead of bit equality, the top-k its tie band, and the end-to-end comparison is
   // measured only; the tolerance file still wins for the components it names.
   bool order_variant = false;
+  // Under order-variant, the accumulation the port's sums use ("fp32", "fp8-tensor-core":
+  // scenarios/judge/derived_bounds.h "Accumulation"); "": the dump's manifest (default "fp32").
+  std::string accumulation;
   bool progress = false;         // one line per step on stderr
   bool end_to_end = true;        // also the free-running comparison
   bool hypotheses = true;        // order-variant: the directional tests of attn_out (conform_hypotheses.h)

@@ -60,6 +60,13 @@ const char* kOrderVariantE2eNote =
     "docs/conform.md: order-variant claim: end to end, errors compound through the forward (no derived bound): "
     "measured only, except the rows exact on every pair";
 
+bool is_cache_or_reader(const std::string& component) {
+  static const std::set<std::string> readers = {"attn_out", "index_scores", "topk", "candidates", "dspark_attn_out"};
+  return component.rfind("cache.", 0) == 0 || readers.count(component) > 0;
+}
+
+bool always_exact(const std::string& metric) { return kAlwaysExact.count(metric) > 0; }
+
 std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::string& component, const std::string& metric,
                                   const Claim& claim, bool forced, const Forcing* fr) {
   if (kAlwaysExact.count(metric)) return exact_tol(metric);
@@ -80,7 +87,7 @@ std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::strin
     if (is_hypothesis_metric(metric)) {  // directional tests: teacher-forced components only
       return fr != nullptr && !fr->forced ? std::nullopt : std::optional<Tolerance>(hypothesis_tolerance(metric));
     }
-    const judge::OrderVariantTolerance t = judge::order_variant_tolerance(*claim.config, component, metric, fr);
+    const judge::OrderVariantTolerance t = judge::order_variant_tolerance(*claim.config, component, metric, fr, claim.accumulation);
     if (t.kind != judge::OrderVariantTolerance::kExact) return t.tolerance;
     // Components exact given equal inputs (embed, in_stream, in_pre): as bit-exact.
   }

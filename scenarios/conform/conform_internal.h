@@ -31,6 +31,12 @@ nlohmann::json parse_tolerance_json(const std::string& text, const std::string& 
 // port covers, for the failure details.
 struct StepJudgement {
   int64_t step = 0;
+  // Teacher-forced, this step or an earlier one rolled a speculative round back: the replay keeps
+  // the kept tokens by rerunning them hook-free (reference::model::roll_back), so the caches from
+  // here on hold rows no forcing reached. Under order-variant the caches and their readers are
+  // then measured (as the runner does, docs/scenarios.md); under bit-exact a correct port's
+  // rollback is the reference's, bit for bit, and stays judged.
+  bool unforced_caches = false;
   runner::StepComparison forced, free;
   runner::StepCapture forced_own, forced_port, free_own, free_port;
 };
@@ -38,6 +44,12 @@ struct StepJudgement {
 // Whether the port is judged under the order-variant claim (--order-variant, or the manifest's).
 inline bool order_variant(const PortDump& d, const ConformOptions& o) {
   return o.order_variant || d.claim == kClaimOrderVariant;
+}
+
+// The accumulation the port is judged under (--accumulation, else the manifest's).
+inline judge::Accumulation accumulation(const PortDump& d, const ConformOptions& o) {
+  return judge::accumulation_from_name(o.accumulation.empty() ? (d.accumulation.empty() ? "fp32" : d.accumulation)
+                                                              : o.accumulation);
 }
 
 // "cache.window_kv", ...
@@ -94,10 +106,16 @@ bool is_comb(const std::string& component);
 // The bounds (conform_bounds.cc): what each row of the replay is judged against.
 extern const char* kExactNote;             // the bit-exact default's origin note
 extern const char* kOrderVariantE2eNote;   // end to end under order-variant: measured
+// A cache or one of its readers (attn_out, index_scores, topk, candidates, dspark_attn_out): what a
+// teacher-forced step after a speculative rollback measures under order-variant.
+bool is_cache_or_reader(const std::string& component);
+// The rows exact under every claim (present, masks, valid entries, ...).
+bool always_exact(const std::string& metric);
 // The claim in effect: bit-exact, or order-variant (docs/conform.md "Claims").
 struct Claim {
   bool order_variant = false;
   const reference::ModelConfig* config = nullptr;
+  judge::Accumulation accumulation = judge::Accumulation::kFp32;
 };
 // The tolerance file's bounds of a component ("*" when it does not name it); nullptr: bit-exact.
 const std::map<std::string, reports::Tolerance>* file_bounds(const ConformTolerances& tol, const std::string& component);

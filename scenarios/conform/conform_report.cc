@@ -150,7 +150,7 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
                           const ConformTolerances& tol, const std::vector<ConformWaiver>& waivers,
                           const ConformOptions& o, const std::string& thin, const ForcingMap& forcing,
                           std::vector<conform_detail::RootCauseGroup>* roots_out = nullptr) {
-  const Claim claim{conform_detail::order_variant(d, o), &d.config};
+  const Claim claim{conform_detail::order_variant(d, o), &d.config, conform_detail::accumulation(d, o)};
   reports::Comparison cmp;
   cmp.side_a = "ref";
   cmp.side_b = "port";
@@ -186,6 +186,7 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
   std::set<std::tuple<int64_t, int, std::string>> failed;
   std::vector<conform_detail::Failure> failures;  // in root-cause order
   std::set<size_t> used;  // the waivers that covered a failure
+  int64_t first_unforced = -1;  // the first teacher-forced step measured after a rollback
   for (const StepJudgement& j : steps) {
     const runner::StepComparison& sc = forced ? j.forced : j.free;
     const runner::StepCapture& a = forced ? j.forced_own : j.free_own;
@@ -207,6 +208,11 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
     std::set<std::pair<int, std::string>> items;
     for (MetricRow& r : rows) {
       r.tolerance = bound_of(tol, r.component, r.metric, claim, forced, forcing_of(r));
+      if (forced && j.unforced_caches && claim.order_variant && conform_detail::is_cache_or_reader(r.component) &&
+          !conform_detail::always_exact(r.metric)) {
+        r.tolerance.reset();  // after a speculative rollback: rows no forcing reached (StepJudgement::unforced_caches)
+        if (first_unforced < 0) first_unforced = j.step;
+      }
       judge::judge_row(r);
       items.insert({r.layer, r.component});
       if (r.verdict == Verdict::kFail) {
@@ -290,6 +296,13 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
     }
     cmp.notes.insert(cmp.notes.begin(), lines.begin(), lines.end());
     if (roots_out != nullptr) *roots_out = std::move(roots);
+  }
+  if (first_unforced >= 0) {
+    cmp.notes.push_back("teacher-forced, from step " + std::to_string(first_unforced) +
+                        " on: a speculative round rolled back (the replay reruns the kept tokens without the port's "
+                        "values), so the caches hold rows no forcing reached: the caches and their readers (attn_out, "
+                        "index_scores, topk, candidates, dspark_attn_out) are measured, not bounded (their validity "
+                        "stays exact)");
   }
   cmp.verdict = judge::comparison_verdict(cmp, judge::Expectation::kBitExact, ev);
   // End to end under the order-variant claim every float row is measured (no derived bound through
@@ -415,11 +428,15 @@ reports::RunReport conform(const PortDump& d, const reference::checkpoint::Model
   const bool ov = conform_detail::order_variant(d, o);
   sj["claim"] = ov ? kClaimOrderVariant : kClaimBitExact;
   sj["claim_source"] = o.order_variant ? "--order-variant" : "the dump's manifest";
+  if (ov) {
+    sj["accumulation"] = judge::name(conform_detail::accumulation(d, o));
+    sj["accumulation_source"] = o.accumulation.empty() ? "the dump's manifest" : "--accumulation";
+  }
   sj["default_tolerance"] = ov ? "derived bounds (scenarios/judge/derived_bounds.h), exact where the semantics are exact"
                                : kExactNote;
   if (ov) {
     json db = json::array();
-    for (const judge::DerivedBound& b : judge::derived_bound_table(d.config)) {
+    for (const judge::DerivedBound& b : judge::derived_bound_table(d.config, conform_detail::accumulation(d, o))) {
       db.push_back({{"component", b.component}, {"metric", judge::kRowRelMetric}, {"bound", b.bound}, {"n", b.n},
                     {"op", b.op}, {"precisions", b.precisions}, {"origin", b.origin},
                     {"overridden", tol.count(b.component) > 0 || tol.count("*") > 0}});
@@ -428,7 +445,7 @@ reports::RunReport conform(const PortDump& d, const reference::checkpoint::Model
                     {"op", b.op}, {"precisions", b.precisions}, {"origin", g.note},
                     {"overridden", tol.count(b.component) > 0 || tol.count("*") > 0}});
     }
-    for (const judge::DerivedBound& b : judge::derived_cache_bound_table(d.config)) {
+    for (const judge::DerivedBound& b : judge::derived_cache_bound_table(d.config, conform_detail::accumulation(d, o))) {
       db.push_back({{"component", b.component}, {"metric", judge::kDecodedRowRelMetric}, {"bound", b.bound}, {"n", b.n},
                     {"op", b.op}, {"precisions", b.precisions}, {"origin", b.origin},
                     {"overridden", tol.count(b.component) > 0 || tol.count("*") > 0}});

@@ -21,6 +21,8 @@
 #include "reference/model/hooks.h"
 #include "reports/h5_writer.h"
 #include "scenarios/conform/port_dump_internal.h"
+#include "scenarios/judge/derived_bounds.h"
+#include "scenarios/runner/backend.h"
 
 namespace dsv41::scenarios::conform {
 
@@ -254,6 +256,31 @@ void PortDumpWriter::set_claim(const std::string& claim) {
   claim_ = claim;
 }
 
+void PortDumpWriter::set_accumulation(const std::string& accumulation) {
+  try {
+    judge::accumulation_from_name(accumulation);
+  } catch (const Error& e) {
+    DSV41_FAIL("port dump '", dir_, "': ", e.what());
+  }
+  accumulation_ = accumulation;
+}
+
+void PortDumpWriter::set_backend(const std::string& backend) {
+  DSV41_CHECK(backend_.empty() || backend_ == backend, "port dump '", dir_, "': steps of backend '", backend,
+              "' after steps of backend '", backend_, "' (one dump, one backend)");
+  const runner::Claim c = runner::backend_claim(backend);
+  DSV41_CHECK(c != runner::Claim::kApproximate, "port dump '", dir_, "': backend '", backend,
+              "' is approximate by design; a dump claims '", kClaimBitExact, "' or '", kClaimOrderVariant, "'");
+  const std::string claim = c == runner::Claim::kOrderVariant ? kClaimOrderVariant : kClaimBitExact;
+  DSV41_CHECK(claim_ != kClaimBitExact || claim == kClaimBitExact, "port dump '", dir_, "': claim '", claim_,
+              "' was set, but backend '", backend, "' claims only '", claim, "' (runner::backend_claim)");
+  if (claim_.empty()) claim_ = claim;  // an order-variant claim set before stays: a bit-exact backend meets it
+  // The backend's accumulation (cuda: its fp8 linears on tensor cores), unless one was set.
+  const judge::Accumulation acc = runner::backend_accumulation(backend);
+  if (accumulation_.empty() && acc != judge::Accumulation::kFp32) accumulation_ = judge::name(acc);
+  backend_ = backend;
+}
+
 void PortDumpWriter::finish() {
   json m;
   m["format"] = kPortDumpFormat;
@@ -265,6 +292,8 @@ void PortDumpWriter::finish() {
   m["token_map"] = token_map_;
   m["command_line"] = command_line_;
   m["claim"] = claim_.empty() ? kClaimBitExact : claim_;
+  if (!accumulation_.empty()) m["accumulation"] = accumulation_;
+  if (!backend_.empty()) m["backend"] = backend_;
   m["n_steps"] = steps_.size();
   json steps = json::array();
   for (const PortDumpStep& s : steps_) {

@@ -86,6 +86,11 @@ struct PortDump {
   // What the port claims (docs/conform.md "Claims"): kClaimBitExact (the default when the manifest
   // has no "claim") or kClaimOrderVariant.
   std::string claim;
+  // Under order-variant, the accumulation the port's sums use (scenarios/judge/derived_bounds.h
+  // "Accumulation"): "fp32" (the default when the manifest has no "accumulation") or
+  // "fp8-tensor-core" (its fp8 linears on Hopper's fp8 tensor cores).
+  std::string accumulation;
+  std::string backend;  // the runner backend that wrote it (`forward --backend`); "": not recorded
   std::map<std::string, std::vector<int>> components;  // component -> its layers, in every step
   std::vector<std::string> not_covered;                // table components the dump does not hold
   std::vector<PortDumpStep> steps;
@@ -120,6 +125,19 @@ class PortDumpWriter {
                       int64_t kept = -1);
   // The manifest's "claim" (kClaimBitExact unless set): what a port declares of its sums.
   void set_claim(const std::string& claim);
+  // The manifest's "accumulation" ("fp32" unless set; judge::accumulation_from_name's names).
+  void set_accumulation(const std::string& accumulation);
+  // The claim set so far ("": none yet; the manifest then says kClaimBitExact).
+  const std::string& claim() const { return claim_; }
+  // The runner backend that ran the steps (scenarios/runner/backend.h names: `dsv41 forward
+  // --backend`, dsv41.Model(backend=)): the manifest's "backend", and the claim from
+  // runner::backend_claim (bitexact: kClaimBitExact, order-variant: kClaimOrderVariant), unless
+  // kClaimOrderVariant was set before (a bit-exact backend meets it), and its accumulation
+  // (runner::backend_accumulation: cuda's fp8-tensor-core) unless one was set. A dsv41::Error for an
+  // approximate backend (a dump claims no such thing), for kClaimBitExact set before and an
+  // order-variant backend, and for another backend than one set before (one dump, one backend).
+  void set_backend(const std::string& backend);
+  const std::string& backend() const { return backend_; }
   // The manifest's "tool" (default "dsv41 <version>"): who produced the values, e.g. an imported
   // official run (scenarios/agree/official_dump.h).
   void set_tool(const std::string& tool) { tool_ = tool; }
@@ -134,6 +152,8 @@ class PortDumpWriter {
   reference::ModelConfig config_;
   std::string weights_, token_map_, command_line_;
   std::string claim_;
+  std::string accumulation_;
+  std::string backend_;  // "": not recorded (a port's own writer)
   std::string tool_;
   std::map<std::string, std::vector<int>> components_;
   std::vector<PortDumpStep> steps_;  // metadata only (no tensors kept)

@@ -18,6 +18,7 @@
 #include "reports/h5_reader.h"
 #include "scenarios/conform/port_dump.h"
 #include "scenarios/conform/port_dump_internal.h"
+#include "scenarios/judge/derived_bounds.h"
 
 namespace dsv41::scenarios::conform {
 
@@ -280,8 +281,15 @@ PortDump read_port_dump(const std::string& dir) {
     d.token_map = m.value("token_map", "");
     d.command_line = m.value("command_line", "");
     d.claim = m.value("claim", std::string(kClaimBitExact));
+    d.backend = m.value("backend", "");
     if (d.claim != kClaimBitExact && d.claim != kClaimOrderVariant) {
       DSV41_FAIL(where, ": claim '", d.claim, "', expected '", kClaimBitExact, "' or '", kClaimOrderVariant, "'");
+    }
+    d.accumulation = m.value("accumulation", std::string("fp32"));
+    try {
+      judge::accumulation_from_name(d.accumulation);
+    } catch (const Error& e) {
+      DSV41_FAIL(where, ": ", e.what());
     }
     for (const auto& [name, layers] : field(m, "components", where).items()) {
       table_row(name, name);

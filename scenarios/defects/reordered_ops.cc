@@ -324,6 +324,13 @@ class TruncatingFp8Ops : public reference::seam::ForwardingOps {
     }
     return y;
   }
+  // The experts' linears through the block dot above, as the production CUDA moe_experts runs
+  // them (cuda/cuda_ops_moe.cc calls the ops' linear): the shared expert's F8 projections differ.
+  T32 moe_experts(const T32& x, const reference::MoeWeights& w, const reference::MoeRouting& routing,
+                  const reference::ModelConfig& c) const override {
+    return reference::moe_experts(x, w, routing, c,
+                                  [this](const T32& in, const LinearWeight& lw) { return linear(in, lw); });
+  }
 };
 
 }  // namespace

@@ -46,8 +46,8 @@ enum class SumOrder { kReversed, kPairwise, kBlocked, kFma, kSplitK, kTiles, kTr
 // kTrunc13 ("trunc13") is not in all_sum_orders(): an EMULATION of Hopper's fp8 tensor-core block dot
 // (wgmma e4m3: each 32-block's products aligned to the largest one's exponent and truncated toward
 // zero 13 bits below it, summed exactly, rounded once to fp32, then promoted in K order as the
-// reference does). Only F8 linears (what the production `cuda` linear runs) differ; every other op
-// is the reference's. It asks whether the order-variant claim admits that truncation (issue 32).
+// reference does). Only F8 linears (what the production `cuda` linear runs, the shared expert's
+// inside moe_experts included) differ; every other op is the reference's. It asks whether the order-variant claim admits that truncation (issue 32).
 
 const char* name(SumOrder o);
 // Every variant, in the table's order.

@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "reference/model/hooks.h"
+#include "scenarios/judge/fp8_mma_bound.h"
 
 namespace dsv41::scenarios::judge {
 
@@ -27,13 +28,36 @@ struct Quantizer {
   const char* format;  // "E4M3", "E2M1"
   int64_t n;           // the reduction it feeds
   const char* where;
+  bool after_fp8 = false;  // its input comes from an fp8 linear of the chain (A5 under kFp8TensorCore)
 };
+
+// The fp8 linears of a chain (their reduction lengths K), for the kFp8TensorCore terms, and how many
+// of them pass their systematic gain on to the component: a linear followed by an RMSNorm (wq_a ->
+// q_norm, wkv -> kv_norm, main_proj -> main_norm) does not (the norm divides it out).
+struct Fp8Linears {
+  Accumulation acc = Accumulation::kFp32;
+  std::vector<int64_t> k;
+  int gain_linears = 0;
+};
+
+// Under kFp8TensorCore (derived_bounds.h "Accumulation"): one fp8 linear's term (A4) and a
+// quantizer's flip probability per input element (A5).
+double tensor_core_term(int64_t k) {
+  return 6.0 * std::sqrt(32.0 / 3.0) * std::ldexp(1.0, -kFp8MmaKeptBits) +
+         std::ldexp(1.0, -13) * std::sqrt(static_cast<double>(k) / 32.0);
+}
+double flip_probability(const char* format) {
+  // one bf16 ulp (<= 2^-7 of the value) over the format's smallest relative step: E4M3 2^-3 / 1.875,
+  // E2M1 1/3 (the step from 1.5 to 2, 3 to 4 or 4 to 6, over the value)
+  return format[1] == '4' ? std::ldexp(1.0, -7) / (0.125 / 1.875) : std::ldexp(1.0, -7) * 3.0;
+}
 
 // One chain: the op, the bf16 roundings, the quantizers, the longest fp32 reduction.
 DerivedBound make(const std::string& component, const std::string& op, int r16, std::vector<Quantizer> q, int64_t n,
                   const std::string& n_word, const std::string& precisions, bool fp32_out, double gain = 0,
-                  const std::string& gain_why = "") {
+                  std::string gain_why = "", const Fp8Linears& fp8 = {}) {
   DSV41_CHECK(n >= 1 && static_cast<double>(n) * kU32 < 0.5, "derived bound of ", component, ": reduction length ", n);
+  const bool tc = fp8.acc == Accumulation::kFp8TensorCore;
   DerivedBound b;
   b.component = component;
   b.op = op;
@@ -44,16 +68,36 @@ DerivedBound make(const std::string& component, const std::string& op, int r16, 
   std::ostringstream origin, qs;
   origin.precision(4);
   double bound = r16 * kBf16Ulp;
-  origin << "derived (A1-A3): ";
+  origin << "derived (A1-A3" << (tc && !fp8.k.empty() ? ", A4-A5: fp8 tensor cores" : "") << "): ";
   if (r16 > 0) origin << r16 << " bf16 roundings x 2^-7 + ";
   for (const Quantizer& x : q) {
     DSV41_CHECK(x.n >= 1, "derived bound of ", component, ": quantizer reduction ", x.n);
-    bound += (x.format[1] == '4' ? kE4M3Ulp : kE2M1Ulp) / std::sqrt(static_cast<double>(x.n));
+    const double ulp = x.format[1] == '4' ? kE4M3Ulp : kE2M1Ulp;
     qs << (qs.tellp() > 0 ? ", " : "") << x.format << " " << x.where << " (n " << x.n << ")";
-    origin << "ulp(" << x.format << ")/sqrt(" << x.n << ") [" << x.where << "] + ";
+    if (tc && x.after_fp8) {  // A5: every input element may move by a bf16 ulp, each flips with p
+      const double p = flip_probability(x.format);
+      bound += ulp * std::sqrt(p + 1.0 / static_cast<double>(x.n));
+      origin << "ulp(" << x.format << ") sqrt(" << p << " + 1/" << x.n << ") [" << x.where << ", A5] + ";
+    } else {
+      bound += ulp / std::sqrt(static_cast<double>(x.n));
+      origin << "ulp(" << x.format << ")/sqrt(" << x.n << ") [" << x.where << "] + ";
+    }
   }
   bound += gamma_u32(n) * std::sqrt(static_cast<double>(n));
   origin << "gamma_n(u32) sqrt(n), n = " << n_word << " = " << n;
+  if (tc) {
+    for (int64_t k : fp8.k) {
+      bound += tensor_core_term(k);
+      origin << " + the fp8 tensor-core block dots of a linear over K = " << k << " (A4): 6 sqrt(32/3) 2^-12 + "
+             << "2^-13 sqrt(K/32)";
+    }
+    if (fp8.gain_linears > 0) {
+      gain += fp8.gain_linears * std::ldexp(1.0, -13);
+      gain_why = (gain_why.empty() ? "" : gain_why + "; ") + std::to_string(fp8.gain_linears) +
+                 " fp8 linear(s) on the tensor cores not followed by an RMSNorm, each block sum normalised toward "
+                 "zero: a gain <= 2^-13 each (A4)";
+    }
+  }
   if (fp32_out) {
     bound += 2 * kU32;
     origin << " + 2 u32 (fp32 output)";
@@ -92,12 +136,12 @@ std::optional<reference::model::Component> dspark_twin(reference::model::Compone
   }
 }
 
-std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const std::string& component) {
+std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const std::string& component, Accumulation acc) {
   using reference::model::Component;
   const std::optional<Component> id = reference::model::component_from_name(component);
   DSV41_CHECK(id.has_value(), "derived bound: '", component, "' is not a component of reference/model/hooks.h");
   if (const std::optional<Component> twin = dspark_twin(*id)) {
-    std::optional<DerivedBound> b = derived_bound(c, reference::model::name(*twin));
+    std::optional<DerivedBound> b = derived_bound(c, reference::model::name(*twin), acc);
     if (b) {
       b->component = component;
       b->op = std::string("the DSpark block's ") + reference::model::name(*twin) + ": " + b->op;
@@ -114,7 +158,7 @@ std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const
   switch (*id) {
     case Component::kEngramOut:
       return make(component, "engram_lookup (exact) -> linear wkv -> engram_gate_residual (RMSNorms over dim, dot, sigmoid)",
-                  3, {}, D, "dim", bf, false);
+                  3, {}, D, "dim", bf, false, 0, "", {acc, {D}, 1});
     case Component::kHcAttnPre:
     case Component::kHcAttnPost:
     case Component::kHcFfnPre:
@@ -135,20 +179,21 @@ std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const
       return make(component,
                   "wq_a -> q_norm -> idx_wq_b -> rope -> FP4 QDQ; keys: compressor -> idx_wk -> norm -> rope -> FP4; "
                   "idx_weights_proj; index_scores (dot over index_head_dim -> bf16, relu x w -> bf16, sum over heads)",
-                  10, {{"E4M3", ql, "act_quant before idx_wq_b"}, {"E2M1", Di, "FP4 q"}, {"E2M1", Di, "FP4 keys"}},
-                  std::max(D, Hi * Di), "max(dim, index heads x index_head_dim)", bf, false);
+                  10, {{"E4M3", ql, "act_quant before idx_wq_b", true}, {"E2M1", Di, "FP4 q", true}, {"E2M1", Di, "FP4 keys"}},
+                  std::max(D, Hi * Di), "max(dim, index heads x index_head_dim)", bf, false, 0, "", {acc, {D, ql}});
     case Component::kAttnOut:
       return make(component,
                   "q: wq_a -> q_norm -> wq_b -> rope; kv: wkv -> kv_norm -> rope -> FP8; sparse_attn over K = window + "
                   "top-k entries of head_dim (bf16 probabilities) -> inverse rope -> wo_a (grouped) -> wo_b",
                   12,
-                  {{"E4M3", ql, "act_quant before wq_b"}, {"E4M3", K, "FP8 window KV"},
-                   {"E2M1", K, "FP4 compressed KV"}, {"E4M3", og, "act_quant before wo_b"}},
+                  {{"E4M3", ql, "act_quant before wq_b", true}, {"E4M3", K, "FP8 window KV", true},
+                   {"E2M1", K, "FP4 compressed KV"}, {"E4M3", og, "act_quant before wo_b", true}},
                   std::max({D, ql, og, static_cast<int64_t>(std::max(1, c.head_dim))}),
                   "max(dim, q_lora_rank, o_groups x o_lora_rank, head_dim)", bf, false, std::ldexp(1.0, -7),
                   "sparse_attn rounds each probability to bf16 relative to the running max, which depends on the "
                   "order: each coefficient of the output's few dominant value rows off by <= 2^-8 (half a bf16 "
-                  "ulp, relative) on each side, a gain of <= 2^-7 (A2: no cancellation between the value rows)");
+                  "ulp, relative) on each side, a gain of <= 2^-7 (A2: no cancellation between the value rows)",
+                  {acc, {D, ql, D, og}, 1});
     case Component::kAttnStream:
     case Component::kOutStream:
       return make(component, "hc_post: post x f + comb x stream (hc + 1 terms)", 1, {}, hc + 1, "hc + 1", bf, false);
@@ -156,19 +201,20 @@ std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const
       return make(component,
                   "moe_experts: w1, w3 over dim -> bf16; silu x mul -> bf16; act_quant; w2 over moe_inter_dim -> bf16; "
                   "weighted sum of top-k + shared experts",
-                  4, {{"E4M3", inter, "act_quant before w2"}}, std::max(D, inter), "max(dim, moe_inter_dim)", bf, false);
+                  4, {{"E4M3", inter, "act_quant before w2", true}}, std::max(D, inter), "max(dim, moe_inter_dim)", bf, false,
+                  0, "", {acc, {D, D, inter}, 3});
     case Component::kLogits:
       return make(component, "head: linear_fp32 over dim", 0, {}, D, "dim", "bf16 in, fp32 weights and accumulation, fp32 out",
                   true);
     case Component::kDSparkMainX: {
       const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(c.dspark_target_layer_ids.size())) * D;
       return make(component, "main_proj (linear over n_targets x dim) -> main_norm (rms_norm over dim)", 2,
-                  {{"E4M3", n, "act_quant before main_proj"}}, n, "n_targets x dim", bf, false);
+                  {{"E4M3", n, "act_quant before main_proj"}}, n, "n_targets x dim", bf, false, 0, "", {acc, {n}});
     }
     case Component::kDSparkMainKv:
       return make(component, "wkv -> kv_norm (rms_norm over head_dim) -> rope -> window_kv QDQ (FP8)", 3,
-                  {{"E4M3", D, "act_quant before wkv"}, {"E4M3", 1, "the QDQ of each output element"}}, D, "dim", bf,
-                  false);
+                  {{"E4M3", D, "act_quant before wkv"}, {"E4M3", 1, "the QDQ of each output element", true}}, D, "dim", bf,
+                  false, 0, "", {acc, {D}});
     case Component::kDSparkMarkovBias:
       return make(component, "markov_head: linear_fp32 over dspark_markov_rank (of the exact Markov embedding)", 0, {},
                   std::max(1, c.dspark_markov_rank), "dspark_markov_rank",
@@ -190,11 +236,11 @@ std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const
   }
 }
 
-std::vector<DerivedBound> derived_bound_table(const reference::ModelConfig& c) {
+std::vector<DerivedBound> derived_bound_table(const reference::ModelConfig& c, Accumulation acc) {
   std::vector<DerivedBound> out;
   for (const reference::model::ComponentInfo& row : reference::model::component_table()) {
     if (c.n_mtp_layers == 0 && std::string(row.name).rfind("dspark_", 0) == 0) continue;
-    if (std::optional<DerivedBound> b = derived_bound(c, row.name)) out.push_back(std::move(*b));
+    if (std::optional<DerivedBound> b = derived_bound(c, row.name, acc)) out.push_back(std::move(*b));
   }
   return out;
 }
@@ -228,7 +274,7 @@ namespace {
 // A cache's pre-quantisation chain (nullopt: not a cache), its two sides' quantisation term and the
 // term's text; the compressor's fp32 rows have no quantizer (quant 0, format "").
 std::optional<DerivedBound> cache_chain(const reference::ModelConfig& c, const std::string& component, double& quant,
-                                        std::string& format) {
+                                        std::string& format, Accumulation acc) {
   const int64_t D = std::max(1, c.dim);
   const std::string bf = "bf16 in, fp32 accumulation, bf16 values, then the cache format";
   const std::vector<Quantizer> act = {{"E4M3", D, "act_quant before the projection"}};
@@ -236,7 +282,7 @@ std::optional<DerivedBound> cache_chain(const reference::ModelConfig& c, const s
   quant = 0;
   format.clear();
   if (component == "cache.window_kv" || component == "cache.dspark_window_kv") {
-    b = make(component, "wkv -> kv_norm -> rope -> FP8 (E4M3 + E8M0/32)", 3, act, D, "dim", bf, false);
+    b = make(component, "wkv -> kv_norm -> rope -> FP8 (E4M3 + E8M0/32)", 3, act, D, "dim", bf, false, 0, "", {acc, {D}});
     quant = 2 * std::ldexp(1.0, -4);
     format = "FP8 E4M3 + E8M0/32: 2 x 2^-4";
   } else if (component == "cache.compressed_kv") {
@@ -256,18 +302,20 @@ std::optional<DerivedBound> cache_chain(const reference::ModelConfig& c, const s
 }
 }  // namespace
 
-std::optional<DerivedBound> derived_cache_chain_bound(const reference::ModelConfig& c, const std::string& component) {
+std::optional<DerivedBound> derived_cache_chain_bound(const reference::ModelConfig& c, const std::string& component,
+                                                      Accumulation acc) {
   double quant = 0;
   std::string format;
-  std::optional<DerivedBound> b = cache_chain(c, component, quant, format);
+  std::optional<DerivedBound> b = cache_chain(c, component, quant, format, acc);
   if (b) b->origin = "derived: the pre-quantisation chain (" + b->origin + "), per entry: max |a - b| <= bound x the entry's max |a|";
   return b;
 }
 
-std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c, const std::string& component) {
+std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c, const std::string& component,
+                                                Accumulation acc) {
   double quant = 0;
   std::string format;
-  std::optional<DerivedBound> b = cache_chain(c, component, quant, format);
+  std::optional<DerivedBound> b = cache_chain(c, component, quant, format, acc);
   if (!b) return std::nullopt;
   if (component == "cache.compressor") {
     b->origin = "derived: the chain (" + b->origin + "), per pending row of dim fp32 values: max |a - b| <= bound x the row's max |a|";
@@ -292,11 +340,11 @@ reports::Tolerance decoded_block_gain_tolerance() {
   return t;
 }
 
-std::vector<DerivedBound> derived_cache_bound_table(const reference::ModelConfig& c) {
+std::vector<DerivedBound> derived_cache_bound_table(const reference::ModelConfig& c, Accumulation acc) {
   std::vector<DerivedBound> out;
   for (const char* k : {"cache.window_kv", "cache.compressed_kv", "cache.index_keys", "cache.compressor", "cache.dspark_window_kv"}) {
     if (c.n_mtp_layers == 0 && std::string(k) == "cache.dspark_window_kv") continue;
-    out.push_back(*derived_cache_bound(c, k));
+    out.push_back(*derived_cache_bound(c, k, acc));
   }
   return out;
 }
@@ -399,6 +447,16 @@ reports::Tolerance tensor_stat_tolerance(const DerivedBound& b, const std::strin
   return t;
 }
 
-double topk_tie_band(const reference::ModelConfig& c) { return derived_bound(c, "index_scores")->bound; }
+double topk_tie_band(const reference::ModelConfig& c, Accumulation acc) {
+  return derived_bound(c, "index_scores", acc)->bound;
+}
+
+const char* name(Accumulation a) { return a == Accumulation::kFp8TensorCore ? "fp8-tensor-core" : "fp32"; }
+
+Accumulation accumulation_from_name(const std::string& s) {
+  if (s == "fp32") return Accumulation::kFp32;
+  if (s == "fp8-tensor-core") return Accumulation::kFp8TensorCore;
+  DSV41_FAIL("accumulation '", s, "': not one of fp32, fp8-tensor-core");
+}
 
 }  // namespace dsv41::scenarios::judge

@@ -42,6 +42,31 @@ namespace dsv41::scenarios::judge {
 
 inline constexpr const char* kRowRelMetric = "max_rowrel";
 
+// THE ACCUMULATION an order-variant claim admits (docs/conform.md "Accumulation"):
+//   kFp32            every fp32 accumulation correctly rounded, in any order (A1-A3 above)
+//   kFp8TensorCore   the fp8 linears' 32-wide block dots on Hopper's fp8 tensor cores (wgmma: the
+//                    products aligned to the largest one's exponent and truncated toward zero 12-13
+//                    bits below it, the block sum normalised toward zero; fp8_mma_bound.h, DeepSeek-V3
+//                    report §3.5.2), the rest as kFp32. What every Hopper port built on DeepGEMM-style
+//                    kernels does, and the production `cuda` backend. Two more stated assumptions:
+//     (A4) the truncated remainders (< q = 2^-12 of the block's largest product each) are independent
+//          of the products' signs: an fp8 linear's output moves by at most 6 sigma = 6 sqrt(32/3) 2^-12
+//          of the row max (A2's random signs: sqrt(sum of the block maxima^2) <= the row max), plus the
+//          block sums' normalisation, 2^-13 each, sqrt(K/32) of them (A2); the normalisation's
+//          systematic gain is <= 2^-13 per linear that no RMSNorm follows on the chain (row_gain's
+//          chain gain: wo_b for attn_out, the three expert linears for ffn_out);
+//     (A5) a quantizer fed by an fp8 linear of the chain sees every input element move by up to a
+//          bf16 ulp (not one element per block, A3): each flips with probability p = 2^-7 over the
+//          format's smallest relative step (E4M3 0.117, E2M1 0.023), the flips random-signed in the
+//          next reduction: ulp sqrt(p + 1/n) in place of ulp/sqrt(n).
+//   index_scores' row_gain and tensor statistics are measured under kFp8TensorCore (order_variant.h).
+// (The claim's accumulation, at component level; `dsv41 exact`'s per-op models of one reduction are
+// scenarios/exact/exact_eval.h's exact::Accumulation, the fp8 tensor-core linear's fp8_mma_bound.h.)
+enum class Accumulation { kFp32, kFp8TensorCore };
+const char* name(Accumulation a);  // "fp32", "fp8-tensor-core"
+// A dsv41::Error naming the value and the valid names otherwise.
+Accumulation accumulation_from_name(const std::string& s);
+
 struct DerivedBound {
   std::string component;   // reference/model/hooks.h name
   std::string op;          // the producing op chain, from the forced inputs
@@ -60,10 +85,11 @@ struct DerivedBound {
 // equal inputs (embed, in_stream, in_pre, Engram ids, selections, caches, the DSpark embeddings).
 // A DSpark block component takes its main-model twin's chain (dspark_attn_out: attn_out's). A
 // dsv41::Error for an unknown component name.
-std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const std::string& component);
+std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const std::string& component,
+                                          Accumulation acc = Accumulation::kFp32);
 
 // Every derived row of the table, in reference/model/hooks.h order.
-std::vector<DerivedBound> derived_bound_table(const reference::ModelConfig& c);
+std::vector<DerivedBound> derived_bound_table(const reference::ModelConfig& c, Accumulation acc = Accumulation::kFp32);
 
 // The report tolerance of a derived bound (origin "analytic", note = its origin text).
 reports::Tolerance derived_tolerance(const DerivedBound& b);
@@ -134,13 +160,16 @@ inline constexpr const char* kDecodedRowRelMetric = "decoded_rowrel";
 // noise; a scale byte off by one step scales its whole block (E4M3: by 1/16 to 1/8; E8M0: by 2).
 inline constexpr const char* kDecodedBlockGainMetric = "decoded_block_gain";
 reports::Tolerance decoded_block_gain_tolerance();
-std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c, const std::string& component);
+std::optional<DerivedBound> derived_cache_bound(const reference::ModelConfig& c, const std::string& component,
+                                                Accumulation acc = Accumulation::kFp32);
 // The same cache's pre-quantisation chain alone (what its quantizer's input may differ by between
 // two orders), relative to the entry's max |value|; nullopt for another component.
-std::optional<DerivedBound> derived_cache_chain_bound(const reference::ModelConfig& c, const std::string& component);
-std::vector<DerivedBound> derived_cache_bound_table(const reference::ModelConfig& c);
+std::optional<DerivedBound> derived_cache_chain_bound(const reference::ModelConfig& c, const std::string& component,
+                                                      Accumulation acc = Accumulation::kFp32);
+std::vector<DerivedBound> derived_cache_bound_table(const reference::ModelConfig& c,
+                                                   Accumulation acc = Accumulation::kFp32);
 
 // The relative tie band of the top-k under order variance: index_scores' bound.
-double topk_tie_band(const reference::ModelConfig& c);
+double topk_tie_band(const reference::ModelConfig& c, Accumulation acc = Accumulation::kFp32);
 
 }  // namespace dsv41::scenarios::judge

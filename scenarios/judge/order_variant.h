@@ -71,7 +71,8 @@ Forcing chain_forcing(const reference::ModelConfig& c, const std::vector<referen
 // + its chain gain), the reduction length the longest of them; the origin says so. nullopt when the
 // chain holds a selection (no bound covers a near tie chosen otherwise): measured.
 std::optional<DerivedBound> free_running_bound(const reference::ModelConfig& c, const std::string& component,
-                                               std::optional<DerivedBound> own, const Forcing& f);
+                                               std::optional<DerivedBound> own, const Forcing& f,
+                                               Accumulation acc = Accumulation::kFp32);
 
 // The order-variant judgment of one row: kBound (the tolerance, origin "analytic" with the
 // derivation in its note), kMeasured (no bound holds: recorded, not asserted) or kExact (the
@@ -82,10 +83,16 @@ struct OrderVariantTolerance {
 };
 // forcing: nullptr or forced = teacher-forced (the component's own derived bound); not forced:
 // its free-running bound (measured when the chain holds a selection, for a selection always).
+// acc: the accumulation the claim admits (derived_bounds.h); under kFp8TensorCore index_scores'
+// row_gain, tensor_gain and tensor_bias are measured: the row's shared FP4 query flips elements
+// often there (A5), and a flip moves the whole row coherently (an offset, a gain) where the
+// statistics assume independent errors; the top-k it feeds is blind to both.
 OrderVariantTolerance order_variant_tolerance(const reference::ModelConfig& c, const std::string& component,
-                                              const std::string& metric, const Forcing* forcing = nullptr);
+                                              const std::string& metric, const Forcing* forcing = nullptr,
+                                              Accumulation acc = Accumulation::kFp32);
 
 // The note of a selection's tie rule ("order-variant: identical outside the tie band ... a tie").
-std::string selection_tie_note(const reference::ModelConfig& c, const std::string& component);
+std::string selection_tie_note(const reference::ModelConfig& c, const std::string& component,
+                               Accumulation acc = Accumulation::kFp32);
 
 }  // namespace dsv41::scenarios::judge

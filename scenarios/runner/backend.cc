@@ -33,52 +33,27 @@ RefSession& as_ref(BackendSession& s) {
 }
 const RefSession& as_ref(const BackendSession& s) { return as_ref(const_cast<BackendSession&>(s)); }
 
-// Moves every tensor of a state into `ops`' memory (to_device) or back to the host: session files
-// are written and read on the host (reference/session/session_*.cc), a device backend's state lives on
-// the device between steps.
-void move_state(ModelState& st, const reference::seam::Ops& ops, bool to_device) {
-  const auto move = [&](auto& t) { t = to_device ? ops.upload(std::move(t)) : ops.download(std::move(t)); };
-  for (reference::model::LayerState& ls : st.layers) {
-    move(ls.window_kv.bytes);
-    if (ls.compressor) {
-      move(ls.compressor->kv);
-      move(ls.compressor->score);
-    }
-    for (std::optional<reference::model::PackedCache>* c : {&ls.compressed_kv, &ls.index_keys}) {
-      if (*c) to_device ? (*c)->place(ops) : (*c)->fetch(ops);
-    }
-  }
-  for (reference::model::WindowKvRing& ring : st.dspark_window_kv) move(ring.bytes);
-}
-
-// What a ReferenceBackend runs on besides the CPU reference's ops.
-struct OpsChoice {
-  std::unique_ptr<reference::seam::Ops> ops;  // nullptr: reference_ops()
-  bool device = false;  // its tensors live on a device: sessions are saved and restored through the host
-  Claim claim = Claim::kBitExact;  // what the ops claim (packed caches; ref-bf16kv is approximate whatever)
-};
-
 // The reference (official formats or the bf16 ablation) over the CPU reference's ops, the CUDA
 // ops or a reordered variant's, optionally with one planted defect.
 class ReferenceBackend final : public Backend {
  public:
-  // ops: the components the model runs on (OpsChoice). A device backend's sessions are saved and
-  // restored through the host (move_state), with the same session bytes.
-  ReferenceBackend(std::string name, const BackendResources& r, CachePrecision precision,
-                   std::optional<defects::Mutation> mutation, OpsChoice choice = {})
+  // parts: the components the model runs on, its cache precision and planted defect
+  // (make_backend_ops). A device backend's sessions are saved and restored through the host
+  // (move_state), with the same session bytes.
+  ReferenceBackend(std::string name, const BackendResources& r, BackendOps parts)
       : name_(std::move(name)),
-        ops_(std::move(choice.ops)),
-        device_(choice.device && ops_ != nullptr),
-        ops_claim_(choice.claim),
-        draft_defect_ops_(mutation && mutation->round == defects::RoundDefect::kDraftRopeAtBlockStart
+        ops_(std::move(parts.ops)),
+        device_(parts.device && ops_ != nullptr),
+        claim_(backend_claim(name_)),
+        draft_defect_ops_(parts.mutation && parts.mutation->round == defects::RoundDefect::kDraftRopeAtBlockStart
                               ? std::make_unique<defects::DraftRopeAtBlockStartOps>(ops_ ? *ops_ : reference::seam::reference_ops())
                               : nullptr),
         model_(r.config, r.weights, r.token_map,
                draft_defect_ops_ ? *draft_defect_ops_ : ops_ ? *ops_ : reference::seam::reference_ops()),
         resources_(device_ ? &r : nullptr),
-        precision_(precision),
-        mutation_(std::move(mutation)) {
-    model_.set_cache_precision(precision);
+        precision_(parts.precision),
+        mutation_(std::move(parts.mutation)) {
+    model_.set_cache_precision(precision_);
     if (mutation_) {
       DSV41_CHECK(mutation_->is_round() ||
                       (mutation_->layer < r.config.n_layers && mutation_->layer >= 0) ||
@@ -111,9 +86,7 @@ class ReferenceBackend final : public Backend {
   }
 
   std::string name() const override { return name_; }
-  Claim claim() const override {
-    return precision_ == CachePrecision::kPacked ? ops_claim_ : Claim::kApproximate;
-  }
+  Claim claim() const override { return claim_; }
   const reference::ModelConfig& config() const override { return model_.config(); }
 
   std::unique_ptr<BackendSession> new_session() override {
@@ -280,8 +253,8 @@ class ReferenceBackend final : public Backend {
 
   std::string name_;
   std::unique_ptr<reference::seam::Ops> ops_;  // nullptr: reference_ops(); declared before the model using it
-  bool device_;      // ops_ keeps its tensors on a device (the cuda backends)
-  Claim ops_claim_;  // what the ops claim (packed caches)
+  bool device_;  // ops_ keeps its tensors on a device (the cuda backends)
+  Claim claim_;  // backend_claim(name_)
   std::unique_ptr<defects::DraftRopeAtBlockStartOps> draft_defect_ops_;  // mutant:draft_rope_pos0 only: wraps the ops
   reference::model::Model model_;
   const BackendResources* resources_;    // device backends: to build host_model_ (outlives the backend)
@@ -385,27 +358,59 @@ Claim backend_claim(const std::string& spec) {
   return Claim::kBitExact;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendResources& r) {
+judge::Accumulation backend_accumulation(const std::string& spec) {
   validate_backend_name(spec);
-  if (spec == "ref") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::nullopt);
-  if (spec == "ref-bf16kv") return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kBf16, std::nullopt);
+  if (spec == "cuda") return judge::Accumulation::kFp8TensorCore;
+  if (spec.rfind("ref-order:", 0) == 0 && parse_order_spec(spec).order == defects::SumOrder::kTrunc13) {
+    return judge::Accumulation::kFp8TensorCore;
+  }
+  return judge::Accumulation::kFp32;
+}
+
+void move_state(ModelState& st, const reference::seam::Ops& ops, bool to_device) {
+  const auto move = [&](auto& t) { t = to_device ? ops.upload(std::move(t)) : ops.download(std::move(t)); };
+  for (reference::model::LayerState& ls : st.layers) {
+    move(ls.window_kv.bytes);
+    if (ls.compressor) {
+      move(ls.compressor->kv);
+      move(ls.compressor->score);
+    }
+    for (std::optional<reference::model::PackedCache>* c : {&ls.compressed_kv, &ls.index_keys}) {
+      if (*c) to_device ? (*c)->place(ops) : (*c)->fetch(ops);
+    }
+  }
+  for (reference::model::WindowKvRing& ring : st.dspark_window_kv) move(ring.bytes);
+}
+
+BackendOps make_backend_ops(const std::string& spec) {
+  validate_backend_name(spec);
+  BackendOps b;
+  if (spec == "ref") return b;
+  if (spec == "ref-bf16kv") {
+    b.precision = CachePrecision::kBf16;
+    return b;
+  }
 #if defined(DSV41_HAVE_CUDA)
-  // cuda-exact: every ported op is bit-exact and every fallback is the reference itself: bitexact.
+  // cuda-exact: every ported op is bit-exact and every fallback is the reference itself (bitexact).
   // cuda: production kernels replace some exact ones (CudaOps::production_ops): order-variant.
   if (spec == "cuda-exact" || spec == "cuda") {
-    const bool exact = spec == "cuda-exact";
-    return std::make_unique<ReferenceBackend>(
-        spec, r, CachePrecision::kPacked, std::nullopt,
-        OpsChoice{std::make_unique<gpu::CudaOps>(exact ? gpu::CudaMode::kExact : gpu::CudaMode::kProduction), true,
-                  exact ? Claim::kBitExact : Claim::kOrderVariant});
+    b.ops = std::make_unique<gpu::CudaOps>(spec == "cuda-exact" ? gpu::CudaMode::kExact : gpu::CudaMode::kProduction);
+    b.device = true;
+    return b;
   }
 #endif
   if (spec.rfind("ref-order:", 0) == 0) {
     OrderSpec o = parse_order_spec(spec);
-    return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, std::move(o.mutation),
-                                              OpsChoice{defects::make_reordered_ops(o.order), false, Claim::kOrderVariant});
+    b.ops = defects::make_reordered_ops(o.order);
+    b.mutation = std::move(o.mutation);
+    return b;
   }
-  return std::make_unique<ReferenceBackend>(spec, r, CachePrecision::kPacked, defects::parse_mutation(spec.substr(7)));
+  b.mutation = defects::parse_mutation(spec.substr(7));  // mutant:<spec>
+  return b;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendResources& r) {
+  return std::make_unique<ReferenceBackend>(spec, r, make_backend_ops(spec));
 }
 
 }  // namespace dsv41::scenarios::runner

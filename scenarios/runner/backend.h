@@ -45,6 +45,7 @@
 #include "reference/model/speculative.h"
 #include "reference/checkpoint/weights.h"
 #include "scenarios/defects/mutants.h"
+#include "scenarios/judge/derived_bounds.h"
 
 namespace dsv41::scenarios::runner {
 
@@ -53,6 +54,11 @@ namespace dsv41::scenarios::runner {
 // cores, fused kernels: judged by tolerance, derived bounds, docs/conform.md) or "approximate"
 // (it differs by design; measured only).
 enum class Claim { kBitExact, kOrderVariant, kApproximate };
+
+// The accumulation an order-variant backend's claim admits (scenarios/judge/derived_bounds.h
+// "Accumulation"): kFp8TensorCore for `cuda` (its fp8 linears on wgmma) and `ref-order:trunc13[...]`
+// (the CPU emulation of that block dot); kFp32 for every other backend.
+judge::Accumulation backend_accumulation(const std::string& spec);
 
 // One session of a backend (opaque to the runner).
 class BackendSession {
@@ -158,5 +164,24 @@ std::optional<defects::Mutation> backend_mutation(const std::string& spec);
 // The claim of the backend `spec` names (what make_backend(spec)->claim() returns), without
 // building it: a pair's default expectation follows from it.
 Claim backend_claim(const std::string& spec);
+
+// What make_backend builds a backend's model from, without the model: the parts a tool that runs
+// a reference::model::Model itself needs (`dsv41 forward --backend`, the Python module:
+// scenarios/runner/backend_model.h). The claim is backend_claim(spec).
+struct BackendOps {
+  std::unique_ptr<reference::seam::Ops> ops;  // nullptr: reference::seam::reference_ops()
+  bool device = false;  // ops keeps its tensors on a device: sessions are saved and read through the host
+  reference::CachePrecision precision = reference::CachePrecision::kPacked;  // kBf16: ref-bf16kv
+  std::optional<defects::Mutation> mutation;  // the planted defect (mutant:..., ref-order:<variant>:...)
+};
+
+// The parts of the backend `spec` names (validate_backend_name's names); a dsv41::Error naming the
+// spec otherwise, or when a device backend finds no device ("backend cuda: no CUDA device ...").
+BackendOps make_backend_ops(const std::string& spec);
+
+// Moves every tensor of a state into `ops`' memory (to_device) or back to the host: session files
+// are written and read on the host (reference/session/session_*.cc), a device backend's state lives
+// on the device between steps.
+void move_state(reference::model::ModelState& st, const reference::seam::Ops& ops, bool to_device);
 
 }  // namespace dsv41::scenarios::runner

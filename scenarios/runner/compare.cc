@@ -140,7 +140,7 @@ void compare_logits_item(const StepCapture& a, const StepCapture& b, Rows& rows,
   // (derived_bounds.h, the head's fp32 linear), so a flip is a tie where the margin is within twice that.
   double derived_rel = 0;
   if (rule == nullptr && ctx.derived != nullptr && ctx.teacher_forced) {
-    if (const std::optional<judge::DerivedBound> b = judge::derived_bound(*ctx.derived, "logits")) derived_rel = b->bound;
+    if (const std::optional<judge::DerivedBound> b = judge::derived_bound(*ctx.derived, "logits", ctx.accumulation)) derived_rel = b->bound;
   }
   // Per row; the worst row speaks for the item (the first flip, else the largest KL).
   judge::LogitMetrics lm;

@@ -23,6 +23,7 @@
 
 #include "reference/checkpoint/weights.h"
 #include "reports/report.h"
+#include "scenarios/judge/derived_bounds.h"
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/scenario.h"
 
@@ -55,6 +56,9 @@ struct CompareContext {
   // position 0 (chain_bounded), where every difference comes from this step's own computation;
   // elsewhere the state carries earlier steps' differences through selections: measured.
   const reference::ModelConfig* derived = nullptr;
+  // The accumulation the pair's order-variant claim admits (runner::backend_accumulation of either
+  // side: kFp8TensorCore when one side runs fp8 linears on tensor cores).
+  judge::Accumulation accumulation = judge::Accumulation::kFp32;
   bool chain_bounded = false;
   // Teacher-forced, an order-variant pair: the session's caches hold rows no forcing reached (a
   // speculative round's rollback replays the kept tokens hook-free, reference::model::roll_back):

@@ -108,7 +108,7 @@ std::optional<Tolerance> Rows::derived_of(int layer, const std::string& componen
     }
     forcing = &it->second;
   }
-  const judge::OrderVariantTolerance t = judge::order_variant_tolerance(c, component, metric, forcing);
+  const judge::OrderVariantTolerance t = judge::order_variant_tolerance(c, component, metric, forcing, ctx_.accumulation);
   if (t.kind == judge::OrderVariantTolerance::kExact) {
     return exact_row(ctx_.teacher_forced ? "exact given equal inputs (teacher-forced: both sides read A's values; "
                                            "the component's semantics are exact, docs/conform.md)"

@@ -64,7 +64,10 @@ class ComparisonRun {
                 const Pair& pair, const std::string& mode, std::vector<StepInfo>* steps,
                 const std::optional<ReplaySample>& replay)
       : sc_(sc), c_(res.config), res_(res), opt_(opt), plan_(plan), rules_(rules), session_ids_(session_ids),
-        pair_(pair), forced_(mode == "teacher-forced"), derived_(order_variant_pair(pair)), steps_(steps),
+        pair_(pair), forced_(mode == "teacher-forced"), derived_(order_variant_pair(pair)),
+        accumulation_(backend_accumulation(pair.a.backend) == judge::Accumulation::kFp8TensorCore
+                          ? judge::Accumulation::kFp8TensorCore
+                          : backend_accumulation(pair.b.backend)), steps_(steps),
         A_(pair.a, res), B_(pair.b, res) {
     cmp_.side_a = pair.a.text();
     cmp_.side_b = pair.b.text();
@@ -80,6 +83,10 @@ class ComparisonRun {
                     "(judge::free_running_bound; measured where the chain holds a selection); later steps measured "
                     "(their state carries earlier differences through selections), except the rows exact on every pair";
       if (!sc.tolerances.empty()) cmp_.expectation_origin += "; the scenario's tolerance rules win for what they bound";
+      if (accumulation_ == judge::Accumulation::kFp8TensorCore) {
+        cmp_.expectation_origin += "; accumulation fp8-tensor-core (a side runs its fp8 linears on tensor cores: "
+                                   "scenarios/judge/derived_bounds.h A4-A5)";
+      }
     }
     if (replay) {
       sampled_ = true;
@@ -443,7 +450,8 @@ class ComparisonRun {
       ctx.derived = &c_;
       ctx.chain_bounded = !forced_ && a.start_pos == 0;
       ctx.unforced_caches = forced_ && unforced_caches_.count(session) > 0;
-      ctx.topk_tie_rel = forced_ ? judge::topk_tie_band(c_) : 0.0;
+      ctx.accumulation = accumulation_;
+      ctx.topk_tie_rel = forced_ ? judge::topk_tie_band(c_, accumulation_) : 0.0;
       if (forced_) {  // the experts' ties: A's gate input is B's too (forced)
         for (const CapturedItem& it : a.items) {
           const CapturedItem* x = it.component == "experts" ? a.find(it.layer, "ffn_in") : nullptr;
@@ -503,6 +511,7 @@ class ComparisonRun {
   const Pair& pair_;
   const bool forced_;
   const bool derived_;  // judged by the derived bounds (order_variant_pair)
+  const judge::Accumulation accumulation_;  // the claim's accumulation (either side's)
   std::vector<StepInfo>* steps_;
   SideRunner A_, B_;
   Comparison cmp_;

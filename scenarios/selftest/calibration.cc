@@ -41,14 +41,23 @@ std::string temp_root(const std::string& dir, const char* what) {
                      : dir;
 }
 
-conform::ConformOptions order_variant_options(const std::string& name) {
+// The claim a variant's dump is judged under: order-variant, with the fp8 tensor-core accumulation
+// for the emulation of that block dot (trunc13), as a port built on such kernels declares it.
+conform::ConformOptions order_variant_options(const std::string& name, bool tensor_core = false) {
   conform::ConformOptions co;
   co.name = name;
   co.order_variant = true;
+  if (tensor_core) co.accumulation = judge::name(judge::Accumulation::kFp8TensorCore);
   return co;
 }
 
 }  // namespace
+
+std::vector<SumOrder> calibration_orders() {
+  std::vector<SumOrder> v = all_sum_orders();
+  v.push_back(SumOrder::kTrunc13);
+  return v;
+}
 
 // One run's progress line on stderr.
 
@@ -141,7 +150,7 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
   const std::vector<int64_t> token_map = reference::model::default_token_map(L.config);
   std::vector<SumOrder> variants;
   for (const std::string& n : o.variants) variants.push_back(sum_order_from_name(n));
-  if (variants.empty()) variants = all_sum_orders();
+  if (variants.empty()) variants = calibration_orders();
   std::vector<const CalibrationScenario*> scenarios;
   for (const CalibrationScenario& s : calibration_scenarios()) {
     bool wanted = o.scenarios.empty();
@@ -178,7 +187,8 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
                             "dsv41 selftest --calibration --variants " + row.variant);
         row.changed = dumps_differ(ref_dir, dir);
         const reports::RunReport report =
-            conform::conform(conform::read_port_dump(dir), L.weights, token_map, order_variant_options(row.variant));
+            conform::conform(conform::read_port_dump(dir), L.weights, token_map,
+                             order_variant_options(row.variant, v == SumOrder::kTrunc13));
         record_conform(report, row);
         row.verdict = row.conform_exit != 0 ? "ALARM" : row.changed ? "ok" : "NO-CHANGE";
       } catch (const std::exception& e) {

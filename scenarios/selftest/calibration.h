@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "reports/report.h"
+#include "scenarios/defects/reordered_ops.h"
 #include "scenarios/selftest/bug_zoo.h"
 
 namespace dsv41::scenarios::selftest {
@@ -45,9 +46,14 @@ struct CalibrationScenario {
 // Every calibration scenario, in a fixed order (docs/selftest.md "Calibration" lists them).
 const std::vector<CalibrationScenario>& calibration_scenarios();
 
+// The variants a calibration runs by default: every reordered sum order (defects::all_sum_orders)
+// and trunc13, the emulation of the fp8 tensor-core block dot (judged under the accumulation
+// fp8-tensor-core, scenarios/judge/derived_bounds.h): both are correct ports.
+std::vector<defects::SumOrder> calibration_orders();
+
 struct CalibrationOptions {
   std::string config, weights;         // "": the built-in tiny oracle's
-  std::vector<std::string> variants;   // names (reordered_ops.h); empty: every variant
+  std::vector<std::string> variants;   // names (reordered_ops.h); empty: calibration_orders()
   std::vector<std::string> scenarios;  // names; empty: every calibration scenario
   std::string dir;                     // where the dumps go; "": a temporary directory
   bool keep = false;                   // keep the dumps

@@ -34,7 +34,7 @@ std::vector<CalibrationRow> calibrate_suite(const CalibrationOptions& o, std::os
   const runner::BackendResources res{L.config, L.weights, reference::model::default_token_map(L.config)};
   std::vector<std::string> variants = o.variants;
   if (variants.empty()) {
-    for (defects::SumOrder v : defects::all_sum_orders()) variants.push_back(defects::name(v));
+    for (defects::SumOrder v : calibration_orders()) variants.push_back(defects::name(v));
   }
   const std::vector<std::string> known = runner::builtin_scenario_names();
   std::vector<std::string> scenarios = o.scenarios.empty() ? known : o.scenarios;

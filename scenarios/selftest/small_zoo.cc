@@ -17,6 +17,8 @@
 #include "scenarios/conform/port_dump.h"
 #include "scenarios/defects/mutants.h"
 #include "scenarios/defects/small_bug_ops.h"
+#include "scenarios/judge/derived_bounds.h"
+#include "scenarios/runner/backend.h"
 #include "scenarios/selftest/bug_zoo.h"
 
 namespace dsv41::scenarios::selftest {
@@ -27,7 +29,8 @@ using defects::BlockNorm;
 using defects::CacheByteDefect;
 using defects::RopeRows;
 using formats::CacheFormat;
-using OpsFactory = std::function<std::unique_ptr<reference::seam::Ops>(const reference::ModelConfig&)>;
+using OpsFactory = SmallBug::OpsFactory;
+using reference::seam::Ops;
 
 SmallBug ops_bug(std::string name, std::string description, std::string origin, std::string how, std::string component,
                  int layer, int64_t step, bool ci, OpsFactory make) {
@@ -48,8 +51,10 @@ SmallBug ops_bug(std::string name, std::string description, std::string origin, 
 SmallBug from_zoo(const std::string& name, const std::string& how, bool ci) {
   const ZooBug& z = zoo_bug(name);
   DSV41_CHECK(z.kind == ZooKind::kOps, "small zoo: zoo bug '", name, "' is not an ops bug");
-  return ops_bug(z.name, z.description, z.origin + " (the zoo's)", how, z.expected_component, z.expected_layer,
-                 z.expected_step, ci, z.make_ops);
+  SmallBug b = ops_bug(z.name, z.description, z.origin + " (the zoo's)", how, z.expected_component, z.expected_layer,
+                       z.expected_step, ci, [mk = z.make_ops](const reference::ModelConfig& c, const Ops&) { return mk(c); });
+  b.reference_only = true;  // the zoo's bugs recompute their op on the reference
+  return b;
 }
 
 // Whether a root cause names where `b` was planted (SmallBug: the expected place, or for an
@@ -86,16 +91,16 @@ std::vector<SmallBug> build_small_zoo() {
                       "a scale constant folded into a fused attention kernel (sm_scale) computed from another dim or in "
                       "low precision; semantics.md: softmax_scale = head_dim^-0.5",
                       "sparse_attn (layer 2)", "attn_out", 2, 0, true,
-                      [](const reference::ModelConfig&) { return defects::make_softmax_scale_ops(2, 1.01); }));
+                      [](const reference::ModelConfig&, const Ops& base) { return defects::make_softmax_scale_ops(2, 1.01, base); }));
   z.push_back(ops_bug("rope_query_position_plus_one", "layer 0's query RoPE at position + 1",
                       "ports.md §2.8 (mlx-lm#1189: RoPE wrong per layer type); position ids counted from 1 on one path",
-                      "rope_rows (layer 0 queries)", "attn_out", 0, 0, false, [](const reference::ModelConfig& c) {
-                        return defects::make_rope_shift_ops(c, 0, RopeRows::kQuery, 1);
+                      "rope_rows (layer 0 queries)", "attn_out", 0, 0, false, [](const reference::ModelConfig& c, const Ops& base) {
+                        return defects::make_rope_shift_ops(c, 0, RopeRows::kQuery, 1, base);
                       }));
   z.push_back(ops_bug("rope_window_kv_position_plus_one", "layer 1's window-KV RoPE at position + 1",
                       "ports.md §2.8 (mlx-lm#1189); the decode position taken after the cache append",
-                      "rope_rows (layer 1 window KV)", "cache.window_kv", 1, 0, false, [](const reference::ModelConfig& c) {
-                        return defects::make_rope_shift_ops(c, 1, RopeRows::kWindowKv, 1);
+                      "rope_rows (layer 1 window KV)", "cache.window_kv", 1, 0, false, [](const reference::ModelConfig& c, const Ops& base) {
+                        return defects::make_rope_shift_ops(c, 1, RopeRows::kWindowKv, 1, base);
                       }));
   z.push_back(from_zoo("sink_in_numerator", "sparse_attn (every layer)", true));
   // Norms.
@@ -103,7 +108,9 @@ std::vector<SmallBug> build_small_zoo() {
                       "a norm kernel that keeps its statistic in the activations' dtype (the official RMSNorm computes "
                       "in fp32, semantics.md; HF's RMSNorm casts to fp32 for this reason)",
                       "rms_norm (layer 3 attn_norm)", "attn_in", 3, 0, true,
-                      [](const reference::ModelConfig&) { return defects::make_norm_bf16_statistic_ops(3, BlockNorm::kAttnNorm); }));
+                      [](const reference::ModelConfig&, const Ops& base) {
+                        return defects::make_norm_bf16_statistic_ops(3, BlockNorm::kAttnNorm, base);
+                      }));
   // mHC.
   z.push_back(from_zoo("sinkhorn_one_short", "hc_mixes (every layer)", false));
   z.back().every_layer = true;  // hc_mixes writes both combs of every layer
@@ -113,46 +120,46 @@ std::vector<SmallBug> build_small_zoo() {
                       "one expert's dequantisation or routing weight off by 1% (a grouped GEMM reading a per-expert "
                       "scale wrong)",
                       "moe_experts (layer 3, expert 1)", "ffn_out", 3, 0, true,
-                      [](const reference::ModelConfig&) { return defects::make_expert_scale_ops(3, 1, 1.01); }));
+                      [](const reference::ModelConfig&, const Ops& base) { return defects::make_expert_scale_ops(3, 1, 1.01, base); }));
   z.push_back(ops_bug("shared_expert_1pct", "the shared expert's output x1.01 at layer 5",
                       "the shared expert added with a scale (semantics.md: the shared expert has no weight; "
                       "ports scale it with route_scale or a TP reduction factor)",
                       "moe_experts (layer 5, shared expert)", "ffn_out", 5, 0, false,
-                      [](const reference::ModelConfig&) { return defects::make_expert_scale_ops(5, -1, 1.01); }));
+                      [](const reference::ModelConfig&, const Ops& base) { return defects::make_expert_scale_ops(5, -1, 1.01, base); }));
   // Engram.
   z.push_back(ops_bug("engram_gate_1pct", "layer 4's Engram gates x1.01",
                       "the gate's sigmoid(sign(dot) sqrt|dot|) (semantics.md) fused with a slightly wrong scale "
                       "(dim^-0.5 or a norm eps)",
                       "engram_gate_residual (layer 4)", "engram_out", 4, 0, false,
-                      [](const reference::ModelConfig&) { return defects::make_engram_gate_scale_ops(4, 1.01); }));
+                      [](const reference::ModelConfig&, const Ops& base) { return defects::make_engram_gate_scale_ops(4, 1.01, base); }));
   // Indexer and compressor.
   z.push_back(ops_bug("index_weight_scale_1pct", "layer 4's indexer weights scale (Di^-0.5 Hi^-0.5) x1.01",
                       "ports.md §2.1-2.2 (the indexer's constants and offsets are where sglang shipped bugs); a scale "
                       "constant stored in bf16",
                       "index_weights (layer 4)", "index_scores", 4, 0, true,
-                      [](const reference::ModelConfig&) { return defects::make_index_weight_scale_ops(4, 1.01); }));
+                      [](const reference::ModelConfig&, const Ops& base) { return defects::make_index_weight_scale_ops(4, 1.01, base); }));
   z.push_back(ops_bug("compressor_score_1pct", "layer 2's compressor gate scores x1.01 (the pooling softmax's temperature)",
                       "ports.md §2.6 (vllm-ascend fork #76: the compressor); a score scale fused into wgate. Planted in the "
                       "compressor, whose own state (its pending kv and score rows) holds the scaled scores",
                       "compress (layer 2)", "cache.compressor", 2, 0, false,
-                      [](const reference::ModelConfig&) { return defects::make_compressor_score_scale_ops(2, 1.01); }));
+                      [](const reference::ModelConfig&, const Ops& base) { return defects::make_compressor_score_scale_ops(2, 1.01, base); }));
   z.push_back(from_zoo("newest_block_not_pinned", "candidate_blocks (layer 6)", false));
   // Cache bytes: one byte of one entry, once.
   z.push_back(ops_bug("compressed_kv_scale_byte", "one E4M3 block scale of layer 4's newest compressed-KV entry one code up",
                       "ports.md §2.5 (vllm#40991: cache scales misplaced); a scale rounded another way in one block",
                       "write_entries (layer 4, step 0)", "cache.compressed_kv", 4, 0, true,
-                      [](const reference::ModelConfig&) {
-                        return defects::make_cache_byte_ops(4, CacheFormat::kCompressedKvFp4, CacheByteDefect::kScaleByte);
+                      [](const reference::ModelConfig&, const Ops& base) {
+                        return defects::make_cache_byte_ops(4, CacheFormat::kCompressedKvFp4, CacheByteDefect::kScaleByte, base);
                       }));
   z.push_back(ops_bug("window_kv_scale_byte", "one E8M0 block scale of layer 0's newest window-KV entry one code up (x2)",
                       "ports.md §2.5; formats/qdq.h: E8M0 scales are a ceil (a floor in one block)",
-                      "write_entries (layer 0, step 0)", "cache.window_kv", 0, 0, false, [](const reference::ModelConfig&) {
-                        return defects::make_cache_byte_ops(0, CacheFormat::kWindowKvFp8, CacheByteDefect::kScaleByte);
+                      "write_entries (layer 0, step 0)", "cache.window_kv", 0, 0, false, [](const reference::ModelConfig&, const Ops& base) {
+                        return defects::make_cache_byte_ops(0, CacheFormat::kWindowKvFp8, CacheByteDefect::kScaleByte, base);
                       }));
   z.push_back(ops_bug("index_keys_code_nibble", "one E2M1 code of layer 2's newest index-key entry one step off",
                       "formats/minifloat.h: E2M1 round-to-nearest-even; x/s against x*(1/s) moves a code at a boundary",
-                      "write_entries (layer 2, step 0)", "cache.index_keys", 2, 0, true, [](const reference::ModelConfig&) {
-                        return defects::make_cache_byte_ops(2, CacheFormat::kIndexKeysFp4, CacheByteDefect::kCodeNibble);
+                      "write_entries (layer 2, step 0)", "cache.index_keys", 2, 0, true, [](const reference::ModelConfig&, const Ops& base) {
+                        return defects::make_cache_byte_ops(2, CacheFormat::kIndexKeysFp4, CacheByteDefect::kCodeNibble, base);
                       }));
   // One row of a float component (the sensitivity sweep's mutant, docs/selftest.md "Sensitivity").
   const std::string row_origin = "one token's row with a gain error (a tile or a tail of a kernel scaled wrong)";
@@ -223,6 +230,18 @@ const SmallBug& small_bug(const std::string& name) {
 SmallZooResult run_small_zoo(const SmallZooOptions& o, std::ostream& progress) {
   const SelftestModel m = load_selftest_model(o.config, o.weights);
   const std::vector<int64_t> token_map = reference::model::default_token_map(m.config);
+  // The backend the bugs are planted in, and the accumulation its claim admits.
+  runner::BackendOps base_parts;
+  if (!o.base.empty()) {
+    base_parts = runner::make_backend_ops(o.base);
+    DSV41_CHECK(!base_parts.mutation && base_parts.precision == reference::CachePrecision::kPacked &&
+                    runner::backend_claim(o.base) != runner::Claim::kApproximate,
+                "--base '", o.base, "': a backend with a planted defect or its own cache precision is not a base");
+  }
+  const Ops& base = base_parts.ops ? *base_parts.ops : reference::seam::reference_ops();
+  const std::string accumulation = !o.accumulation.empty() || o.base.empty()
+                                       ? o.accumulation
+                                       : judge::name(runner::backend_accumulation(o.base));
   std::vector<const SmallBug*> bugs;
   for (const std::string& n : o.bugs) bugs.push_back(&small_bug(n));
   if (o.bugs.empty()) {
@@ -239,7 +258,7 @@ SmallZooResult run_small_zoo(const SmallZooOptions& o, std::ostream& progress) {
   auto run_one = [&](const SmallBug* bug) {
     SmallZooRow row;
     row.bug = bug ? bug->name : "clean";
-    row.how = bug ? bug->how : "-";
+    row.how = bug ? bug->how + (bug->reference_only && !o.base.empty() ? " (on the reference)" : "") : "-";
     row.expected = bug ? zoo_location(bug->expected_component, bug->expected_layer, bug->expected_step) : "no alarm";
     if (bug && bug->every_layer) {
       row.expected += " (every layer: or " + bug->expected_component;
@@ -250,7 +269,7 @@ SmallZooResult run_small_zoo(const SmallZooOptions& o, std::ostream& progress) {
     const auto t0 = std::chrono::steady_clock::now();
     try {
       fs::remove_all(dir);
-      std::unique_ptr<reference::seam::Ops> ops = bug && bug->make_ops ? bug->make_ops(m.config) : nullptr;
+      std::unique_ptr<reference::seam::Ops> ops = bug && bug->make_ops ? bug->make_ops(m.config, base) : nullptr;
       std::optional<defects::Mutation> mutation;
       if (bug && !bug->mutation.empty()) mutation = defects::parse_mutation(bug->mutation);
       bool mutated = false;
@@ -258,12 +277,13 @@ SmallZooResult run_small_zoo(const SmallZooOptions& o, std::ostream& progress) {
       d.mutation = mutation ? &*mutation : nullptr;
       d.fired = &mutated;
       write_scenario_dump(dir, m.config, m.weights_path, m.weights, zoo_scenario(),
-                          ops ? *ops : reference::seam::reference_ops(),
+                          ops ? *ops : base,
                           "dsv41 selftest --small-bugs" + std::string(bug ? " --bugs " + bug->name : " (clean)"), d);
       row.fired = bug != nullptr && (!mutation || mutated) && dumps_differ(clean_dir, dir);
       conform::ConformOptions co;
       co.name = row.bug;
       co.order_variant = true;
+      co.accumulation = accumulation;
       const reports::RunReport report = conform::conform(conform::read_port_dump(dir), m.weights, token_map, co);
       row.conform_exit = conform::conform_exit_code(report);
       row.flagged = row.conform_exit == 1;

@@ -50,8 +50,11 @@ struct SmallBug {
   bool every_layer = false;
   std::vector<std::string> also_components;
   bool ci = false;          // in the `--ci` slice (fast and located today)
-  // ops: the buggy ops (nullptr: the reference's).
-  std::function<std::unique_ptr<reference::seam::Ops>(const reference::ModelConfig&)> make_ops;
+  // ops: the buggy ops planted in `base` (every op it does not get wrong runs there; nullptr: none).
+  using OpsFactory =
+      std::function<std::unique_ptr<reference::seam::Ops>(const reference::ModelConfig&, const reference::seam::Ops& base)>;
+  OpsFactory make_ops;
+  bool reference_only = false;  // a zoo bug (bug_zoo.h): planted on the reference whatever the base
   std::string mutation;     // mutant: a spec of scenarios/defects/mutants.h ("": none)
 };
 
@@ -67,6 +70,13 @@ struct SmallZooOptions {
   std::string dir;                // where the dumps go; "": a temporary directory
   bool keep = false;              // keep every dump
   bool progress = true;           // one line per run on the progress stream
+  // The order-variant claim's accumulation the dumps are judged under ("": fp32;
+  // "fp8-tensor-core": the wider bounds of a port on fp8 tensor cores, scenarios/judge/derived_bounds.h).
+  std::string accumulation;
+  // The backend the bugs are planted in (scenarios/runner/backend.h names: "ref-order:trunc13",
+  // "cuda", ...; "": the reference): the clean run is that backend, each bug that backend with the
+  // bug's op wrong. accumulation "" then means the backend's (runner::backend_accumulation).
+  std::string base;
 };
 
 // One line of the detection table.

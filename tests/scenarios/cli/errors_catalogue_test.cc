@@ -162,6 +162,12 @@ TEST(ErrorsCatalogue, CliArguments) {
            {"CLI: --decoder-replay below window_size", "forward --config '" + kConfig + "' --weights '" + kWeights +
                 "' --prompt 1,2 --decoder-replay 1 -o '" + scratch() + "/f.h5'",
             2, "--decoder-replay 1: decoder replay needs at least window_size = 64 rows"},
+           {"CLI: an unknown forward --backend", "forward --config '" + kConfig + "' --weights '" + kWeights +
+                "' --prompt 1,2 --backend nope -o '" + scratch() + "/f.h5'",
+            2, "--backend 'nope': unknown backend; valid: ref, mutant:<component>:L<layer>:S<step>, ref-order:<variant>"},
+           {"CLI: forward --backend ref-bf16kv", "forward --config '" + kConfig + "' --weights '" + kWeights +
+                "' --prompt 1,2 --backend ref-bf16kv -o '" + scratch() + "/f.h5'",
+            2, "--backend 'ref-bf16kv': the bf16-cache ablation is no single packed model"},
            {"CLI: a negative --replay", "run '" + s + "' --replay -1" + out, 2,
             "--replay: Value -1 not in range 0 to 1048576"},
            {"CLI: --replay in free-running mode",

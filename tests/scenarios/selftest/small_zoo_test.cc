@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/error.h"
 #include "reference/model/hooks.h"
 #include "reference/seam/ops.h"
 #include "scenarios/conform/port_dump.h"
@@ -65,7 +66,8 @@ TEST(SmallZoo, EveryEntrysBugChangesTheDump) {
   for (const st::SmallBug& b : st::small_zoo()) {
     SCOPED_TRACE(b.name);
     const std::string dir = root + "/" + b.name;
-    std::unique_ptr<dsv41::reference::seam::Ops> ops = b.make_ops ? b.make_ops(m.config) : nullptr;
+    std::unique_ptr<dsv41::reference::seam::Ops> ops =
+        b.make_ops ? b.make_ops(m.config, dsv41::reference::seam::reference_ops()) : nullptr;
     std::optional<dsv41::scenarios::defects::Mutation> mutation;
     if (!b.mutation.empty()) mutation = dsv41::scenarios::defects::parse_mutation(b.mutation);
     bool fired = false;
@@ -109,6 +111,37 @@ TEST(SmallZoo, ACiBugIsFlaggedAndLocatedWherePlanted) {
   const std::string table = st::format_small_zoo_table(r);
   EXPECT_NE(table.find("| " + bug->name + " |"), std::string::npos) << table;
   EXPECT_NE(table.find("located 1 of 1"), std::string::npos) << table;
+}
+
+// The bugs planted in another backend (--base): the tensor-core emulation ref-order:trunc13, judged
+// under its own accumulation (fp8-tensor-core): its clean run passes, a bug of an op recomputed on
+// the host (the shared expert x1.01, its linears on the emulation's block dot) and one that edits
+// the base's output (one index-key code) are flagged and located where planted; a base with a
+// planted defect is refused.
+TEST(SmallZoo, BugsPlantedInTheTensorCoreEmulationAreLocated) {
+  st::SmallZooOptions o;
+  o.bugs = {"shared_expert_1pct", "index_keys_code_nibble"};
+  o.base = "ref-order:trunc13";
+  o.progress = false;
+  std::ostringstream progress;
+  const st::SmallZooResult r = st::run_small_zoo(o, progress);
+  ASSERT_EQ(r.rows.size(), 3u);
+  EXPECT_EQ(r.rows[0].verdict, "ok") << r.rows[0].located_at << " " << r.rows[0].detail;
+  for (size_t i = 1; i < r.rows.size(); ++i) {
+    const st::SmallZooRow& row = r.rows[i];
+    SCOPED_TRACE(row.bug);
+    EXPECT_TRUE(row.fired);
+    EXPECT_TRUE(row.located) << row.located_at << " (expected " << row.expected << ")";
+    EXPECT_EQ(row.verdict, "ok");
+  }
+  o.base = "ref-order:trunc13:ffn_out:L2:S1:x1.01";
+  o.bugs = {"shared_expert_1pct"};
+  try {
+    st::run_small_zoo(o, progress);
+    ADD_FAILURE() << "a base with a planted defect was accepted";
+  } catch (const dsv41::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a base"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SmallZoo, ExitCodeRule) {
