@@ -120,10 +120,11 @@ class ExpertScale : public BugOps {
  public:
   ExpertScale(int layer, int expert, double factor, const Ops& b)
       : BugOps(factor_label("expert_scale", factor), b), layer_(layer), expert_(expert), factor_(static_cast<float>(factor)) {}
-  T32 moe_experts(const T32& x_in, const reference::MoeWeights& w, const reference::MoeRouting& routing,
+  T32 moe_experts(const T32& x_in, const reference::MoeWeights& w, const reference::MoeRouting& routing_in,
                   const ModelConfig& c) const override {
-    if (current_layer() != layer_) return base().moe_experts(x_in, w, routing, c);
+    if (current_layer() != layer_) return base().moe_experts(x_in, w, routing_in, c);
     const T32 x = host(x_in);
+    reference::MoeRouting routing{host(routing_in.experts), host(routing_in.weights), host(routing_in.scores)};
     // The experts' linears on the base (its fp8 linear: the tensor cores), the rest on the host.
     const reference::ExpertLinear lin = [this](const T32& in, const reference::LinearWeight& lw) {
       return host(base().linear(in, lw));

@@ -155,6 +155,98 @@ TEST_P(Fp8TensorCoreModel, BlockErrorsWithinDelta) {
               worst, worst_rel);
 }
 
+// Which emulation of the block dot reproduces the device's bits (the CPU's ref-order:trunc13 and the
+// fp8-tensor-core bounds rest on it): products truncated toward zero at 2^(Emax - K), Emax the
+// largest product exponent of each group of G products, the group sums exact, then accumulated with
+// the running sum truncated toward zero to F bits below its leading bit (F 0: exact), then fp32.
+// On checkpoint-like blocks (normal values, each 32 scaled to a max code near 448) and uniform codes;
+// the match share of each candidate and the device's mean signed error (toward zero < 0) are printed.
+double emulate_block(const float* a, const float* b, int K, int G, int F) {
+  double acc = 0;
+  for (int g0 = 0; g0 < 32; g0 += G) {
+    double pmax = 0;
+    for (int i = g0; i < g0 + G; ++i) pmax = std::max(pmax, std::fabs(static_cast<double>(a[i]) * b[i]));
+    double sum = 0;
+    if (pmax > 0) {
+      const double q = std::ldexp(1.0, std::ilogb(pmax) - K);
+      for (int i = g0; i < g0 + G; ++i) sum += std::trunc(static_cast<double>(a[i]) * b[i] / q) * q;
+    }
+    acc += sum;
+    if (F > 0 && acc != 0) {
+      const double qa = std::ldexp(1.0, std::ilogb(acc) - F);
+      acc = std::trunc(acc / qa) * qa;
+    }
+  }
+  return static_cast<float>(acc);
+}
+
+TEST(Fp8TensorCoreEmulation, WhichModelMatchesTheDevice) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  struct Candidate {
+    int K, G, F;
+    int64_t match = 0;
+  };
+  std::vector<Candidate> cands;
+  for (int K : {12, 13, 14})
+    for (int G : {4, 8, 16, 32})
+      for (int F : {0, 12, 13, 14, 15, 23}) cands.push_back({K, G, F});
+  int64_t blocks = 0, exact_match = 0;
+  double signed_err = 0, mag = 0;
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int kind = 0; kind < 2; ++kind) {
+    for (int rep = 0; rep < 24; ++rep) {
+      std::vector<float> a(64 * 32), b(8 * 32);
+      const auto fill = [&](std::vector<float>& v) {
+        for (size_t r0 = 0; r0 < v.size(); r0 += 32) {
+          if (kind == 1) {
+            for (size_t i = r0; i < r0 + 32; ++i) v[i] = random_e4m3(rng(), 0, 0x7E);
+            continue;
+          }
+          float raw[32], amax = 0;
+          for (float& x : raw) amax = std::max(amax, std::fabs(x = n(rng())));
+          for (int i = 0; i < 32; ++i) v[r0 + i] = formats::e4m3_decode(formats::e4m3_encode_satfinite(raw[i] * 440.0f / amax));
+        }
+      };
+      fill(a);
+      fill(b);
+      const std::vector<float> d = probe(Path::kWgmma, a, b);
+      for (int r = 0; r < 64; ++r) {
+        for (int c = 0; c < 8; ++c) {
+          const float* ar = &a[r * 32];
+          const float* bc = &b[c * 32];
+          double p = 0, m = 0;
+          for (int k = 0; k < 32; ++k) {
+            p += static_cast<double>(ar[k]) * bc[k];
+            m += std::fabs(static_cast<double>(ar[k]) * bc[k]);
+          }
+          const float dv = d[r * 8 + c];
+          ASSERT_TRUE(std::isfinite(dv));
+          exact_match += dv == static_cast<float>(p);
+          signed_err += (static_cast<double>(dv) - p) * (p < 0 ? -1 : 1);
+          mag += std::fabs(p);
+          for (Candidate& cd : cands) cd.match += emulate_block(ar, bc, cd.K, cd.G, cd.F) == dv;
+          ++blocks;
+        }
+      }
+    }
+  }
+  std::sort(cands.begin(), cands.end(), [](const Candidate& x, const Candidate& y) { return x.match > y.match; });
+  std::printf("measured (wgmma m64n8k32, %lld blocks): the exact dot rounded to fp32 matches %.4f; mean signed error "
+              "toward |p| %.3g of mean |p|\n", static_cast<long long>(blocks),
+              static_cast<double>(exact_match) / static_cast<double>(blocks), signed_err / mag);
+  for (size_t i = 0; i < 12 && i < cands.size(); ++i) {
+    std::printf("  emulation K %d G %d F %d: matches %.4f\n", cands[i].K, cands[i].G, cands[i].F,
+                static_cast<double>(cands[i].match) / static_cast<double>(blocks));
+  }
+  for (const Candidate& cd : cands) {
+    if (cd.K == 13 && cd.G == 32 && cd.F == 0) {
+      std::printf("  ref-order:trunc13 (K 13 G 32 F 0): matches %.4f\n",
+                  static_cast<double>(cd.match) / static_cast<double>(blocks));
+    }
+  }
+  EXPECT_GT(blocks, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, Fp8TensorCoreModel, ::testing::Values(Path::kWgmma, Path::kMmaSync),
                          [](const auto& info) { return std::string(info.param == Path::kWgmma ? "wgmma" : "mma_sync"); });
 
