@@ -292,10 +292,12 @@ float tensor_core_block_dot(const float* a, const float* b, int64_t n) {
   double pmax = 0;
   for (int64_t i = 0; i < n; ++i) pmax = std::max(pmax, std::fabs(double(a[i]) * b[i]));
   if (pmax == 0) return 0.0f;
-  const double q = std::ldexp(1.0, std::ilogb(pmax) - 13);
+  const double q = std::ldexp(1.0, std::ilogb(pmax) - 14);
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += std::trunc(double(a[i]) * b[i] / q) * q;  // exact: few bits
-  return static_cast<float>(s);
+  if (s == 0) return 0.0f;
+  const double qs = std::ldexp(1.0, std::ilogb(s) - 13);  // the sum kept to 14 significant bits
+  return static_cast<float>(std::trunc(s / qs) * qs);
 }
 
 namespace {
