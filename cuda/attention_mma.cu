@@ -28,6 +28,7 @@
 #include "cuda/common.cuh"
 #include "cuda/fp8_async.cuh"
 #include "cuda/kernels.h"
+#include "cuda/tensor_core.cuh"
 
 namespace dsv41::gpu {
 namespace {
@@ -36,6 +37,10 @@ using fp8::cp_async16;
 using fp8::cp_async_commit;
 using fp8::cp_async_wait;
 using fp8::smem_addr;
+using tc::bf16_value;
+using tc::pack_bf16x2;
+using tc::pair_sync;
+using tc::store2;
 
 constexpr int kThreads = 256;  // 8 warps
 constexpr int kHeads = 64;     // heads per CTA
@@ -72,19 +77,6 @@ __device__ inline void ldsm_x4_t(uint32_t (&r)[4], unsigned addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
-}
-// The two warps of head group hg (64 threads) meet at barrier 1 + hg.
-__device__ inline void pair_sync(int hg) { asm volatile("bar.sync %0, 64;\n" ::"r"(1 + hg) : "memory"); }
-// bf16x2 of (lo, hi), each rounded to nearest even.
-__device__ inline uint32_t pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ inline void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
-__device__ inline void store2(uint16_t* p, float a, float b) { *reinterpret_cast<uint32_t*>(p) = pack_bf16x2(a, b); }
-__device__ inline float bf16_value(float x) {  // the bf16 rounding of x, as fp32
-  return __uint_as_float(pack_bf16x2(x, 0.0f) << 16);
 }
 
 template <int D, typename OutT>

@@ -33,6 +33,7 @@
 #include "cuda/common.cuh"
 #include "cuda/fp8_async.cuh"
 #include "cuda/kernels.h"
+#include "cuda/tensor_core.cuh"
 
 namespace dsv41::gpu {
 namespace {
@@ -41,6 +42,7 @@ using fp8::cp_async16;
 using fp8::cp_async_commit;
 using fp8::cp_async_wait;
 using fp8::smem_addr;
+using namespace tc;  // wgmma fences and waits, pin, pair_sync, bf16 packing
 
 constexpr int kThreads = 256;  // 2 warpgroups
 constexpr int kHeads = 64;
@@ -66,24 +68,6 @@ __device__ inline uint64_t desc(unsigned addr, unsigned lbo, unsigned sbo) {
   return ((addr >> 4) & 0x3FFFull) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
-__device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-template <int N>
-__device__ inline void pin(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-__device__ inline void pair_sync(int hg) { asm volatile("bar.sync %0, 64;\n" ::"r"(1 + hg) : "memory"); }
-__device__ inline uint32_t pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ inline void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
-__device__ inline void store2(uint16_t* p, float a, float b) { *reinterpret_cast<uint32_t*>(p) = pack_bf16x2(a, b); }
-__device__ inline float bf16_value(float x) { return __uint_as_float(pack_bf16x2(x, 0.0f) << 16); }
 
 // Generated wgmma wrappers (d += a b, bf16 in, fp32 accumulate; _tb: B MN-major).
 __device__ inline void wgmma_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b) {

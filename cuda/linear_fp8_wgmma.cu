@@ -25,6 +25,7 @@
 #include "cuda/common.cuh"
 #include "cuda/fp8_async.cuh"
 #include "cuda/kernels.h"
+#include "cuda/tensor_core.cuh"
 #include "formats/minifloat.h"
 
 namespace dsv41::gpu {
@@ -35,6 +36,11 @@ using fp8::cp_async4;
 using fp8::cp_async_commit;
 using fp8::cp_async_wait;
 using fp8::smem_addr;
+using tc::fence_proxy_async;
+using tc::pin;
+using tc::wgmma_commit;
+using tc::wgmma_fence;
+using tc::wgmma_wait0;
 
 constexpr int kBlock = 32;         // act_quant / scale block along K
 constexpr int kBM = 128, kBN = 128, kBK = 128;
@@ -55,16 +61,6 @@ __device__ inline uint64_t sw128_desc(const void* p) {
 // Byte offset of 16-byte chunk c of row r in a [rows][128] 128-byte-swizzled tile.
 __device__ inline int sw128(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
-__device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Keeps the compiler from reading a wgmma result before the wait.
-template <int N>
-__device__ inline void pin(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 
 // d = a b (scale-d = 0: no accumulator input): 64 x 128 x 32, e4m3, fp32 out.
 __device__ inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {

@@ -19,9 +19,12 @@
 #include <gtest/gtest.h>
 
 #include "golden/golden_io.h"
+#include "tests/support/h5_attr.h"
 #include "tests/support/run_cli.h"
 
 namespace {
+
+using dsv41::test::string_attr;
 
 namespace fs = std::filesystem;
 using dsv41::golden::Array;
@@ -60,31 +63,6 @@ nlohmann::json manifest(const std::string& dump) {
   return nlohmann::json::parse(in);
 }
 
-std::string string_attr(const std::string& file, const std::string& name) {
-  std::string value = "(missing)";
-  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) return "(cannot open)";
-  if (H5Aexists(f, name.c_str()) > 0) {
-    const hid_t a = H5Aopen(f, name.c_str(), H5P_DEFAULT);
-    const hid_t t = H5Aget_type(a);
-    if (H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0) {
-      char* p = nullptr;
-      const hid_t mem = H5Tcopy(H5T_C_S1);
-      H5Tset_size(mem, H5T_VARIABLE);
-      H5Tset_cset(mem, H5Tget_cset(t));
-      if (H5Aread(a, mem, &p) >= 0 && p != nullptr) value = p;
-      H5free_memory(p);
-      H5Tclose(mem);
-    } else if (H5Tget_class(t) == H5T_STRING) {
-      std::string buf(H5Tget_size(t) + 1, '\0');
-      if (H5Aread(a, t, buf.data()) >= 0) value = buf.c_str();
-    }
-    H5Tclose(t);
-    H5Aclose(a);
-  }
-  H5Fclose(f);
-  return value;
-}
 
 // /logits, checked usable: finite, not all zero.
 Array<float> logits(const std::string& file) {
