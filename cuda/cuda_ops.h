@@ -69,11 +69,15 @@ class CudaOps final : public reference::seam::Ops {
 
   static std::vector<std::string> ported();
   // The ops kProduction runs on production (order-variant) kernels, with the inputs they cover
-  // ("linear F8": F8_E4M3 weights, not linear_fp32; "sparse_attn"); docs/cuda.md "Production ops".
-  // DSV41_CUDA_PRODUCTION_OPS=<comma list of op names: linear, sparse_attn; all (default); none>
-  // picks which of them kProduction runs (each judged alone: the others stay exact kernels).
+  // ("linear F8": F8_E4M3 weights, not linear_fp32; "sparse_attn"; "indexer": index_select on the
+  // FP4 index-key cache); docs/cuda.md "Production ops".
+  // DSV41_CUDA_PRODUCTION_OPS=<comma list of op names: linear, sparse_attn, indexer; all (default); none>
+  // picks which of them kProduction runs (each judged alone: the others stay exact kernels); "all"
+  // leaves out opt_in_ops() (indexer, not yet run on a device).
   static std::vector<std::string> production_ops();
-  // Whether this backend runs the production kernel of `op` ("linear", "sparse_attn").
+  // Production ops that "all" (the default) leaves off: on only where the list names them.
+  static const std::vector<std::string>& opt_in_ops();
+  // Whether this backend runs the production kernel of `op` ("linear", "sparse_attn", "indexer").
   bool production(const char* op) const;
   static std::vector<std::string> host_fallbacks();
   std::map<std::string, OpCalls> counts() const;
@@ -151,6 +155,11 @@ class CudaOps final : public reference::seam::Ops {
   void mask_scores(reference::Tensor<float>& scores, const reference::Tensor<uint8_t>& mask) const override;
   reference::Tensor<int32_t> index_topk(const reference::Tensor<float>& scores, const std::vector<int64_t>& reach,
                                         int k) const override;
+  // kProduction with "indexer" on: the fused production kernel (cuda/index_select.h) where it
+  // covers the inputs; otherwise (and in kExact) the seam's default composition of the ops above.
+  reference::IndexSelection index_select(const reference::Tensor<float>& q, const reference::CacheRows& keys,
+                                         const reference::Tensor<float>& weights, const std::vector<int64_t>& reach,
+                                         const reference::IndexSelectSpec& spec) const override;
   reference::HcMixes hc_mixes(const reference::Tensor<float>& stream, const reference::HcWeights& w, double norm_eps,
                               int iters, double hc_eps) const override;
   reference::Tensor<int64_t> engram_hash_ids(const reference::EngramLayout& layout, int layer_index,

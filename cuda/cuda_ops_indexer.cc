@@ -6,13 +6,19 @@
 // (CudaOps::read_entries, bit-exact) as the reference's read_all_entries does. Inputs the
 // reference rejects (bad shapes, a reach outside [0, N], a NaN score for the top-k) run the
 // reference on host copies, which raises its own error (a host call).
+// index_select: in kProduction with "indexer" on, the fused production kernel (cuda/index_select.h,
+// ORDER-VARIANT: the head sum's order) where it covers the inputs; else the seam's default
+// composition of the ops above (bit-exact).
 #include <algorithm>
+#include <memory>
 #include <numeric>
 #include <utility>
 
 #include "cuda/cuda_ops.h"
 #include "cuda/device_tensor.h"
+#include "cuda/index_select.h"
 #include "cuda/kernels.h"
+#include "formats/cache_format.h"
 #include "reference/ops/indexer.h"
 
 namespace dsv41::gpu {
@@ -124,6 +130,56 @@ Tensor<int32_t> CudaOps::index_topk(const Tensor<float>& scores, const std::vect
     if (!gpu::index_topk(s.get(), dr->get(), rows, n, kk, dev(out))) return host();  // a NaN score
   }
   count("index_topk", true);
+  return out;
+}
+
+reference::IndexSelection CudaOps::index_select(const Tensor<float>& q, const reference::CacheRows& keys,
+                                                const Tensor<float>& weights, const std::vector<int64_t>& reach,
+                                                const reference::IndexSelectSpec& spec) const {
+  const auto composed = [&] { return Ops::index_select(q, keys, weights, reach, spec); };
+  if (!production("indexer")) return composed();
+  // What the kernel covers; anything else (and every input the reference rejects) is composed.
+  const bool source = spec.candidate_topk_blocks > 0;
+  if (!(q.rank() == 3 && weights.rank() == 2 && keys.format == formats::CacheFormat::kIndexKeysFp4 &&
+        keys.bytes != nullptr && !keys.bytes->on_host() && spec.index_topk > 0 && !(source && spec.pool != nullptr))) {
+    return composed();
+  }
+  const int64_t T = q.dim(0), heads = q.dim(1), d = q.dim(2), n = keys.count;
+  if (!(T > 0 && keys.dim == d && weights.dim(0) == T && weights.dim(1) == heads && reach_ok(reach, T, n) &&
+        reach.back() == n && index_select_fits(heads, d, n, spec.candidate_topk_blocks, spec.candidate_block_size) &&
+        keys.bytes->rank() == 2 && keys.bytes->dim(0) >= n &&
+        keys.bytes->dim(1) == formats::entry_bytes(keys.format, static_cast<int>(d)) &&
+        (spec.pool == nullptr || spec.pool->shape() == std::vector<int64_t>{T, n}))) {
+    return composed();
+  }
+  time_mark("index_select");  // counted below, once it is known whether the kernel's result stands
+  const int64_t k = std::min<int64_t>(spec.index_topk, n);
+  reference::IndexSelection out;
+  out.topk = device_tensor<int32_t>({T, k}, "indexer_topk");
+  if (source) out.candidates = device_tensor<uint8_t>({T, n}, "candidates");
+  Tensor<uint8_t> workspace = device_tensor<uint8_t>({index_select_workspace_bytes(T)}, "index_select_workspace");
+  DevIn<float> dq(q), dw(weights);
+  std::unique_ptr<DevIn<uint8_t>> pool;
+  if (spec.pool != nullptr) pool = std::make_unique<DevIn<uint8_t>>(*spec.pool);
+  const auto dr = to_device(reach);
+  IndexSelectArgs a;
+  a.q = dq.get();
+  a.w = dw.get();
+  a.keys = dev(*keys.bytes);
+  a.reach = dr->get();
+  a.pool = pool ? pool->get() : nullptr;
+  a.T = T, a.heads = heads, a.dim = d, a.n = n, a.k = k;
+  a.topk_blocks = source ? spec.candidate_topk_blocks : 0;
+  a.block_size = source ? spec.candidate_block_size : 0;
+  a.topk = dev(out.topk);
+  a.mask = source ? dev(out.candidates) : nullptr;
+  a.workspace = dev(workspace);
+  gpu::index_select(a);
+  if (index_select_flagged(dev(workspace))) {  // an input the int8 codes cannot hold exactly
+    count("index_select (composed: not encodable)", true);
+    return composed();
+  }
+  count("index_select", true);
   return out;
 }
 

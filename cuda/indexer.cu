@@ -58,23 +58,23 @@
 #include <mutex>
 
 #include "cuda/common.cuh"
+#include "cuda/indexer_mma.cuh"
 #include "cuda/kernels.h"
 #include "formats/minifloat.h"
 
 namespace dsv41::gpu {
 namespace {
 
+using namespace indexer_mma;
+
 constexpr int kThreads = 128;
 
-constexpr int kSlotD = 128;                           // channel slots of an encoded row (d <= 128)
 constexpr int kSlotHeads = 32;                        // head slots of a query (heads <= 32; w' = 0 past heads)
 constexpr int kGroup = 8;                             // queries per group
 constexpr int kWarps = 4;
 constexpr int kWarpKeys = 32;
 constexpr int kTileKeys = kWarps * kWarpKeys;         // 128 keys per CTA
 constexpr int kGroupBytes = kGroup * kSlotHeads * kSlotD;  // 32 KB of query codes per group
-constexpr int kEBound = 30;                           // |e| of an encoded row
-constexpr int kWExpBound = 40;                        // w = 0 or 2^-40 <= |w| < 2^41
 
 __global__ void index_weights_kernel(const float* __restrict__ proj, int64_t n, float scale, float* __restrict__ w) {
   const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -131,69 +131,8 @@ __global__ void index_scores_rest_kernel(const float* __restrict__ q, const floa
   }
 }
 
-__device__ inline float exp2i(int e) { return __uint_as_float(static_cast<uint32_t>(e + 127) << 23); }  // |e| <= 126
 
-// Encodes one row of up to 128 values, 4 per lane (lane L holds slots 4L .. 4L+3, zero padded):
-// codes[i] = v[i] / 2^e, see the top of the file. Returns whether the row is encoded (warp-uniform);
-// *e_out is its exponent (0 when not encoded).
-__device__ bool indexer_row_encode(const float (&v)[4], char4* codes, int* e_out) {
-  bool ok = true;
-  int lsb[4];
-  uint32_t odd[4];
-  int emin = INT_MAX;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t bits = __float_as_uint(v[i]) & 0x7FFFFFFFu;
-    lsb[i] = INT_MAX;
-    odd[i] = 0;
-    if (bits >= 0x7F800000u) {
-      ok = false;
-    } else if (bits != 0) {
-      const uint32_t ex = bits >> 23, m = bits & 0x7FFFFFu;
-      const uint32_t sig = ex != 0 ? (m | 0x800000u) : m;
-      const int tz = __ffs(static_cast<int>(sig)) - 1;
-      lsb[i] = (ex != 0 ? static_cast<int>(ex) - 150 : -149) + tz;
-      odd[i] = sig >> tz;
-      emin = min(emin, lsb[i]);
-    }
-  }
-  emin = __reduce_min_sync(0xFFFFFFFFu, emin);
-  if (emin == INT_MAX) emin = 0;  // an all-zero row
-  ok = ok && emin >= -kEBound && emin <= kEBound;
-  int c[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    c[i] = 0;
-    if (lsb[i] != INT_MAX) {
-      const int sh = lsb[i] - emin;  // >= 0
-      if (sh > 6 || (odd[i] << sh) > 127u) {
-        ok = false;
-      } else {
-        const int mag = static_cast<int>(odd[i] << sh);
-        c[i] = v[i] < 0.0f ? -mag : mag;
-      }
-    }
-  }
-  *codes = make_char4(static_cast<signed char>(c[0]), static_cast<signed char>(c[1]), static_cast<signed char>(c[2]),
-                      static_cast<signed char>(c[3]));
-  ok = __all_sync(0xFFFFFFFFu, ok);
-  *e_out = ok ? emin : 0;
-  return ok;
-}
 
-// v = values 4 lane .. 4 lane + 3 of a row of d values (zeros past d, or everywhere when !live).
-__device__ inline void load_row(const float* __restrict__ row, bool live, int64_t d, int lane, float (&v)[4]) {
-  if (live && d == kSlotD && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-    const float4 x = __ldcs(reinterpret_cast<const float4*>(row) + lane);
-    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int c = lane * 4 + i;
-    v[i] = live && c < d ? row[c] : 0.0f;
-  }
-}
 
 // Blocks [0, T8) (T8 = queries rounded up to 8): one per query slot t, 8 warps over its 32 head rows:
 // q_codes [T8][32][128] int8, w_pair [T8][32] = {|w'| as bf16 twice (bf16x2 bits), sign of w' as
@@ -266,13 +205,6 @@ __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
                : "r"(s));
 }
 
-__device__ inline void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Stages group `grp`'s query codes [8 queries][32 heads][128] (global) into shared memory as
 // [32 heads][8 queries][128], chunk c of (head h, query q) at chunk c ^ q.
@@ -287,18 +219,7 @@ __device__ inline void stage_group(uint8_t* smem, const int8_t* __restrict__ cod
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
-// The accumulators start at the bits of 1.5 * 2^23 (kBias), so acc = those bits + I with |I| < 2^21:
-// the float 1.5 * 2^23 + I exactly.
-constexpr int kBias = 0x4B400000;
 
-// c = a b + kBias (the first k-step: the bias comes in as the C operand, no initialisation).
-__device__ inline void mma_s8_first(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%10, %10, %10, %10};\n"
-      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(kBias));
-}
 
 // sum_e += term of accumulators i0, i1 (keys 2 c4, 2 c4 + 1) of one head with w_pair wp: bf16(I)
 // (one cvt for both), bf16(relu(bf16(I)) * |w'|) (one bf16x2 FMA with relu: the exact product is

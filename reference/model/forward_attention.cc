@@ -94,23 +94,50 @@ Tensor<float> attention_sublayer(const StepContext& step, const LayerInfo& info,
                      std::move(qi).reshaped({T, c.index_n_heads, c.index_head_dim}));  // [T, Hi, Di]
         const Tensor<float> weights = ops.index_weights(ops.linear(x, w.idx_weights_proj), c.index_head_dim);
         const std::vector<int64_t> reach = compressed_reach(start_pos, T, ratio);
-        Tensor<float> scores =
-            ops.index_scores(qi, owner.index_keys->rows(info.kv_owner, ratio, compress_len), weights, reach);
-        if (info.candidate_source) {
-          shared.candidates = CandidateMask{
-              layer, ops.candidate_blocks(scores, reach, c.candidate_topk_blocks, c.candidate_block_size)};
+        const CacheRows keys = owner.index_keys->rows(info.kv_owner, ratio, compress_len);
+        const bool in_pool = info.uses_candidates && !info.candidate_source;
+        if (in_pool) {
+          DSV41_CHECK(shared.candidates.has_value(), "layer ", layer, ": needs the candidate mask of layer ",
+                      c.candidate_source_layer, ", which has not run in this step");
+        }
+        const Tensor<uint8_t>* pool =
+            in_pool ? &shared.candidates->mask_for(c.candidate_source_layer) : nullptr;
+        // The scores are a hooked value only when a hook wants them; otherwise the whole selection
+        // is one op (Ops::index_select: its default is exactly the composition below).
+        const auto publish_candidates = [&] {  // the candidate source's mask: hooked and recorded
           observe(Component::kCandidates, layer, shared.candidates->mask);
           record.candidates.insert_or_assign(layer, shared.candidates->mask);
           record.reach.insert_or_assign(layer, reach);
-        } else if (info.uses_candidates) {
-          DSV41_CHECK(shared.candidates.has_value(), "layer ", layer, ": needs the candidate mask of layer ",
-                      c.candidate_source_layer, ", which has not run in this step");
-          ops.mask_scores(scores, shared.candidates->mask_for(c.candidate_source_layer));
+        };
+        const ForwardHooks& hooks = observe.hooks();
+        if (hooks.tensor && !hooks.skips(Component::kIndexScores)) {
+          Tensor<float> scores = ops.index_scores(qi, keys, weights, reach);  // [T, N] bf16
+          if (info.candidate_source) {
+            shared.candidates =
+                CandidateMask{layer, ops.candidate_blocks(scores, reach, c.candidate_topk_blocks, c.candidate_block_size)};
+            publish_candidates();
+          } else if (pool != nullptr) {
+            ops.mask_scores(scores, *pool);
+          }
+          // The scores the top-k is taken from; a replacement changes the selection (the
+          // candidate source's mask was already selected above).
+          observe(Component::kIndexScores, layer, scores);
+          own = ops.index_topk(scores, reach, c.index_topk);
+        } else {
+          IndexSelectSpec spec;
+          spec.index_topk = c.index_topk;
+          if (info.candidate_source) {
+            spec.candidate_topk_blocks = c.candidate_topk_blocks;
+            spec.candidate_block_size = c.candidate_block_size;
+          }
+          spec.pool = pool;
+          IndexSelection sel = ops.index_select(qi, keys, weights, reach, spec);
+          if (info.candidate_source) {
+            shared.candidates = CandidateMask{layer, std::move(sel.candidates)};
+            publish_candidates();
+          }
+          own = std::move(sel.topk);
         }
-        // The scores the top-k is taken from; a replacement changes the selection (the candidate
-        // source's mask was already selected above).
-        observe(Component::kIndexScores, layer, scores);
-        own = ops.index_topk(scores, reach, c.index_topk);
         observe(Component::kTopk, layer, own);  // may replace the selection (teacher forcing)
       }
       shared.topk = PublishedTopk{layer, ratio, /*offset=*/0, own};

@@ -85,6 +85,25 @@ struct CandidateMask {
   const Tensor<uint8_t>& mask_for(int expected_owner) const;
 };
 
+// ---- the fused indexer (Ops::index_select) ----
+
+// What one index layer's selection needs besides its scores' inputs.
+//   candidate source: topk_blocks > 0 and block_size > 0; the op also returns its mask
+//   a layer inside the candidate pool: pool = the source's mask [T, N] (scores -inf outside it)
+//   any other index layer: neither
+struct IndexSelectSpec {
+  int index_topk = 0;
+  int candidate_topk_blocks = 0;         // > 0: this layer is the candidate source
+  int candidate_block_size = 0;
+  const Tensor<uint8_t>* pool = nullptr;  // non-null: score only inside this candidate mask
+};
+
+// Its outputs, as the unfused ops give them.
+struct IndexSelection {
+  Tensor<int32_t> topk;        // [T, min(index_topk, N)]: index_topk(...)
+  Tensor<uint8_t> candidates;  // the candidate source: [T, N] candidate_blocks(...); else rank 0
+};
+
 // ---- selection ----
 
 // Sets scores[t, n] = -inf where the candidate mask is 0 (a layer after the candidate source).

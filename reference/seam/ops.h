@@ -137,6 +137,19 @@ class Ops {
   // (select_index_topk(...) with offset 0).
   virtual Tensor<int32_t> index_topk(const Tensor<float>& scores, const std::vector<int64_t>& reach,
                                      int k) const = 0;
+  // The whole selection of one index layer in one call (the hierarchy of docs/indexer.md: scores
+  // from the packed index-key cache, the candidate pool, block maxima, the top-k), for a step
+  // whose hooks do not capture index_scores. Its default, here, is EXACTLY the composition the
+  // model otherwise calls, through this table's own virtual methods (so a table that overrides
+  // index_scores or index_topk changes the fused op too):
+  //   scores = index_scores(q, keys, weights, reach)
+  //   spec.candidate_topk_blocks > 0: candidates = candidate_blocks(scores, reach, blocks, size)
+  //   spec.pool:                      mask_scores(scores, *spec.pool)
+  //   topk = index_topk(scores, reach, spec.index_topk)
+  // A backend may fuse it (no [T, N] score matrix; cuda's production kernel, docs/cuda.md): the
+  // scores then never leave it, so its selection is judged as a set with the tie band.
+  virtual IndexSelection index_select(const Tensor<float>& q, const CacheRows& keys, const Tensor<float>& weights,
+                                      const std::vector<int64_t>& reach, const IndexSelectSpec& spec) const;
 
   // ---- mhc.h ----
   virtual HcMixes hc_mixes(const Tensor<float>& stream, const HcWeights& w, double norm_eps, int iters,

@@ -31,6 +31,21 @@ Tensor<int32_t> Ops::download(Tensor<int32_t> t) const { return t; }
 Tensor<int64_t> Ops::download(Tensor<int64_t> t) const { return t; }
 Tensor<uint8_t> Ops::download(Tensor<uint8_t> t) const { return t; }
 
+IndexSelection Ops::index_select(const Tensor<float>& q, const CacheRows& keys, const Tensor<float>& weights,
+                                 const std::vector<int64_t>& reach, const IndexSelectSpec& spec) const {
+  DSV41_CHECK(!(spec.candidate_topk_blocks > 0 && spec.pool != nullptr),
+              "index_select: a layer is either the candidate source or inside its pool, not both");
+  IndexSelection out;
+  Tensor<float> scores = index_scores(q, keys, weights, reach);  // [T, N] bf16
+  if (spec.candidate_topk_blocks > 0) {
+    out.candidates = candidate_blocks(scores, reach, spec.candidate_topk_blocks, spec.candidate_block_size);
+  } else if (spec.pool != nullptr) {
+    mask_scores(scores, *spec.pool);
+  }
+  out.topk = index_topk(scores, reach, spec.index_topk);
+  return out;
+}
+
 namespace {
 
 // DSV41_REF_OP_TIMES=1: the wall time of every op call summed per op over the process (all threads:

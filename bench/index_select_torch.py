@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""bench/index_select_torch.py: torch eager baselines of dsv41_index_select_bench's shapes (same call).
+
+The indexer as an eager port writes it (the official Indexer.forward's formulation on bf16 tensors:
+scores = sum_h relu(q_h . k) * w_h over a [T, H, N] product, -inf past each row's reach, topk 512;
+the candidate source also takes 8-key block maxima and their top 2048), decode T 64 x N 16384 and
+prefill T 4096 x N 2048 (H 32, d 128). A speed reference, not the op (no FP4 keys, bf16 throughout).
+Median of CUDA-event timings after a 256 MiB L2 flush.
+Usage: python3 bench/index_select_torch.py
+"""
+import time
+
+import torch
+
+dev = "cuda"
+flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+
+
+def bench(fn, budget_ms=1500):
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = (time.perf_counter() - t0) * 1e3
+    reps = int(min(100, max(5, budget_ms / max(one, 1e-3))))
+    times = []
+    for i in range(reps):
+        flush.fill_(i & 0xFF)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def indexer(q, k, w, reach, source):
+    s = torch.einsum("thd,nd->thn", q, k)  # [T, H, N] bf16
+    s = (torch.relu(s) * w[:, :, None]).sum(dim=1)  # [T, N]
+    n = k.shape[0]
+    s = s.masked_fill(torch.arange(n, device=dev)[None, :] >= reach[:, None], float("-inf"))
+    if source:
+        blocks = s.view(s.shape[0], -1, 8).amax(dim=2)
+        torch.topk(blocks, min(2048, blocks.shape[1]), dim=1)
+    return torch.topk(s, 512, dim=1).indices
+
+
+def main():
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    g = torch.Generator(device=dev).manual_seed(1)
+    for name, T, n, prefill in (("decode", 64, 16384, False), ("prefill", 4096, 2048, True)):
+        q = torch.randn(T, 32, 128, device=dev, generator=g).to(torch.bfloat16)
+        k = torch.randn(n, 128, device=dev, generator=g).to(torch.bfloat16)
+        w = torch.randn(T, 32, device=dev, generator=g).to(torch.bfloat16)
+        t = torch.arange(T, device=dev)
+        reach = (t + 1) * n // T if prefill else torch.full((T,), n, device=dev)
+        for source in (False, True):
+            us = bench(lambda: indexer(q, k, w, reach, source))
+            print(f"torch eager {name:8s} {'source' if source else 'plain':6s} T {T:5d} N {n:6d}  {us:9.1f} us")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+// cuda/index_select.h
+//
+// The PRODUCTION fused indexer (backend `cuda`, claim order-variant; docs/cuda.md "Production
+// ops", docs/indexer.md "The fused op"): Ops::index_select in two launches, with no [T, N] score
+// matrix anywhere. Host header, no CUDA types (cuda/index_select.cu has the kernels).
+//
+//   1. encode: each (query, head) row of the FP4-QDQ queries as int8 codes c * 2^e (|c| <= 127,
+//      cuda/indexer_mma.cuh) and its weight as w' = w * 2^e (bf16 |w'| and a sign).
+//   2. select: a cluster of S CTAs (S <= 8) per group of 4 query rows; CTA s of the cluster owns
+//      keys [s L, (s + 1) L). Chunk by chunk it decodes the packed index-key entries (E2M1 nibbles
+//      + E8M0 per 32 channels) straight from the cache into int8 codes in shared memory, scores
+//      16 keys per warp step with int8 mma.sync (exact integer dots) and keeps only the bf16
+//      score of each (row, key) of its range in shared memory. The candidate source then takes
+//      block maxima and the candidate top-k of the blocks, a layer inside the pool scores only
+//      keys whose pool byte is set (a 16-key tile outside the pool costs no mma), and the top-k
+//      is a radix select over the cluster (histograms exchanged through distributed shared
+//      memory), lower position first among equal scores, written in ascending order.
+//
+// Inputs it does not cover: index_select_fits() says false, or the encode flags a row or key it
+// cannot hold exactly (a query not on the FP4 grid, key block scales spanning more than a factor
+// 8, extreme exponents or weights): index_select_flagged() then says true and the caller runs the
+// composition of the exact ops instead.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv41::gpu {
+
+struct IndexSelectArgs {
+  const float* q = nullptr;        // [T, heads, dim] FP4-QDQ bf16 values (device)
+  const float* w = nullptr;        // [T, heads] bf16 index weights (device)
+  const uint8_t* keys = nullptr;   // index-key cache entries, the first n used (device)
+  const int64_t* reach = nullptr;  // [T], each in [0, n] (device)
+  const uint8_t* pool = nullptr;   // [T, n] candidate mask of the source, or null (device)
+  int64_t T = 0, heads = 0, dim = 0, n = 0;
+  int64_t k = 0;                   // min(index_topk, n)
+  int64_t topk_blocks = 0;         // > 0: the candidate source (mask written)
+  int64_t block_size = 0;
+  int32_t* topk = nullptr;         // [T, k] out (device)
+  uint8_t* mask = nullptr;         // [T, n] out (device; the candidate source only)
+  uint8_t* workspace = nullptr;    // index_select_workspace_bytes(T) (device)
+};
+
+// Whether the kernels cover these shapes: heads <= 32, dim a multiple of 32 up to 128, 1 <= n <=
+// 65536 (at most 8192 keys per CTA of a cluster of 8), block_size dividing 128 for the source.
+bool index_select_fits(int64_t heads, int64_t dim, int64_t n, int64_t topk_blocks, int64_t block_size);
+int64_t index_select_workspace_bytes(int64_t T);
+// Launches both kernels on the default stream (no synchronization).
+void index_select(const IndexSelectArgs& args);
+// Whether the last index_select on this workspace met an input it cannot hold exactly (its
+// outputs are then unspecified). Synchronizes (a 4-byte download).
+bool index_select_flagged(const uint8_t* workspace);
+
+}  // namespace dsv41::gpu

@@ -1,0 +1,340 @@
+// tests/cuda/index_select_production_test.cc: the PRODUCTION fused indexer (cuda/index_select.cu,
+// backend `cuda`, CudaMode::kProduction, op "indexer") against the reference's selection.
+//   1. Random FP4-QDQ queries and packed keys on the tiny config's shape (8 heads, d 64) and the
+//      released one (32 heads, d 128), one row to 64 rows (decode-like reach) and prefill-like
+//      causal reach, 37 to 16384 keys (clusters of 1 to 8 CTAs): for a plain index layer, the
+//      candidate source and a layer inside a random pool, the top-k and the candidate mask equal
+//      the reference's as SETS up to the tie rule: each score may move by the head sum's
+//      reordering (both sums within gamma_{Hi-1}(u32) times the sum of |terms| of the exact one,
+//      plus the final bf16 rounding on both sides); a position whose interval lies above the k-th best's must be chosen, one
+//      below must not, inside the band either (the same for blocks: block score = the max of its
+//      positions, the newest block pinned). Rows are ascending, -1 exactly past the reach.
+//   2. Adversarial ties: zero queries (every score 0) must give exactly the reference's picks (the
+//      lowest positions, lowest blocks: the tie rule), and a 3-level grid of values (scores full
+//      of exact ties) passes the set rule.
+//   3. Inputs the kernel cannot hold exactly (queries off the FP4 grid, a key whose block scales
+//      span more than a factor 8) run the composition: the reference's bits, counted as such.
+//   4. DSV41_CUDA_PRODUCTION_OPS without `indexer` (and "all", the default, while indexer is opt-in):
+//      index_select is the composition (bit-exact).
+// Random data: DSV41_SEED=<n> reproduces a run (the seed is printed).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/cache_format.h"
+#include "formats/minifloat.h"
+#include "reference/ops/indexer.h"
+#include "reference/ops/kv_quant.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace dsv41::test {
+namespace {
+
+using formats::CacheFormat;
+using reference::IndexSelection;
+using reference::IndexSelectSpec;
+using reference::Tensor;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// kProduction with the indexer on (an opt-in production op: "all" leaves it off for now).
+const gpu::CudaOps& production_ops() {
+  static const gpu::CudaOps* ops = [] {  // lives as long as the test binary
+    setenv("DSV41_CUDA_PRODUCTION_OPS", "linear,sparse_attn,indexer", 1);
+    const gpu::CudaOps* p = new gpu::CudaOps(gpu::CudaMode::kProduction);
+    unsetenv("DSV41_CUDA_PRODUCTION_OPS");
+    return p;
+  }();
+  return *ops;
+}
+
+struct Case {
+  int64_t T = 0, heads = 0, dim = 0, n = 0;
+  Tensor<float> q, w;                 // [T, heads, dim] FP4-QDQ, [T, heads] bf16
+  Tensor<uint8_t> keys_dev;           // packed entries on the device
+  reference::CacheRows keys;
+  std::vector<int64_t> reach;
+};
+
+// levels 0: normal values; > 0: integers in [-levels, levels] (many exact ties).
+Tensor<float> values(std::vector<int64_t> shape, int levels, const char* name) {
+  if (levels == 0) return random_bf16(std::move(shape), 1.0f, name);
+  Tensor<float> t(std::move(shape), name);
+  std::uniform_int_distribution<int> u(-levels, levels);
+  for (float& v : t.data()) v = static_cast<float>(u(rng()));
+  return t;
+}
+
+Case make_case(int64_t T, int64_t heads, int64_t dim, int64_t n, bool prefill, int levels) {
+  Case c;
+  c.T = T, c.heads = heads, c.dim = dim, c.n = n;
+  c.q = ref_ops().qdq(CacheFormat::kIndexKeysFp4, values({T, heads, dim}, levels, "q"));
+  c.w = ref_ops().index_weights(random_bf16({T, heads}, 2.0f, "proj"), static_cast<int>(dim));
+  const Tensor<float> rows = values({n, dim}, levels, "keys");
+  Tensor<uint8_t> storage({n + 1, formats::entry_bytes(CacheFormat::kIndexKeysFp4, static_cast<int>(dim))}, "ik");
+  std::vector<int64_t> entries(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) entries[static_cast<size_t>(i)] = i;
+  reference::write_entries(storage, CacheFormat::kIndexKeysFp4, entries, rows);
+  c.keys_dev = cuda_ops().upload(storage);
+  c.keys = {CacheFormat::kIndexKeysFp4, dim, n, &c.keys_dev};
+  c.reach.resize(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    c.reach[static_cast<size_t>(t)] = prefill ? (t + 1) * n / T : n - (T - 1 - t) / 3;
+  }
+  return c;
+}
+
+Tensor<uint8_t> random_pool(int64_t T, int64_t n) {
+  Tensor<uint8_t> m({T, n}, "pool");
+  std::bernoulli_distribution b(0.3);
+  for (uint8_t& v : m.data()) v = b(rng()) ? 1 : 0;
+  return m;
+}
+
+double ulp_bf16(double v) {
+  const double a = std::fabs(v);
+  if (!(a > 0) || !std::isfinite(a)) return 0;
+  return std::ldexp(1.0, std::ilogb(a) - 7);
+}
+
+// Each score's interval: the reference's score +- (the head sum's reordering + both bf16 roundings).
+struct Intervals {
+  std::vector<double> lo, hi;  // [T * n]
+};
+Intervals intervals(const Case& c, const Tensor<uint8_t>* pool) {
+  Tensor<float> s = cuda_ops().download(cuda_ops().index_scores(c.q, c.keys, c.w, c.reach));  // the reference's bits
+  Tensor<float> absw = c.w;
+  for (float& v : absw.data()) v = std::fabs(v);
+  const Tensor<float> a = cuda_ops().download(cuda_ops().index_scores(c.q, c.keys, absw, c.reach));  // ~sum |term|
+  const double u = std::ldexp(1.0, -24), hm1 = static_cast<double>(c.heads - 1);
+  const double gamma = hm1 * u / (1 - hm1 * u);
+  Intervals iv;
+  iv.lo.resize(static_cast<size_t>(c.T * c.n));
+  iv.hi.resize(iv.lo.size());
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      const size_t i = static_cast<size_t>(t * c.n + j);
+      double v = s.at(t, j);
+      if (pool != nullptr && pool->at(t, j) == 0) v = -kInf;
+      const double e = std::isfinite(v) ? 2.02 * gamma * a.at(t, j) + 2 * ulp_bf16(std::fabs(v) + gamma * a.at(t, j)) : 0;
+      iv.lo[i] = v - e;
+      iv.hi[i] = v + e;
+    }
+  }
+  return iv;
+}
+
+// Whether `chosen` (item -> picked) is a correct top-k of items with intervals [lo, hi]: fewer than
+// k others reach an item's lower end -> picked; k others wholly above its upper end -> not picked.
+::testing::AssertionResult set_rule(const std::vector<double>& lo, const std::vector<double>& hi,
+                                    const std::vector<bool>& chosen, int64_t k) {
+  std::vector<double> his = hi, los = lo;
+  std::sort(his.begin(), his.end());
+  std::sort(los.begin(), los.end());
+  int64_t picked = 0;
+  for (size_t i = 0; i < lo.size(); ++i) {
+    picked += chosen[i];
+    // others with hi >= lo[i] (the item itself counts once when hi[i] >= lo[i])
+    const int64_t reach_it = static_cast<int64_t>(his.end() - std::lower_bound(his.begin(), his.end(), lo[i])) - 1;
+    const int64_t above = static_cast<int64_t>(los.end() - std::upper_bound(los.begin(), los.end(), hi[i]));
+    if (reach_it < k && !chosen[i]) {
+      return ::testing::AssertionFailure() << "item " << i << " certainly in the top " << k << " (score interval ["
+                                           << lo[i] << ", " << hi[i] << "]) not chosen";
+    }
+    if (above >= k && chosen[i]) {
+      return ::testing::AssertionFailure() << "item " << i << " certainly out (" << above
+                                           << " others wholly above) chosen";
+    }
+  }
+  if (picked != k) return ::testing::AssertionFailure() << picked << " picks, want " << k;
+  return ::testing::AssertionSuccess();
+}
+
+// The production selection of one layer kind against the reference's scores.
+void check_layer(const Case& c, const IndexSelectSpec& spec, const std::string& what) {
+  const IndexSelection got = production_ops().index_select(c.q, c.keys, c.w, c.reach, spec);
+  const Tensor<int32_t> topk = production_ops().download(got.topk);
+  const int64_t k = std::min<int64_t>(spec.index_topk, c.n);
+  ASSERT_EQ(topk.shape(), (std::vector<int64_t>{c.T, k})) << what;
+  const Intervals iv = intervals(c, spec.pool);
+  for (int64_t t = 0; t < c.T; ++t) {
+    const int64_t reach = c.reach[static_cast<size_t>(t)];
+    std::vector<bool> chosen(static_cast<size_t>(c.n), false);
+    int64_t prev = -1, unreachable = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t v = topk.at(t, i);
+      if (v == -1) {
+        ++unreachable;
+        continue;
+      }
+      ASSERT_TRUE(v > prev && v < reach && unreachable == 0) << what << " row " << t << ": pick " << v << " after "
+                                                             << prev << " (reach " << reach << ")";
+      prev = v;
+      chosen[static_cast<size_t>(v)] = true;
+    }
+    // The -1 entries stand for positions >= reach: the lowest ones, as the tie rule takes them.
+    for (int64_t j = reach; j < reach + unreachable && j < c.n; ++j) chosen[static_cast<size_t>(j)] = true;
+    const std::vector<double> lo(iv.lo.begin() + t * c.n, iv.lo.begin() + (t + 1) * c.n);
+    const std::vector<double> hi(iv.hi.begin() + t * c.n, iv.hi.begin() + (t + 1) * c.n);
+    ASSERT_TRUE(set_rule(lo, hi, chosen, k)) << what << " row " << t << " (reach " << reach << ")";
+  }
+  if (spec.candidate_topk_blocks <= 0) return;
+  const Tensor<uint8_t> mask = production_ops().download(got.candidates);
+  ASSERT_EQ(mask.shape(), (std::vector<int64_t>{c.T, c.n})) << what;
+  const int64_t bs = spec.candidate_block_size, nb = (c.n + bs - 1) / bs, kb = std::min<int64_t>(spec.candidate_topk_blocks, nb);
+  for (int64_t t = 0; t < c.T; ++t) {
+    const int64_t reach = c.reach[static_cast<size_t>(t)];
+    std::vector<double> lo(static_cast<size_t>(nb), -kInf), hi(static_cast<size_t>(nb), -kInf);
+    std::vector<bool> chosen(static_cast<size_t>(nb));
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t j = b * bs; j < std::min(c.n, (b + 1) * bs); ++j) {
+        lo[static_cast<size_t>(b)] = std::max(lo[static_cast<size_t>(b)], iv.lo[static_cast<size_t>(t * c.n + j)]);
+        hi[static_cast<size_t>(b)] = std::max(hi[static_cast<size_t>(b)], iv.hi[static_cast<size_t>(t * c.n + j)]);
+        ASSERT_EQ(mask.at(t, j), mask.at(t, b * bs)) << what << ": a block kept in part";
+      }
+      if (reach > 0 && b == (reach - 1) / bs) lo[static_cast<size_t>(b)] = hi[static_cast<size_t>(b)] = kInf;
+      chosen[static_cast<size_t>(b)] = mask.at(t, b * bs) != 0;
+    }
+    // A chosen block of -inf (a filler) is dropped: count it as chosen if the reference could pick it.
+    int64_t kept = 0;
+    for (int64_t b = 0; b < nb; ++b) kept += chosen[static_cast<size_t>(b)];
+    for (int64_t b = 0; b < nb && kept < kb; ++b) {
+      if (!chosen[static_cast<size_t>(b)] && hi[static_cast<size_t>(b)] == -kInf) chosen[static_cast<size_t>(b)] = true, ++kept;
+    }
+    ASSERT_TRUE(set_rule(lo, hi, chosen, kb)) << what << " blocks of row " << t;
+  }
+}
+
+IndexSelectSpec plain_spec(int k) {
+  IndexSelectSpec s;
+  s.index_topk = k;
+  return s;
+}
+
+void check_kinds(const Case& c, int k, int topk_blocks, const std::string& what) {
+  check_layer(c, plain_spec(k), what + " plain");
+  IndexSelectSpec source = plain_spec(k);
+  source.candidate_topk_blocks = topk_blocks;
+  source.candidate_block_size = 8;
+  check_layer(c, source, what + " source");
+  const Tensor<uint8_t> pool = random_pool(c.T, c.n);
+  IndexSelectSpec inside = plain_spec(k);
+  inside.pool = &pool;
+  check_layer(c, inside, what + " pool");
+}
+
+int64_t kernel_calls() {
+  const auto counts = production_ops().counts();
+  const auto it = counts.find("index_select");
+  return it == counts.end() ? 0 : it->second.gpu;
+}
+
+TEST(IndexSelectProduction, RandomSelectionsAreTheReferencesUpToTies) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  const int64_t before = kernel_calls();
+  struct Shape { int64_t T, heads, dim, n; bool prefill; int k, blocks; };
+  for (const Shape& s : std::vector<Shape>{{1, 8, 64, 37, false, 32, 6},
+                                           {5, 8, 64, 300, true, 32, 6},
+                                           {3, 32, 128, 1000, false, 512, 20},
+                                           {64, 32, 128, 16384, false, 512, 2048},
+                                           {9, 32, 128, 5000, false, 512, 300},
+                                           {256, 32, 128, 2048, true, 512, 100}}) {
+    const Case c = make_case(s.T, s.heads, s.dim, s.n, s.prefill, 0);
+    check_kinds(c, s.k, s.blocks, "T " + std::to_string(s.T) + " heads " + std::to_string(s.heads) + " n " +
+                                      std::to_string(s.n));
+  }
+  EXPECT_EQ(kernel_calls() - before, 18) << "every call ran the fused kernel";
+}
+
+TEST(IndexSelectProduction, TiesFollowTheTieRule) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  // Zero queries: every reachable score is 0, so the picks are exactly the reference's (the tie
+  // rule: lowest positions, lowest blocks; the newest block pinned). cuda_ops() is the exact twin.
+  for (const auto& [T, n] : std::vector<std::pair<int64_t, int64_t>>{{3, 100}, {64, 16384}, {7, 5000}}) {
+    Case c = make_case(T, 32, 128, n, false, 0);
+    for (float& v : c.q.data()) v = 0.0f;
+    for (int blocks : {6, 2048}) {
+      IndexSelectSpec source = plain_spec(512);
+      source.candidate_topk_blocks = blocks;
+      source.candidate_block_size = 8;
+      const IndexSelection want = cuda_ops().index_select(c.q, c.keys, c.w, c.reach, source);
+      const IndexSelection got = production_ops().index_select(c.q, c.keys, c.w, c.reach, source);
+      EXPECT_TRUE(same_bits(cuda_ops().download(want.topk), got.topk)) << "T " << T << " n " << n;
+      EXPECT_TRUE(same_bits(cuda_ops().download(want.candidates), got.candidates)) << "T " << T << " n " << n;
+      const Tensor<uint8_t> pool = random_pool(T, n);
+      IndexSelectSpec inside = plain_spec(512);
+      inside.pool = &pool;
+      EXPECT_TRUE(same_bits(cuda_ops().download(cuda_ops().index_select(c.q, c.keys, c.w, c.reach, inside).topk),
+                            production_ops().index_select(c.q, c.keys, c.w, c.reach, inside).topk))
+          << "pool, T " << T << " n " << n;
+    }
+  }
+  // A 3-level grid: scores full of exact ties (and the set rule still holds).
+  for (const auto& [T, n] : std::vector<std::pair<int64_t, int64_t>>{{4, 700}, {64, 16384}}) {
+    const Case c = make_case(T, 32, 128, n, false, 1);
+    check_kinds(c, 512, 64, "grid T " + std::to_string(T) + " n " + std::to_string(n));
+  }
+}
+
+TEST(IndexSelectProduction, InputsTheCodesCannotHoldRunTheComposition) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  const auto composed = [] {
+    const auto counts = production_ops().counts();
+    const auto it = counts.find("index_select (composed: not encodable)");
+    return it == counts.end() ? 0 : it->second.gpu;
+  };
+  // Queries off the FP4 grid (plain bf16: 8 significant bits).
+  Case c = make_case(5, 32, 128, 900, false, 0);
+  Case off = c;
+  off.q = random_bf16({5, 32, 128}, 1.0f, "q");
+  int64_t before = composed();
+  IndexSelectSpec source = plain_spec(64);
+  source.candidate_topk_blocks = 10;
+  source.candidate_block_size = 8;
+  IndexSelection want = cuda_ops().index_select(off.q, off.keys, off.w, off.reach, source);
+  IndexSelection got = production_ops().index_select(off.q, off.keys, off.w, off.reach, source);
+  EXPECT_TRUE(same_bits(cuda_ops().download(want.topk), got.topk));
+  EXPECT_TRUE(same_bits(cuda_ops().download(want.candidates), got.candidates));
+  EXPECT_EQ(composed() - before, 1);
+  // A key whose first block is 2^5 times larger than its others (scales span a factor 32).
+  Tensor<float> rows = random_bf16({900, 128}, 1.0f, "keys");
+  for (int64_t i = 0; i < 32; ++i) rows.at(17, i) *= 32.0f;
+  Tensor<uint8_t> storage({900, 68}, "ik");
+  std::vector<int64_t> entries(900);
+  for (int64_t i = 0; i < 900; ++i) entries[static_cast<size_t>(i)] = i;
+  reference::write_entries(storage, CacheFormat::kIndexKeysFp4, entries, rows);
+  c.keys_dev = cuda_ops().upload(storage);
+  c.keys.bytes = &c.keys_dev;
+  before = composed();
+  want = cuda_ops().index_select(c.q, c.keys, c.w, c.reach, plain_spec(64));
+  got = production_ops().index_select(c.q, c.keys, c.w, c.reach, plain_spec(64));
+  EXPECT_TRUE(same_bits(cuda_ops().download(want.topk), got.topk));
+  EXPECT_EQ(composed() - before, 1);
+  // Inputs the reference rejects raise its error.
+  EXPECT_THROW(production_ops().index_select(c.q, c.keys, c.w, std::vector<int64_t>(5, 901), plain_spec(64)), Error);
+}
+
+TEST(IndexSelectProduction, WithoutIndexerInTheProductionListItIsTheComposition) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  setenv("DSV41_CUDA_PRODUCTION_OPS", "linear,sparse_attn", 1);
+  const gpu::CudaOps ops(gpu::CudaMode::kProduction);
+  unsetenv("DSV41_CUDA_PRODUCTION_OPS");
+  EXPECT_FALSE(ops.production("indexer"));
+  EXPECT_TRUE(production_ops().production("indexer"));
+  const gpu::CudaOps by_default(gpu::CudaMode::kProduction);  // "all": indexer is opt-in for now
+  EXPECT_FALSE(by_default.production("indexer"));
+  EXPECT_TRUE(by_default.production("sparse_attn"));
+  const Case c = make_case(6, 32, 128, 3000, false, 0);
+  const IndexSelection got = ops.index_select(c.q, c.keys, c.w, c.reach, plain_spec(512));
+  EXPECT_TRUE(same_bits(cuda_ops().download(cuda_ops().index_select(c.q, c.keys, c.w, c.reach, plain_spec(512)).topk),
+                        got.topk));
+  EXPECT_EQ(ops.counts().count("index_select"), 0u);
+}
+
+}  // namespace
+}  // namespace dsv41::test
