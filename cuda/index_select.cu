@@ -34,6 +34,7 @@
 
 #include "base/error.h"
 #include "cuda/common.cuh"
+#include "cuda/index_key_codes.h"
 #include "cuda/indexer_mma.cuh"
 
 namespace dsv41::gpu {
@@ -280,7 +281,7 @@ __device__ void decode_chunk(const Params& p, int64_t key0, int8_t* codes, Share
     for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(e + b * 16 + i * 4);  // 4-byte aligned entries
     s = e[p.dim / 2 + b];
   }
-  const bool nonzero = ((w[0] | w[1] | w[2] | w[3]) & 0x77777777u) != 0;  // a magnitude bit set
+  const bool nonzero = index_key_codes::block_nonzero(w);
   int smin = nonzero ? s : 255, smax = nonzero ? s : 0, nan = live && s == 255;
 #pragma unroll
   for (int o = 1; o < 4; o <<= 1) {  // over the key's 4 lanes
@@ -288,22 +289,9 @@ __device__ void decode_chunk(const Params& p, int64_t key0, int8_t* codes, Share
     smax = max(smax, __shfl_xor_sync(~0u, smax, o));
     nan |= __shfl_xor_sync(~0u, nan, o);
   }
-  if (smin == 255) smin = smax = 128;  // an all-zero key: every exponent encodes it
-  if (key < p.n && (nan || smax - smin > 3 || smin - 128 < -kEBound || smin - 128 > kEBound)) sh.flag = 1;
-  const int shift = nonzero ? min(3, max(0, s - smin)) : 0;
+  if (!index_key_codes::key_encodable(smin, smax, nan != 0) && key < p.n) sh.flag = 1;
   uint32_t out[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {  // word i of the output: channels 32 b + 4 i .. + 3
-    uint32_t word = 0;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int ch = 4 * i + c;  // channel within the block: nibble ch of the block's 16 bytes
-      const uint32_t code = (w[ch / 8] >> (4 * (ch % 8))) & 0xFu;
-      const int mag = static_cast<int>((0xC8643210u >> (4 * (code & 7u))) & 0xFu) << shift;  // |2m| << shift
-      word |= (static_cast<uint32_t>(code & 8u ? -mag : mag) & 0xFFu) << (8 * c);
-    }
-    out[i] = word;
-  }
+  index_key_codes::expand_block(w, nonzero ? min(3, max(0, s - smin)) : 0, out);
   uint4* dst = reinterpret_cast<uint4*>(codes + j * kRowBytes + b * 32);
   dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
   dst[1] = make_uint4(out[4], out[5], out[6], out[7]);

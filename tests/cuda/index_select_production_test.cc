@@ -14,18 +14,23 @@
 //      of exact ties) passes the set rule.
 //   3. Inputs the kernel cannot hold exactly (queries off the FP4 grid, a key whose block scales
 //      span more than a factor 8) run the composition: the reference's bits, counted as such.
+//   0. On the CPU (no device): the kernel's key encoding (cuda/index_key_codes.h) reproduces the
+//      reference's unpacked values from the packed entries bit for bit.
 //   4. DSV41_CUDA_PRODUCTION_OPS without `indexer` (and "all", the default, while indexer is opt-in):
 //      index_select is the composition (bit-exact).
 // Random data: DSV41_SEED=<n> reproduces a run (the seed is printed).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cuda/index_key_codes.h"
 #include "formats/cache_format.h"
 #include "formats/minifloat.h"
 #include "reference/ops/indexer.h"
@@ -232,6 +237,61 @@ int64_t kernel_calls() {
   const auto counts = production_ops().counts();
   const auto it = counts.find("index_select");
   return it == counts.end() ? 0 : it->second.gpu;
+}
+
+// The kernel's key encoding (cuda/index_key_codes.h, host and device) against the reference's
+// unpack, on the CPU (no device needed): every channel of every encodable key is code * 2^(s_min -
+// 128) exactly, |code| <= 96; keys with all-zero blocks (any scale) and -0 codes encode; a key whose
+// nonzero blocks' scales span x16 or more does not.
+TEST(IndexKeyCodes, CodesTimesTheKeyExponentAreTheUnpackedValues) {
+  for (int64_t dim : {64, 128}) {
+    const int64_t n = 400, blocks = dim / 32;
+    Tensor<float> rows = random_bf16({n, dim}, 1.0f, "keys");
+    for (int64_t i = 0; i < 32; ++i) rows.at(1, i) = 0.0f;                // an all-zero block
+    for (int64_t i = 0; i < dim; ++i) rows.at(2, i) = i % 2 ? -0.0f : 0.0f;  // an all-zero key
+    for (int64_t i = 0; i < 32; ++i) rows.at(3, i) *= 64.0f;              // scales spanning x64
+    for (int64_t i = 32; i < 64; ++i) rows.at(4, i) *= 4.0f;              // x4: still encodable
+    Tensor<uint8_t> storage({n, formats::entry_bytes(CacheFormat::kIndexKeysFp4, static_cast<int>(dim))}, "ik");
+    std::vector<int64_t> entries(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) entries[static_cast<size_t>(i)] = i;
+    reference::write_entries(storage, CacheFormat::kIndexKeysFp4, entries, rows);
+    const Tensor<float> want = reference::read_all_entries({CacheFormat::kIndexKeysFp4, dim, n, &storage});
+    int64_t encodable = 0;
+    for (int64_t key = 0; key < n; ++key) {
+      const uint8_t* e = storage.row(key);
+      std::vector<std::array<uint32_t, 4>> words(static_cast<size_t>(blocks));
+      int smin = 255, smax = 0;
+      bool nan = false;
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint32_t w[4];
+        std::memcpy(w, e + b * 16, 16);
+        std::copy(w, w + 4, words[static_cast<size_t>(b)].begin());
+        const int s = e[dim / 2 + b];
+        nan = nan || s == 255;
+        if (gpu::index_key_codes::block_nonzero(w)) smin = std::min(smin, s), smax = std::max(smax, s);
+      }
+      const bool ok = gpu::index_key_codes::key_encodable(smin, smax, nan);
+      if (key == 3) {
+        EXPECT_FALSE(ok) << "dim " << dim << ": scales spanning x64 encoded";
+        continue;
+      }
+      ASSERT_TRUE(ok) << "dim " << dim << " key " << key;
+      ++encodable;
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint32_t w[4], out[8];
+        std::copy(words[static_cast<size_t>(b)].begin(), words[static_cast<size_t>(b)].end(), w);
+        const int s = e[dim / 2 + b];
+        gpu::index_key_codes::expand_block(w, gpu::index_key_codes::block_nonzero(w) ? s - smin : 0, out);
+        for (int c = 0; c < 32; ++c) {
+          const int8_t code = static_cast<int8_t>((out[c / 4] >> (8 * (c % 4))) & 0xFFu);
+          ASSERT_LE(std::abs(static_cast<int>(code)), 96);
+          const float got = std::ldexp(static_cast<float>(code), smin - 128);
+          ASSERT_EQ(got, want.at(key, b * 32 + c)) << "dim " << dim << " key " << key << " channel " << b * 32 + c;
+        }
+      }
+    }
+    EXPECT_EQ(encodable, n - 1);
+  }
 }
 
 TEST(IndexSelectProduction, RandomSelectionsAreTheReferencesUpToTies) {
