@@ -102,8 +102,14 @@ void add_port_rows(const runner::StepCapture& a, const runner::StepCapture& b, i
     std::vector<std::pair<const char*, double>> values = {
         {"calc_diff", p.calc_diff}, {"cosine", p.cosine}, {"allclose", p.allclose ? 1.0 : 0.0}};
     if (claim.order_variant) {
-      values.push_back({judge::kRowRelMetric, judge::max_row_relative(x, y, row, what)});
-      values.push_back({judge::kRowGainMetric, judge::max_row_gain(x, y, row, what)});
+      if (c != "index_scores") {
+        values.push_back({judge::kRowRelMetric, judge::max_row_relative(x, y, row, what)});
+      } else if (const std::optional<double> v =
+                     judge::index_scores_rowrel(x, y, row, judge::score_selection(*claim.config, layer), what)) {
+        values.push_back({judge::kRowRelMetric, *v});  // else no row of the step decides a selection
+      }
+      values.push_back({judge::kRowGainMetric,
+                        judge::max_row_gain(x, y, row, what, judge::row_gain_sigmas(*claim.config, c, claim.accumulation))});
       values.push_back({judge::kTensorGainMetric, judge::tensor_gain(x, y, what)});
       values.push_back({judge::kTensorBiasMetric, judge::tensor_bias(x, y, what)});
       if (conform_detail::is_comb(c)) {

@@ -111,6 +111,32 @@ DerivedBound make(const std::string& component, const std::string& op, int r16, 
   return b;
 }
 
+// index_scores' rows: the deciding ones, against the step's largest |score| (index_scores_rowrel).
+DerivedBound step_scaled(DerivedBound b) {
+  const std::string per_row = "max |a - b| per row <= bound x the row's max |ref|";
+  const size_t at = b.origin.rfind(per_row);
+  DSV41_CHECK(at != std::string::npos, "derived bound of ", b.component, ": no per-row statement in its origin");
+  b.origin.replace(at, per_row.size(),
+                   "max |a - b| per row <= bound x the step's max |ref score|, over the rows whose scores decide a "
+                   "selection (judge::index_scores_rowrel: more keys reached than the top-k or the candidate pool "
+                   "keeps; the step's rows share the scale of their terms, a row's own max is an order statistic "
+                   "over its keys; the top-k's tie band takes the same scale)");
+  return b;
+}
+
+// A6 (kFp8TensorCore): the row's last linear reads a quantizer an fp8 linear feeds (row_gain_sigmas).
+DerivedBound correlated_flips(DerivedBound b, Accumulation acc, int64_t row, int64_t n_q, const char* quantizer) {
+  if (acc != Accumulation::kFp8TensorCore || row <= n_q) return b;
+  b.gain_sigmas = kRowGainSigmas * std::sqrt(static_cast<double>(row) / static_cast<double>(n_q));
+  std::ostringstream why;
+  why.precision(4);
+  why << "x sqrt(" << row << "/" << n_q << ") (A6: the flips of the " << quantizer
+      << " fed by an fp8 linear on the tensor cores reach the row's " << row << " outputs through one linear, "
+      << "correlated errors whose spread HC0 underestimates by up to that factor)";
+  b.gain_sigmas_why = why.str();
+  return b;
+}
+
 }  // namespace
 
 // The main-model component whose op chain a DSpark block component repeats (the block is written
@@ -176,13 +202,13 @@ std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const
     case Component::kFinalNormOut:
       return make(component, "hc_pre (sum over hc) -> rms_norm over dim", 2, {}, D, "dim", bf, false);
     case Component::kIndexScores:
-      return make(component,
+      return step_scaled(make(component,
                   "wq_a -> q_norm -> idx_wq_b -> rope -> FP4 QDQ; keys: compressor -> idx_wk -> norm -> rope -> FP4; "
                   "idx_weights_proj; index_scores (dot over index_head_dim -> bf16, relu x w -> bf16, sum over heads)",
                   10, {{"E4M3", ql, "act_quant before idx_wq_b", true}, {"E2M1", Di, "FP4 q", true}, {"E2M1", Di, "FP4 keys"}},
-                  std::max(D, Hi * Di), "max(dim, index heads x index_head_dim)", bf, false, 0, "", {acc, {D, ql}});
+                  std::max(D, Hi * Di), "max(dim, index heads x index_head_dim)", bf, false, 0, "", {acc, {D, ql}}));
     case Component::kAttnOut:
-      return make(component,
+      return correlated_flips(make(component,
                   "q: wq_a -> q_norm -> wq_b -> rope; kv: wkv -> kv_norm -> rope -> FP8; sparse_attn over K = window + "
                   "top-k entries of head_dim (bf16 probabilities) -> inverse rope -> wo_a (grouped) -> wo_b",
                   12,
@@ -193,16 +219,19 @@ std::optional<DerivedBound> derived_bound(const reference::ModelConfig& c, const
                   "sparse_attn rounds each probability to bf16 relative to the running max, which depends on the "
                   "order: each coefficient of the output's few dominant value rows off by <= 2^-8 (half a bf16 "
                   "ulp, relative) on each side, a gain of <= 2^-7 (A2: no cancellation between the value rows)",
-                  {acc, {D, ql, D, og}, 1});
+                  {acc, {D, ql, D, og}, 1}),
+                              acc, D, og, "act_quant before wo_b");
     case Component::kAttnStream:
     case Component::kOutStream:
       return make(component, "hc_post: post x f + comb x stream (hc + 1 terms)", 1, {}, hc + 1, "hc + 1", bf, false);
     case Component::kFfnOut:
-      return make(component,
-                  "moe_experts: w1, w3 over dim -> bf16; silu x mul -> bf16; act_quant; w2 over moe_inter_dim -> bf16; "
-                  "weighted sum of top-k + shared experts",
-                  4, {{"E4M3", inter, "act_quant before w2", true}}, std::max(D, inter), "max(dim, moe_inter_dim)", bf, false,
-                  0, "", {acc, {D, D, inter}, 3});
+      return correlated_flips(
+          make(component,
+               "moe_experts: w1, w3 over dim -> bf16; silu x mul -> bf16; act_quant; w2 over moe_inter_dim -> bf16; "
+               "weighted sum of top-k + shared experts",
+               4, {{"E4M3", inter, "act_quant before w2", true}}, std::max(D, inter), "max(dim, moe_inter_dim)", bf, false,
+               0, "", {acc, {D, D, inter}, 3}),
+          acc, D, inter, "act_quant before w2");
     case Component::kLogits:
       return make(component, "head: linear_fp32 over dim", 0, {}, D, "dim", "bf16 in, fp32 weights and accumulation, fp32 out",
                   true);
@@ -268,6 +297,44 @@ double max_row_relative(const std::vector<float>& a, const std::vector<float>& b
     worst = std::max(worst, scale > 0 ? diff / scale : diff);
   }
   return worst;
+}
+
+ScoreSelection score_selection(const reference::ModelConfig& c, int layer) {
+  ScoreSelection s;
+  s.topk = std::max(0, c.index_topk);
+  s.block_size = std::max(1, c.candidate_block_size);
+  s.pool_blocks = c.candidate_source_layer >= 0 && layer == c.candidate_source_layer ? std::max(0, c.candidate_topk_blocks) : 0;
+  return s;
+}
+
+std::optional<double> index_scores_rowrel(const std::vector<float>& a, const std::vector<float>& b, int64_t row,
+                                          const ScoreSelection& s, const std::string& what) {
+  DSV41_CHECK(a.size() == b.size(), what, ": ", a.size(), " values against ", b.size());
+  DSV41_CHECK(row >= 1 && a.size() % static_cast<size_t>(row) == 0, what, ": ", a.size(), " values in rows of ", row);
+  double scale = 0;
+  std::vector<double> diffs;  // max |a - b| of each deciding row
+  for (size_t r0 = 0; r0 < a.size(); r0 += static_cast<size_t>(row)) {
+    int64_t finite = 0, last = -1;  // A's finite scores; its last finite position (the row's reach - 1)
+    for (size_t i = r0; i < r0 + static_cast<size_t>(row); ++i) {
+      if (std::isfinite(a[i])) {
+        ++finite;
+        last = static_cast<int64_t>(i - r0);
+      }
+    }
+    const int64_t blocks = (last + 1 + s.block_size - 1) / s.block_size;
+    const bool pool_keeps_all = s.pool_blocks == 0 || blocks <= s.pool_blocks;  // 0: no pool is chosen here
+    if (finite <= s.topk && pool_keeps_all) continue;                            // keeps every key it reaches
+    double diff = 0;
+    for (size_t i = r0; i < r0 + static_cast<size_t>(row); ++i) {
+      if (!std::isfinite(a[i]) || !std::isfinite(b[i])) continue;
+      scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+      diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
+    }
+    diffs.push_back(diff);
+  }
+  if (diffs.empty()) return std::nullopt;
+  const double worst = *std::max_element(diffs.begin(), diffs.end());
+  return scale > 0 ? worst / scale : worst;
 }
 
 namespace {
@@ -349,7 +416,9 @@ std::vector<DerivedBound> derived_cache_bound_table(const reference::ModelConfig
   return out;
 }
 
-double max_row_gain(const std::vector<float>& a, const std::vector<float>& b, int64_t row, const std::string& what) {
+double max_row_gain(const std::vector<float>& a, const std::vector<float>& b, int64_t row, const std::string& what,
+                    double sigmas) {
+  DSV41_CHECK(sigmas >= 0 && std::isfinite(sigmas), what, ": row gain sigmas ", sigmas);
   DSV41_CHECK(a.size() == b.size(), what, ": ", a.size(), " values against ", b.size());
   DSV41_CHECK(row >= 1 && a.size() % static_cast<size_t>(row) == 0, what, ": ", a.size(), " values in rows of ", row);
   double worst = 0;
@@ -372,9 +441,16 @@ double max_row_gain(const std::vector<float>& a, const std::vector<float>& b, in
       v += r * r * x * x;
     }
     const double se = std::sqrt(v) / aa;
-    worst = std::max(worst, std::fabs(g) - kRowGainSigmas * se);
+    worst = std::max(worst, std::fabs(g) - sigmas * se);
   }
   return worst;
+}
+
+double row_gain_sigmas(const reference::ModelConfig& c, const std::string& component, Accumulation acc) {
+  const std::optional<reference::model::Component> id = reference::model::component_from_name(component);
+  if (!id || reference::model::component_info(*id).kind != reference::model::ComponentKind::kTensor) return kRowGainSigmas;
+  const std::optional<DerivedBound> b = derived_bound(c, component, acc);
+  return b ? b->gain_sigmas : kRowGainSigmas;
 }
 
 reports::Tolerance row_gain_tolerance(const DerivedBound& b) {
@@ -383,8 +459,9 @@ reports::Tolerance row_gain_tolerance(const DerivedBound& b) {
   std::ostringstream note;
   const double gamma = normaliser / (1.0 - normaliser / 2.0);
   const double bound = std::max(std::ldexp(1.0, -12), gamma + b.gain);
-  note << "derived: a row's gain error g = <a, b-a>/<a, a>, its lower " << kRowGainSigmas
-       << "-sigma bound (HC0 standard error; rows of >= " << kRowGainMinLength
+  note << "derived: a row's gain error g = <a, b-a>/<a, a>, its lower " << b.gain_sigmas
+       << "-sigma bound (HC0 standard error" << (b.gain_sigmas_why.empty() ? "" : ", " + b.gain_sigmas_why)
+       << "; rows of >= " << kRowGainMinLength
        << " values) must stay <= max(2^-12, 2 gamma_n(u32)" << (b.gain > 0 ? " + chain gain" : "") << ") = " << bound
        << ": an order difference's errors are unbiased rounding noise (expected 0); its systematic gains: fp32 "
           "normalisers (RMSNorm's rsqrt, softmax's denominator), <= 2 gamma_n(u32) = "

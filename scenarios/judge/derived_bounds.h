@@ -78,6 +78,10 @@ struct DerivedBound {
   double bound = 0;        // max_rowrel bound (units of the row's max |value|)
   double gain = 0;         // a systematic gain an order difference can make on the chain (row_gain)
   std::string gain_why;    // its reason ("" when 0)
+  // The sigmas row_gain's lower confidence bound takes (kRowGainSigmas unless the row's errors are
+  // correlated, A6 under kFp8TensorCore: row_gain_sigmas) and why.
+  double gain_sigmas = 6.0;
+  std::string gain_sigmas_why;
   std::string origin;      // "derived: 4 * 2^-7 + gamma_n(u32) sqrt(n), n = dim = 256; ..."
 };
 
@@ -99,6 +103,27 @@ reports::Tolerance derived_tolerance(const DerivedBound& b);
 double max_row_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t row,
                         const std::string& what);
 
+// INDEX SCORES under order variance (docs/conform.md "Index scores"): max_rowrel over the rows
+// whose scores decide a selection, each against the largest |score| of those rows in the step.
+//   - A row decides nothing when every key it reaches is kept whatever the scores: at most index_topk
+//     finite scores (-inf marks unreachable keys and keys outside the candidate pool) and, at the
+//     candidate source layer, at most candidate_topk_blocks blocks reached. Its values cannot
+//     change the forward (the top-k and the pool keep everything), so no bound is asserted on them.
+//   - A score is a sum over heads of relu(q.k) x w whose terms share one scale across the step's
+//     rows (RMS-normed queries and index weights, the same normed keys), while a row's realised max
+//     is an order statistic over its keys and can sit far below that scale by cancellation (a row of
+//     two keys peaking at a tenth of the others). The top-k's tie band takes the same scale
+//     (runner/compare.cc tie_band_width).
+// nullopt: no row of the step decides a selection.
+struct ScoreSelection {
+  int64_t topk = 0;              // index_topk
+  int64_t pool_blocks = 0;       // candidate_topk_blocks at the candidate source, else 0 (no pool chosen)
+  int64_t block_size = 1;        // candidate_block_size
+};
+ScoreSelection score_selection(const reference::ModelConfig& c, int layer);
+std::optional<double> index_scores_rowrel(const std::vector<float>& a, const std::vector<float>& b, int64_t row,
+                                          const ScoreSelection& s, const std::string& what);
+
 // ROW GAIN: the statistic that sees a small systematic error of one row, which a worst-case bound
 // on max_rowrel cannot (docs/conform.md "Row gain"). Per row (the last dimension, at least
 // kRowGainMinLength finite pairs, sum a^2 > 0):
@@ -113,7 +138,16 @@ double max_row_relative(const std::vector<float>& a, const std::vector<float>& b
 inline constexpr const char* kRowGainMetric = "row_gain";
 inline constexpr int64_t kRowGainMinLength = 16;
 inline constexpr double kRowGainSigmas = 6.0;
-double max_row_gain(const std::vector<float>& a, const std::vector<float>& b, int64_t row, const std::string& what);
+double max_row_gain(const std::vector<float>& a, const std::vector<float>& b, int64_t row, const std::string& what,
+                    double sigmas = kRowGainSigmas);
+// The sigmas of a component's row_gain (its derived bound's gain_sigmas; kRowGainSigmas for a
+// component without one). (A6, kFp8TensorCore only) A component whose last linear reads a quantizer
+// fed by an fp8 linear (ffn_out: the act_quant before w2; attn_out: before wo_b) carries that
+// quantizer's frequent flips (A5) through the linear: its row's errors are a linear image of the
+// quantizer's n_q input errors, correlated across the row's n outputs, which HC0's standard error
+// (independent errors per output) underestimates by up to sqrt(n / n_q): sigmas = 6 sqrt(max(1, n / n_q)).
+double row_gain_sigmas(const reference::ModelConfig& c, const std::string& component,
+                       Accumulation acc = Accumulation::kFp32);
 // The bound of row_gain for a derived component (origin "analytic"): max(2^-12, 2 gamma_n(u32) + gain),
 // n the component's longest reduction: above the systematic gain of two fp32 normalisers and the
 // chain's own (attn_out: bf16 probabilities rounded relative to an order-dependent running max).

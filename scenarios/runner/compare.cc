@@ -72,11 +72,18 @@ bool has_nonfinite(const std::string& component, const Tensor<float>& a, const T
 // An order-variant pair's statistics of a float output (conform's, docs/conform.md): max_rowrel
 // (per row of `row` values, against the derived bound), row_gain, tensor_gain and tensor_bias.
 void add_order_variant_rows(int layer, const std::string& c, const std::vector<float>& a, const std::vector<float>& b,
-                            int64_t row, Rows& rows, const std::string& detail) {
+                            int64_t row, Rows& rows, const std::string& detail, const CompareContext& ctx) {
   const std::string what = c + " (layer " + std::to_string(layer) + ")";
   const int64_t n = std::max<int64_t>(1, row);
-  rows.add(layer, c, judge::kRowRelMetric, judge::max_row_relative(a, b, n, what), std::nullopt, std::nullopt, detail);
-  rows.add(layer, c, judge::kRowGainMetric, judge::max_row_gain(a, b, n, what), std::nullopt, std::nullopt, detail);
+  const double sigmas = judge::row_gain_sigmas(*ctx.derived, c, ctx.accumulation);
+  if (c != "index_scores") {
+    rows.add(layer, c, judge::kRowRelMetric, judge::max_row_relative(a, b, n, what), std::nullopt, std::nullopt, detail);
+  } else if (const std::optional<double> v =
+                 judge::index_scores_rowrel(a, b, n, judge::score_selection(*ctx.derived, layer), what)) {
+    rows.add(layer, c, judge::kRowRelMetric, *v, std::nullopt, std::nullopt, detail);  // else no row decides a selection
+  }
+  rows.add(layer, c, judge::kRowGainMetric, judge::max_row_gain(a, b, n, what, sigmas), std::nullopt, std::nullopt,
+           detail);
   rows.add(layer, c, judge::kTensorGainMetric, judge::tensor_gain(a, b, what), std::nullopt, std::nullopt, detail);
   rows.add(layer, c, judge::kTensorBiasMetric, judge::tensor_bias(a, b, what), std::nullopt, std::nullopt, detail);
 }
@@ -113,7 +120,7 @@ void compare_float(const CapturedItem& ia, const CapturedItem& ib, Rows& rows, S
   rows.add(L, c, "first_mismatch", static_cast<double>(m.first_mismatch), std::nullopt, std::nullopt, d);
   rows.add(L, c, "first_mismatch_byte", static_cast<double>(m.first_mismatch_byte), std::nullopt, std::nullopt, d);
   if (ctx.derived != nullptr && a.shape() == ib.f.shape() && a.rank() > 0 && a.numel() > 0) {
-    add_order_variant_rows(L, c, a.data(), ib.f.data(), a.dim(a.rank() - 1), rows, d);
+    add_order_variant_rows(L, c, a.data(), ib.f.data(), a.dim(a.rank() - 1), rows, d, ctx);
   }
   rows.end_item(L, c, true);
 }
@@ -176,7 +183,7 @@ void compare_logits_item(const StepCapture& a, const StepCapture& b, Rows& rows,
   rows.add(-1, "logits", "top1_agree", lm.top1_agree ? 1.0 : 0.0, std::nullopt, std::nullopt, d.str());
   rows.add(-1, "logits", "margin_a", lm.margin_a, std::nullopt, std::nullopt, d.str());
   rows.add(-1, "logits", "flip_class", static_cast<double>(lm.flip), std::nullopt, std::nullopt, d.str());
-  if (ctx.derived != nullptr) add_order_variant_rows(-1, "logits", a.logits, b.logits, V, rows, d.str());
+  if (ctx.derived != nullptr) add_order_variant_rows(-1, "logits", a.logits, b.logits, V, rows, d.str(), ctx);
   rows.end_item(-1, "logits", true);
 }
 

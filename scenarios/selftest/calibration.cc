@@ -53,7 +53,11 @@ conform::ConformOptions order_variant_options(const std::string& name, bool tens
 
 }  // namespace
 
-std::vector<SumOrder> calibration_orders() { return all_sum_orders(); }
+std::vector<SumOrder> calibration_orders() {
+  std::vector<SumOrder> v = all_sum_orders();
+  v.push_back(SumOrder::kTrunc13);
+  return v;
+}
 
 // One run's progress line on stderr.
 

@@ -46,10 +46,9 @@ struct CalibrationScenario {
 // Every calibration scenario, in a fixed order (docs/selftest.md "Calibration" lists them).
 const std::vector<CalibrationScenario>& calibration_scenarios();
 
-// The variants a calibration runs by default: every reordered sum order (defects::all_sum_orders).
-// trunc13, the emulation of the fp8 tensor-core block dot (judged under the accumulation
-// fp8-tensor-core, scenarios/judge/derived_bounds.h), runs by name (--variants trunc13): a correct
-// port that the fp8-tensor-core bounds do not admit everywhere yet (docs/conform.md "Accumulation").
+// The variants a calibration runs by default: every reordered sum order (defects::all_sum_orders),
+// then trunc13, the emulation of the fp8 tensor-core block dot, judged under the accumulation it
+// declares, fp8-tensor-core (scenarios/judge/derived_bounds.h; docs/conform.md "Accumulation").
 std::vector<defects::SumOrder> calibration_orders();
 
 struct CalibrationOptions {

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -28,6 +30,7 @@
 #include "scenarios/runner/runner.h"
 #include "scenarios/selftest/calibration.h"
 #include "tests/support/runner_fixture.h"
+#include "tests/support/seed.h"
 #include "tests/support/small_scenario.h"
 
 namespace dsv41::scenarios {
@@ -104,6 +107,91 @@ TEST(Accumulation, TheTensorCoreBoundsWidenExactlyTheChainsWithAnFp8Linear) {
   EXPECT_EQ(judge::order_variant_tolerance(config(), "ffn_out", judge::kRowGainMetric, nullptr,
                                            Accumulation::kFp8TensorCore).kind,
             K::kBound);
+}
+
+// index_scores under order variance: only rows whose scores decide a selection count (more finite
+// scores than index_topk, or more blocks than the candidate pool at the source layer), each against
+// the largest |score| of those rows; a step where no row decides anything has no max_rowrel.
+TEST(Accumulation, IndexScoresAreJudgedWhereTheyDecideASelectionAgainstTheStepsScale) {
+  const float inf = std::numeric_limits<float>::infinity();
+  // Rows of 4: row 0 reaches 4 keys, row 1 two (the other two -inf), row 2 three.
+  const std::vector<float> a = {1.0f, 0.5f, -0.25f, 0.125f, 0.02f, 0.01f, -inf, -inf, 0.5f, 0.25f, 0.125f, -inf};
+  std::vector<float> b = a;
+  b[4] = 0.01f;    // row 1: off by 0.01 = half its own max, a hundredth of the step's
+  b[9] = 0.375f;   // row 2: off by 0.125
+  judge::ScoreSelection s;
+  s.topk = 2;  // rows 0 and 2 decide; row 1 (two keys) keeps both whatever the scores
+  const std::optional<double> v = judge::index_scores_rowrel(a, b, 4, s, "scores");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_DOUBLE_EQ(*v, 0.125);  // row 2's 0.125 against the deciding rows' max |a| = 1
+  s.topk = 1;  // now row 1 decides too: 0.01 against 1, below row 2's
+  EXPECT_DOUBLE_EQ(*judge::index_scores_rowrel(a, b, 4, s, "scores"), 0.125);
+  s.topk = 4;  // nothing decides
+  EXPECT_FALSE(judge::index_scores_rowrel(a, b, 4, s, "scores").has_value());
+  s.pool_blocks = 1;  // the candidate source with a pool of one block of 2: rows 0 and 2 reach 2 blocks
+  s.block_size = 2;
+  EXPECT_DOUBLE_EQ(*judge::index_scores_rowrel(a, b, 4, s, "scores"), 0.125);
+  EXPECT_GT(judge::max_row_relative(a, b, 4, "rows"), 0.49);  // the row's own max would say half
+  EXPECT_THROW(judge::index_scores_rowrel(a, std::vector<float>(3), 4, s, "sizes"), Error);
+  // The config's selection: index_topk everywhere, the pool only at the candidate source layer.
+  const judge::ScoreSelection src = judge::score_selection(config(), config().candidate_source_layer);
+  EXPECT_EQ(src.topk, config().index_topk);
+  EXPECT_EQ(src.pool_blocks, config().candidate_topk_blocks);
+  EXPECT_EQ(judge::score_selection(config(), config().candidate_source_layer + 1).pool_blocks, 0);
+  EXPECT_TRUE(has(judge::derived_bound(config(), "index_scores")->origin, "the step's max |ref score|"));
+  EXPECT_FALSE(has(judge::derived_bound(config(), "attn_out")->origin, "the step's max"));
+}
+
+// A6: under the tensor-core claim, row_gain of a component whose last linear reads a quantizer fed
+// by an fp8 linear takes sqrt(row / n_q) more sigmas (ffn_out: dim over moe_inter_dim); a pure 1%
+// gain is still far outside, noise that is a linear image of a few sources is not flagged.
+TEST(Accumulation, CorrelatedFlipsWidenRowGainsConfidenceOnlyUnderTheTensorCoreClaim) {
+  const double widened = judge::kRowGainSigmas * std::sqrt(static_cast<double>(config().dim) / config().moe_inter_dim);
+  ASSERT_GT(config().dim, config().moe_inter_dim) << "the tiny config must exercise the factor";
+  EXPECT_EQ(judge::row_gain_sigmas(config(), "ffn_out"), judge::kRowGainSigmas);
+  EXPECT_DOUBLE_EQ(judge::row_gain_sigmas(config(), "ffn_out", Accumulation::kFp8TensorCore), widened);
+  EXPECT_EQ(judge::row_gain_sigmas(config(), "in_stream", Accumulation::kFp8TensorCore), judge::kRowGainSigmas);
+  EXPECT_EQ(judge::row_gain_sigmas(config(), "topk", Accumulation::kFp8TensorCore), judge::kRowGainSigmas);
+  EXPECT_TRUE(has(judge::row_gain_tolerance(*judge::derived_bound(config(), "ffn_out", Accumulation::kFp8TensorCore)).note,
+                  "A6"));
+  // A row of 256 values; its error a linear image of 4 sources, one row scaled by 1.01.
+  std::mt19937_64 rng(test::seed_for("accumulation/correlated"));
+  std::normal_distribution<double> n01;
+  const int n = 256, m = 4;
+  std::vector<float> a(n), image(n), gain(n);
+  std::vector<double> src(m);
+  for (double& v : src) v = 0.01 * n01(rng);
+  for (int i = 0; i < n; ++i) {
+    a[size_t(i)] = static_cast<float>(n01(rng));
+    double e = 0;
+    for (int k = 0; k < m; ++k) e += n01(rng) * src[size_t(k)];
+    image[size_t(i)] = static_cast<float>(a[size_t(i)] + e);
+    gain[size_t(i)] = static_cast<float>(1.01 * a[size_t(i)]);
+  }
+  const double bound = judge::row_gain_tolerance(*judge::derived_bound(config(), "ffn_out", Accumulation::kFp8TensorCore)).bound;
+  EXPECT_GT(judge::max_row_gain(a, gain, n, "gain", widened), bound);
+  EXPECT_LE(judge::max_row_gain(a, image, n, "image", widened), judge::max_row_gain(a, image, n, "image"));
+  EXPECT_THROW(judge::max_row_gain(a, image, n, "sigmas", -1.0), Error);
+}
+
+// The scenario where the H100's production `cuda` and `trunc13` raised the two false alarms of
+// session 15 (index_scores@2 at a row reaching two keys; one token's ffn_out row at layer 7): passed.
+TEST(Accumulation, TheTensorCoreEmulationPassesFullCacheHitTeacherForced) {
+  runner::RunOptions o;
+  o.sides = {"ref", "ref-order:trunc13"};
+  o.modes = {"teacher-forced"};
+  const runner::Scenario s = runner::builtin_scenario("full_cache_hit");
+  const std::vector<reports::Comparison> c = runner::run_scenario(s, test::oracle_resources(), o).comparisons;
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].verdict, reports::Verdict::kPass)
+      << (c[0].first_divergence ? c[0].first_divergence->component + "@" + std::to_string(c[0].first_divergence->layer) : "");
+  bool scores = false, ffn = false;
+  for (const reports::MetricRow& r : c[0].rows) {
+    ASSERT_FALSE(std::isnan(r.value)) << r.component << " " << r.metric;
+    scores = scores || (r.component == "index_scores" && r.metric == "max_rowrel" && r.value > 0);
+    ffn = ffn || (r.component == "ffn_out" && r.metric == "max_rowrel" && r.value > 0);
+  }
+  EXPECT_TRUE(scores && ffn) << "the emulation moved both: the pass tested them";
 }
 
 TEST(Accumulation, BackendsDeclareTheirs) {

@@ -49,11 +49,15 @@ TEST(ReorderedOps, EachVariantSumsInItsStatedOrder) {
 
 // A legitimate order-variant port passes under the order-variant claim, having changed bits (else
 // the run proves nothing).
-// trunc13, the emulation of the H100's fp8 tensor-core block dot (issue 32): a named variant outside
-// the calibration set, within the production linear's derived bound, and not the exact dot.
+// trunc13, the emulation of the H100's fp8 tensor-core block dot (issue 32): not a reordered sum
+// (all_sum_orders) but in the default calibration set, last; within the production linear's derived
+// bound, and not the exact dot.
 TEST(ReorderedOps, Trunc13EmulatesTheTensorCoreBlockDotWithinItsBound) {
   EXPECT_EQ(dv::sum_order_from_name("trunc13"), dv::SumOrder::kTrunc13);
   for (dv::SumOrder o : dv::all_sum_orders()) EXPECT_NE(o, dv::SumOrder::kTrunc13);
+  const std::vector<dv::SumOrder> calibration = dsv41::scenarios::selftest::calibration_orders();
+  ASSERT_EQ(calibration.size(), dv::all_sum_orders().size() + 1);
+  EXPECT_EQ(calibration.back(), dv::SumOrder::kTrunc13);
   std::printf("trunc13 seed 5\n");
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> byte(0, 255);
