@@ -195,6 +195,82 @@ OpCase index_topk_case(const OpCase& scores, const Tensor<float>& q, const Tenso
   return c;
 }
 
+// index_select, the fused selection of one index layer (Ops::index_select: a backend may score and
+// select without a [T, N] score matrix), judged as index_topk_case judges the composition: per row,
+// 1 when the top-k misses a position certainly in or takes one certainly out (intervals: exact
+// score +- its bound; positions outside `pool`, when given, are -inf: never chosen), exact 0.
+OpCase index_select_case(const OpCase& scores, const Tensor<float>& q, const Tensor<float>& keys,
+                         const Tensor<float>& weights, const std::vector<int64_t>& reach, int k,
+                         const Tensor<uint8_t>& pool) {
+  const int64_t T = q.dim(0), N = keys.dim(0);
+  const bool pooled = pool.rank() == 2;
+  DSV41_CHECK(!pooled || (pool.dim(0) == T && pool.dim(1) == N), "exact: index_select pool of the wrong shape");
+  std::vector<int8_t> sure;  // [T, N]
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> lo(static_cast<size_t>(N)), hi(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) {
+      const size_t i = static_cast<size_t>(t * N + n);
+      const bool out = pooled && pool.at(t, n) == 0;
+      lo[static_cast<size_t>(n)] = out ? -kInf : to_double(scores.exact[i]) - scores.bound[i];
+      hi[static_cast<size_t>(n)] = out ? -kInf : to_double(scores.exact[i]) + scores.bound[i];
+    }
+    const std::vector<int8_t> m = topk_membership(lo, hi, k);
+    sure.insert(sure.end(), m.begin(), m.end());
+  }
+  OpCase c;
+  c.op = "index_select";
+  c.flags = true;
+  c.inputs = scores.inputs + (pooled ? ", pool" : "");
+  c.adversarial = scores.adversarial;
+  c.reduction = N;
+  c.out = kF32;
+  c.precisions = "fused: the side's own index scores (never materialised), top-k, lower position wins ties";
+  c.formula = "tie-aware: certainly-in positions chosen, certainly-out ones not (0 = correct)";
+  c.exact.assign(static_cast<size_t>(T), Exact(0));
+  c.bound.assign(static_cast<size_t>(T), 0.0);
+  const Tensor<uint8_t> bytes = make_key_cache(keys).bytes;
+  c.run = [q, bytes, weights, reach, N, T, k, sure, pool, pooled](const reference::seam::Ops& ops) {
+    const Tensor<uint8_t> dev_bytes = ops.upload(bytes);
+    const reference::CacheRows rows{formats::CacheFormat::kIndexKeysFp4, q.dim(2), N, &dev_bytes};
+    const Tensor<uint8_t> dev_pool = pooled ? ops.upload(pool) : Tensor<uint8_t>();
+    reference::IndexSelectSpec spec;
+    spec.index_topk = k;
+    spec.pool = pooled ? &dev_pool : nullptr;
+    const Tensor<int32_t> top =
+        ops.download(ops.index_select(ops.upload(q), rows, ops.upload(weights), reach, spec).topk);
+    std::vector<float> flags(static_cast<size_t>(T), 0.0f);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<bool> chosen(static_cast<size_t>(N), false);
+      for (int64_t j = 0; j < top.dim(1); ++j) {
+        if (top.at(t, j) >= 0) chosen[static_cast<size_t>(top.at(t, j))] = true;
+      }
+      for (int64_t n = 0; n < N; ++n) {
+        const int8_t su = sure[static_cast<size_t>(t * N + n)];
+        if ((su == 1 && !chosen[static_cast<size_t>(n)]) || (su == -1 && chosen[static_cast<size_t>(n)])) {
+          flags[static_cast<size_t>(t)] = 1.0f;
+        }
+      }
+    }
+    return flags;
+  };
+  return c;
+}
+
+// A candidate pool [T, N] keeping every other block of 8 positions, so that each row's pool holds at
+// least k reachable positions (asserted: else the top-k would have to take -inf positions).
+Tensor<uint8_t> every_other_block(int64_t T, int64_t N, const std::vector<int64_t>& reach, int k) {
+  Tensor<uint8_t> pool({T, N}, "pool");
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t kept = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      pool.at(t, n) = (n / 8) % 2 == 0 ? 1 : 0;
+      kept += pool.at(t, n) && n < reach[static_cast<size_t>(t)];
+    }
+    DSV41_CHECK(kept >= k, "exact: index_select pool of row ", t, " keeps ", kept, " reachable positions, fewer than ", k);
+  }
+  return pool;
+}
+
 }  // namespace
 
 void add_attention_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out) {
@@ -224,12 +300,17 @@ void add_attention_cases(Sizes sizes, uint64_t seed, std::vector<OpCase>& out) {
     reach[0] = N / 2;
     const int k = small ? 64 : 8;
     out.push_back(index_scores_case("random", q, keys, w, reach));
-    out.push_back(index_topk_case(out.back(), q, keys, w, reach, k));
+    const OpCase random_scores = out.back();
+    out.push_back(index_topk_case(random_scores, q, keys, w, reach, k));
+    out.push_back(index_select_case(random_scores, q, keys, w, reach, k, Tensor<uint8_t>()));
+    out.push_back(index_select_case(random_scores, q, keys, w, reach, k / 2, every_other_block(T, N, reach, k / 2)));
     // Ties: every key equal, so every reachable score of a row is the same value.
     Tensor<float> same = keys;
     for (int64_t n = 1; n < N; ++n) std::copy(same.row(0), same.row(0) + Di, same.row(n));
     out.push_back(index_scores_case("ties", q, same, w, reach));
-    out.push_back(index_topk_case(out.back(), q, same, w, reach, k));
+    const OpCase tied_scores = out.back();
+    out.push_back(index_topk_case(tied_scores, q, same, w, reach, k));
+    out.push_back(index_select_case(tied_scores, q, same, w, reach, k, Tensor<uint8_t>()));
   }
   {
     Draws d(seed, "sparse_attn");
