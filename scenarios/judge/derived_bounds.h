@@ -58,7 +58,10 @@ inline constexpr const char* kRowRelMetric = "max_rowrel";
 //     (A5) a quantizer fed by an fp8 linear of the chain sees every input element move by up to a
 //          bf16 ulp (not one element per block, A3): each flips with probability p = 2^-7 over the
 //          format's smallest relative step (E4M3 0.117, E2M1 0.023), the flips random-signed in the
-//          next reduction: ulp sqrt(p + 1/n) in place of ulp/sqrt(n).
+//          next reduction: ulp sqrt(p + 1/n) in place of ulp/sqrt(n);
+//     (A6) a component whose last linear reads such a quantizer (ffn_out, attn_out) gets its errors
+//          as a linear image of the quantizer's n_q inputs: row_gain takes 6 sqrt(n / n_q) sigmas
+//          (row_gain_sigmas below).
 //   index_scores' row_gain and tensor statistics are measured under kFp8TensorCore (order_variant.h).
 // (The claim's accumulation, at component level; `dsv41 exact`'s per-op models of one reduction are
 // scenarios/exact/exact_eval.h's exact::Accumulation, the fp8 tensor-core linear's fp8_mma_bound.h.)
