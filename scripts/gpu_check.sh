@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh: both CUDA backends on a GPU machine (the `run` tool's H100/H200), in one call.
 #   1. configure (CUDA required) and build only what is checked: the tests/cuda binaries and dsv41
-#   2. the CUDA ctests (label cuda; the 2^32-input encoder sweep of kv_quant_vs_reference_test is
+#   2. the CUDA test binaries (the production kernels' included: linear, sparse attention, index_select; the 2^32-input encoder sweep of kv_quant_vs_reference_test is
 #      left out: it has its own runs in bench/RESULTS.md)
 #   3. both backends over the whole built-in suite, both modes: dsv41 run --sides ref,cuda-exact
 #      (bitexact expected) and --sides ref,cuda (the production path: tolerance, judged by the
@@ -28,7 +28,7 @@ git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || echo unknown > "$OUT/commi
 # shellcheck disable=SC2086
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_REQUIRE_CUDA=ON ${DSV41_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1 \
   && RESULT[configure]=ok || RESULT[configure]=FAIL
-TESTS="cuda_linear_test cuda_rmsnorm_test cuda_rope_test cuda_kv_quant_ops_test cuda_mhc_test cuda_mhc_mixes_test cuda_attention_test cuda_engram_test cuda_moe_test cuda_indexer_test cuda_topk_test cuda_compressor_test cuda_libm_expf_test cuda_linear_production_test cuda_sparse_attn_production_test cuda_model_test"
+TESTS="cuda_linear_test cuda_rmsnorm_test cuda_rope_test cuda_kv_quant_ops_test cuda_mhc_test cuda_mhc_mixes_test cuda_attention_test cuda_engram_test cuda_moe_test cuda_indexer_test cuda_topk_test cuda_compressor_test cuda_libm_expf_test cuda_linear_production_test cuda_sparse_attn_production_test cuda_index_select_production_test cuda_model_test"
 [[ "${1:-}" == "--runs-only" ]] && TESTS=""
 # shellcheck disable=SC2086
 cmake --build build -j"$JOBS" --target $TESTS dsv41 > "$OUT/build.log" 2>&1 && RESULT[build]=ok || RESULT[build]=FAIL
