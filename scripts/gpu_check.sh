@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh: both CUDA backends on a GPU machine (the `run` tool's H100/H200), in one call.
 #   1. configure (CUDA required) and build only what is checked: the tests/cuda binaries and dsv41
-#   2. the CUDA test binaries (the production kernels' included: linear, sparse attention, index_select; the 2^32-input encoder sweep of kv_quant_vs_reference_test is
-#      left out: it has its own runs in bench/RESULTS.md)
+#   2. the CUDA test binaries (the production kernels' included: linear, sparse attention,
+#      index_select; the 2^32-input encoder sweep of kv_quant_vs_reference_test is left out: it
+#      has its own runs in bench/RESULTS.md)
 #   3. both backends over the whole built-in suite, both modes: dsv41 run --sides ref,cuda-exact
 #      (bitexact expected) and --sides ref,cuda (the production path: tolerance, judged by the
 #      order-variant claim with the accumulation fp8-tensor-core, docs/conform.md "Accumulation");
