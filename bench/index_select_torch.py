@@ -8,33 +8,9 @@ prefill T 4096 x N 2048 (H 32, d 128). A speed reference, not the op (no FP4 key
 Median of CUDA-event timings after a 256 MiB L2 flush.
 Usage: python3 bench/index_select_torch.py
 """
-import time
-
 import torch
 
-dev = "cuda"
-flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
-
-
-def bench(fn, budget_ms=1500):
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    one = (time.perf_counter() - t0) * 1e3
-    reps = int(min(100, max(5, budget_ms / max(one, 1e-3))))
-    times = []
-    for i in range(reps):
-        flush.fill_(i & 0xFF)
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+from torch_timing import bench, dev  # the shared timing loop (median us after an L2 flush)
 
 
 def indexer(q, k, w, reach, source):

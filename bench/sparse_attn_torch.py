@@ -7,33 +7,9 @@ decode B 64 and B 1 (s_q 4) and prefill T 4096 (h 64, k 640, d 512), and the ach
 a bf16 matmul 8192^3. Median of CUDA-event timings after a 256 MiB L2 flush.
 Usage: python3 bench/sparse_attn_torch.py
 """
-import time
-
 import torch
 
-dev = "cuda"
-flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
-
-
-def bench(fn, budget_ms=1500):
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    one = (time.perf_counter() - t0) * 1e3
-    reps = int(min(100, max(5, budget_ms / max(one, 1e-3))))
-    times = []
-    for i in range(reps):
-        flush.fill_(i & 0xFF)
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+from torch_timing import bench, dev  # the shared timing loop (median us after an L2 flush)
 
 
 def main():

@@ -174,13 +174,7 @@ __global__ void __launch_bounds__(256)
     bool ok = indexer_row_encode(v, &c4, &e);
     reinterpret_cast<char4*>(q_codes + (t * kSlotHeads + h) * kSlotD)[lane] = c4;
     if (lane == 0) {
-      const float wv = live ? w[t * heads + h] : 0.0f;
-      const uint32_t wb = __float_as_uint(wv) & 0x7FFFFFFFu;
-      const int we = static_cast<int>(wb >> 23) - 127;
-      // w: a bf16 value (so bf16(I) * w' is exact in fp32 and one bf16 FMA rounds it alike), 0 or
-      // 2^-40 <= |w| < 2^41.
-      ok = ok && (wb & 0xFFFFu) == 0 && (wb == 0 || (wb < 0x7F800000u && we >= -kWExpBound && we <= kWExpBound));
-      const uint32_t hi = ok ? __float_as_uint(__fmul_rn(wv, exp2i(e))) >> 16 : 0u;  // w' = w 2^e, exact
+      const uint32_t hi = indexer_weight_code(live ? w[t * heads + h] : 0.0f, e, &ok);  // w' = w 2^e, exact
       w_pair[t * kSlotHeads + h] = make_float2(__uint_as_float((hi & 0x7FFFu) | ((hi & 0x7FFFu) << 16)),
                                                (hi & 0x8000u) != 0 ? -1.0f : 1.0f);
       if (!ok) atomicOr(&slow, 1);

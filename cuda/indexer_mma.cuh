@@ -63,6 +63,17 @@ __device__ inline bool indexer_row_encode(const float (&v)[4], char4* codes, int
   return ok;
 }
 
+// The head weight of an encoded query row of exponent e: w must be a bf16 value (so bf16(I) * w' is
+// exact in fp32 and one bf16 FMA rounds it alike), 0 or 2^-40 <= |w| < 2^41. Returns the top 16 bits
+// of w' = w 2^e (exact; its bf16 pattern, sign in bit 15), or 0 with *ok cleared when w does not
+// qualify or *ok was already false.
+__device__ inline uint32_t indexer_weight_code(float wv, int e, bool* ok) {
+  const uint32_t wb = __float_as_uint(wv) & 0x7FFFFFFFu;
+  const int we = static_cast<int>(wb >> 23) - 127;
+  *ok = *ok && (wb & 0xFFFFu) == 0 && (wb == 0 || (wb < 0x7F800000u && we >= -kWExpBound && we <= kWExpBound));
+  return *ok ? __float_as_uint(__fmul_rn(wv, exp2i(e))) >> 16 : 0u;
+}
+
 // v = values 4 lane .. 4 lane + 3 of a row of d values (zeros past d, or everywhere when !live).
 __device__ inline void load_row(const float* __restrict__ row, bool live, int64_t d, int lane, float (&v)[4]) {
   if (live && d == kSlotD && reinterpret_cast<uintptr_t>(row) % 16 == 0) {

@@ -142,69 +142,11 @@ OpCase index_scores_case(const std::string& inputs, const Tensor<float>& q, cons
   return c;
 }
 
-// index_topk of each side's OWN index_scores (the pipeline an order-variant indexer runs), compared
-// tie-aware: per query row one output, 1 when the selection misses a position certainly in the
-// top k or takes one certainly out (intervals: exact score +- its bound), exact 0, bound 0.
-OpCase index_topk_case(const OpCase& scores, const Tensor<float>& q, const Tensor<float>& keys,
-                       const Tensor<float>& weights, const std::vector<int64_t>& reach, int k) {
-  const int64_t T = q.dim(0), N = keys.dim(0);
-  std::vector<int8_t> sure;  // [T, N]
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<double> lo(static_cast<size_t>(N)), hi(static_cast<size_t>(N));
-    for (int64_t n = 0; n < N; ++n) {
-      const size_t i = static_cast<size_t>(t * N + n);
-      lo[static_cast<size_t>(n)] = to_double(scores.exact[i]) - scores.bound[i];
-      hi[static_cast<size_t>(n)] = to_double(scores.exact[i]) + scores.bound[i];
-    }
-    const std::vector<int8_t> m = topk_membership(lo, hi, k);
-    sure.insert(sure.end(), m.begin(), m.end());
-  }
-  OpCase c;
-  c.op = "index_topk";
-  c.flags = true;
-  c.inputs = scores.inputs;
-  c.adversarial = scores.adversarial;
-  c.reduction = N;
-  c.out = kF32;
-  c.precisions = "the side's own bf16 index scores; top-k, lower position wins ties";
-  c.formula = "tie-aware: certainly-in positions chosen, certainly-out ones not (0 = correct)";
-  c.exact.assign(static_cast<size_t>(T), Exact(0));
-  c.bound.assign(static_cast<size_t>(T), 0.0);
-  KeyCache cache = make_key_cache(keys);
-  const Tensor<uint8_t> bytes = cache.bytes;
-  c.run = [q, bytes, weights, reach, N, T, k, sure](const reference::seam::Ops& ops) {
-    const Tensor<uint8_t> dev_bytes = ops.upload(bytes);
-    const reference::CacheRows rows{formats::CacheFormat::kIndexKeysFp4, q.dim(2), N, &dev_bytes};
-    const Tensor<float> s = ops.index_scores(ops.upload(q), rows, ops.upload(weights), reach);
-    const Tensor<int32_t> top = ops.download(ops.index_topk(s, reach, k));
-    std::vector<float> flags(static_cast<size_t>(T), 0.0f);
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<bool> chosen(static_cast<size_t>(N), false);
-      for (int64_t j = 0; j < top.dim(1); ++j) {
-        if (top.at(t, j) >= 0) chosen[static_cast<size_t>(top.at(t, j))] = true;
-      }
-      for (int64_t n = 0; n < N; ++n) {
-        const int8_t su = sure[static_cast<size_t>(t * N + n)];
-        if ((su == 1 && !chosen[static_cast<size_t>(n)]) || (su == -1 && chosen[static_cast<size_t>(n)])) {
-          flags[static_cast<size_t>(t)] = 1.0f;
-        }
-      }
-    }
-    return flags;
-  };
-  return c;
-}
-
-// index_select, the fused selection of one index layer (Ops::index_select: a backend may score and
-// select without a [T, N] score matrix), judged as index_topk_case judges the composition: per row,
-// 1 when the top-k misses a position certainly in or takes one certainly out (intervals: exact
-// score +- its bound; positions outside `pool`, when given, are -inf: never chosen), exact 0.
-OpCase index_select_case(const OpCase& scores, const Tensor<float>& q, const Tensor<float>& keys,
-                         const Tensor<float>& weights, const std::vector<int64_t>& reach, int k,
-                         const Tensor<uint8_t>& pool) {
-  const int64_t T = q.dim(0), N = keys.dim(0);
+// Per [T, N] position of a top-k: 1 certainly in, -1 certainly out, 0 either (topk_membership of
+// the intervals exact score +- its bound; a position outside `pool`, when it has rank 2: -inf).
+std::vector<int8_t> sure_topk(const OpCase& scores, int64_t T, int64_t N, int k, const Tensor<uint8_t>& pool) {
   const bool pooled = pool.rank() == 2;
-  DSV41_CHECK(!pooled || (pool.dim(0) == T && pool.dim(1) == N), "exact: index_select pool of the wrong shape");
+  DSV41_CHECK(!pooled || (pool.dim(0) == T && pool.dim(1) == N), "exact: a top-k pool of the wrong shape");
   std::vector<int8_t> sure;  // [T, N]
   for (int64_t t = 0; t < T; ++t) {
     std::vector<double> lo(static_cast<size_t>(N)), hi(static_cast<size_t>(N));
@@ -217,17 +159,74 @@ OpCase index_select_case(const OpCase& scores, const Tensor<float>& q, const Ten
     const std::vector<int8_t> m = topk_membership(lo, hi, k);
     sure.insert(sure.end(), m.begin(), m.end());
   }
+  return sure;
+}
+
+// Per row of a side's top-k [T, >= 0] (-1 padding): 1 when it misses a position certainly in or
+// takes one certainly out (`sure`, sure_topk), else 0.
+std::vector<float> selection_flags(const Tensor<int32_t>& top, const std::vector<int8_t>& sure, int64_t T, int64_t N) {
+  std::vector<float> flags(static_cast<size_t>(T), 0.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<bool> chosen(static_cast<size_t>(N), false);
+    for (int64_t j = 0; j < top.dim(1); ++j) {
+      if (top.at(t, j) >= 0) chosen[static_cast<size_t>(top.at(t, j))] = true;
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      const int8_t su = sure[static_cast<size_t>(t * N + n)];
+      if ((su == 1 && !chosen[static_cast<size_t>(n)]) || (su == -1 && chosen[static_cast<size_t>(n)])) {
+        flags[static_cast<size_t>(t)] = 1.0f;
+      }
+    }
+  }
+  return flags;
+}
+
+// A selection case: per query row one output, the row's selection_flags, exact 0, bound 0.
+OpCase selection_case(const char* op, const OpCase& scores, int64_t T, int64_t N, const char* precisions) {
   OpCase c;
-  c.op = "index_select";
+  c.op = op;
   c.flags = true;
-  c.inputs = scores.inputs + (pooled ? ", pool" : "");
+  c.inputs = scores.inputs;
   c.adversarial = scores.adversarial;
   c.reduction = N;
   c.out = kF32;
-  c.precisions = "fused: the side's own index scores (never materialised), top-k, lower position wins ties";
+  c.precisions = precisions;
   c.formula = "tie-aware: certainly-in positions chosen, certainly-out ones not (0 = correct)";
   c.exact.assign(static_cast<size_t>(T), Exact(0));
   c.bound.assign(static_cast<size_t>(T), 0.0);
+  return c;
+}
+
+// index_topk of each side's OWN index_scores (the pipeline an order-variant indexer runs), compared
+// tie-aware: per query row one output, 1 when the selection misses a position certainly in the
+// top k or takes one certainly out (intervals: exact score +- its bound), exact 0, bound 0.
+OpCase index_topk_case(const OpCase& scores, const Tensor<float>& q, const Tensor<float>& keys,
+                       const Tensor<float>& weights, const std::vector<int64_t>& reach, int k) {
+  const int64_t T = q.dim(0), N = keys.dim(0);
+  const std::vector<int8_t> sure = sure_topk(scores, T, N, k, Tensor<uint8_t>());
+  OpCase c = selection_case("index_topk", scores, T, N, "the side's own bf16 index scores; top-k, lower position wins ties");
+  const Tensor<uint8_t> bytes = make_key_cache(keys).bytes;
+  c.run = [q, bytes, weights, reach, N, T, k, sure](const reference::seam::Ops& ops) {
+    const Tensor<uint8_t> dev_bytes = ops.upload(bytes);
+    const reference::CacheRows rows{formats::CacheFormat::kIndexKeysFp4, q.dim(2), N, &dev_bytes};
+    const Tensor<float> s = ops.index_scores(ops.upload(q), rows, ops.upload(weights), reach);
+    return selection_flags(ops.download(ops.index_topk(s, reach, k)), sure, T, N);
+  };
+  return c;
+}
+
+// index_select, the fused selection of one index layer (Ops::index_select: a backend may score and
+// select without a [T, N] score matrix), judged as index_topk_case judges the composition (positions
+// outside `pool`, when given, are -inf: never chosen).
+OpCase index_select_case(const OpCase& scores, const Tensor<float>& q, const Tensor<float>& keys,
+                         const Tensor<float>& weights, const std::vector<int64_t>& reach, int k,
+                         const Tensor<uint8_t>& pool) {
+  const int64_t T = q.dim(0), N = keys.dim(0);
+  const bool pooled = pool.rank() == 2;
+  const std::vector<int8_t> sure = sure_topk(scores, T, N, k, pool);
+  OpCase c = selection_case("index_select", scores, T, N,
+                            "fused: the side's own index scores (never materialised), top-k, lower position wins ties");
+  c.inputs += pooled ? ", pool" : "";
   const Tensor<uint8_t> bytes = make_key_cache(keys).bytes;
   c.run = [q, bytes, weights, reach, N, T, k, sure, pool, pooled](const reference::seam::Ops& ops) {
     const Tensor<uint8_t> dev_bytes = ops.upload(bytes);
@@ -236,22 +235,8 @@ OpCase index_select_case(const OpCase& scores, const Tensor<float>& q, const Ten
     reference::IndexSelectSpec spec;
     spec.index_topk = k;
     spec.pool = pooled ? &dev_pool : nullptr;
-    const Tensor<int32_t> top =
-        ops.download(ops.index_select(ops.upload(q), rows, ops.upload(weights), reach, spec).topk);
-    std::vector<float> flags(static_cast<size_t>(T), 0.0f);
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<bool> chosen(static_cast<size_t>(N), false);
-      for (int64_t j = 0; j < top.dim(1); ++j) {
-        if (top.at(t, j) >= 0) chosen[static_cast<size_t>(top.at(t, j))] = true;
-      }
-      for (int64_t n = 0; n < N; ++n) {
-        const int8_t su = sure[static_cast<size_t>(t * N + n)];
-        if ((su == 1 && !chosen[static_cast<size_t>(n)]) || (su == -1 && chosen[static_cast<size_t>(n)])) {
-          flags[static_cast<size_t>(t)] = 1.0f;
-        }
-      }
-    }
-    return flags;
+    return selection_flags(ops.download(ops.index_select(ops.upload(q), rows, ops.upload(weights), reach, spec).topk),
+                           sure, T, N);
   };
   return c;
 }
