@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""An engine-shaped port of the whole tiny model: vLLM's module names, its own loop, its own dump.
+
+    PYTHONPATH=build/python python3 examples/torch_port/engine_port.py --dump /tmp/engine_dump [--bug NAME] [--conform]
+
+What it shows (issue 33): an engine whose modules are named as vLLM's DeepSeek V4 model
+(deepseek_v4.py: model.embed_tokens, model.layers.N.{attn_norm, attn, attn.indexer, ffn_norm, ffn},
+a decoder layer returning vLLM's CUDA-path tuple (ffn_out, attn_stream, ffn hc post, ffn hc comb),
+model.norm, logits_processor) is dumped with ONE line, dsv41.torch_hooks.attach(engine, names="vllm"),
+and its own loop writes the dump with dsv41.PortDumpWriter (its tensors and its cache bytes, no
+dsv41 model underneath the writer), which `dsv41 conform` judges end to end.
+
+What computes in torch (the port's own math, reference semantics, docs/mhc.md, docs/numerics.md):
+the embedding (model.embed_tokens: the checkpoint's bf16 table by id, copied to the hc streams), every
+mHC step (the hc_attn / hc_ffn mixes with their Sinkhorn, hc_pre, hc_post: fp32 in torch's own sum
+order, hence the "order-variant" claim), every RMSNorm (attn_norm, ffn_norm, the final norm) and the
+fp32 head (logits_processor). What is a **recorded kernel** (returns what the reference computed
+for its (layer, component) at this step, dsv41.Model.step(capture=True), the stand-in for an
+engine's kernels): the attention (model.layers.N.attn and its indexer's top-k), the MoE
+(model.layers.N.ffn: fp4 experts, which torch 1.13 cannot hold), the Engram (model.layers.N.engram),
+and the caches (the reference's bytes after the step). The torch re-implementation of the
+attention's parts is examples/torch_port/port.py (indexer, compressor, sparse attention).
+
+Components dumped (the vLLM map, plus NAMES's entries for the modules vLLM's V4 model does not
+have: hc_attn, hc_ffn, engram): model.embed, attn_in, attn_out, topk (the index sources), ffn_in,
+ffn_out, attn_stream, hc_ffn_post / hc_ffn_comb (the layer's tuple), hc_attn_pre / post / comb,
+hc_ffn_pre, engram_out, model.final_norm_out, model.logits, and every cache. Not covered: in_stream,
+in_pre, engram_ids, index_scores, candidates, experts, out_stream (vLLM's layer hands its stream on
+as (ffn_out, attn_stream, post, comb); the next layer's fused hc_post makes it).
+
+--bug NAME perturbs one module the way an engine bug would (conform must locate it):
+    attn_out_ulp           layer 3 attn: one element one bf16 ulp off
+    window_kv_slot_order   layer 0 window_kv cache written in slot order (wrong once the ring wraps)
+    ffn_comb_transposed    every layer's closing hc_post reads its comb transposed (an orientation mix-up)
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import dsv41  # noqa: E402
+import dsv41.torch_hooks  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ORACLE = os.path.join(ROOT, "golden", "oracle")
+PROMPT = [(37 * i + 11) % 1024 for i in range(70)]
+STEPS = [("prefill", PROMPT[:45]), ("prefill", PROMPT[45:])] + [("decode", [t]) for t in (5, 723, 100)]
+L = r"model\.layers\.(\d+)"
+# The vLLM map, and what this engine has beyond vLLM's V4 modules (a user map extending a built-in one).
+NAMES = dsv41.torch_hooks.MAPS["vllm"] + [
+    (L + r"\.hc_attn", ("hc_attn_pre", "hc_attn_post", "hc_attn_comb")),
+    (L + r"\.hc_ffn", ("hc_ffn_pre", None, None)),
+    (L + r"\.engram", "engram_out"),
+]
+BUGS = ("attn_out_ulp", "window_kv_slot_order", "ffn_comb_transposed")
+
+
+def bf16(t):
+    """Round fp32 to bf16 (nearest even) and back: the rounding point of every bf16 tensor."""
+    return t.to(torch.bfloat16).to(torch.float32)
+
+
+class RMSNorm(nn.Module):
+    """The official RMSNorm: fp32 math, one rounding to bf16 (docs/numerics.md)."""
+
+    def __init__(self, weight, eps):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.float().square().mean(-1, keepdim=True)
+        return bf16(self.weight * (x * torch.rsqrt(var + self.eps)))
+
+
+def hc_pre(stream, pre):
+    """[T, hc, dim] streams collapsed with pre [T, hc]: [T, dim] bf16 (reference/ops/mhc.h)."""
+    return bf16((pre[:, :, None] * stream).sum(1))
+
+
+def hc_post(f, residual, post, comb, bug=None):
+    """out[j] = post[j] * f + sum_i comb[i, j] * residual[i], [T, hc, dim] bf16."""
+    mix = "tji,tid->tjd" if bug == "ffn_comb_transposed" else "tij,tid->tjd"
+    return bf16(post[:, :, None] * f[:, None, :] + torch.einsum(mix, comb, residual))
+
+
+class Mixes(nn.Module):
+    """One sublayer's mHC mixes (hc_attn_* / hc_ffn_* weights): pre, post [T, hc], comb [T, hc, hc]
+    by Sinkhorn (docs/mhc.md). fp32 throughout, torch's own sum order."""
+
+    def __init__(self, fn, scale, base, c):
+        super().__init__()
+        self.fn, self.scale, self.base = fn, scale, base
+        self.hc, self.eps, self.iters, self.hc_eps = c["hc_mult"], c["norm_eps"], c["hc_sinkhorn_iters"], c["hc_eps"]
+
+    def forward(self, stream):
+        T, hc, e = stream.shape[0], self.hc, self.hc_eps
+        x = stream.reshape(T, -1)
+        mix = (x @ self.fn.T) * torch.rsqrt(x.square().mean(-1, keepdim=True) + self.eps)
+        s, b = self.scale, self.base
+        pre = torch.sigmoid(mix[:, :hc] * s[0] + b[:hc]) + e
+        post = 2 * torch.sigmoid(mix[:, hc:2 * hc] * s[1] + b[hc:2 * hc])
+        logits = (mix[:, 2 * hc:] * s[2] + b[2 * hc:]).reshape(T, hc, hc)
+        comb = (logits - logits.max(-1, keepdim=True).values).exp()
+        comb = comb / comb.sum(-1, keepdim=True) + e
+        comb = comb / (comb.sum(-2, keepdim=True) + e)
+        for _ in range(self.iters - 1):
+            comb = comb / (comb.sum(-1, keepdim=True) + e)
+            comb = comb / (comb.sum(-2, keepdim=True) + e)
+        return pre, post, comb
+
+
+class Recorded(nn.Module):
+    """A recorded kernel: returns the reference's value of (layer, component) at this step."""
+
+    def __init__(self, engine, key):
+        super().__init__()
+        self.engine = [engine]  # not a submodule
+        self.key = key
+
+    def forward(self, *_):
+        return torch.from_numpy(self.engine[0].ref[self.key].copy())
+
+
+class Attention(nn.Module):
+    """model.layers.N.attn (recorded kernel) with its indexer (the index sources)."""
+
+    def __init__(self, engine, layer, has_indexer):
+        super().__init__()
+        self.layer = layer
+        self.indexer = Recorded(engine, f"layer{layer:02d}.topk") if has_indexer else None
+        self.out = Recorded(engine, f"layer{layer:02d}.attn_out")
+        self.engine = [engine]
+
+    def forward(self, positions, x):
+        if self.indexer is not None:
+            self.indexer(x)
+        o = self.out()
+        if self.engine[0].bug == "attn_out_ulp" and self.layer == 3:
+            bits = o.numpy().view(np.uint32)
+            bits[0, 0] += 1 << 16                  # the next bf16 value
+        return o
+
+
+class DecoderLayer(nn.Module):
+    """vLLM's DeepseekV4DecoderLayer names (attn_norm, attn, ffn_norm, ffn, hc_attn_*, hc_ffn_*);
+    forward(x, residual, post, comb, pre) returns its CUDA path's 4-tuple (ffn_out, attn_stream,
+    ffn post [T, hc, 1], ffn comb): the layer's last hc_post runs at the start of the next layer,
+    as vLLM fuses it. `pre` is the pre the attention applies (the last sublayer's, docs/port-dump.md
+    "layer00.in_pre"); the layer leaves its FFN's pre in self.next_pre."""
+
+    def __init__(self, engine, layer, has_indexer, W, c):
+        super().__init__()
+        p, k = f"layers.{layer}.", f"layer{layer:02d}."
+        self.engram = Recorded(engine, k + "engram_out") if layer in c["engram_layer_ids"] else None
+        self.hc_attn = Mixes(W(p + "hc_attn_fn"), W(p + "hc_attn_scale"), W(p + "hc_attn_base"), c)
+        self.attn_norm = RMSNorm(W(p + "attn_norm.weight"), c["norm_eps"])
+        self.attn = Attention(engine, layer, has_indexer)
+        self.hc_ffn = Mixes(W(p + "hc_ffn_fn"), W(p + "hc_ffn_scale"), W(p + "hc_ffn_base"), c)
+        self.ffn_norm = RMSNorm(W(p + "ffn_norm.weight"), c["norm_eps"])
+        self.ffn = Recorded(engine, k + "ffn_out")
+        self.engine = [engine]
+        self.next_pre = None
+
+    def forward(self, x, residual, post, comb, pre, positions):
+        bug = self.engine[0].bug
+        stream = x if residual is None else hc_post(x, residual, post[:, :, 0], comb, bug)   # [T, hc, dim]
+        if self.engram is not None:
+            stream = self.engram(stream)          # the Engram's gated residual (recorded kernel)
+        a_pre, a_post, a_comb = self.hc_attn(stream)
+        a = self.attn(positions, self.attn_norm(hc_pre(stream, pre)))
+        attn_stream = hc_post(a, stream, a_post, a_comb)
+        f_pre, f_post, f_comb = self.hc_ffn(attn_stream)
+        f = self.ffn(self.ffn_norm(hc_pre(attn_stream, a_pre)))
+        self.next_pre = f_pre
+        return f, attn_stream, f_post[:, :, None], f_comb
+
+
+class Model(nn.Module):
+    def __init__(self, engine, W, c):
+        super().__init__()
+        self.hc = c["hc_mult"]
+        self.embed_tokens = nn.Embedding.from_pretrained(W("embed.weight"))   # bf16 values held as float32
+        self.layers = nn.ModuleList(DecoderLayer(engine, l, l in c["index_source_layers"], W, c)
+                                    for l in range(c["n_layers"]))
+        self.norm = RMSNorm(W("norm.weight"), c["norm_eps"])
+        self.engine = [engine]
+
+    def forward(self, input_ids, positions):
+        T = input_ids.shape[0]
+        x = self.embed_tokens(input_ids)[:, None, :].repeat(1, self.hc, 1)   # [T, hc, dim]
+        residual = post = comb = None
+        pre = torch.zeros(T, self.hc)
+        pre[:, 0] = 1.0                                                      # layer 0: the identity pre
+        for layer in self.layers:
+            x, residual, post, comb = layer(x, residual, post, comb, pre, positions)
+            pre = layer.next_pre
+        stream = hc_post(x, residual, post[:, :, 0], comb, self.engine[0].bug)
+        return self.norm(hc_pre(stream[-1:], pre[-1:]))                     # [1, dim]: the last position
+
+
+class LogitsProcessor(nn.Module):
+    """The fp32 head of the last position: [1, vocab]."""
+
+    def __init__(self, head):
+        super().__init__()
+        self.head = head
+
+    def forward(self, h):
+        return h @ self.head.T
+
+
+class Engine(nn.Module):
+    """vLLM's DeepseekV4ForCausalLM shape: model.*, logits_processor."""
+
+    def __init__(self, config, weights, bug=None):
+        super().__init__()
+        if bug is not None and bug not in BUGS:
+            raise ValueError(f"--bug {bug}: not a bug of this engine (known: {', '.join(BUGS)})")
+        c = json.loads(config.json())
+        self.bug = bug
+        self.ref = {}
+        self.hc = c["hc_mult"]
+
+        def W(name):
+            return torch.from_numpy(weights.tensor(name))
+
+        self.model = Model(self, W, c)
+        self.logits_processor = LogitsProcessor(W("head.weight"))
+
+    def forward(self, input_ids, positions):
+        return self.logits_processor(self.model(input_ids, positions))
+
+
+def cache_values(caches, bug=None):
+    """The step's caches as dump keys (the engine's own bytes: here the reference's)."""
+    out = {}
+    for v in caches:
+        key = f"layer{v['layer']:02d}.cache.{v['kind']}"
+        data = np.array(v["bytes"])
+        if bug == "window_kv_slot_order" and v["kind"] == "window_kv" and v["layer"] == 0:
+            W = data.shape[0]
+            first = int(v["positions"][0]) if W else 0
+            data = np.roll(data, first % W, axis=0) if W else data   # slot order: position p at slot p % W
+        out[key] = data
+        out[key + ".positions"] = np.array(v["positions"], dtype=np.int64)
+    return out
+
+
+def run(dump, config_path=None, weights_path=None, bug=None):
+    """Runs the engine's loop and writes its dump; returns (hooks, keys written per step)."""
+    config_path = config_path or os.path.join(ORACLE, "config.json")
+    weights_path = weights_path or os.path.join(ORACLE, "weights.safetensors")
+    config = dsv41.Config.load(config_path)
+    weights = dsv41.Weights.load(weights_path, config)
+    kernels = dsv41.Model(config, weights)              # the recorded kernels' source
+    state = kernels.new_state()
+    engine = Engine(config, weights, bug)
+    hooks = dsv41.torch_hooks.attach(engine, names=NAMES, hc=engine.hc)
+    writer = dsv41.PortDumpWriter(dump, config, claim="order-variant", weights=weights_path,
+                                  command_line="examples/torch_port/engine_port.py" + (f" --bug {bug}" if bug else ""),
+                                  tool="dsv41 example engine (vLLM names)")
+    written = []
+    for event, tokens in STEPS:
+        r = kernels.step(state, tokens, capture=True)
+        engine.ref = r["components"]
+        ids = torch.tensor(tokens, dtype=torch.int64)
+        start = r["start_pos"]
+        with torch.no_grad():
+            engine(ids, torch.arange(start, start + len(tokens)))
+        values = hooks.take()
+        values.update(cache_values(r["caches"], bug))
+        writer.write_step(tokens, event, values)
+        written.append(sorted(values))
+    writer.finish()
+    return hooks, written
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dump", required=True, help="a new or empty directory (or FILE.h5)")
+    ap.add_argument("--bug", default=None, help="plant an engine bug: " + ", ".join(BUGS))
+    ap.add_argument("--config", default=None)
+    ap.add_argument("--weights", default=None)
+    ap.add_argument("--conform", action="store_true", help="judge the dump and print the root cause")
+    a = ap.parse_args()
+    try:
+        hooks, written = run(a.dump, a.config, a.weights, a.bug)
+    except dsv41.Error as e:
+        print(f"engine_port: error: {e}", file=sys.stderr)
+        return 2
+    print(f"engine_port: wrote {a.dump}: {len(written)} steps, {len(written[0])} keys a step; "
+          f"{len(hooks.mapped)} modules mapped, missing: {hooks.missing or 'none'}")
+    if a.conform:
+        r = dsv41.conform(a.dump, weights=a.weights or os.path.join(ORACLE, "weights.safetensors"),
+                          config=a.config or os.path.join(ORACLE, "config.json"))
+        print(dsv41.format_root_cause(r))
+        return r["exit_code"]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
