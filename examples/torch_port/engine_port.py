@@ -10,16 +10,20 @@ model.norm, logits_processor) is dumped with ONE line, dsv41.torch_hooks.attach(
 and its own loop writes the dump with dsv41.PortDumpWriter (its tensors and its cache bytes, no
 dsv41 model underneath the writer), which `dsv41 conform` judges end to end.
 
-What computes in torch (the port's own math, reference semantics, docs/mhc.md, docs/numerics.md):
-the embedding (model.embed_tokens: the checkpoint's bf16 table by id, copied to the hc streams), every
-mHC step (the hc_attn / hc_ffn mixes with their Sinkhorn, hc_pre, hc_post: fp32 in torch's own sum
-order, hence the "order-variant" claim), every RMSNorm (attn_norm, ffn_norm, the final norm) and the
-fp32 head (logits_processor). What is a **recorded kernel** (returns what the reference computed
-for its (layer, component) at this step, dsv41.Model.step(capture=True), the stand-in for an
-engine's kernels): the attention (model.layers.N.attn and its indexer's top-k), the MoE
-(model.layers.N.ffn: fp4 experts, which torch 1.13 cannot hold), the Engram (model.layers.N.engram),
-and the caches (the reference's bytes after the step). The torch re-implementation of the
-attention's parts is examples/torch_port/port.py (indexer, compressor, sparse attention).
+What computes in torch (the port's own math, reference semantics, docs/mhc.md, docs/numerics.md,
+docs/attention.md): the embedding (model.embed_tokens: the checkpoint's bf16 table by id, copied to
+the hc streams), every mHC step (the hc_attn / hc_ffn mixes with their Sinkhorn, hc_pre, hc_post:
+fp32 in torch's own sum order, hence the "order-variant" claim), every RMSNorm (attn_norm, ffn_norm,
+q_norm, kv_norm, the final norm), the attention of the window-only layers (layers 0 and 1 of the tiny
+config: engine_attention.py, with port.py's sparse attention), every layer's window_kv ring (the
+engine's own cache, dumped as its packed bytes) and the fp32 head (logits_processor). Through dsv41
+inside those torch modules (torch 1.13 has no float8 / float4): the fp8 / bf16 linears
+(dsv41.ops.linear, grouped_linear), the RoPE rows (dsv41.ops.rope_rows) and the fp8 cache codec
+(dsv41.formats). **Recorded kernels** (they return what the reference computed for their (layer,
+component) at this step, dsv41.Model.step(capture=True), the stand-in for an engine's kernels): the
+compressed layers' attention output and their indexer's top-k, the MoE (model.layers.N.ffn: fp4
+experts), the Engram (model.layers.N.engram), and the compressed layers' compressed_kv, index_keys
+and compressor caches. port.py has torch versions of the indexer, compressor and sparse attention.
 
 Components dumped (the vLLM map, plus NAMES's entries for the modules vLLM's V4 model does not
 have: hc_attn, hc_ffn, engram): model.embed, attn_in, attn_out, topk (the index sources), ffn_in,
@@ -46,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import dsv41  # noqa: E402
 import dsv41.torch_hooks  # noqa: E402
+from engine_attention import WindowAttention  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ORACLE = os.path.join(ROOT, "golden", "oracle")
@@ -128,20 +133,22 @@ class Recorded(nn.Module):
         return torch.from_numpy(self.engine[0].ref[self.key].copy())
 
 
-class Attention(nn.Module):
-    """model.layers.N.attn (recorded kernel) with its indexer (the index sources)."""
+class Attention(WindowAttention):
+    """model.layers.N.attn: window-only layers in torch (engine_attention.py); a compressed layer keeps
+    its window ring in torch, its output and its indexer's top-k are recorded kernels."""
 
-    def __init__(self, engine, layer, has_indexer):
-        super().__init__()
+    def __init__(self, engine, weights, layer, c):
+        k = f"layer{layer:02d}."
+        compressed = c["compress_ratios"][layer] > 0
+        super().__init__(weights, layer, c, RMSNorm, Recorded(engine, k + "attn_out") if compressed else None)
+        self.indexer = Recorded(engine, k + "topk") if layer in c["index_source_layers"] else None
         self.layer = layer
-        self.indexer = Recorded(engine, f"layer{layer:02d}.topk") if has_indexer else None
-        self.out = Recorded(engine, f"layer{layer:02d}.attn_out")
         self.engine = [engine]
 
     def forward(self, positions, x):
         if self.indexer is not None:
             self.indexer(x)
-        o = self.out()
+        o = super().forward(positions, x)
         if self.engine[0].bug == "attn_out_ulp" and self.layer == 3:
             bits = o.numpy().view(np.uint32)
             bits[0, 0] += 1 << 16                  # the next bf16 value
@@ -155,13 +162,13 @@ class DecoderLayer(nn.Module):
     as vLLM fuses it. `pre` is the pre the attention applies (the last sublayer's, docs/port-dump.md
     "layer00.in_pre"); the layer leaves its FFN's pre in self.next_pre."""
 
-    def __init__(self, engine, layer, has_indexer, W, c):
+    def __init__(self, engine, weights, layer, W, c):
         super().__init__()
         p, k = f"layers.{layer}.", f"layer{layer:02d}."
         self.engram = Recorded(engine, k + "engram_out") if layer in c["engram_layer_ids"] else None
         self.hc_attn = Mixes(W(p + "hc_attn_fn"), W(p + "hc_attn_scale"), W(p + "hc_attn_base"), c)
         self.attn_norm = RMSNorm(W(p + "attn_norm.weight"), c["norm_eps"])
-        self.attn = Attention(engine, layer, has_indexer)
+        self.attn = Attention(engine, weights, layer, c)
         self.hc_ffn = Mixes(W(p + "hc_ffn_fn"), W(p + "hc_ffn_scale"), W(p + "hc_ffn_base"), c)
         self.ffn_norm = RMSNorm(W(p + "ffn_norm.weight"), c["norm_eps"])
         self.ffn = Recorded(engine, k + "ffn_out")
@@ -183,11 +190,11 @@ class DecoderLayer(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self, engine, W, c):
+    def __init__(self, engine, weights, W, c):
         super().__init__()
         self.hc = c["hc_mult"]
         self.embed_tokens = nn.Embedding.from_pretrained(W("embed.weight"))   # bf16 values held as float32
-        self.layers = nn.ModuleList(DecoderLayer(engine, l, l in c["index_source_layers"], W, c)
+        self.layers = nn.ModuleList(DecoderLayer(engine, weights, l, W, c)
                                     for l in range(c["n_layers"]))
         self.norm = RMSNorm(W("norm.weight"), c["norm_eps"])
         self.engine = [engine]
@@ -231,25 +238,27 @@ class Engine(nn.Module):
         def W(name):
             return torch.from_numpy(weights.tensor(name))
 
-        self.model = Model(self, W, c)
+        self.model = Model(self, weights, W, c)
         self.logits_processor = LogitsProcessor(W("head.weight"))
 
     def forward(self, input_ids, positions):
         return self.logits_processor(self.model(input_ids, positions))
 
 
-def cache_values(caches, bug=None):
-    """The step's caches as dump keys (the engine's own bytes: here the reference's)."""
+def cache_values(engine, caches, bug=None):
+    """The step's caches as dump keys: every window_kv ring the engine's own (torch), the compressed
+    layers' compressed_kv / index_keys / compressor caches recorded (the reference's bytes)."""
     out = {}
     for v in caches:
         key = f"layer{v['layer']:02d}.cache.{v['kind']}"
-        data = np.array(v["bytes"])
-        if bug == "window_kv_slot_order" and v["kind"] == "window_kv" and v["layer"] == 0:
-            W = data.shape[0]
-            first = int(v["positions"][0]) if W else 0
-            data = np.roll(data, first % W, axis=0) if W else data   # slot order: position p at slot p % W
+        if v["kind"] == "window_kv":
+            data, pos = engine.model.layers[v["layer"]].attn.cache()
+            if bug == "window_kv_slot_order" and v["layer"] == 0:
+                data = np.roll(data, int(pos[0]) % data.shape[0], axis=0)   # slot order: position p at slot p % W
+        else:
+            data, pos = np.array(v["bytes"]), np.array(v["positions"], dtype=np.int64)
         out[key] = data
-        out[key + ".positions"] = np.array(v["positions"], dtype=np.int64)
+        out[key + ".positions"] = pos
     return out
 
 
@@ -275,7 +284,7 @@ def run(dump, config_path=None, weights_path=None, bug=None):
         with torch.no_grad():
             engine(ids, torch.arange(start, start + len(tokens)))
         values = hooks.take()
-        values.update(cache_values(r["caches"], bug))
+        values.update(cache_values(engine, r["caches"], bug))
         writer.write_step(tokens, event, values)
         written.append(sorted(values))
     writer.finish()
