@@ -16,20 +16,20 @@ the hc streams), every mHC step (the hc_attn / hc_ffn mixes with their Sinkhorn,
 fp32 in torch's own sum order, hence the "order-variant" claim), every RMSNorm (attn_norm, ffn_norm,
 q_norm, kv_norm, the final norm), the attention of the window-only layers (layers 0 and 1 of the tiny
 config: engine_attention.py, with port.py's sparse attention), every layer's window_kv ring (the
-engine's own cache, dumped as its packed bytes) and the fp32 head (logits_processor). Through dsv41
+engine's own cache, dumped as its packed bytes), the MoE (engine_moe.py: the gate's routing, the
+SwiGLU, the experts' accumulation) and the fp32 head (logits_processor). Through dsv41
 inside those torch modules (torch 1.13 has no float8 / float4): the fp8 / bf16 linears
 (dsv41.ops.linear, grouped_linear), the RoPE rows (dsv41.ops.rope_rows) and the fp8 cache codec
 (dsv41.formats). **Recorded kernels** (they return what the reference computed for their (layer,
 component) at this step, dsv41.Model.step(capture=True), the stand-in for an engine's kernels): the
-compressed layers' attention output and their indexer's top-k, the MoE (model.layers.N.ffn: fp4
-experts), the Engram (model.layers.N.engram), and the compressed layers' compressed_kv, index_keys
-and compressor caches. port.py has torch versions of the indexer, compressor and sparse attention.
+compressed layers' attention output and their indexer's top-k, the Engram (model.layers.N.engram),
+and the compressed layers' compressed_kv, index_keys and compressor caches. port.py has torch versions of the indexer, compressor and sparse attention.
 
 Components dumped (the vLLM map, plus NAMES's entries for the modules vLLM's V4 model does not
-have: hc_attn, hc_ffn, engram): model.embed, attn_in, attn_out, topk (the index sources), ffn_in,
+have: hc_attn, hc_ffn, engram, ffn.gate): model.embed, attn_in, attn_out, topk (the index sources), ffn_in,
 ffn_out, attn_stream, hc_ffn_post / hc_ffn_comb (the layer's tuple), hc_attn_pre / post / comb,
-hc_ffn_pre, engram_out, model.final_norm_out, model.logits, and every cache. Not covered: in_stream,
-in_pre, engram_ids, index_scores, candidates, experts, out_stream (vLLM's layer hands its stream on
+hc_ffn_pre, engram_out, experts, model.final_norm_out, model.logits, and every cache. Not covered:
+in_stream, in_pre, engram_ids, index_scores, candidates, out_stream (vLLM's layer hands its stream on
 as (ffn_out, attn_stream, post, comb); the next layer's fused hc_post makes it).
 
 --bug NAME perturbs one module the way an engine bug would (conform must locate it):
@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dsv41  # noqa: E402
 import dsv41.torch_hooks  # noqa: E402
 from engine_attention import WindowAttention  # noqa: E402
+from engine_moe import MoE  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ORACLE = os.path.join(ROOT, "golden", "oracle")
@@ -62,6 +63,7 @@ NAMES = dsv41.torch_hooks.MAPS["vllm"] + [
     (L + r"\.hc_attn", ("hc_attn_pre", "hc_attn_post", "hc_attn_comb")),
     (L + r"\.hc_ffn", ("hc_ffn_pre", None, None)),
     (L + r"\.engram", "engram_out"),
+    (L + r"\.ffn\.gate", (None, "experts")),          # this engine's gate returns (weights, experts)
 ]
 BUGS = ("attn_out_ulp", "window_kv_slot_order", "ffn_comb_transposed")
 
@@ -171,7 +173,7 @@ class DecoderLayer(nn.Module):
         self.attn = Attention(engine, weights, layer, c)
         self.hc_ffn = Mixes(W(p + "hc_ffn_fn"), W(p + "hc_ffn_scale"), W(p + "hc_ffn_base"), c)
         self.ffn_norm = RMSNorm(W(p + "ffn_norm.weight"), c["norm_eps"])
-        self.ffn = Recorded(engine, k + "ffn_out")
+        self.ffn = MoE(weights, layer, c)
         self.engine = [engine]
         self.next_pre = None
 

@@ -26,7 +26,7 @@ WEIGHTS = os.path.join(ORACLE, "weights.safetensors")
 # What the vLLM map (and engine_port.NAMES) must record of the engine (docs/python.md "Engine name maps").
 VLLM_COMPONENTS = {"embed", "attn_in", "attn_out", "topk", "ffn_in", "ffn_out", "attn_stream", "hc_ffn_post",
                    "hc_ffn_comb", "final_norm_out", "logits", "hc_attn_pre", "hc_attn_post", "hc_attn_comb",
-                   "hc_ffn_pre", "engram_out"}
+                   "hc_ffn_pre", "engram_out", "experts"}
 
 
 def conform(dump):
