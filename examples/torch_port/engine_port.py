@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dsv41  # noqa: E402
 import dsv41.torch_hooks  # noqa: E402
 from engine_attention import WindowAttention  # noqa: E402
+from engine_compressed import CompressedAttention  # noqa: E402
 from engine_moe import MoE  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -135,26 +136,12 @@ class Recorded(nn.Module):
         return torch.from_numpy(self.engine[0].ref[self.key].copy())
 
 
-class Attention(WindowAttention):
-    """model.layers.N.attn: window-only layers in torch (engine_attention.py); a compressed layer keeps
-    its window ring in torch, its output and its indexer's top-k are recorded kernels."""
-
-    def __init__(self, engine, weights, layer, c):
-        k = f"layer{layer:02d}."
-        compressed = c["compress_ratios"][layer] > 0
-        super().__init__(weights, layer, c, RMSNorm, Recorded(engine, k + "attn_out") if compressed else None)
-        self.indexer = Recorded(engine, k + "topk") if layer in c["index_source_layers"] else None
-        self.layer = layer
-        self.engine = [engine]
-
-    def forward(self, positions, x):
-        if self.indexer is not None:
-            self.indexer(x)
-        o = super().forward(positions, x)
-        if self.engine[0].bug == "attn_out_ulp" and self.layer == 3:
-            bits = o.numpy().view(np.uint32)
-            bits[0, 0] += 1 << 16                  # the next bf16 value
-        return o
+def attention(engine, weights, layer, c):
+    """model.layers.N.attn: window-only layers (engine_attention.py) or compressed ones
+    (engine_compressed.py, sharing the engine's per-step state and its kv owners' caches)."""
+    if c["compress_ratios"][layer] == 0:
+        return WindowAttention(weights, layer, c, RMSNorm)
+    return CompressedAttention(weights, layer, c, RMSNorm, engine.attn_modules, engine.shared)
 
 
 class DecoderLayer(nn.Module):
@@ -170,7 +157,8 @@ class DecoderLayer(nn.Module):
         self.engram = Recorded(engine, k + "engram_out") if layer in c["engram_layer_ids"] else None
         self.hc_attn = Mixes(W(p + "hc_attn_fn"), W(p + "hc_attn_scale"), W(p + "hc_attn_base"), c)
         self.attn_norm = RMSNorm(W(p + "attn_norm.weight"), c["norm_eps"])
-        self.attn = Attention(engine, weights, layer, c)
+        self.attn = attention(engine, weights, layer, c)
+        engine.attn_modules[layer] = self.attn
         self.hc_ffn = Mixes(W(p + "hc_ffn_fn"), W(p + "hc_ffn_scale"), W(p + "hc_ffn_base"), c)
         self.ffn_norm = RMSNorm(W(p + "ffn_norm.weight"), c["norm_eps"])
         self.ffn = MoE(weights, layer, c)
@@ -236,6 +224,8 @@ class Engine(nn.Module):
         self.bug = bug
         self.ref = {}
         self.hc = c["hc_mult"]
+        self.attn_modules = {}                     # layer -> its attention (the kv owners' caches)
+        self.shared = {"topk": {}, "candidates": None}   # what a step's layers publish to later ones
 
         def W(name):
             return torch.from_numpy(weights.tensor(name))
@@ -243,24 +233,33 @@ class Engine(nn.Module):
         self.model = Model(self, weights, W, c)
         self.logits_processor = LogitsProcessor(W("head.weight"))
 
+        if bug == "attn_out_ulp":
+            self.model.layers[3].attn.register_forward_hook(_one_ulp)
+
     def forward(self, input_ids, positions):
+        self.shared["topk"].clear()
+        self.shared["candidates"] = None
         return self.logits_processor(self.model(input_ids, positions))
 
 
-def cache_values(engine, caches, bug=None):
-    """The step's caches as dump keys: every window_kv ring the engine's own (torch), the compressed
-    layers' compressed_kv / index_keys / compressor caches recorded (the reference's bytes)."""
+def _one_ulp(_module, _inputs, o):
+    """--bug attn_out_ulp: one element of the output one bf16 ulp up (in place, before the dump's hook)."""
+    o.numpy().view(np.uint32)[0, 0] += 1 << 16
+
+
+def cache_values(engine, end, bug=None):
+    """The step's caches as dump keys, the engine's own: every layer's window_kv ring, each kv
+    source's compressed_kv, index_keys and (ratio > 1) compressor pending rows."""
     out = {}
-    for v in caches:
-        key = f"layer{v['layer']:02d}.cache.{v['kind']}"
-        if v["kind"] == "window_kv":
-            data, pos = engine.model.layers[v["layer"]].attn.cache()
-            if bug == "window_kv_slot_order" and v["layer"] == 0:
+    for layer, attn in sorted(engine.attn_modules.items()):
+        kinds = {"window_kv": attn.cache()}
+        if isinstance(attn, CompressedAttention) and attn.full:
+            kinds.update(attn.caches(end))
+        for kind, (data, pos) in kinds.items():
+            if bug == "window_kv_slot_order" and kind == "window_kv" and layer == 0:
                 data = np.roll(data, int(pos[0]) % data.shape[0], axis=0)   # slot order: position p at slot p % W
-        else:
-            data, pos = np.array(v["bytes"]), np.array(v["positions"], dtype=np.int64)
-        out[key] = data
-        out[key + ".positions"] = pos
+            out[f"layer{layer:02d}.cache.{kind}"] = data
+            out[f"layer{layer:02d}.cache.{kind}.positions"] = pos
     return out
 
 
@@ -286,7 +285,7 @@ def run(dump, config_path=None, weights_path=None, bug=None):
         with torch.no_grad():
             engine(ids, torch.arange(start, start + len(tokens)))
         values = hooks.take()
-        values.update(cache_values(engine, r["caches"], bug))
+        values.update(cache_values(engine, start + len(tokens), bug))
         writer.write_step(tokens, event, values)
         written.append(sorted(values))
     writer.finish()
