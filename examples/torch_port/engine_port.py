@@ -10,26 +10,28 @@ model.norm, logits_processor) is dumped with ONE line, dsv41.torch_hooks.attach(
 and its own loop writes the dump with dsv41.PortDumpWriter (its tensors and its cache bytes, no
 dsv41 model underneath the writer), which `dsv41 conform` judges end to end.
 
-What computes in torch (the port's own math, reference semantics, docs/mhc.md, docs/numerics.md,
-docs/attention.md): the embedding (model.embed_tokens: the checkpoint's bf16 table by id, copied to
-the hc streams), every mHC step (the hc_attn / hc_ffn mixes with their Sinkhorn, hc_pre, hc_post:
-fp32 in torch's own sum order, hence the "order-variant" claim), every RMSNorm (attn_norm, ffn_norm,
-q_norm, kv_norm, the final norm), the attention of the window-only layers (layers 0 and 1 of the tiny
-config: engine_attention.py, with port.py's sparse attention), every layer's window_kv ring (the
-engine's own cache, dumped as its packed bytes), the MoE (engine_moe.py: the gate's routing, the
-SwiGLU, the experts' accumulation) and the fp32 head (logits_processor). Through dsv41
-inside those torch modules (torch 1.13 has no float8 / float4): the fp8 / bf16 linears
-(dsv41.ops.linear, grouped_linear), the RoPE rows (dsv41.ops.rope_rows) and the fp8 cache codec
-(dsv41.formats). **Recorded kernels** (they return what the reference computed for their (layer,
-component) at this step, dsv41.Model.step(capture=True), the stand-in for an engine's kernels): the
-compressed layers' attention output and their indexer's top-k, the Engram (model.layers.N.engram),
-and the compressed layers' compressed_kv, index_keys and compressor caches. port.py has torch versions of the indexer, compressor and sparse attention.
+What computes in torch (the port's own math, reference semantics: docs/mhc.md, docs/numerics.md,
+docs/attention.md, docs/indexer.md): the embedding (model.embed_tokens: the checkpoint's bf16 table
+by id, copied to the hc streams), every mHC step (the hc_attn / hc_ffn mixes with their Sinkhorn,
+hc_pre, hc_post), every RMSNorm, the attention of every layer (engine_attention.py: window-only
+layers and every window_kv ring; engine_compressed.py: the layer schedule, the compressor with its
+pending group, the indexer's scores, candidate blocks and top-k, the compressed_kv / index_keys
+caches, port.py's sparse attention with sink), the MoE (engine_moe.py: gate, routing, SwiGLU,
+accumulation) and the fp32 head (logits_processor). Every cache the dump holds is the engine's own.
+Through dsv41 inside those torch modules (torch 1.13 has no float8 / float4): the fp8 / fp4 / bf16
+linears (dsv41.ops.linear, linear_fp32, grouped_linear), the RoPE rows (rope_rows), index_weights,
+attention_index_rows and the cache codecs (dsv41.formats). The one **recorded kernel**: the Engram
+(model.layers.N.engram of layers 1 and 4 returns the reference's engram_out of this step,
+dsv41.Model.step(capture=True), standing in for an engine kernel not ported here). The sums run in
+torch's order (the attention's softmax in one pass, the mHC mixes in fp32), so the dump claims
+"order-variant".
 
 Components dumped (the vLLM map, plus NAMES's entries for the modules vLLM's V4 model does not
 have: hc_attn, hc_ffn, engram, ffn.gate): model.embed, attn_in, attn_out, topk (the index sources), ffn_in,
 ffn_out, attn_stream, hc_ffn_post / hc_ffn_comb (the layer's tuple), hc_attn_pre / post / comb,
-hc_ffn_pre, engram_out, experts, model.final_norm_out, model.logits, and every cache. Not covered:
-in_stream, in_pre, engram_ids, index_scores, candidates, out_stream (vLLM's layer hands its stream on
+hc_ffn_pre, engram_out, experts, model.final_norm_out, model.logits, and every cache (window_kv,
+compressed_kv, index_keys, compressor). Not covered: in_stream, in_pre, engram_ids, index_scores,
+candidates, out_stream (vLLM's layer hands its stream on
 as (ffn_out, attn_stream, post, comb); the next layer's fused hc_post makes it).
 
 --bug NAME perturbs one module the way an engine bug would (conform must locate it):
