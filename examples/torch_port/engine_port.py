@@ -27,12 +27,13 @@ torch's order (the attention's softmax in one pass, the mHC mixes in fp32), so t
 "order-variant".
 
 Components dumped (the vLLM map, plus NAMES's entries for the modules vLLM's V4 model does not
-have: hc_attn, hc_ffn, engram, ffn.gate): model.embed, attn_in, attn_out, topk (the index sources), ffn_in,
+have: hc_attn, hc_ffn, engram, ffn.gate, and its taps in_stream, in_pre, out_stream): model.embed, attn_in, attn_out, topk (the index sources), ffn_in,
 ffn_out, attn_stream, hc_ffn_post / hc_ffn_comb (the layer's tuple), hc_attn_pre / post / comb,
 hc_ffn_pre, engram_out, experts, model.final_norm_out, model.logits, and every cache (window_kv,
-compressed_kv, index_keys, compressor). Not covered: in_stream, in_pre, engram_ids, index_scores,
-candidates, out_stream (vLLM's layer hands its stream on
-as (ffn_out, attn_stream, post, comb); the next layer's fused hc_post makes it).
+compressed_kv, index_keys, compressor), in_stream, in_pre, out_stream (identity taps: vLLM's layer
+hands its stream on as (ffn_out, attn_stream, post, comb) and the next layer's fused hc_post makes
+the output stream, so the "vllm" map alone does not give them). Not covered: engram_ids,
+index_scores, candidates (the indexer's scores and the candidate mask are internal to its module).
 
 --bug NAME perturbs one module the way an engine bug would (conform must locate it):
     attn_out_ulp           layer 3 attn: one element one bf16 ulp off
@@ -54,6 +55,7 @@ import dsv41  # noqa: E402
 import dsv41.torch_hooks  # noqa: E402
 from engine_attention import WindowAttention  # noqa: E402
 from engine_compressed import CompressedAttention  # noqa: E402
+from engine_engram import Engram  # noqa: E402
 from engine_moe import MoE  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -67,6 +69,9 @@ NAMES = dsv41.torch_hooks.MAPS["vllm"] + [
     (L + r"\.hc_ffn", ("hc_ffn_pre", None, None)),
     (L + r"\.engram", "engram_out"),
     (L + r"\.ffn\.gate", (None, "experts")),          # this engine's gate returns (weights, experts)
+    (L + r"\.in_stream", "in_stream"),                 # this engine's taps (DecoderLayer)
+    (L + r"\.in_pre", "in_pre"),
+    (L + r"\.out_stream", "out_stream"),
 ]
 BUGS = ("attn_out_ulp", "window_kv_slot_order", "ffn_comb_transposed")
 
@@ -126,18 +131,6 @@ class Mixes(nn.Module):
         return pre, post, comb
 
 
-class Recorded(nn.Module):
-    """A recorded kernel: returns the reference's value of (layer, component) at this step."""
-
-    def __init__(self, engine, key):
-        super().__init__()
-        self.engine = [engine]  # not a submodule
-        self.key = key
-
-    def forward(self, *_):
-        return torch.from_numpy(self.engine[0].ref[self.key].copy())
-
-
 def attention(engine, weights, layer, c):
     """model.layers.N.attn: window-only layers (engine_attention.py) or compressed ones
     (engine_compressed.py, sharing the engine's per-step state and its kv owners' caches)."""
@@ -156,7 +149,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, engine, weights, layer, W, c):
         super().__init__()
         p, k = f"layers.{layer}.", f"layer{layer:02d}."
-        self.engram = Recorded(engine, k + "engram_out") if layer in c["engram_layer_ids"] else None
+        self.engram = (Engram(weights, layer, c, engine.config, engine.history, engine.pad_id)
+                       if layer in c["engram_layer_ids"] else None)
         self.hc_attn = Mixes(W(p + "hc_attn_fn"), W(p + "hc_attn_scale"), W(p + "hc_attn_base"), c)
         self.attn_norm = RMSNorm(W(p + "attn_norm.weight"), c["norm_eps"])
         self.attn = attention(engine, weights, layer, c)
@@ -166,12 +160,17 @@ class DecoderLayer(nn.Module):
         self.ffn = MoE(weights, layer, c)
         self.engine = [engine]
         self.next_pre = None
+        # Taps (identity modules) where this engine shows the streams vLLM's fused layer keeps inside:
+        # the layer's input stream and pre, and its output stream (made by the next layer's fused hc_post).
+        self.in_stream, self.in_pre, self.out_stream = nn.Identity(), nn.Identity(), nn.Identity()
 
-    def forward(self, x, residual, post, comb, pre, positions):
+    def forward(self, x, residual, post, comb, pre, positions, tap=None):
         bug = self.engine[0].bug
-        stream = x if residual is None else hc_post(x, residual, post[:, :, 0], comb, bug)   # [T, hc, dim]
+        stream = x if residual is None else tap(hc_post(x, residual, post[:, :, 0], comb, bug))   # [T, hc, dim]
+        stream = self.in_stream(stream)
+        self.in_pre(pre)
         if self.engram is not None:
-            stream = self.engram(stream)          # the Engram's gated residual (recorded kernel)
+            stream = self.engram(stream, int(positions[0]))   # the Engram's gated residual
         a_pre, a_post, a_comb = self.hc_attn(stream)
         a = self.attn(positions, self.attn_norm(hc_pre(stream, pre)))
         attn_stream = hc_post(a, stream, a_post, a_comb)
@@ -197,10 +196,11 @@ class Model(nn.Module):
         residual = post = comb = None
         pre = torch.zeros(T, self.hc)
         pre[:, 0] = 1.0                                                      # layer 0: the identity pre
+        tap = None
         for layer in self.layers:
-            x, residual, post, comb = layer(x, residual, post, comb, pre, positions)
-            pre = layer.next_pre
-        stream = hc_post(x, residual, post[:, :, 0], comb, self.engine[0].bug)
+            x, residual, post, comb = layer(x, residual, post, comb, pre, positions, tap)
+            pre, tap = layer.next_pre, layer.out_stream
+        stream = tap(hc_post(x, residual, post[:, :, 0], comb, self.engine[0].bug))
         return self.norm(hc_pre(stream[-1:], pre[-1:]))                     # [1, dim]: the last position
 
 
@@ -224,9 +224,12 @@ class Engine(nn.Module):
             raise ValueError(f"--bug {bug}: not a bug of this engine (known: {', '.join(BUGS)})")
         c = json.loads(config.json())
         self.bug = bug
-        self.ref = {}
         self.hc = c["hc_mult"]
         self.attn_modules = {}                     # layer -> its attention (the kv owners' caches)
+        self.config = config
+        self.token_map = dsv41.default_token_map(config)  # token id -> Engram compressed id (id * C / V)
+        self.pad_id = int(self.token_map[c["engram_pad_id"]])
+        self.history = []                          # the compressed ids of every position so far
         self.shared = {"topk": {}, "candidates": None}   # what a step's layers publish to later ones
 
         def W(name):
@@ -239,6 +242,7 @@ class Engine(nn.Module):
             self.model.layers[3].attn.register_forward_hook(_one_ulp)
 
     def forward(self, input_ids, positions):
+        self.history.extend(int(self.token_map[t]) for t in input_ids.tolist())
         self.shared["topk"].clear()
         self.shared["candidates"] = None
         return self.logits_processor(self.model(input_ids, positions))
@@ -271,25 +275,22 @@ def run(dump, config_path=None, weights_path=None, bug=None):
     weights_path = weights_path or os.path.join(ORACLE, "weights.safetensors")
     config = dsv41.Config.load(config_path)
     weights = dsv41.Weights.load(weights_path, config)
-    kernels = dsv41.Model(config, weights)              # the recorded kernels' source
-    state = kernels.new_state()
     engine = Engine(config, weights, bug)
     hooks = dsv41.torch_hooks.attach(engine, names=NAMES, hc=engine.hc)
     writer = dsv41.PortDumpWriter(dump, config, claim="order-variant", weights=weights_path,
                                   command_line="examples/torch_port/engine_port.py" + (f" --bug {bug}" if bug else ""),
                                   tool="dsv41 example engine (vLLM names)")
     written = []
-    for event, tokens in STEPS:
-        r = kernels.step(state, tokens, capture=True)
-        engine.ref = r["components"]
+    start = 0
+    for event, tokens in STEPS:                      # the engine's own loop: no dsv41 model underneath
         ids = torch.tensor(tokens, dtype=torch.int64)
-        start = r["start_pos"]
         with torch.no_grad():
             engine(ids, torch.arange(start, start + len(tokens)))
         values = hooks.take()
         values.update(cache_values(engine, start + len(tokens), bug))
-        writer.write_step(tokens, event, values)
+        writer.write_step(tokens, event, values, start_pos=start)
         written.append(sorted(values))
+        start += len(tokens)
     writer.finish()
     return hooks, written
 
