@@ -63,6 +63,11 @@ class CompressedAttention(WindowAttention):
             self.compressed, self.index_keys = [], []       # packed entries by compressed position
         if self.index_source:
             self.indexer = Indexer()
+            # Taps (identity modules) showing the indexer's internal values: the scores its top-k is
+            # taken from, and (the candidate source) the candidate block mask it publishes.
+            self.index_scores = torch.nn.Identity()
+            if self.candidate_source:
+                self.candidates = torch.nn.Identity()
             self.idx_wq_b = Linear(weights, p + "indexer.wq_b")
             self.idx_weights_proj = Linear(weights, p + "indexer.weights_proj")
 
@@ -100,7 +105,10 @@ class CompressedAttention(WindowAttention):
             latents = self._latents(x, start)
         if self.index_source:
             if n == 0:                                   # nothing to select yet: an empty top-k [T, 0]
-                own = self.indexer(np.zeros((T, 0), np.float32), np.zeros(T, np.int64), c["index_topk"]).numpy()
+                empty = self.index_scores(np.zeros((T, 0), np.float32))
+                if self.candidate_source:
+                    self.candidates(np.zeros((T, 0), np.uint8))
+                own = self.indexer(empty, np.zeros(T, np.int64), c["index_topk"]).numpy()
             else:
                 g, lat = latents
                 if self.full and lat.shape[0]:
@@ -116,11 +124,11 @@ class CompressedAttention(WindowAttention):
                 keys = np.stack(owner.index_keys[:n])
                 scores = self.indexer.scores(qi, keys, F.INDEX_KEYS, Di, w, reach)
                 if self.candidate_source:
-                    self.shared["candidates"] = self.indexer.candidates(scores, reach, c["candidate_topk_blocks"],
-                                                                        c["candidate_block_size"])
+                    self.shared["candidates"] = self.candidates(self.indexer.candidates(
+                        scores, reach, c["candidate_topk_blocks"], c["candidate_block_size"]))
                 elif self.in_pool:
                     scores = self.indexer.mask_scores(scores, self.shared["candidates"])
-                own = self.indexer(scores, reach, c["index_topk"]).numpy()
+                own = self.indexer(self.index_scores(scores), reach, c["index_topk"]).numpy()
             self.shared["topk"][self.layer] = own
         if self.full and latents[1].shape[0]:
             g, lat = latents

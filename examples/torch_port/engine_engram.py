@@ -26,12 +26,14 @@ class Engram(nn.Module):
         self.layer, self.c, self.config, self.history = layer, c, config, history   # history: compressed ids
         self.pad_id = pad_id                      # the compressed pad id: token_map[engram_pad_id]
         self.n_cols = (c["engram_max_ngram_size"] - 1) * c["engram_n_heads"]
+        self.hash_ids = nn.Identity()             # a tap: the hash ids [T, n_cols] (engram_ids)
 
     def forward(self, stream, start):
         T = stream.shape[0]
         ids = ops.engram_hash_ids(history=np.array(self.history, np.int64), layer_id=self.layer,
                                   pad_id=self.pad_id, history_first=0, start_pos=start, count=T,
                                   config=self.config)["ids"]
+        ids = self.hash_ids(ids)
         rows = ops.engram_lookup(table_weight=self.table["weight"], table_scale=self.table["scale"], ids=ids, head_dim=self.c["engram_head_dim"], n_cols=self.n_cols)["kv"]
         kv = self.wkv(torch.from_numpy(rows))
         return torch.from_numpy(ops.engram_gate_residual(x=_np(stream), kv=_np(kv), q_weight=self.q_weight,

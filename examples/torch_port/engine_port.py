@@ -72,6 +72,9 @@ NAMES = dsv41.torch_hooks.MAPS["vllm"] + [
     (L + r"\.in_stream", "in_stream"),                 # this engine's taps (DecoderLayer)
     (L + r"\.in_pre", "in_pre"),
     (L + r"\.out_stream", "out_stream"),
+    (L + r"\.attn\.index_scores", "index_scores"),       # the indexer's taps (engine_compressed.py)
+    (L + r"\.attn\.candidates", "candidates"),
+    (L + r"\.engram\.hash_ids", "engram_ids"),           # the Engram's tap (engine_engram.py)
 ]
 BUGS = ("attn_out_ulp", "window_kv_slot_order", "ffn_comb_transposed")
 
