@@ -1,42 +1,42 @@
 #!/usr/bin/env python3
-"""An engine-shaped port of the whole tiny model: vLLM's module names, its own loop, its own dump.
+"""A whole-model port of the tiny model in torch, shaped as an engine: vLLM's module names, its own loop.
 
     PYTHONPATH=build/python python3 examples/torch_port/engine_port.py --dump /tmp/engine_dump [--bug NAME] [--conform]
 
 What it shows (issue 33): an engine whose modules are named as vLLM's DeepSeek V4 model
 (deepseek_v4.py: model.embed_tokens, model.layers.N.{attn_norm, attn, attn.indexer, ffn_norm, ffn},
 a decoder layer returning vLLM's CUDA-path tuple (ffn_out, attn_stream, ffn hc post, ffn hc comb),
-model.norm, logits_processor) is dumped with ONE line, dsv41.torch_hooks.attach(engine, names="vllm"),
-and its own loop writes the dump with dsv41.PortDumpWriter (its tensors and its cache bytes, no
-dsv41 model underneath the writer), which `dsv41 conform` judges end to end.
+model.norm, logits_processor) is dumped with ONE line, dsv41.torch_hooks.attach(engine, names=NAMES)
+(the "vllm" map plus entries for what this engine has beyond vLLM's V4 modules), and its own loop
+writes the dump with dsv41.PortDumpWriter (its tensors and its own cache bytes; no dsv41 model runs),
+which `dsv41 conform` judges end to end (claim "order-variant").
 
-What computes in torch (the port's own math, reference semantics: docs/mhc.md, docs/numerics.md,
-docs/attention.md, docs/indexer.md): the embedding (model.embed_tokens: the checkpoint's bf16 table
-by id, copied to the hc streams), every mHC step (the hc_attn / hc_ffn mixes with their Sinkhorn,
-hc_pre, hc_post), every RMSNorm, the attention of every layer (engine_attention.py: window-only
-layers and every window_kv ring; engine_compressed.py: the layer schedule, the compressor with its
-pending group, the indexer's scores, candidate blocks and top-k, the compressed_kv / index_keys
-caches, port.py's sparse attention with sink), the MoE (engine_moe.py: gate, routing, SwiGLU,
-accumulation) and the fp32 head (logits_processor). Every cache the dump holds is the engine's own.
-Through dsv41 inside those torch modules (torch 1.13 has no float8 / float4): the fp8 / fp4 / bf16
-linears (dsv41.ops.linear, linear_fp32, grouped_linear), the RoPE rows (rope_rows), index_weights,
-attention_index_rows and the cache codecs (dsv41.formats). The one **recorded kernel**: the Engram
-(model.layers.N.engram of layers 1 and 4 returns the reference's engram_out of this step,
-dsv41.Model.step(capture=True), standing in for an engine kernel not ported here). The sums run in
-torch's order (the attention's softmax in one pass, the mHC mixes in fp32), so the dump claims
-"order-variant".
+The whole model computes in torch, written from the docs (docs/mhc.md, docs/numerics.md,
+docs/attention.md, docs/indexer.md, docs/engram.md): the embedding (the checkpoint's bf16 table by
+id, copied to the hc streams), every mHC step (the hc_attn / hc_ffn mixes with their Sinkhorn,
+hc_pre, hc_post), every RMSNorm, the Engram (engine_engram.py: its own token history), every layer's
+attention (engine_attention.py: window-only layers and every window_kv ring; engine_compressed.py:
+the layer schedule, the compressor with its pending group, the indexer's scores, candidate blocks and
+top-k, the compressed_kv / index_keys caches; port.py's sparse attention with sink), the MoE
+(engine_moe.py: gate, routing, SwiGLU, accumulation) and the fp32 head (logits_processor). Every
+cache in the dump is the engine's own. Through dsv41 inside those torch modules, where torch 1.13
+has no dtype or the op is integer bookkeeping: the fp8 / fp4 / bf16 linears (dsv41.ops.linear,
+linear_fp32, grouped_linear), the RoPE rows (rope_rows), index_weights, attention_index_rows, the
+Engram's hash ids, fp8 table lookup and gate (engram_hash_ids, engram_lookup, engram_gate_residual)
+and the cache codecs (dsv41.formats). The sums run in torch's order (the attention's softmax in
+one pass, the mHC mixes in fp32), hence "order-variant". Not ported: the DSpark draft (MTP) block.
 
 Components dumped (the vLLM map, plus NAMES's entries for the modules vLLM's V4 model does not
-have: hc_attn, hc_ffn, engram, ffn.gate, and its taps in_stream, in_pre, out_stream): model.embed, attn_in, attn_out, topk (the index sources), ffn_in,
-ffn_out, attn_stream, hc_ffn_post / hc_ffn_comb (the layer's tuple), hc_attn_pre / post / comb,
-hc_ffn_pre, engram_out, experts, model.final_norm_out, model.logits, and every cache (window_kv,
-compressed_kv, index_keys, compressor), in_stream, in_pre, out_stream (identity taps: vLLM's layer
-hands its stream on as (ffn_out, attn_stream, post, comb) and the next layer's fused hc_post makes
-the output stream, so the "vllm" map alone does not give them). Not covered: engram_ids,
-index_scores, candidates (the indexer's scores and the candidate mask are internal to its module).
+have: hc_attn, hc_ffn, engram, ffn.gate, and this engine's identity taps in_stream, in_pre,
+out_stream, attn.index_scores, attn.candidates, engram.hash_ids): every backbone component of the
+component table (docs/port-dump.md) and every cache (window_kv, compressed_kv, index_keys,
+compressor); with the "vllm" map alone: model.embed, attn_in, attn_out, topk, ffn_in, ffn_out,
+attn_stream, hc_ffn_post / hc_ffn_comb (the layer's tuple), model.final_norm_out, model.logits
+(vLLM's layer hands its stream on as (ffn_out, attn_stream, post, comb); the next layer's fused
+hc_post makes the output stream). Not covered: the dspark_* components and accept.
 
 --bug NAME perturbs one module the way an engine bug would (conform must locate it):
-    attn_out_ulp           layer 3 attn: one element one bf16 ulp off
+    sink_ignored           layer 3's attention without its sink (the sink's share left out of the softmax)
     window_kv_slot_order   layer 0 window_kv cache written in slot order (wrong once the ring wraps)
     ffn_comb_transposed    every layer's closing hc_post reads its comb transposed (an orientation mix-up)
 """
@@ -76,7 +76,7 @@ NAMES = dsv41.torch_hooks.MAPS["vllm"] + [
     (L + r"\.attn\.candidates", "candidates"),
     (L + r"\.engram\.hash_ids", "engram_ids"),           # the Engram's tap (engine_engram.py)
 ]
-BUGS = ("attn_out_ulp", "window_kv_slot_order", "ffn_comb_transposed")
+BUGS = ("sink_ignored", "window_kv_slot_order", "ffn_comb_transposed")
 
 
 def bf16(t):
@@ -241,19 +241,14 @@ class Engine(nn.Module):
         self.model = Model(self, weights, W, c)
         self.logits_processor = LogitsProcessor(W("head.weight"))
 
-        if bug == "attn_out_ulp":
-            self.model.layers[3].attn.register_forward_hook(_one_ulp)
+        if bug == "sink_ignored":
+            self.model.layers[3].attn.sink = np.full_like(self.model.layers[3].attn.sink, -np.inf)
 
     def forward(self, input_ids, positions):
         self.history.extend(int(self.token_map[t]) for t in input_ids.tolist())
         self.shared["topk"].clear()
         self.shared["candidates"] = None
         return self.logits_processor(self.model(input_ids, positions))
-
-
-def _one_ulp(_module, _inputs, o):
-    """--bug attn_out_ulp: one element of the output one bf16 ulp up (in place, before the dump's hook)."""
-    o.numpy().view(np.uint32)[0, 0] += 1 << 16
 
 
 def cache_values(engine, end, bug=None):

@@ -23,10 +23,13 @@ ORACLE = engine_port.ORACLE
 CONFIG = os.path.join(ORACLE, "config.json")
 WEIGHTS = os.path.join(ORACLE, "weights.safetensors")
 
-# What the vLLM map (and engine_port.NAMES) must record of the engine (docs/python.md "Engine name maps").
+# What engine_port.NAMES (the vLLM map and the engine's own entries) must record: every backbone
+# component of the component table (docs/port-dump.md), and what the "vllm" map alone gives.
 VLLM_COMPONENTS = {"embed", "attn_in", "attn_out", "topk", "ffn_in", "ffn_out", "attn_stream", "hc_ffn_post",
-                   "hc_ffn_comb", "final_norm_out", "logits", "hc_attn_pre", "hc_attn_post", "hc_attn_comb",
-                   "hc_ffn_pre", "engram_out", "experts"}
+                   "hc_ffn_comb", "final_norm_out", "logits"}
+ENGINE_COMPONENTS = VLLM_COMPONENTS | {"hc_attn_pre", "hc_attn_post", "hc_attn_comb", "hc_ffn_pre", "engram_out",
+                                       "experts", "in_stream", "in_pre", "out_stream", "index_scores", "candidates",
+                                       "engram_ids"}
 
 
 def conform(dump):
@@ -43,14 +46,19 @@ def engine_dump(tmp_path_factory):
 def test_vllm_map_records_every_mapped_component(engine_dump):
     d, hooks, written = engine_dump
     comps = {k.split(".", 1)[1] for k in written[0] if ".cache." not in k}
-    assert comps == VLLM_COMPONENTS, sorted(comps)
+    assert comps == ENGINE_COMPONENTS, sorted(comps)
+    vllm_only = {c for name, (_, cs) in hooks.mapped.items() for c in cs if c and any(
+        e.regex.fullmatch(name) for e in dsv41.torch_hooks.name_map("vllm"))}
+    assert vllm_only == VLLM_COMPONENTS, sorted(vllm_only)
+    caches = {k.split(".", 1)[1] for k in written[0] if ".cache." in k and not k.endswith(".positions")}
+    assert caches == {"cache.window_kv", "cache.compressed_kv", "cache.index_keys", "cache.compressor"}, caches
     assert "layer02.topk" in written[0] and "layer03.topk" not in written[0]
     assert hooks.missing == [], hooks.missing
     assert hooks.silent == [], hooks.silent                     # every mapped module ran
     with open(os.path.join(d, "dump.json")) as f:
         m = json.load(f)
     assert m["claim"] == "order-variant" and m["n_steps"] == len(engine_port.STEPS)
-    assert "out_stream" in m["not_covered"] and "attn_out" not in m["not_covered"]
+    assert [c for c in m["not_covered"] if "dspark_" not in c] == ["accept"], m["not_covered"]
 
 
 def test_engine_dump_conforms(engine_dump):
@@ -58,13 +66,15 @@ def test_engine_dump_conforms(engine_dump):
     r = conform(d)
     assert r["verdict"] == "pass", dsv41.format_root_cause(r)
     assert r["exit_code"] == 0
+    thin = [x for x in r["support_matrix"] if "NOT teacher-forced" in x]
+    assert thin == [], thin                                    # every covered component judged teacher-forced
 
 
 # Where each engine bug must be located (teacher-forced root cause: step, layer, component).
 EXPECTED = {
-    "attn_out_ulp": r"step 0, layer 3, attn_out",
-    "window_kv_slot_order": r"step 1, layer 0, cache",
-    "ffn_comb_transposed": r"step 0, layer 0, hc_ffn_comb",
+    "sink_ignored": r"step 0, layer 3, attn_out",
+    "window_kv_slot_order": r"step 1, layer 0, cache\.window_kv",
+    "ffn_comb_transposed": r"step 0, layer 0, out_stream",
 }
 
 

@@ -180,7 +180,7 @@ def test_bug_shows_a_located_failure(name, bug, tmp_path):
         pytest.skip("runs the suite with each --bug itself")
     here = os.path.dirname(os.path.abspath(__file__))
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "--no-header", "-p", "no:cacheprovider",
-                        "-k", "not bug_shows", here, "--bug", name, "--basetemp", str(tmp_path / "t")],
+                        "-k", "not bug_shows", os.path.join(here, "test_port.py"), "--bug", name, "--basetemp", str(tmp_path / "t")],
                        capture_output=True, text=True, cwd=here, env=subprocess_env())
     out = p.stdout + p.stderr
     assert p.returncode == 1, f"--bug {name}: pytest exit {p.returncode}, want 1 (a failing test)\n{out[-3000:]}"

@@ -68,7 +68,8 @@ class _Ctx:
 
 
 def scan(src, rank=0):
-    """{pass id: {name: [(tags, path)]}} of the .pt files under src (and one level of subfolders)."""
+    """{pass id: {(name, layer_id tag or None): [(tags, path)]}} of the .pt files under src (and one
+    level of subfolders), in dump_index order."""
     passes = collections.defaultdict(lambda: collections.defaultdict(list))
     dirs = [src] + [os.path.join(src, d) for d in sorted(os.listdir(src)) if os.path.isdir(os.path.join(src, d))]
     for d in dirs:
@@ -77,7 +78,10 @@ def scan(src, rank=0):
             if tags is None or int(tags.get("rank", "0")) != rank:
                 continue
             pid = int(tags.get("forward_pass_id", tags.get("step")))
-            passes[pid][tags["name"]].append((tags, os.path.join(d, f)))
+            passes[pid][(tags["name"], tags.get("layer_id"))].append((tags, os.path.join(d, f)))
+    for named in passes.values():
+        for files in named.values():
+            files.sort(key=lambda tp: int(tp[0].get("dump_index", "0")))
     return passes
 
 
@@ -88,9 +92,9 @@ def convert_pass(named, entries, hc):
     ctx = _Ctx(hc)
     values, unmapped = {}, []
     tokens = positions = None
-    modules = collections.defaultdict(dict)   # non-intrusive module -> {element index or None: value}
-    for name, files in sorted(named.items()):
-        tags, path = files[-1]                  # dumped twice in a pass: the last one
+    modules = collections.defaultdict(dict)   # (module, layer_id tag) -> {element index or None: value}
+    for (name, layer_tag), files in sorted(named.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        _, path = files[-1]                     # dumped twice in a pass: the last one
         if name == "input_ids":
             tokens = np.asarray(load_value(path).cpu().numpy(), dtype=np.int64).reshape(-1)
             continue
@@ -102,12 +106,10 @@ def convert_pass(named, entries, hc):
             continue
         m = _NON_INTRUSIVE.match(name)
         if m:
-            modules[m.group(1)][None if m.group(2) is None else int(m.group(2))] = load_value(path)
+            modules[(m.group(1), layer_tag)][None if m.group(2) is None else int(m.group(2))] = load_value(path)
             continue
-        modules[name][None] = load_value(path)
-        modules[name]["layer_id"] = tags.get("layer_id")
-    for module, parts in sorted(modules.items()):
-        layer_tag = parts.pop("layer_id", None)
+        modules[(name, layer_tag)][None] = load_value(path)
+    for (module, layer_tag), parts in sorted(modules.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         output = parts[None] if None in parts else tuple(parts[i] for i in sorted(parts))
         for e in entries:
             if e.regex.fullmatch(module):

@@ -16,7 +16,8 @@ the module's output:
     None        the output itself (a tuple of components: the output tuple element by element,
                 None skipping one; a dict output: its keys are components)
     int i       element i of a tuple output ((hidden, residual) engines)
-    callable    f(output, hooks) -> {component: value} (hooks.hc: the hc streams)
+    callable    f(output, hooks) -> {component: value}, or the value of the entry's one component
+                (hooks.hc: the hc streams)
 A user map is such a list, or a dict {pattern: component}. Built-in maps (MAPS): "official"
 (inference/model.py), "vllm" (vLLM's DeepSeek V4 model, deepseek_v4.py), "vllm-v32" (vLLM's
 DeepSeek V3.2, deepseek_v2.py), "sglang" (SGLang's DeepSeek V4 / V3.2 models). What each provides,
@@ -167,7 +168,8 @@ class Entry:
         """{component: value} of one module output."""
         s = self.select
         if callable(s):
-            return s(output, hooks)
+            got = s(output, hooks)              # {component: value}, or the value of the one component
+            return got if isinstance(got, dict) else {self.components[0]: got}
         if isinstance(s, int):
             return {self.components[0]: output[s]}
         if len(self.components) > 1:
