@@ -151,7 +151,7 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, engine, weights, layer, W, c):
         super().__init__()
-        p, k = f"layers.{layer}.", f"layer{layer:02d}."
+        p = f"layers.{layer}."
         self.engram = (Engram(weights, layer, c, engine.config, engine.history, engine.pad_id)
                        if layer in c["engram_layer_ids"] else None)
         self.hc_attn = Mixes(W(p + "hc_attn_fn"), W(p + "hc_attn_scale"), W(p + "hc_attn_base"), c)
