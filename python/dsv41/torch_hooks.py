@@ -146,6 +146,8 @@ MAPS = {
     ],
 }
 
+NAMES = MAPS["official"]   # the official map under its earlier name
+
 
 class Entry:
     """One map entry: pattern, components (tuple), select (None, int or callable)."""
