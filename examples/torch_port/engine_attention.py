@@ -1,12 +1,12 @@
-"""The engine's own attention for window-only layers (compress ratio 0), and every layer's window ring.
+"""The engine's own attention of the window-only layers (compress ratio 0); the base of every layer's.
 
 Per step of T tokens at positions start .. start + T - 1 (docs/attention.md, reference/model/
 forward_attention.cc): q = wq_b(q_norm(wq_a(x))) with RoPE; kv = kv_norm(wkv(x)) with RoPE, then the
 window_kv format's quantize-dequantize; each query attends the window positions p - W + 1 .. p (the
 ring's rows before the step, then the step's own) with the per-head sink (port.py's SparseAttention);
-the output gets the inverse RoPE, then wo_a (grouped, bf16) and wo_b. A compressed layer (ratio > 0)
-keeps its window ring the same way (its RoPE: compress_rope_theta with YaRN) and returns its
-recorded output (`recorded`: the compressed part is not ported here; port.py has its pieces).
+the output gets the inverse RoPE, then wo_a (grouped, bf16) and wo_b. A compressed layer (ratio > 0,
+engine_compressed.py) builds on this class: the same linears and window ring, its RoPE with
+compress_rope_theta and YaRN.
 
 In torch: the ring (the engine's own cache: a dict position -> row, dumped as the packed window_kv
 entries in ascending position order), the window selection, the attention with sink (port.py), the
@@ -43,10 +43,9 @@ class Linear(nn.Module):
 class WindowAttention(nn.Module):
     """model.layers.N.attn of a window-only layer (vLLM's names for its linears)."""
 
-    def __init__(self, weights, layer, c, norm, recorded=None):
+    def __init__(self, weights, layer, c, norm):
         super().__init__()
         ratio = c["compress_ratios"][layer]
-        self.recorded = recorded                             # a compressed layer: its output is recorded
         p = f"layers.{layer}.attn."
         self.wq_a, self.wq_b, self.wkv = Linear(weights, p + "wq_a"), Linear(weights, p + "wq_b"), Linear(weights, p + "wkv")
         self.wo_a, self.wo_b = Linear(weights, p + "wo_a", groups=c["o_groups"]), Linear(weights, p + "wo_b")
@@ -70,9 +69,6 @@ class WindowAttention(nn.Module):
         start = int(positions[0])
         kv = self._rope(self.kv_norm(self.wkv(x)), 1, start)                      # [T, D] bf16
         kv = torch.from_numpy(F.qdq(F.WINDOW_KV, _np(kv)))
-        if self.recorded is not None:                     # the ring is the engine's; the output recorded
-            self._write(kv, start)
-            return self.recorded()
         q = self._rope(self.wq_b(self.q_norm(self.wq_a(x))), H, start)           # [T, H*D] bf16
         first = max(0, start - (W - 1))                                           # the oldest row a query reads
         rows = [self.ring[p] for p in range(first, start)] + list(kv)             # window rows, position first..
