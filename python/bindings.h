@@ -101,5 +101,6 @@ void register_model(py::module_& m);     // python/bind_model.cc
 void register_ops(py::module_& m);       // python/bind_ops.cc
 void register_conform(py::module_& m);   // python/bind_conform.cc
 void register_check(py::module_& m);     // python/bind_check.cc
+void register_port_writer(py::module_& m);  // python/bind_port_writer.cc
 
 }  // namespace dsv41::python

@@ -24,4 +24,5 @@ PYBIND11_MODULE(_core, m) {
   dsv41::python::register_ops(m);
   dsv41::python::register_conform(m);
   dsv41::python::register_check(m);
+  dsv41::python::register_port_writer(m);
 }

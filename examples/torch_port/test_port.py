@@ -26,6 +26,22 @@ def subprocess_env():
         env["DSV41_BIN"] = os.path.abspath(env["DSV41_BIN"])
     return env
 import dsv41.formats as F
+
+
+def dsv41_binary():
+    """The `dsv41` binary: DSV41_BIN (CTest sets it), else `dsv41` on PATH, else build/dsv41 beside
+    the imported package (build/python/dsv41 -> build/dsv41); None when there is none."""
+    env = os.environ.get("DSV41_BIN")
+    if env:
+        if not os.path.exists(env):
+            raise FileNotFoundError(f"DSV41_BIN={env}: no such file")
+        return env
+    found = shutil.which("dsv41")
+    if found:
+        return found
+    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(dsv41.__file__))))
+    exe = os.path.join(build, "dsv41")
+    return exe if os.path.isfile(exe) and os.access(exe, os.X_OK) else None
 from port import BUGS, Compressor, Indexer, SparseAttention
 import run_port
 
@@ -137,9 +153,9 @@ def test_dump_through_fixture(port_dump, dsv41_ref):
 
 
 def test_dump_through_cli(port_dump, dsv41_ref, tmp_path):
-    exe = os.environ.get("DSV41_BIN") or shutil.which("dsv41")
-    if not exe or not os.path.exists(exe):
-        pytest.skip("the dsv41 binary (DSV41_BIN) is not built")
+    exe = dsv41_binary()
+    if exe is None:
+        pytest.skip("no dsv41 binary: DSV41_BIN unset, none on PATH, none at build/dsv41 beside the dsv41 package")
     dump, _ = port_dump
     p = subprocess.run([exe, "conform", dump, "--config", dsv41_ref.config_name, "--weights", dsv41_ref.weights_path,
                         "-o", str(tmp_path / "conform.h5"), "-q"], capture_output=True, text=True)
@@ -164,7 +180,7 @@ def test_bug_shows_a_located_failure(name, bug, tmp_path):
         pytest.skip("runs the suite with each --bug itself")
     here = os.path.dirname(os.path.abspath(__file__))
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "--no-header", "-p", "no:cacheprovider",
-                        "-k", "not bug_shows", here, "--bug", name, "--basetemp", str(tmp_path / "t")],
+                        "-k", "not bug_shows", os.path.join(here, "test_port.py"), "--bug", name, "--basetemp", str(tmp_path / "t")],
                        capture_output=True, text=True, cwd=here, env=subprocess_env())
     out = p.stdout + p.stderr
     assert p.returncode == 1, f"--bug {name}: pytest exit {p.returncode}, want 1 (a failing test)\n{out[-3000:]}"

@@ -12,7 +12,9 @@ Parts (docs/python.md):
     dsv41.conform   `dsv41 conform DUMP` as a function: verdicts, root cause, report
     dsv41.check     one component judged in memory, with conform's tolerances and tie rules
     dsv41.pytest    the pytest plugin (fixture dsv41_ref)
-    dsv41.torch_hooks  forward hooks for torch models named like the official code
+    dsv41.torch_hooks  forward hooks for torch models, with name maps (official, vLLM, SGLang, yours)
+    dsv41.PortDumpWriter  a port dump from a port's own loop: its tensors and cache bytes per step
+    dsv41.pt_dump   torch .pt per-pass dumps (SGLang's dumper) converted into a port dump
 
 Errors are dsv41.Error (a ValueError) with the messages of the dsv41 CLI.
 """
@@ -24,11 +26,12 @@ from . import _core
 from ._arrays import to_numpy_dict as _np_dict
 from ._core import Config, DumpWriter, Error, Model, State, Weights, default_token_map, presets
 from . import formats, ops
+from .port_writer import PortDumpWriter
 
 __version__ = _core.version
 
 __all__ = ["Config", "Weights", "Model", "State", "DumpWriter", "Error", "CheckResult", "check", "conform",
-           "default_token_map", "presets", "formats", "ops"]
+           "default_token_map", "presets", "formats", "ops", "PortDumpWriter"]
 
 
 class CheckResult:

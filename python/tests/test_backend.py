@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import dsv41
-from conftest import CONFIG, WEIGHTS
+from conftest import CONFIG, NO_BINARY, WEIGHTS, dsv41_binary
 
-EXE = os.environ.get("DSV41_BIN", "")
+EXE = dsv41_binary()
 PROMPT = [(13 * i + 7) % 1024 for i in range(40)]
 DECODE = [5, 723]
 VARIANT = "ref-order:splitk"
@@ -49,7 +49,7 @@ def test_order_variant_runs_its_own_sums_and_gives_the_cli_bits(cw, tmp_path):
     got, ref = logits_of(variant), logits_of(dsv41.Model(c, w))
     assert not np.array_equal(got.view(np.uint32), ref.view(np.uint32)), "another summation order: some bits differ"
     if not EXE or not os.path.exists(EXE):
-        pytest.skip("the dsv41 binary (DSV41_BIN) is not built")
+        pytest.skip(NO_BINARY)
     out = tmp_path / "out.h5"
     subprocess.run([EXE, "forward", "-q", "--config", CONFIG, "--weights", WEIGHTS, "--backend", VARIANT,
                     "--prompt", ",".join(map(str, PROMPT)), "--decode", ",".join(map(str, DECODE)), "-o", str(out)],

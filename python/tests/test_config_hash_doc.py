@@ -11,10 +11,10 @@ import subprocess
 import pytest
 
 import dsv41
-from conftest import ROOT
+from conftest import NO_BINARY, ROOT, dsv41_binary
 
 DOC = os.path.join(ROOT, "docs", "config.md")
-EXE = os.environ.get("DSV41_BIN", "")
+EXE = dsv41_binary()
 
 
 def hash_section():
@@ -90,7 +90,7 @@ def test_every_spelling_rule_gives_the_binarys_hash(doc):
 
 def test_cli_prints_the_same_hash(doc, tmp_path):
     if not EXE or not os.path.exists(EXE):
-        pytest.skip("the dsv41 binary (DSV41_BIN) is not built")
+        pytest.skip(NO_BINARY)
     ns, _ = doc
     cfg = variants()[2]
     path = tmp_path / "config.json"

@@ -11,9 +11,9 @@ import pytest
 
 import dsv41
 import dsv41.formats as F
-from conftest import CONFIG, WEIGHTS
+from conftest import CONFIG, NO_BINARY, WEIGHTS, dsv41_binary
 
-EXE = os.environ.get("DSV41_BIN", "")
+EXE = dsv41_binary()
 PROMPT = [(13 * i + 7) % 1024 for i in range(50)]
 DECODE = [5, 723]
 
@@ -21,7 +21,7 @@ DECODE = [5, 723]
 @pytest.fixture(scope="module")
 def cli_run(tmp_path_factory):
     if not EXE or not os.path.exists(EXE):
-        pytest.skip("the dsv41 binary (DSV41_BIN) is not built")
+        pytest.skip(NO_BINARY)
     d = tmp_path_factory.mktemp("cli")
     out, dump = d / "out.h5", d / "dump"
     subprocess.run([EXE, "forward", "--config", CONFIG, "--weights", WEIGHTS, "--prompt", ",".join(map(str, PROMPT)),
@@ -131,7 +131,7 @@ def test_sessions_full_resume_is_bit_exact_and_global_only_runs(model, tmp_path)
 
 def test_errors_carry_the_cli_message(tmp_path):
     if not EXE or not os.path.exists(EXE):
-        pytest.skip("the dsv41 binary (DSV41_BIN) is not built")
+        pytest.skip(NO_BINARY)
     bad = tmp_path / "bad.json"
     bad.write_text('{"dim": }')
     p = subprocess.run([EXE, "bytes", "--config", str(bad)], capture_output=True, text=True)
