@@ -132,6 +132,7 @@ TEST(ReliabilityOut, AnOutputNeverReplacesAnInput) {
   const std::string run_config = copy_of(kConfig, "o/config.json");
   const std::string base = copy_of(kConfig, "b.json");
   const std::string x = scratch() + "/x.h5";
+  const std::string plan = write_file("plan.json", R"({"scenarios": ["cold_prefill"], "models": [{"config": "tiny"}]})");
   struct Case {
     std::string args, message;
   };
@@ -148,6 +149,7 @@ TEST(ReliabilityOut, AnOutputNeverReplacesAnInput) {
            {"report junit '" + report + "' -o '" + report + "'", "(JUnit file (-o)) is the input '" + report + "' (report)"},
            {"run '" + s + "' --sides ref,ref -q -o '" + s + "'", "(report (-o)) is the input '" + s + "' (scenario)"},
            {"agree '" + scratch() + "/o' -q -o '" + run_config + "'", "is a file of the input directory"},
+           {"sweep '" + plan + "' -q -o '" + plan + "'", "(report (-o)) is the input '" + plan + "' (sweep plan)"},
            {"layer-config --kind swa --base '" + base + "' -o '" + base + "'", "is the input '" + base + "' (base config (--base))"},
        }) {
     SCOPED_TRACE(k.args);
@@ -157,6 +159,7 @@ TEST(ReliabilityOut, AnOutputNeverReplacesAnInput) {
   EXPECT_EQ(read_bytes(w), wb);
   EXPECT_EQ(read_bytes(c), cb);
   EXPECT_EQ(read_bytes(prompt), "1\n2\n3\n");
+  EXPECT_TRUE(has(read_bytes(plan), "cold_prefill"));
   EXPECT_FALSE(fs::exists(x));
   // /dev/stdout redirected to a file resolves to that file: refused (docs/cli.md "Output files").
   const CliResult r = run_dsv41("run '" + s + "' --sides ref,ref -q -o '" + scratch() + "/r2.h5' --junit /dev/stdout");
