@@ -340,6 +340,11 @@ VerbFiles& VerbFiles::input(const std::string& path, const std::string& what) {
   return *this;
 }
 
+VerbFiles& VerbFiles::input_updated_by(const std::string& path, const std::string& what, const std::string& updated_by) {
+  if (!path.empty()) inputs_.push_back({path, what, false, updated_by});
+  return *this;
+}
+
 VerbFiles& VerbFiles::output(const std::string& path, const std::string& what) {
   if (!path.empty()) outputs_.push_back({path, what, false});
   return *this;
@@ -362,6 +367,7 @@ void VerbFiles::check() const {
       const Entry& i = inputs_[j];
       const Identity& iid = in_ids[j];
       if (!iid.exists) continue;  // its reader names it
+      if (!i.updated_by.empty() && i.updated_by == o.path) continue;  // read whole, then replaced on purpose
       if (oid.exists && same(oid, iid)) {
         refuse_alias(o.path, o.what, "is the input", i.path, i.what, "refusing to replace an input");
       }

@@ -109,6 +109,10 @@ void write_file_atomically(const std::string& path, const std::string& what, con
 class VerbFiles {
  public:
   VerbFiles& input(const std::string& path, const std::string& what);
+  // An input that the output given as `updated_by` (the same option value) may replace: the verb
+  // reads it whole before it writes that output (`forward --resume S --save-state S` advances a
+  // session in place). Every other output is still checked against it.
+  VerbFiles& input_updated_by(const std::string& path, const std::string& what, const std::string& updated_by);
   VerbFiles& output(const std::string& path, const std::string& what);
   // An output directory (`--dump DIR`, `vectors -o DIR`): no input may lie inside it.
   VerbFiles& output_directory(const std::string& path, const std::string& what);
@@ -118,6 +122,7 @@ class VerbFiles {
   struct Entry {
     std::string path, what;
     bool directory = false;
+    std::string updated_by;  // an input: the output allowed to replace it ("": none)
   };
   std::vector<Entry> inputs_, outputs_;
 };

@@ -258,7 +258,7 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   // Outputs never alias inputs, nor each other (base/output_file.h, VerbFiles).
   output::VerbFiles io;
   io.input(a.weights, "weights (--weights)").input(a.config, "config (--config)").input(a.token_map, "token map (--token-map)");
-  io.input(a.resume, "session file (--resume)");
+  io.input_updated_by(a.resume, "session file (--resume)", a.save_state);  // `--resume S --save-state S`: S advanced in place
   if (a.prompt.rfind('@', 0) == 0) io.input(a.prompt.substr(1), "prompt file (--prompt @FILE)");
   if (a.decode.rfind('@', 0) == 0) io.input(a.decode.substr(1), "decode file (--decode @FILE)");
   io.output(a.output, "forward output (-o)").output(a.save_state, "session file (--save-state)");

@@ -161,6 +161,16 @@ TEST(ReliabilityOut, AnOutputNeverReplacesAnInput) {
   EXPECT_EQ(read_bytes(prompt), "1\n2\n3\n");
   EXPECT_TRUE(has(read_bytes(plan), "cold_prefill"));
   EXPECT_FALSE(fs::exists(x));
+  // The one input an output may replace: a session advanced in place (--resume S --save-state S),
+  // read whole before it is written. Any other output over it is refused.
+  const std::string session = scratch() + "/s.dsv41s";
+  ASSERT_EQ(run_dsv41("forward " + kModel + " --prompt 1,2,3 -q -o '" + scratch() + "/f1.h5' --save-state '" + session + "'").code, 0);
+  const CliResult advanced = run_dsv41("forward " + kModel + " --resume '" + session + "' --prompt 4 -q -o '" + scratch() +
+                                       "/f2.h5' --save-state '" + session + "'");
+  EXPECT_EQ(advanced.code, 0) << advanced.err;
+  EXPECT_TRUE(has(advanced.err, "saved the session at position 4")) << advanced.err;
+  expect_refused(run_dsv41("forward " + kModel + " --resume '" + session + "' --prompt 5 -q -o '" + session + "'"), 2,
+                 "is the input '" + session + "' (session file (--resume))");
   // /dev/stdout redirected to a file resolves to that file: refused (docs/cli.md "Output files").
   const CliResult r = run_dsv41("run '" + s + "' --sides ref,ref -q -o '" + scratch() + "/r2.h5' --junit /dev/stdout");
   expect_refused(r, 2, "it is a link to a process's stream");
