@@ -93,7 +93,9 @@ TEST(ReliabilityOut, AnEmptyDumpIsInconclusiveNotACrash) {
 TEST(ReliabilityOut, AFailedHdf5WriteExitsTwoAndKeepsTheOldFile) {
   const std::string dump = forward_dump("d");
   const std::string out = write_file("out.h5", "the old file\n");
+  const std::string s = write_file("s.json", R"({"name": "s", "events": [{"prompt": [1, 2, 3]}]})");
   for (const std::string& args : {"forward " + kModel + " --prompt 1,2,3,4,5,6,7,8 --decode 9 -q -o '" + out + "'",
+                                  "run '" + s + "' --sides ref,ref -q -o '" + out + "'",
                                   "conform '" + dump + "' " + kModel + " -q -o '" + out + "'"}) {
     SCOPED_TRACE(args);
     const CliResult r = run_limited(8, args);  // 4 KiB per file
