@@ -97,6 +97,22 @@ std::string unique_suffix() {
          std::to_string(salt % 100000);
 }
 
+// Whether `path`, a symlink, is or leads through /dev/ or /proc/ (a stream such as /dev/stdout):
+// the first such name on its chain of links, or "".
+std::string stream_link(const std::string& path) {
+  std::string cur = path;
+  for (int hop = 0; hop < 40; ++hop) {
+    const std::string abs = std::filesystem::absolute(cur).lexically_normal().string();
+    if (abs.rfind("/dev/", 0) == 0 || abs.rfind("/proc/", 0) == 0) return abs;
+    char buf[PATH_MAX];
+    const ssize_t n = ::readlink(cur.c_str(), buf, sizeof buf - 1);
+    if (n < 0) return "";  // not a link (any more): the chain ends outside /dev and /proc
+    std::string next(buf, static_cast<size_t>(n));
+    cur = next.front() == '/' ? next : parent_of(abs) + "/" + next;
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string check_output_path(const std::string& path, const std::string& what) {
@@ -114,6 +130,11 @@ std::string check_output_path(const std::string& path, const std::string& what) 
   }
   if (S_ISREG(st.st_mode)) return path;
   if (!S_ISLNK(st.st_mode)) refuse(path, what, std::string("it is ") + kind_of(st.st_mode));
+  // /dev/stdout, /dev/fd/N, /proc/self/fd/N: a process's stream, which resolves to a regular file
+  // when the stream is redirected (`> log`); replacing it would replace that file.
+  if (const std::string stream = stream_link(path); !stream.empty()) {
+    refuse(path, what, "it is a link to a process's stream ('" + stream + "'), not a file");
+  }
   // A symlink: the link stays, its final target is what gets replaced.
   char resolved[PATH_MAX];
   if (::realpath(path.c_str(), resolved) == nullptr) {
@@ -250,6 +271,140 @@ void AtomicDirectory::commit() {
   committed_ = true;
   sync_directory(parent_of(target_));
   remove_stale_temps(target_);
+}
+
+}  // namespace dsv41::output
+
+// ---- outputs never alias inputs (VerbFiles) and tool-owned output directories ----
+namespace dsv41::output {
+namespace {
+
+// What a path is on disk: an existing node (st_dev, st_ino, symlinks followed), or a new name in
+// an existing directory (that directory's st_dev, st_ino and the name). known: false when neither.
+struct Identity {
+  bool known = false, exists = false, directory = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string name;  // a new path: its last component
+};
+
+Identity identity_of(std::string path) {
+  Identity id;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    id.known = id.exists = true;
+    id.directory = S_ISDIR(st.st_mode);
+    id.dev = st.st_dev;
+    id.ino = st.st_ino;
+    return id;
+  }
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  struct stat ds {};
+  if (::stat(parent_of(path).c_str(), &ds) != 0) return id;
+  id.known = true;
+  id.dev = ds.st_dev;
+  id.ino = ds.st_ino;
+  id.name = base_of(path);
+  return id;
+}
+
+bool same(const Identity& a, const Identity& b) {
+  return a.known && b.known && a.exists == b.exists && a.dev == b.dev && a.ino == b.ino && a.name == b.name;
+}
+
+// Whether the existing node `path` lies (at any depth) inside the directory `dir`.
+bool inside(const std::string& path, const Identity& dir) {
+  if (!dir.exists || !dir.directory) return false;
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) return false;
+  std::string cur = resolved;
+  while (cur != "/") {
+    cur = parent_of(cur);
+    struct stat st {};
+    if (::stat(cur.c_str(), &st) != 0) return false;
+    if (st.st_dev == dir.dev && st.st_ino == dir.ino) return true;
+  }
+  return false;
+}
+
+[[noreturn]] void refuse_alias(const std::string& out, const std::string& out_what, const std::string& how,
+                               const std::string& in, const std::string& in_what, const std::string& why) {
+  DSV41_FAIL("output '", out, "' (", out_what, ") ", how, " '", in, "' (", in_what, "): ", why,
+             " (outputs never alias inputs; docs/cli.md, Output files)");
+}
+
+}  // namespace
+
+VerbFiles& VerbFiles::input(const std::string& path, const std::string& what) {
+  if (!path.empty()) inputs_.push_back({path, what, false});
+  return *this;
+}
+
+VerbFiles& VerbFiles::input_updated_by(const std::string& path, const std::string& what, const std::string& updated_by) {
+  if (!path.empty()) inputs_.push_back({path, what, false, updated_by});
+  return *this;
+}
+
+VerbFiles& VerbFiles::output(const std::string& path, const std::string& what) {
+  if (!path.empty()) outputs_.push_back({path, what, false});
+  return *this;
+}
+
+VerbFiles& VerbFiles::output_directory(const std::string& path, const std::string& what) {
+  if (!path.empty()) outputs_.push_back({path, what, true});
+  return *this;
+}
+
+void VerbFiles::check() const {
+  std::vector<Identity> in_ids;
+  for (const Entry& i : inputs_) in_ids.push_back(identity_of(i.path));
+  std::vector<Identity> out_ids;
+  for (const Entry& o : outputs_) out_ids.push_back(identity_of(o.path));
+  for (size_t k = 0; k < outputs_.size(); ++k) {
+    const Entry& o = outputs_[k];
+    const Identity& oid = out_ids[k];
+    for (size_t j = 0; j < inputs_.size(); ++j) {
+      const Entry& i = inputs_[j];
+      const Identity& iid = in_ids[j];
+      if (!iid.exists) continue;  // its reader names it
+      if (!i.updated_by.empty() && i.updated_by == o.path) continue;  // read whole, then replaced on purpose
+      if (oid.exists && same(oid, iid)) {
+        refuse_alias(o.path, o.what, "is the input", i.path, i.what, "refusing to replace an input");
+      }
+      if (oid.exists && !oid.directory && inside(o.path, iid)) {
+        refuse_alias(o.path, o.what, "is a file of the input directory", i.path, i.what, "refusing to replace an input");
+      }
+      if (o.directory && inside(i.path, oid)) {
+        refuse_alias(o.path, o.what, "holds the input", i.path, i.what, "refusing to write over an input");
+      }
+    }
+    for (size_t j = 0; j < k; ++j) {
+      if (same(oid, out_ids[j])) {
+        refuse_alias(o.path, o.what, "is the same file as the output", outputs_[j].path, outputs_[j].what,
+                     "refusing to write one output over another");
+      }
+    }
+  }
+}
+
+void claim_output_directory(const std::string& path, const std::string& what, bool create) {
+  if (path.empty()) refuse(path, what, "the path is empty");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) refuse(path, what, std::string("it is ") + kind_of(st.st_mode) + ", not a directory");
+    std::error_code ec;
+    if (!std::filesystem::is_empty(path, ec) || ec) {
+      refuse(path, what,
+             "the directory is not empty (the tool fills a new or empty directory with folders of its own and "
+             "never removes what it did not create; give a new path)");
+    }
+    return;
+  }
+  if (errno != ENOENT) refuse(path, what, std::string("cannot inspect it: ") + std::strerror(errno));
+  if (!create) return;
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) refuse(path, what, "cannot create it: " + ec.message());
 }
 
 }  // namespace dsv41::output

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace dsv41::output {
 
@@ -87,5 +88,50 @@ class AtomicDirectory {
 
 // A whole file in one call.
 void write_file_atomically(const std::string& path, const std::string& what, const void* data, size_t n);
+
+// Outputs never alias inputs (docs/cli.md "Output files", docs/errors.md "Classes"): a verb lists
+// every file or directory it reads and every path it writes, then check() refuses, before any
+// work, with a dsv41::Error naming both:
+//  - an output that is an input (the same st_dev/st_ino, symlinks followed: `-o w.safetensors
+//    --weights w.safetensors`, `run s.json -o s.json`);
+//  - an output that is an existing file inside an input directory (`agree o -o o/config.json`);
+//  - an input directory inside an output directory (written over by it);
+//  - two outputs that are one file (`--dump x.h5 -o x.h5`), existing or not (the same name in the
+//    same directory).
+// Empty paths are skipped (an option not given). Inputs that do not exist are skipped too (their
+// reader reports them).
+//
+// Example:
+//   output::VerbFiles io;
+//   io.input(a.weights, "weights (--weights)").input(a.config, "config (--config)");
+//   io.output(a.output, "report (-o)").output(a.junit, "JUnit file (--junit)");
+//   io.check();
+class VerbFiles {
+ public:
+  VerbFiles& input(const std::string& path, const std::string& what);
+  // An input that the output given as `updated_by` (the same option value) may replace: the verb
+  // reads it whole before it writes that output (`forward --resume S --save-state S` advances a
+  // session in place). Every other output is still checked against it.
+  VerbFiles& input_updated_by(const std::string& path, const std::string& what, const std::string& updated_by);
+  VerbFiles& output(const std::string& path, const std::string& what);
+  // An output directory (`--dump DIR`, `vectors -o DIR`): no input may lie inside it.
+  VerbFiles& output_directory(const std::string& path, const std::string& what);
+  void check() const;
+
+ private:
+  struct Entry {
+    std::string path, what;
+    bool directory = false;
+    std::string updated_by;  // an input: the output allowed to replace it ("": none)
+  };
+  std::vector<Entry> inputs_, outputs_;
+};
+
+// `selftest -o DIR` and the like: a directory the tool fills with folders of its own. `path` must
+// be absent (it is created, parents too) or an empty directory; an existing non-empty directory,
+// or anything else, is refused with a dsv41::Error naming it. What the tool then creates inside
+// is the tool's; nothing the user had there is ever removed. create = false: the check only
+// (up front, before the work that fills it).
+void claim_output_directory(const std::string& path, const std::string& what, bool create = true);
 
 }  // namespace dsv41::output

@@ -1,6 +1,8 @@
 #include "reports/h5_writer.h"
 
 #include <hdf5.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,7 +52,57 @@ H5Writer::H5Writer(std::string path, const std::string& what)
 
 H5Writer::~H5Writer() {
   if (gcpl_ >= 0) H5Pclose(gcpl_);
-  if (!committed_ && file_ >= 0) H5Fclose(file_);  // out_ then removes the temp file
+  if (!committed_) abandon();  // out_ then removes the temp file
+}
+
+// A file that will not be committed (an error, or a writer destroyed early) is closed without
+// writing to disk: libhdf5 flushes its caches when it closes a file, and when that flush fails
+// (a full disk, a file-size limit) H5Fclose fails and leaves the file's id behind, pointing at a
+// freed file; libhdf5's cleanup at exit then crashed on it (issue 35). So the file's descriptor
+// is first pointed at an anonymous memory file (memfd; only the pages still flushed occupy
+// memory, for the instant of the close), then every object id of the file is closed, then the
+// file: nothing stays open in libhdf5, whatever the disk did.
+void H5Writer::abandon() {
+  if (file_ < 0) return;
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(static_cast<hid_t>(file_), H5P_DEFAULT, &handle) >= 0 && handle != nullptr) {
+    const int fd = *static_cast<int*>(handle);  // the sec2 driver's descriptor
+    const int sink = static_cast<int>(::syscall(SYS_memfd_create, "dsv41-discarded-h5", 0u));
+    if (sink >= 0) {
+      ::dup2(sink, fd);  // fd now names the memory file; the temp file is removed by out_
+      ::close(sink);
+    }
+  }
+  // A file-size limit (ulimit -f, RLIMIT_FSIZE) binds the memory file too: the soft limit is
+  // lifted to the hard one for the close (the memory file is no file on disk), then restored.
+  struct rlimit fsize {};
+  const bool limited = ::getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != fsize.rlim_max;
+  if (limited) {
+    const struct rlimit lifted = {fsize.rlim_max, fsize.rlim_max};
+    ::setrlimit(RLIMIT_FSIZE, &lifted);
+  }
+  const hid_t f = static_cast<hid_t>(file_);
+  const ssize_t n = H5Fget_obj_count(f, H5F_OBJ_DATASET | H5F_OBJ_GROUP | H5F_OBJ_DATATYPE | H5F_OBJ_ATTR | H5F_OBJ_LOCAL);
+  if (n > 0) {
+    std::vector<hid_t> ids(static_cast<size_t>(n));
+    const ssize_t got = H5Fget_obj_ids(f, H5F_OBJ_DATASET | H5F_OBJ_GROUP | H5F_OBJ_DATATYPE | H5F_OBJ_ATTR | H5F_OBJ_LOCAL,
+                                       static_cast<size_t>(n), ids.data());
+    for (ssize_t i = 0; i < got; ++i) {
+      while (H5Iis_valid(ids[static_cast<size_t>(i)]) > 0 && H5Idec_ref(ids[static_cast<size_t>(i)]) > 0) {
+      }
+    }
+  }
+  H5Fclose(f);
+  file_ = -1;
+  if (limited) ::setrlimit(RLIMIT_FSIZE, &fsize);
+}
+
+// A failed HDF5 call: every id of the file closed now (abandon), not at the writer's end (a
+// Python DumpWriter may live on until the interpreter exits, after libhdf5's own cleanup).
+void H5Writer::fail(const std::string& why) {
+  abandon();
+  failed_ = true;
+  DSV41_FAIL("'", path_, "': ", why, "; '", path_, "' is left as it was");
 }
 
 void H5Writer::ensure_parent_groups(const std::string& path) {
@@ -60,7 +112,7 @@ void H5Writer::ensure_parent_groups(const std::string& path) {
     cur += "/" + parts[i];
     if (H5Lexists(file_, cur.c_str(), H5P_DEFAULT) > 0) continue;
     const hid_t g = H5Gcreate2(file_, cur.c_str(), H5P_DEFAULT, gcpl_, H5P_DEFAULT);
-    if (g < 0) DSV41_FAIL("'", path_, "': cannot create group '", cur, "'");
+    if (g < 0) fail("cannot create group '" + cur + "'");
     H5Gclose(g);
   }
 }
@@ -73,6 +125,7 @@ void H5Writer::write_raw(const std::string& path, const void* data, int64_t type
 void H5Writer::write_typed(const std::string& path, const void* data, int64_t mem_type, int64_t file_type,
                            size_t elem, const std::vector<int64_t>& shape, size_t count) {
   DSV41_CHECK(!committed_, "'", path_, "': write after commit");
+  DSV41_CHECK(file_ >= 0, "'", path_, "': write after a failure");
   int64_t n = 1;
   std::vector<hsize_t> dims;
   for (int64_t s : shape) {
@@ -100,11 +153,11 @@ void H5Writer::write_typed(const std::string& path, const void* data, int64_t me
                               H5P_DEFAULT);
   H5Pclose(dcpl);
   H5Sclose(space);
-  if (ds < 0) DSV41_FAIL("'", path_, "': cannot create dataset '", path, "' (exists already?)");
+  if (ds < 0) fail("cannot create dataset '" + path + "' (exists already?)");
   const herr_t rc =
       count == 0 ? 0 : H5Dwrite(ds, static_cast<hid_t>(mem_type), H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
-  H5Dclose(ds);
-  if (rc < 0) DSV41_FAIL("'", path_, "': writing dataset '", path, "' failed");
+  const herr_t closed = H5Dclose(ds);
+  if (rc < 0 || closed < 0) fail("writing dataset '" + path + "' failed (disk full or a file-size limit?)");
 }
 
 template <typename T>
@@ -236,7 +289,7 @@ int64_t H5Writer::open_object(const std::string& path) {
     ensure_parent_groups(path + "/x");
   }
   const hid_t obj = H5Oopen(file_, path.c_str(), H5P_DEFAULT);
-  if (obj < 0) DSV41_FAIL("'", path_, "': cannot open object '", path, "' for an attribute");
+  if (obj < 0) fail("cannot open object '" + path + "' for an attribute");
   return obj;
 }
 
@@ -261,7 +314,7 @@ void H5Writer::scalar_attr(const std::string& object_path, const std::string& na
   if (a >= 0) H5Aclose(a);
   H5Sclose(space);
   H5Oclose(obj);
-  if (rc < 0) DSV41_FAIL("'", path_, "': cannot write attribute '", name, "' on '", object_path, "'");
+  if (rc < 0) fail("cannot write attribute '" + name + "' on '" + object_path + "'");
 }
 
 void H5Writer::attr(const std::string& object_path, const std::string& name, int64_t value) {
@@ -283,15 +336,33 @@ void H5Writer::attr(const std::string& object_path, const std::string& name, con
   if (a >= 0) H5Aclose(a);
   H5Sclose(space);
   H5Oclose(obj);
-  if (rc < 0) DSV41_FAIL("'", path_, "': cannot write attribute '", name, "' on '", object_path, "'");
+  if (rc < 0) fail("cannot write attribute '" + name + "' on '" + object_path + "'");
+}
+
+void H5Writer::close_file() {
+  DSV41_CHECK(!committed_, "'", path_, "': closed after commit");
+  if (file_ < 0) return;  // closed already
+  // Flushed first: a failure here leaves the file open, and abandon() closes it without the disk.
+  if (H5Fflush(static_cast<hid_t>(file_), H5F_SCOPE_GLOBAL) < 0) {
+    abandon();
+    failed_ = true;
+    DSV41_FAIL("'", path_, "': writing the HDF5 file failed (disk full or a file-size limit?); '", path_,
+               "' is left as it was");
+  }
+  // After a complete flush (its truncate included) the close writes nothing more. (Were it to
+  // fail, its id could not be touched again: libhdf5 has freed the file behind it.)
+  const bool closed = H5Fclose(static_cast<hid_t>(file_)) >= 0;
+  file_ = -1;
+  if (!closed) {
+    failed_ = true;
+    DSV41_FAIL("'", path_, "': closing the HDF5 file failed; '", path_, "' is left as it was");
+  }
 }
 
 void H5Writer::commit() {
   DSV41_CHECK(!committed_, "'", path_, "': committed twice");
-  const bool flushed = H5Fflush(file_, H5F_SCOPE_GLOBAL) >= 0;
-  const bool closed = H5Fclose(file_) >= 0;
-  file_ = -1;
-  if (!flushed || !closed) DSV41_FAIL("'", path_, "': flushing the HDF5 file failed (disk full?)");
+  DSV41_CHECK(!failed_, "'", path_, "': commit after a failure");
+  close_file();
   out_->commit();  // fsync, rename (only over a regular file), directory fsync
   committed_ = true;
 }

@@ -73,7 +73,11 @@ class H5Writer {
   // A variable-length UTF-8 string attribute (h5py reads it as str).
   void text_attr(const std::string& object_path, const std::string& name, const std::string& value);
 
-  // Flushes, closes and atomically renames the temp file to the final path.
+  // Flushes and closes the temp file: every byte written, nothing published yet (a writer that
+  // publishes several outputs together writes them all, then commits them all). On a failure (a
+  // full disk) every id of the file is closed first (abandon) and a dsv41::Error thrown.
+  void close_file();
+  // close_file() (when not done), then atomically renames the temp file to the final path.
   void commit();
 
   const std::string& path() const { return path_; }
@@ -87,6 +91,10 @@ class H5Writer {
                    size_t elem, const std::vector<int64_t>& shape, size_t count);
   void scalar_attr(const std::string& object_path, const std::string& name, int64_t type, const void* value);
   int64_t open_object(const std::string& path);
+  // Closes every id of a file that will not be committed, without writing to disk (h5_writer.cc).
+  void abandon();
+  // abandon(), then a dsv41::Error "'<path>': <why>; '<path>' is left as it was".
+  [[noreturn]] void fail(const std::string& why);
   template <typename T>
   void write_numbers(const std::string& path, const std::vector<T>& data, const std::vector<int64_t>& shape);
 
@@ -98,6 +106,7 @@ class H5Writer {
   int64_t gcpl_ = -1;  // group creation: no timestamps
   size_t compress_above_ = 64 * 1024;
   bool committed_ = false;
+  bool failed_ = false;
 };
 
 }  // namespace dsv41::reports

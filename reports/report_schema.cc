@@ -313,10 +313,11 @@ std::optional<Verdict> check_comparison(Checker& c, const std::string& g, int64_
       const std::vector<int64_t> higher = c.r().read_ints(m + "/higher_is_better");
       const auto rows = c.verdict_column(m + "/verdict", c.r().read_strings(m + "/verdict"));
       if (!rows) return;
-      size_t failing = 0;
+      size_t failing = 0, checked_rows = 0;
       for (size_t i = 0; i < rows->size(); ++i) {
         const Verdict v = (*rows)[i];
-        const bool checked = !origin[i].empty();
+        const bool checked = i < origin.size() && !origin[i].empty();
+        checked_rows += checked;
         if (checked && v != Verdict::kPass && v != Verdict::kFail) {
           c.add(m, "row " + std::to_string(i) + ": a checked row (origin '" + origin[i] + "') has verdict '" +
                        name(v) + "', expected pass or fail");
@@ -340,6 +341,12 @@ std::optional<Verdict> check_comparison(Checker& c, const std::string& g, int64_
                        "', expected measured");
         }
         failing += v == Verdict::kFail;
+      }
+      // Evidence behind a pass: at least one checked metric row (a comparison whose rows were
+      // emptied proves nothing; docs/errors.md "Classes").
+      if (verdict && *verdict == Verdict::kPass && checked_rows == 0) {
+        c.add(g, "verdict 'pass' but no checked metric row backs it (" + std::to_string(rows->size()) +
+                     " rows, none with a bound): a pass needs evidence");
       }
       if (verdict && failing > 0 && *verdict != Verdict::kFail && *verdict != Verdict::kError) {
         c.add(g, "verdict '" + std::string(name(*verdict)) + "' but " + std::to_string(failing) +

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "reports/internal/report_replay.h"
 #include "reports/internal/text.h"
+#include "base/terminal_text.h"
 #include "reports/report.h"
 
 namespace dsv41::reports {
@@ -284,7 +285,17 @@ std::string format_summary(const RunReport& report, int max_rows) {
   return format_summary(report, o);
 }
 
+namespace {
+std::string summary_text(const RunReport& report, const SummaryOptions& opt);
+}  // namespace
+
+// The names in a report are anyone's: control characters are shown escaped (base/terminal_text.h).
 std::string format_summary(const RunReport& report, const SummaryOptions& opt) {
+  return terminal_safe(summary_text(report, opt));
+}
+
+namespace {
+std::string summary_text(const RunReport& report, const SummaryOptions& opt) {
   const SummaryFilter& f = opt.filter;
   const size_t W = opt.width;
   // A filter that names what the report lacks is a mistake, not an empty answer.
@@ -475,5 +486,6 @@ std::string format_summary(const RunReport& report, const SummaryOptions& opt) {
   }
   return out.str();
 }
+}  // namespace
 
 }  // namespace dsv41::reports

@@ -33,6 +33,11 @@ namespace dsv41::scenarios::cli {
 // unsigned seed as 2^64-1. Returns the option (scenarios/cli/cli_weights.cc).
 CLI::Option* seed_option(CLI::Option* option);
 
+// Makes a number option accept only a finite value in [lo, hi] ((lo, hi] when lo_open): CLI11's
+// Range lets NaN through (`sweep --item-timeout nan` killed every item). Returns the option
+// (scenarios/cli/cli_weights.cc).
+CLI::Option* finite_option(CLI::Option* option, double lo, double hi, bool lo_open = false);
+
 struct Verb {
   CLI::App* app = nullptr;   // the subcommand
   std::function<int()> run;  // runs it; returns the exit code

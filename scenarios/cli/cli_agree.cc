@@ -99,7 +99,9 @@ int run(const AgreeArgs& a, const std::string& command_line) {
                 a.backend, "'");
     defects::parse_mutation(a.backend.substr(7));  // a bad spec is refused before any work
   }
-  runner::check_report_outputs(a.output, a.junit);
+  output::VerbFiles inputs;  // outputs never alias them, nor a file of them (base/output_file.h)
+  for (const std::string& d : a.dirs) inputs.input(d, "official run folder");
+  runner::check_report_outputs(a.output, a.junit, inputs);
   if (a.threads > 0) reference::set_reference_threads(a.threads);
   reports::RunReport report = agree::agree(a.dirs, o);
   runner::stamp_run_meta(report.meta, command_line);

@@ -49,7 +49,12 @@ int run(const ConformArgs& a, const std::string& command_line) {
   }
   DSV41_CHECK(!a.dump.empty() && !a.config.empty() && !a.weights.empty(),
               "conform: a DUMP with --config and --weights (or --vectors DIR --port-out PORT_DIR)");
-  // 1. Everything that can be checked before the weights are read.
+  // 1. Everything that can be checked before the weights are read; first the outputs, which never
+  // alias an input (`conform d.h5 -o d.h5` would replace the port's dump).
+  output::VerbFiles inputs;
+  inputs.input(a.dump, "port dump").input(a.config, "config (--config)").input(a.weights, "weights (--weights)");
+  inputs.input(a.token_map, "token map (--token-map)").input(a.tolerances, "tolerance file (--tolerances)");
+  runner::check_report_outputs(a.output, a.junit, inputs);
   const reference::ModelConfig c = reference::load_config(a.config);
   const conform::PortDump d = conform::read_port_dump(a.dump);
   if (reference::config_hash(c) != d.config_hash) {
@@ -78,7 +83,7 @@ int run(const ConformArgs& a, const std::string& command_line) {
                    (a.order_variant ? " --order-variant" : "") +
                    (a.accumulation.empty() ? "" : " --accumulation " + a.accumulation);
   if (a.threads > 0) reference::set_reference_threads(a.threads);
-  runner::check_report_outputs(a.output, a.junit);
+  runner::check_report_outputs(a.output, a.junit, inputs);  // again: nothing appeared meanwhile
 
   // 2. The judgement.
   reports::RunReport report = conform::conform(d, reference::checkpoint::ModelWeights::load(a.weights, c), map, o);

@@ -255,6 +255,15 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
     DSV41_FAIL("--dump with --decoder-replay: not supported (its later layers run fewer rows than the step's "
                "tokens, which dump version 1 does not describe)");
   }
+  // Outputs never alias inputs, nor each other (base/output_file.h, VerbFiles).
+  output::VerbFiles io;
+  io.input(a.weights, "weights (--weights)").input(a.config, "config (--config)").input(a.token_map, "token map (--token-map)");
+  io.input_updated_by(a.resume, "session file (--resume)", a.save_state);  // `--resume S --save-state S`: S advanced in place
+  if (a.prompt.rfind('@', 0) == 0) io.input(a.prompt.substr(1), "prompt file (--prompt @FILE)");
+  if (a.decode.rfind('@', 0) == 0) io.input(a.decode.substr(1), "decode file (--decode @FILE)");
+  io.output(a.output, "forward output (-o)").output(a.save_state, "session file (--save-state)");
+  io.output_directory(a.dump, "port dump (--dump)");
+  io.check();
   // Created now (as <output>.tmp.<pid>.<n>) so an unwritable path fails before the forward; removed
   // again if anything below throws.
   std::optional<reports::H5Writer> w;
@@ -404,10 +413,6 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   }
   // A planted defect that never applied: the run would pass for the defect's (exit 2, nothing written).
   if (const std::string missing = bm.missing_evidence(); !missing.empty()) DSV41_FAIL("--backend: ", missing);
-  if (dump) {
-    dump->finish();
-    std::fprintf(stderr, "dsv41 forward: wrote the port dump %s (%zu steps)\n", a.dump.c_str(), steps.size());
-  }
   // 3. The output file (docs/forward-output.md). /logits: the prompt's last position (from its
   // last chunk), however the prompt was chunked, then one row per later fed position (a decode
   // step's, a speculative round's kept rows).
@@ -447,9 +452,23 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
                    static_cast<long long>(generated.pending));
     }
   }
-  // The session state, before the output is committed: if saving fails, no output is left.
+  // Every output written whole before any is published (docs/cli.md "Output files"): the
+  // session's bytes, the dump's manifest, the HDF5 output's flush. A failure of any (a full disk)
+  // leaves every output as it was; only then the renames.
+  std::optional<output::AtomicOutput> session_out;
   if (!a.save_state.empty()) {
-    bm.save_session(a.save_state, state, !a.drop_swa);
+    const std::vector<uint8_t> bytes = bm.session_bytes(state, !a.drop_swa);
+    session_out.emplace(a.save_state, "session file (--save-state)");
+    session_out->write(bytes.data(), bytes.size());
+  }
+  if (dump) dump->prepare();
+  if (w) w->close_file();
+  if (session_out) session_out->commit();
+  if (dump) {
+    dump->finish();
+    std::fprintf(stderr, "dsv41 forward: wrote the port dump %s (%zu steps)\n", a.dump.c_str(), steps.size());
+  }
+  if (session_out) {
     std::fprintf(stderr, "dsv41 forward: saved the session at position %lld to %s%s\n",
                  static_cast<long long>(state.pos), a.save_state.c_str(), a.drop_swa ? " (without SWA rings)" : "");
     if (gen) {

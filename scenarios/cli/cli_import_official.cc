@@ -38,6 +38,8 @@ Verb add_import_official_verb(CLI::App& parent) {
   return {app, [a] {
             const std::string cmd = "dsv41 import-official " + reports::shell_quote(a->run_dir) + " -o " +
                                     reports::shell_quote(a->output);
+            // The dump never lands over a file of the run (base/output_file.h, VerbFiles).
+            output::VerbFiles().input(a->run_dir, "official run folder").output_directory(a->output, "port dump (-o)").check();
             const agree::OracleRun run = agree::OracleRun::open(a->run_dir);
             const agree::ImportSummary s = agree::import_official(
                 run, a->output, cmd + " (official run '" + run.name() + "', tie rule " + run.tie_rule() + ")");

@@ -38,6 +38,8 @@ Verb add_layer_config_verb(CLI::App& parent) {
             }
             DSV41_CHECK(!a->kind.empty(), "layer-config: give --kind KIND (--list shows the kinds)");
             const runner::LayerKind& kind = runner::layer_kind(a->kind);
+            // The output never replaces the base (base/output_file.h, VerbFiles).
+            output::VerbFiles().input(a->base, "base config (--base)").output(a->output, "layer config (-o)").check();
             const reference::ModelConfig base = reference::load_config(a->base);
             const reference::ModelConfig c = runner::kind_config(base, kind, "'" + a->base + "'");
             const runner::WeightBytes packed = runner::weight_bytes(c, true), plain = runner::weight_bytes(c, false);

@@ -39,6 +39,11 @@ Verb add_replay_study_verb(CLI::App& parent) {
   app->add_option("--json", a->json, "also write the results as JSON to this file");
   app->add_flag("-q,--quiet", a->quiet, "no progress on stderr (a bar on a terminal, else lines)");
   return {app, [a] {
+            output::VerbFiles()  // the JSON never replaces an input (base/output_file.h)
+                .input(a->config, "config (--config)")
+                .input(a->weights, "weights (--weights)")
+                .output(a->json, "replay-study JSON (--json)")
+                .check();
             const reference::ModelConfig c = reference::load_config(a->config);
             reference::checkpoint::ModelWeights w;
             if (!a->weights.empty()) {

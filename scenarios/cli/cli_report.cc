@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/error.h"
+#include "base/terminal_text.h"
 #include "base/output_file.h"
 #include "reports/report.h"
 #include "reports/report_diff.h"
@@ -102,13 +103,16 @@ Verb add_report_verb(CLI::App& parent) {
                 std::cout << "report check: " << opts->file << ": valid (schema 1)\n";
                 return runner::kExitOk;
               }
-              for (const std::string& p : problems) std::cout << "report check: " << opts->file << ": " << p << "\n";
+              for (const std::string& p : problems) {
+                std::cout << terminal_safe("report check: " + opts->file + ": " + p) << "\n";
+              }
               std::cout << "report check: " << opts->file << ": " << problems.size() << " problem"
                         << (problems.size() == 1 ? "" : "s") << "\n";
               return runner::kExitCheckFailed;
             }
             if (html->parsed()) {
               output::check_output_path(opts->output, "HTML report (-o)");  // before reading the report
+              output::VerbFiles().input(opts->file, "report").output(opts->output, "HTML report (-o)").check();
               if (!reports::html_available()) reports::html_page({}, {});   // says which package is missing
               reports::write_html(opts->output, reports::read_report(opts->file, /*load_tensors=*/true), {opts->file});
               std::cout << "report html: wrote " << opts->output << "\n";
@@ -121,10 +125,11 @@ Verb add_report_verb(CLI::App& parent) {
               o.name_b = opts->file_b;
               o.max_rows = opts->rows;
               const reports::ReportDiff d = reports::diff_reports(a, b, o);
-              std::cout << d.text;
+              std::cout << terminal_safe(d.text);
               return d.regressed ? runner::kExitCheckFailed : runner::kExitOk;
             }
             output::check_output_path(opts->output, "JUnit file (-o)");  // before reading the report
+            output::VerbFiles().input(opts->file, "report").output(opts->output, "JUnit file (-o)").check();
             reports::write_junit(opts->output, reports::read_report(opts->file));
             std::cout << "report junit: wrote " << opts->output << "\n";
             return runner::kExitOk;

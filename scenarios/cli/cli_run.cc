@@ -116,7 +116,10 @@ int run(const RunArgs& a, const std::string& command_line) {
   const std::filesystem::path out_dir = std::filesystem::path(a.output).parent_path();
   DSV41_CHECK(out_dir.empty() || std::filesystem::is_directory(out_dir), "-o '", a.output, "': directory '",
               out_dir.string(), "' does not exist");
-  runner::check_report_outputs(a.output, a.junit);
+  output::VerbFiles inputs;  // outputs never alias them (base/output_file.h)
+  for (const std::string& n : a.scenarios) inputs.input(n, "scenario");
+  inputs.input(a.weights, "weights (--weights)").input(a.config, "config (--config)").input(a.token_map, "token map (--token-map)");
+  runner::check_report_outputs(a.output, a.junit, inputs);
   const reference::ModelConfig c = reference::load_config(a.config);
   std::vector<int64_t> map = a.token_map.empty() ? reference::model::default_token_map(c)
                                                  : runner::parse_id_list("@" + a.token_map, "--token-map");

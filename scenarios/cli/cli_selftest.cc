@@ -165,6 +165,15 @@ int run(const SelftestArgs& a) {
     DSV41_FAIL("--calibration, --sensitivity and --small-bugs: one at a time");
   }
   DSV41_CHECK(!a.suite || a.calibration, "--suite: only with --calibration (the variants over the built-in suite)");
+  // The outputs: never an input, and -o DIR new or empty (the tool removes only what it created
+  // there; base/output_file.h).
+  output::VerbFiles()
+      .input(a.config, "config (--config)")
+      .input(a.weights, "weights (--weights)")
+      .output_directory(a.dir, "selftest output directory (-o)")
+      .output(a.junit, "JUnit file (--junit)")
+      .check();
+  if (!a.list && !a.dir.empty()) output::claim_output_directory(a.dir, "selftest output directory (-o)");
   if (a.small_bugs) return run_small_bugs(a);
   if (a.list) {
     for (const selftest::ZooBug& b : selftest::bug_zoo()) {
@@ -235,8 +244,8 @@ Verb add_selftest_verb(CLI::App& parent) {
   app->add_option("--factors", a->factors, "--sensitivity: comma-separated factors (default 1.1,1.03,1.01,1.003,1.001)");
   app->add_option("--layer", a->layer, "--sensitivity: plant at the first layer >= this holding the component (default 2)");
   app->add_option("--step", a->step, "--sensitivity: the zoo scenario's step to plant in (default 1)");
-  app->add_option("--goal", a->goal, "--sensitivity: exit 1 unless every component is located at |factor-1| <= this "
-                                     "(default 0.01)");
+  finite_option(app->add_option("--goal", a->goal, "--sensitivity: exit 1 unless every component is located at |factor-1| <= this "
+                                     "(default 0.01)"), 0.0, 1.0, true);
   app->add_flag("--small-bugs", a->small_bugs,
                 "instead of the zoo: the small-bug zoo (0.1-1% effects, one cache byte), each judged under "
                 "order-variant: flagged and located where planted? (docs/selftest.md \"Small bugs\"); with --bugs, "
@@ -248,8 +257,9 @@ Verb add_selftest_verb(CLI::App& parent) {
   app->add_option("--base", a->base,
                   "--small-bugs: plant the bugs in this backend (ref-order:<variant>, the tensor-core emulation "
                   "ref-order:trunc13, the production cuda; docs/selftest.md \"Small bugs\"); default: the reference");
-  app->add_option("--min-located", a->min_located,
-                  "--small-bugs: exit 1 unless at least this fraction of the bugs is located (default 0.95)");
+  finite_option(app->add_option("--min-located", a->min_located,
+                                "--small-bugs: exit 1 unless at least this fraction of the bugs is located (default 0.95)"),
+                0.0, 1.0);
   app->add_option("-o,--output-dir", a->dir, "write the dumps here (default: a temporary directory)");
   app->add_flag("--keep", a->keep, "keep every dump (default: each removed after its judgement)");
   app->add_option("--junit", a->junit, "also write JUnit XML here (one testcase per run)");

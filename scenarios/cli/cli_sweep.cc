@@ -75,7 +75,14 @@ int run(SweepArgs& a, const std::string& command_line) {
         const std::filesystem::path out_dir = std::filesystem::path(a.o.output).parent_path();
         DSV41_CHECK(out_dir.empty() || std::filesystem::is_directory(out_dir), "-o '", a.o.output, "': directory '",
                     out_dir.string(), "' does not exist");
-        runner::check_report_outputs(a.o.output, a.o.junit);
+        output::VerbFiles inputs;  // outputs never alias them (base/output_file.h)
+        inputs.input(a.plan, "sweep plan");
+        for (const sweep::SweepModel& m : plan->models) {
+          inputs.input(m.config, "config of model '" + m.name + "'").input(m.weights, "weights of model '" + m.name + "'");
+          inputs.input(m.token_map, "token map of model '" + m.name + "'");
+        }
+        for (const sweep::SweepItem& it : plan->items) inputs.input(it.scenario_ref, "scenario of item '" + it.name + "'");
+        runner::check_report_outputs(a.o.output, a.o.junit, inputs);
         if (!a.o.work_dir.empty()) {
           std::filesystem::create_directories(a.o.work_dir);
           DSV41_CHECK(std::filesystem::is_directory(a.o.work_dir), "--work-dir '", a.o.work_dir, "': not a directory");
@@ -125,9 +132,9 @@ Verb add_sweep_verb(CLI::App& parent) {
   app->add_option("--threads", a->o.threads,
                   "reference threads per item process (default: DSV41_THREADS, else cores / ranks on the host)")
       ->check(CLI::Range(1, 1024));
-  app->add_option("--item-timeout", a->o.item_timeout, "kill an item's process after this many seconds (its "
-                                                        "verdict: error); default: no limit")
-      ->check(CLI::Range(0.0, 1048576.0));
+  finite_option(app->add_option("--item-timeout", a->o.item_timeout, "kill an item's process after this many seconds (its "
+                                                                      "verdict: error); default: no limit"),
+                0.0, 1048576.0, /*lo_open=*/true);
   app->add_option("--work-dir", a->o.work_dir, "keep each item's report here (rank 0); default: a temporary "
                                                "folder beside the report, removed");
   app->add_flag("--resume", a->o.resume, "reuse the item reports in --work-dir that ran exactly these items");

@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/error.h"
+#include "base/output_file.h"
 #include "reference/seam/ops.h"
 #include "reports/report.h"
 #include "scenarios/cli/cli.h"
@@ -40,6 +41,10 @@ std::vector<std::string> split_sizes(const std::string& s) {
 
 int run(const VectorsArgs& a, const std::string& command_line) {
   const std::vector<std::string> sizes = split_sizes(a.sizes);
+  // Two outputs, never one over the other: --reference-port writes the port's files, of the
+  // vectors' names, into a directory of its own (new or empty; base/output_file.h).
+  output::VerbFiles().output_directory(a.output, "vectors (-o)").output_directory(a.reference_port, "reference port outputs (--reference-port)").check();
+  if (!a.reference_port.empty()) output::claim_output_directory(a.reference_port, "reference port outputs (--reference-port)", false);
   std::cout << "vectors: seed " << a.seed << " (--seed), sizes " << a.sizes << "\n";
   const vectors::VectorSetSummary s = vectors::write_vector_set(a.output, sizes, a.seed, command_line);
   const vectors::VectorSet set = vectors::read_vector_set(a.output);
@@ -49,6 +54,7 @@ int run(const VectorsArgs& a, const std::string& command_line) {
   std::cout << "wrote " << s.cases << " cases, " << s.bytes << " bytes (" << (s.bytes >> 20) << " MiB) to " << a.output
             << "/" << vectors::kVectorsManifest << "\n";
   if (!a.reference_port.empty()) {
+    output::claim_output_directory(a.reference_port, "reference port outputs (--reference-port)");
     vectors::run_port_on_vectors(reference::seam::reference_ops(), a.output, a.reference_port);
     std::cout << "reference port outputs: " << a.reference_port << "\n";
   }
@@ -59,7 +65,8 @@ int run(const VectorsArgs& a, const std::string& command_line) {
 
 int run_conform_vectors(const std::string& vectors_dir, const std::string& port_dir, const std::string& only,
                         const std::string& output, const std::string& junit, const std::string& command_line) {
-  runner::check_report_outputs(output, junit);
+  runner::check_report_outputs(output, junit,
+                               output::VerbFiles().input(vectors_dir, "vectors (--vectors)").input(port_dir, "port outputs (--port-out)"));
   reports::RunReport r = vectors::conform_vectors(vectors_dir, port_dir, only);
   runner::stamp_run_meta(r.meta, command_line);
   reports::write_report(output, r);

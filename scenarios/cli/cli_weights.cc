@@ -1,9 +1,13 @@
 // `dsv41 weights`: writes deterministic random weights for a config in the official checkpoint
 // format (reference/checkpoint/weights.h), or checks that a weights file fits a config.
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "base/error.h"
@@ -27,6 +31,24 @@ CLI::Option* seed_option(CLI::Option* option) {
       "SEED", "seed"));
 }
 
+CLI::Option* finite_option(CLI::Option* option, double lo, double hi, bool lo_open) {
+  const std::string name = option->get_name();
+  return option->check(CLI::Validator(
+      [lo, hi, lo_open](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool number = !text.empty() && end == text.c_str() + text.size() && errno == 0;
+        // NaN passes every comparison CLI::Range makes; it is refused here, with the infinities.
+        if (number && std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi) return {};
+        std::ostringstream want;
+        want << "a finite number " << (lo_open ? "above " : "from ") << lo << (lo_open ? " and at most " : " to ") << hi
+             << ", got '" << text << "'";
+        return want.str();
+      },
+      "NUMBER", "finite"));
+}
+
 Verb add_weights_verb(CLI::App& parent) {
   struct Args {
     std::string config, output, check;
@@ -42,6 +64,9 @@ Verb add_weights_verb(CLI::App& parent) {
             if (a->check.empty() && a->output.empty()) {
               DSV41_FAIL("weights: give -o FILE to generate weights or --check FILE to check a file");
             }
+            // The generated file never replaces the config (base/output_file.h, VerbFiles); `-o W
+            // --check W` checks what was just written.
+            output::VerbFiles().input(a->config, "config (--config)").output(a->output, "weights (-o)").check();
             const reference::ModelConfig c = reference::load_config(a->config);
             // Generate first, so "-o W --check W" checks what was just written.
             if (!a->output.empty()) {

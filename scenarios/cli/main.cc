@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/error.h"
+#include "base/terminal_text.h"
 #include "scenarios/cli/cli.h"
 
 namespace {
@@ -83,14 +84,14 @@ int main(int argc, char** argv) {
       if (v.app->parsed()) return v.run();
     }
   } catch (const dsv41::Error& e) {
-    std::cerr << "dsv41: error: " << e.what() << "\n";
+    std::cerr << "dsv41: error: " << dsv41::terminal_safe(e.what()) << "\n";  // names are anyone's
     if (debug) {
       const std::string& origin = e.origin().empty() ? dsv41::Error::last_origin() : e.origin();
       std::cerr << "dsv41: debug: " << (origin.empty() ? "raised with DSV41_FAIL (no check)" : origin) << "\n";
     }
     return dsv41::scenarios::runner::kExitBadInput;
   } catch (const std::exception& e) {
-    std::cerr << "dsv41: error: unexpected failure: " << e.what() << "\n";
+    std::cerr << "dsv41: error: unexpected failure: " << dsv41::terminal_safe(e.what()) << "\n";
     return dsv41::scenarios::runner::kExitBadInput;
   }
   return dsv41::scenarios::runner::kExitBadInput;  // unreachable: require_subcommand(1)

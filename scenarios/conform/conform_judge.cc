@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/json_keys.h"
 #include "base/json_limits.h"
 #include "formats/cache_format.h"
 #include "base/error.h"
@@ -54,7 +55,7 @@ std::string conform_detail::read_tolerance_file(const std::string& path) {
 json conform_detail::parse_tolerance_json(const std::string& text, const std::string& where) {
   dsv41::check_json_nesting(text, where);
   try {
-    return json::parse(text);
+    return dsv41::parse_json_without_duplicates(text, where);
   } catch (const json::exception& e) {
     DSV41_FAIL(where, ": not valid JSON: ", e.what());
   }

@@ -415,7 +415,7 @@ reports::RunReport conform(const PortDump& d, const reference::checkpoint::Model
   }
   const std::string thin = thin_reason(d);
   std::vector<StepJudgement> judged;
-  if (thin.empty() || d.steps.front().start_pos == 0) judged = conform_detail::replay(d, weights, token_map, o);
+  if (!d.steps.empty() && (thin.empty() || d.steps.front().start_pos == 0)) judged = conform_detail::replay(d, weights, token_map, o);
   const ForcingMap forcing = teacher_forcing(d);
   std::vector<conform_detail::RootCauseGroup> roots;
   s.comparisons.push_back(judge(judged, true, d, tol, waivers, o, thin, forcing, &roots));

@@ -281,7 +281,8 @@ void PortDumpWriter::set_backend(const std::string& backend) {
   backend_ = backend;
 }
 
-void PortDumpWriter::finish() {
+void PortDumpWriter::prepare() {
+  if (prepared_) return;
   json m;
   m["format"] = kPortDumpFormat;
   m["version"] = kPortDumpVersion;
@@ -311,11 +312,20 @@ void PortDumpWriter::finish() {
   m["not_covered"] = absent;
   if (h5_) {
     port_dump_detail::write_h5_manifest(*h5_, m.dump(1) + "\n");
-    h5_->commit();
-    return;
+    h5_->close_file();
+  } else {
+    write_text_atomic((fs::path(dir_out_->temp_path()) / kPortDumpManifest).string(), m.dump(1) + "\n");
   }
-  write_text_atomic((fs::path(dir_out_->temp_path()) / kPortDumpManifest).string(), m.dump(1) + "\n");
-  dir_out_->commit();
+  prepared_ = true;
+}
+
+void PortDumpWriter::finish() {
+  prepare();
+  if (h5_) {
+    h5_->commit();
+  } else {
+    dir_out_->commit();
+  }
 }
 
 }  // namespace dsv41::scenarios::conform

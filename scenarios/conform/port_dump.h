@@ -141,6 +141,11 @@ class PortDumpWriter {
   // The manifest's "tool" (default "dsv41 <version>"): who produced the values, e.g. an imported
   // official run (scenarios/agree/official_dump.h).
   void set_tool(const std::string& tool) { tool_ = tool; }
+  // Writes the manifest (and closes the HDF5 file): the dump complete in its temp form, nothing
+  // published. A writer publishing companions with the dump (forward --save-state, -o) prepares
+  // every output first and commits them only when every one was written.
+  void prepare();
+  // prepare() (when not done), then the rename that publishes the dump.
   void finish();
   ~PortDumpWriter();
   PortDumpWriter(PortDumpWriter&&) = delete;
@@ -153,6 +158,7 @@ class PortDumpWriter {
   std::string weights_, token_map_, command_line_;
   std::string claim_;
   std::string accumulation_;
+  bool prepared_ = false;
   std::string backend_;  // "": not recorded (a port's own writer)
   std::string tool_;
   std::map<std::string, std::vector<int>> components_;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "base/json_keys.h"
 #include "base/json_limits.h"
 #include "base/error.h"
 #include "reference/ops/dtype.h"
@@ -106,7 +107,7 @@ StoredStep read_h5_step(const reports::H5Reader& r, const std::string& group, co
   const std::string metadata = r.attr_string(g, kH5MetadataAttr);
   dsv41::check_json_nesting(metadata, where + ": attribute '" + kH5MetadataAttr + "'");
   try {
-    const json m = json::parse(metadata);
+    const json m = dsv41::parse_json_without_duplicates(metadata, where + ": attribute '" + kH5MetadataAttr + "'");
     if (!m.is_object()) DSV41_FAIL(where, ": attribute '", kH5MetadataAttr, "' is not a JSON object");
     for (const auto& [k, v] : m.items()) s.metadata[k] = v.get<std::string>();
   } catch (const json::exception& e) {

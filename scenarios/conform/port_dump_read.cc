@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/json_keys.h"
 #include "base/json_limits.h"
 #include "base/error.h"
 #include "reference/model/hooks.h"
@@ -246,7 +247,7 @@ PortDump read_port_dump(const std::string& dir) {
     const std::string text = port_dump_detail::read_h5_manifest(*h5, where);
     dsv41::check_json_nesting(text, where);
     try {
-      m = json::parse(text);
+      m = dsv41::parse_json_without_duplicates(text, where);
     } catch (const json::exception& e) {
       DSV41_FAIL(where, ": not valid JSON: ", e.what());
     }
@@ -256,7 +257,7 @@ PortDump read_port_dump(const std::string& dir) {
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     dsv41::check_json_nesting(text, where);
     try {
-      m = json::parse(text);
+      m = dsv41::parse_json_without_duplicates(text, where);
     } catch (const json::exception& e) {
       DSV41_FAIL(where, ": not valid JSON: ", e.what());
     }

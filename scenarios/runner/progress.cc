@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/terminal_text.h"
+
 namespace dsv41::scenarios::runner {
 
 Progress::Style Progress::style_for(std::FILE* out, bool quiet) {
@@ -56,7 +58,7 @@ std::string Progress::line(double done, const std::string& what, size_t width) c
     std::snprintf(head, sizeof head, "%3.0f%% ", std::clamp(done / total_, 0.0, 1.0) * 100);
     text += head;
   }
-  text += what;
+  text += terminal_safe(what);  // scenario names are anyone's (base/terminal_text.h)
   if (style_ == Style::kBar) {
     std::snprintf(head, sizeof head, " (%.1f s)", s);
     text += head;
@@ -86,7 +88,7 @@ void Progress::note(const std::string& text) {
   if (drawn_) std::fprintf(out_, "\r\x1b[K");
   drawn_ = false;
   last_print_ = -1e9;  // redraw at the next update
-  std::fprintf(out_, "%s\n", text.c_str());
+  std::fprintf(out_, "%s\n", terminal_safe(text).c_str());
   std::fflush(out_);
 }
 

@@ -13,13 +13,16 @@
 
 namespace dsv41::scenarios::runner {
 
-void check_report_outputs(const std::string& output, const std::string& junit) {
+void check_report_outputs(const std::string& output, const std::string& junit, output::VerbFiles inputs) {
   const std::string report = output::check_output_path(output, "report (-o)");
-  if (junit.empty()) return;
-  const std::string xml = output::check_output_path(junit, "JUnit file (--junit)");
-  if (std::filesystem::weakly_canonical(report) == std::filesystem::weakly_canonical(xml)) {
-    DSV41_FAIL("--junit '", junit, "': the same file as the report (-o '", output, "')");
+  if (!junit.empty()) {
+    const std::string xml = output::check_output_path(junit, "JUnit file (--junit)");
+    if (std::filesystem::weakly_canonical(report) == std::filesystem::weakly_canonical(xml)) {
+      DSV41_FAIL("--junit '", junit, "': the same file as the report (-o '", output, "')");
+    }
   }
+  inputs.output(output, "report (-o)").output(junit, "JUnit file (--junit)");
+  inputs.check();  // outputs never alias the verb's inputs
 }
 
 void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line) {

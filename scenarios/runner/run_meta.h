@@ -11,6 +11,8 @@
 
 #include <string>
 
+#include "base/output_file.h"
+
 namespace dsv41::reports {
 struct RunMeta;
 }  // namespace dsv41::reports
@@ -28,7 +30,8 @@ void stamp_run_meta(reports::RunMeta& meta, const std::string& command_line);
 
 // A verb's report (-o) and JUnit file (--junit, "" for none) checked before any work: each a
 // regular file or a new path in an existing directory, and not the same path
-// (base/output_file.h); scenarios/runner/run_meta.cc.
-void check_report_outputs(const std::string& output, const std::string& junit);
+// (base/output_file.h); nor any of `inputs`, the files and directories the verb reads
+// (output::VerbFiles: outputs never alias inputs); scenarios/runner/run_meta.cc.
+void check_report_outputs(const std::string& output, const std::string& junit, output::VerbFiles inputs = {});
 
 }  // namespace dsv41::scenarios::runner

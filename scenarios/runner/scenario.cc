@@ -1,3 +1,4 @@
+#include "base/json_keys.h"
 #include "base/json_limits.h"
 #include "scenarios/runner/scenario.h"
 
@@ -249,7 +250,7 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
   json j;
   dsv41::check_json_nesting(json_text, where);
   try {
-    j = json::parse(json_text);
+    j = dsv41::parse_json_without_duplicates(json_text, where);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 4e866
     DSV41_FAIL(where, ": not valid JSON: ", e.what());
   }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json_keys.h"
 #include "base/json_limits.h"
 #include "reference/checkpoint/weights.h"
 #include "reports/report.h"
@@ -185,7 +186,7 @@ SweepPlan parse_sweep_plan(const std::string& json_text, const std::string& sour
   dsv41::check_json_nesting(json_text, where);
   json j;
   try {
-    j = json::parse(json_text);
+    j = dsv41::parse_json_without_duplicates(json_text, where);
   } catch (const json::exception& e) {
     DSV41_FAIL(where, ": not valid JSON: ", e.what());
   }

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "base/json_keys.h"
 #include "base/json_limits.h"
 #include "base/error.h"
 #include "base/output_file.h"
@@ -206,7 +207,7 @@ VectorSet read_vector_set(const std::string& dir) {
   dsv41::check_json_nesting(text, where);
   json j;
   try {
-    j = json::parse(text);
+    j = dsv41::parse_json_without_duplicates(text, where);
   } catch (const std::exception& e) {
     DSV41_FAIL(where, ": not JSON: ", e.what());
   }

@@ -271,4 +271,94 @@ TEST(OutputDirectory, StaleTempDirectoryOfADeadWriterIsRemoved) {
   EXPECT_EQ(others(d, {"set"}), std::vector<std::string>{});
 }
 
+// ---- outputs never alias inputs (VerbFiles), streams, tool-owned folders (issue 35) ----
+
+std::string alias_refusal(const dsv41::output::VerbFiles& io) {
+  try {
+    io.check();
+  } catch (const dsv41::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(VerbFiles, AnOutputThatIsAnInputIsRefusedThroughSymlinksToo) {
+  const std::string d = dir();
+  std::ofstream(d + "/w.bin") << "weights";
+  fs::create_symlink(d + "/w.bin", d + "/link.bin");
+  dsv41::output::VerbFiles io;
+  io.input(d + "/w.bin", "weights (--weights)").output(d + "/link.bin", "report (-o)");
+  const std::string e = alias_refusal(io);
+  EXPECT_NE(e.find("output '" + d + "/link.bin' (report (-o)) is the input '" + d + "/w.bin' (weights (--weights))"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("refusing to replace an input"), std::string::npos) << e;
+  EXPECT_EQ(slurp(d + "/w.bin"), "weights");
+  dsv41::output::VerbFiles fine;
+  fine.input(d + "/w.bin", "weights").output(d + "/other.h5", "report").input("", "not given").output("", "not given");
+  EXPECT_EQ(alias_refusal(fine), "");
+}
+
+TEST(VerbFiles, TwoOutputsNamingOneNewFileAreRefused) {
+  const std::string d = dir();
+  dsv41::output::VerbFiles io;
+  io.output(d + "/x.h5", "report (-o)").output_directory(d + "/./x.h5", "port dump (--dump)");
+  EXPECT_NE(alias_refusal(io).find("is the same file as the output '" + d + "/x.h5'"), std::string::npos) << alias_refusal(io);
+  dsv41::output::VerbFiles two;
+  two.output(d + "/x.h5", "report").output(d + "/y.h5", "junit");
+  EXPECT_EQ(alias_refusal(two), "");
+}
+
+TEST(VerbFiles, InputFoldersAndOutputFolders) {
+  const std::string d = dir();
+  fs::create_directories(d + "/run/sub");
+  std::ofstream(d + "/run/sub/config.json") << "{}";
+  dsv41::output::VerbFiles replaces;
+  replaces.input(d + "/run", "official run folder").output(d + "/run/sub/config.json", "report (-o)");
+  EXPECT_NE(alias_refusal(replaces).find("is a file of the input directory '" + d + "/run'"), std::string::npos)
+      << alias_refusal(replaces);
+  dsv41::output::VerbFiles beside;  // a new file inside an input folder replaces nothing
+  beside.input(d + "/run", "official run folder").output(d + "/run/new.h5", "report (-o)");
+  EXPECT_EQ(alias_refusal(beside), "");
+  dsv41::output::VerbFiles holds;
+  holds.input(d + "/run/sub/config.json", "config").output_directory(d + "/run", "port dump (--dump)");
+  EXPECT_NE(alias_refusal(holds).find("holds the input"), std::string::npos) << alias_refusal(holds);
+}
+
+TEST(VerbFiles, AnInputUpdatedInPlaceByItsOneOutput) {
+  const std::string d = dir();
+  std::ofstream(d + "/s.dsv41s") << "session";
+  dsv41::output::VerbFiles io;
+  io.input_updated_by(d + "/s.dsv41s", "session file (--resume)", d + "/s.dsv41s").output(d + "/s.dsv41s", "session file (--save-state)");
+  EXPECT_EQ(alias_refusal(io), "");
+  dsv41::output::VerbFiles other;  // any other output over it
+  other.input_updated_by(d + "/s.dsv41s", "session file (--resume)", d + "/t.dsv41s").output(d + "/s.dsv41s", "report (-o)");
+  EXPECT_NE(alias_refusal(other).find("(report (-o)) is the input"), std::string::npos) << alias_refusal(other);
+}
+
+TEST(OutputPolicy, AStreamLinkIsRefusedEvenWhenItResolvesToAFile) {
+  // /dev/stdout resolves to whatever stdout is; under ctest that may well be a regular file.
+  for (const char* p : {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}) {
+    const std::string e = refusal(p);
+    EXPECT_NE(e.find("a link to a process's stream"), std::string::npos) << p << ": " << e;
+  }
+}
+
+TEST(OutputPolicy, ToolOwnedFoldersAreNewOrEmpty) {
+  const std::string d = dir();
+  dsv41::output::claim_output_directory(d + "/new/deep", "selftest output directory (-o)");
+  EXPECT_TRUE(fs::is_directory(d + "/new/deep"));
+  dsv41::output::claim_output_directory(d + "/new/deep", "selftest output directory (-o)");  // empty: fine
+  std::ofstream(d + "/new/deep/mine.txt") << "mine";
+  try {
+    dsv41::output::claim_output_directory(d + "/new/deep", "selftest output directory (-o)");
+    ADD_FAILURE() << "a non-empty folder was claimed";
+  } catch (const dsv41::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the directory is not empty"), std::string::npos) << e.what();
+  }
+  dsv41::output::claim_output_directory(d + "/later", "x", /*create=*/false);
+  EXPECT_FALSE(fs::exists(d + "/later"));
+  EXPECT_EQ(slurp(d + "/new/deep/mine.txt"), "mine");
+}
+
 }  // namespace
