@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "formats/minifloat.h"
+#include "reference/ops/config_footprint.h"
 #include "reference/ops/numerics.h"
 
 namespace dsv41::reference::checkpoint {
@@ -147,6 +148,8 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c, DType head_dtype)
 }
 
 ModelWeights ModelWeights::load(const std::string& path, const ModelConfig& c, bool pack_fp4) {
+  // Sizes checked before anything is allocated (reference/ops/config_footprint.h, issue 35).
+  check_fits_machine(c, "weights file '" + path + "' with config " + config_hash(c));
   return load(SafetensorsFile::read(path), c, pack_fp4);
 }
 
@@ -507,6 +510,8 @@ StEntry make_tensor(const TensorSpec& s, uint64_t seed) {
 }  // namespace
 
 std::vector<StEntry> generate_weights(const ModelConfig& c, uint64_t seed) {
+  // Sizes checked before anything is allocated (reference/ops/config_footprint.h, issue 35).
+  check_fits_machine(c, "generated weights of config " + config_hash(c));
   const std::vector<TensorSpec> specs = expected_tensors(c);
   std::vector<StEntry> out(specs.size());
   std::vector<size_t> small;  // made over tensors; the large ones each over chunks of values

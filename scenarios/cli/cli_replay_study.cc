@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/output_file.h"
+#include "reference/ops/config_footprint.h"
 #include "reference/model/model.h"
 #include "reference/checkpoint/safetensors.h"
 #include "reference/checkpoint/weights.h"
@@ -40,6 +41,7 @@ Verb add_replay_study_verb(CLI::App& parent) {
   app->add_flag("-q,--quiet", a->quiet, "no progress on stderr (a bar on a terminal, else lines)");
   return {app, [a] {
             const reference::ModelConfig c = reference::load_config(a->config);
+            reference::check_fits_machine(c, "config '" + a->config + "'");  // before allocating (issue 35)
             reference::checkpoint::ModelWeights w;
             if (!a->weights.empty()) {
               w = reference::checkpoint::ModelWeights::load(a->weights, c);
