@@ -30,7 +30,6 @@
 #include "base/output_file.h"
 #include "formats/minifloat.h"
 #include "formats/packed.h"
-#include "reference/ops/config_footprint.h"
 #include "reference/model/model.h"
 #include "reference/ops/numerics.h"
 #include "reference/session/session_store.h"
@@ -192,7 +191,6 @@ int run_forward(const ForwardArgs& a, const std::string& command_line) {
   // 1. Inputs that cost nothing to check: backend, config, ids, token map, output path.
   runner::BackendModel::validate(a.backend, "--backend");
   const reference::ModelConfig c = reference::load_config(a.config);
-  reference::check_fits_machine(c, "config '" + a.config + "'");  // before allocating (issue 35)
   const std::vector<int64_t> prompt = a.prompt.empty() ? std::vector<int64_t>{} : runner::parse_id_list(a.prompt, "--prompt");
   const std::vector<int64_t> decode = runner::parse_id_list(a.decode, "--decode");
   const std::optional<runner::GenerateOptions> gen = generation_options(a, c, !decode.empty());
