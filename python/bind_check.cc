@@ -111,9 +111,11 @@ std::string param(const py::dict& p, const char* k) {
   DSV41_CHECK(p.contains(k), "indexer: parameter '", k, "' is missing");
   return py::str(p[k]).cast<std::string>();
 }
-int64_t param_int(const py::dict& p, const char* k) {
+// An int parameter, range-checked before narrowing (python/bindings.h int_param).
+template <typename T = int>
+T param_int(const py::dict& p, const char* k) {
   DSV41_CHECK(p.contains(k), "indexer: parameter '", k, "' is missing");
-  return p[k].cast<int64_t>();
+  return int_param<T>(p[k], k);
 }
 py::handle input(const py::dict& in, const char* k) {
   DSV41_CHECK(in.contains(k), "indexer: input '", k, "' is missing");
@@ -129,7 +131,7 @@ RefOutputs run_indexer(const py::dict& in, const py::dict& p) {
   reference::CacheRows rows;
   rows.format = formats::cache_format_from_name(param(p, "keys_format"));
   rows.dim = param_int(p, "keys_dim");
-  rows.count = p.contains("keys_count") ? param_int(p, "keys_count") : (keys.rank() == 2 ? keys.dim(0) : 0);
+  rows.count = p.contains("keys_count") ? param_int<int64_t>(p, "keys_count") : (keys.rank() == 2 ? keys.dim(0) : 0);
   DSV41_CHECK(keys.rank() == 2 && keys.dim(1) == formats::entry_bytes(rows.format, static_cast<int>(rows.dim)) &&
                   keys.dim(0) >= rows.count,
               "indexer: keys ", reference::shape_string(keys.shape()), " are not [>= ", rows.count, ", ",
@@ -138,13 +140,13 @@ RefOutputs run_indexer(const py::dict& in, const py::dict& p) {
   RefOutputs r;
   Tensor<float> scores = ops.index_scores(q, rows, w, reach.data());
   if (p.contains("topk_blocks") || p.contains("block_size")) {
-    const Tensor<uint8_t> mask = ops.candidate_blocks(scores, reach.data(), static_cast<int>(param_int(p, "topk_blocks")),
-                                                      static_cast<int>(param_int(p, "block_size")));
+    const Tensor<uint8_t> mask = ops.candidate_blocks(scores, reach.data(), param_int(p, "topk_blocks"),
+                                                      param_int(p, "block_size"));
     add(r, int_entry("candidates", reference::DType::kU8, mask));
   } else if (in.contains("mask")) {
     ops.mask_scores(scores, to_int<uint8_t>(in["mask"], "mask"));
   }
-  const Tensor<int32_t> topk = ops.index_topk(scores, reach.data(), static_cast<int>(param_int(p, "k")));
+  const Tensor<int32_t> topk = ops.index_topk(scores, reach.data(), param_int(p, "k"));
   r.scores = scores;
   r.has_scores = true;
   RefOutputs ordered;
@@ -338,7 +340,7 @@ py::dict check(const std::string& component_in, const py::dict& inputs, const py
       DSV41_FAIL(component_in, ": '", name, "' is not an output of the component (its outputs: ", known, ")");
     }
   }
-  const int block_size = params.contains("block_size") ? params["block_size"].cast<int>() : 1;
+  const int block_size = params.contains("block_size") ? int_param(params["block_size"], "block_size") : 1;
   py::list rows, failures, not_covered, compared;
   py::dict ref_out;
   for (const std::string& name : r.order) {

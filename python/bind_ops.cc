@@ -46,7 +46,7 @@ st::Entry typed_entry(const std::string& name, reference::DType dtype, const py:
 
 std::string param_string(const std::string& key, const py::handle& v) {
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? "1" : "0";
-  if (py::isinstance<py::int_>(v)) return std::to_string(v.cast<int64_t>());
+  if (py::isinstance<py::int_>(v)) return std::to_string(int_param<int64_t>(v, key));  // 2**64 refused
   if (py::isinstance<py::float_>(v)) {
     char buf[40];
     std::snprintf(buf, sizeof buf, "%.17g", v.cast<double>());

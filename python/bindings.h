@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,28 @@ namespace py = pybind11;
 
 inline std::vector<int64_t> shape_of(const py::array& a) {
   return std::vector<int64_t>(a.shape(), a.shape() + a.ndim());
+}
+
+// A Python int parameter narrowed to T (issue 35: never truncated): read as a 64-bit integer (a
+// larger one is refused), then range-checked against [lo, hi] (default: T's range), with the
+// parameter's name in the message: "parameter 'k': 4294967304 is out of range (-2147483648 ..
+// 2147483647)". A bool or a float is refused too (k=True would be 1 silently).
+template <typename T = int>
+T int_param(const py::handle& v, const std::string& name, int64_t lo = std::numeric_limits<T>::min(),
+            int64_t hi = static_cast<int64_t>(std::numeric_limits<T>::max())) {
+  if (!py::isinstance<py::int_>(v) || py::isinstance<py::bool_>(v)) {
+    DSV41_FAIL("parameter '", name, "': expected an int, got ", py::str(v.get_type()).cast<std::string>());
+  }
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (overflow != 0) {
+    DSV41_FAIL("parameter '", name, "': ", py::str(v).cast<std::string>(), " does not fit a 64-bit integer");
+  }
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (x < lo || x > hi) {
+    DSV41_FAIL("parameter '", name, "': ", x, " is out of range (", lo, " .. ", hi, ")");
+  }
+  return static_cast<T>(x);
 }
 
 inline std::string dtype_str(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }

@@ -3,9 +3,11 @@
 #include <hdf5.h>
 
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "h5/h5_probe.h"
 
 namespace dsv41::reports {
@@ -52,6 +54,10 @@ std::vector<std::string> read_string_values(hid_t ftype, int64_t count, Read rea
 H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
   // Read once in the probe's worker process first: libhdf5 itself may crash or hang on a crafted file
   // (h5/h5_probe.h).
+  // The input-file policy (base/input_file.h): a path that exists must be a regular file (a FIFO or a
+  // device is refused by stat, before anything opens it); a missing one is reported below.
+  std::error_code ec;
+  if (std::filesystem::exists(path_, ec)) input::require_regular_file(path_, "HDF5 file");
   const h5::ProbeResult probe = h5::probe_file(path_);
   if (!probe.ok) DSV41_FAIL("'", path_, "': refused: ", probe.reason);
   // What the worker could not open is not opened here either (the messages are open_read_only's).
@@ -235,6 +241,10 @@ void open_dataset(const H5Reader& r, int64_t file, const std::string& path, Acce
   out.space.reset(H5Dget_space(out.ds.get()));
   out.count = space_count(out.space.get());
   if (!out.ds.ok() || !out.type.ok() || out.count < 0) DSV41_FAIL("'", r.path(), "': cannot open dataset '", path, "'");
+  // Sizes checked before reading (issue 35): a dataset read whole takes up to 8 bytes an element in
+  // memory (int64 / double; a chunked dataset of 2^40 elements may sit in a small file).
+  const std::string what = "'" + r.path() + "': dataset '" + path + "' (" + std::to_string(out.count) + " elements)";
+  input::check_memory(input::checked_mul(static_cast<uint64_t>(out.count), 8, what), what);
 }
 
 template <typename T>

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "formats/minifloat.h"
 #include "base/output_file.h"
 #include "reference/ops/tensor.h"
@@ -79,30 +80,28 @@ std::vector<float> Entry::to_f32() const {
 }
 
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) DSV41_FAIL("weights file '", path, "' is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) DSV41_FAIL("cannot open weights file '", path, "'");
-  in.seekg(0, std::ios::end);
-  const std::streamoff end_pos = in.tellg();
-  if (!in || end_pos < 0) DSV41_FAIL("weights file '", path, "': cannot determine its size");
-  const uint64_t file_size = static_cast<uint64_t>(end_pos);
-  in.seekg(0);
+  // The input-file policy (base/input_file.h): opened without blocking, a regular file only (a
+  // FIFO given to --weights, a dump's step file or a vectors port file is refused at once).
+  const input::InputFile in = input::InputFile::open(path, "weights file");
+  const uint64_t file_size = in.size();
+  input::check_memory(file_size, "weights file '" + path + "' (read whole)");
   if (file_size < 8) {
     DSV41_FAIL("weights file '", path, "' is ", file_size,
                " bytes: too short for a safetensors header (8-byte length first)");
   }
   unsigned char len_bytes[8];
-  in.read(reinterpret_cast<char*>(len_bytes), 8);
-  if (!in) DSV41_FAIL("weights file '", path, "': reading the header length failed");
+  in.read_at(0, len_bytes, 8);
   const uint64_t header_len = read_le64(len_bytes);
-  if (header_len > kMaxHeaderBytes || header_len > file_size - 8) {
+  if (header_len > kMaxHeaderBytes) {
+    DSV41_FAIL("weights file '", path, "': header length ", header_len, " bytes (", input::bytes_text(header_len),
+               "), over the safetensors limit of ", kMaxHeaderBytes, " bytes (100 MiB)");
+  }
+  if (header_len > file_size - 8) {
     DSV41_FAIL("weights file '", path, "': header length ", header_len,
                " does not fit the file (", file_size, " bytes); not a safetensors file or truncated");
   }
   std::string header(header_len, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_len));
-  if (!in) DSV41_FAIL("weights file '", path, "': reading the ", header_len, "-byte header failed");
+  if (header_len > 0) in.read_at(8, header.data(), header_len);
   const uint64_t data_size = file_size - 8 - header_len;
 
   // Parse, rejecting a duplicated top-level key (a tensor stored twice is ambiguous; nlohmann
@@ -208,9 +207,7 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
                  shape_string(t.shape), " needs ", want);
     }
     t.bytes.resize(end - begin);
-    in.seekg(static_cast<std::streamoff>(8 + header_len + begin));
-    in.read(reinterpret_cast<char*>(t.bytes.data()), static_cast<std::streamsize>(end - begin));
-    if (!in) DSV41_FAIL(ctx(), ": reading its ", end - begin, " bytes failed");
+    if (end > begin) in.read_at(8 + header_len + begin, t.bytes.data(), end - begin);
     if (begin != end) ranges.push_back({begin, end, name});
     f.tensors_.emplace(name, std::move(t));
   }

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "formats/minifloat.h"
+#include "reference/ops/config_footprint.h"
 #include "reference/ops/numerics.h"
 
 namespace dsv41::reference::checkpoint {
@@ -507,6 +508,8 @@ StEntry make_tensor(const TensorSpec& s, uint64_t seed) {
 }  // namespace
 
 std::vector<StEntry> generate_weights(const ModelConfig& c, uint64_t seed) {
+  // Sizes checked before anything is allocated (reference/ops/config_footprint.h, issue 35).
+  check_fits_machine(c, "generated weights of config " + config_hash(c));
   const std::vector<TensorSpec> specs = expected_tensors(c);
   std::vector<StEntry> out(specs.size());
   std::vector<size_t> small;  // made over tensors; the large ones each over chunks of values

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/input_file.h"
 
 // The preset texts, generated into the build tree from reference/presets/*.json.
 namespace dsv41::reference::presets {
@@ -368,15 +369,10 @@ ModelConfig parse_config(const std::string& json_text, const std::string& source
 }
 
 ModelConfig load_config_file(const std::string& path) {
-  const std::string source = "file '" + path + "'";
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) DSV41_FAIL("config ", source, ": is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) DSV41_FAIL("config ", source, ": cannot open (", std::strerror(errno), ")");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) DSV41_FAIL("config ", source, ": read error");
-  return parse_config(text.str(), source);
+  // The input-file policy (base/input_file.h): a regular file only (a FIFO or /dev/zero is refused
+  // at once), at most kMaxConfigBytes.
+  const std::string text = input::read_text_file(path, "config file", input::kMaxConfigBytes);
+  return parse_config(text, "file '" + path + "'");
 }
 
 std::vector<std::string> preset_names() { return {"tiny", "full"}; }

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/input_file.h"
+#include "reference/ops/config_footprint.h"
 #include "reference/ops/config.h"
 
 namespace dsv41::reference {
@@ -83,6 +85,7 @@ class Rules {
     engram();
     vision();
     dspark();
+    footprint();
   }
 
  private:
@@ -121,6 +124,7 @@ class Rules {
       at_most(f, v, kMaxCount);
     }
     at_most("engram_vocab_size", c_.engram_vocab_size, int64_t{1} << 32);
+    for (int64_t rows : c_.engram_num_embeddings) at_most("engram_num_embeddings", rows, int64_t{1} << 32);
     // The largest tensors: the embedding and the attention projections' rows.
     if (int64_t{c_.vocab_size} * c_.dim > (int64_t{1} << 32)) {
       fail("vocab_size", "vocab_size x dim = ", int64_t{c_.vocab_size} * c_.dim,
@@ -346,6 +350,24 @@ class Rules {
     if (active > routed) {
       fail("dspark_n_activated_experts", "DSpark activates ", active, " of ", routed,
            " routed experts; it cannot activate more than it has");
+    }
+  }
+
+  // The derived sizes (reference/ops/config_footprint.h), last: every field is within its own limit
+  // here, but their products may still be absurd (65536 layers x 65536 experts).
+  void footprint() const {
+    const ConfigFootprint f = config_footprint(c_, "config " + source_);
+    if (f.n_tensors > kMaxConfigTensors) {
+      DSV41_FAIL("config ", source_, ": derived size: ", f.n_tensors, " checkpoint tensors, more than the limit of ",
+                 kMaxConfigTensors, " (2^20; docs/cli.md \"Limits\")");
+    }
+    if (f.weight_bytes > kMaxConfigWeightBytes) {
+      DSV41_FAIL("config ", source_, ": derived size: ", f.weight_bytes, " bytes of weights (",
+                 input::bytes_text(f.weight_bytes), "), more than the limit of 2^44 bytes (16 TiB; docs/cli.md \"Limits\")");
+    }
+    if (f.state_bytes > kMaxConfigStateBytes) {
+      DSV41_FAIL("config ", source_, ": derived size: at least ", f.state_bytes, " bytes of caches per sequence (",
+                 input::bytes_text(f.state_bytes), "), more than the limit of 2^44 bytes (16 TiB; docs/cli.md \"Limits\")");
     }
   }
 

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include "base/input_file.h"
 #include "base/output_file.h"
 #include "reference/session/session_internal.h"
 
@@ -21,28 +22,12 @@ void write_atomically(const std::string& path, const std::vector<uint8_t>& bytes
 }
 
 std::vector<uint8_t> read_all(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) DSV41_FAIL("cannot open session file '", path, "': ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    DSV41_FAIL("session file '", path, "' is not a regular file");
-  }
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      DSV41_FAIL("cannot read session file '", path, "': ", std::strerror(err));
-    }
-    if (n == 0) break;  // shrank while reading: the size check reports it
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  bytes.resize(done);
+  // The input-file policy (base/input_file.h): opened without blocking, a regular file only (a
+  // FIFO given to --resume is refused at once), no larger than the machine's memory.
+  const input::InputFile f = input::InputFile::open(path, "session file");
+  input::check_memory(f.size(), "session file '" + path + "'");
+  std::vector<uint8_t> bytes(static_cast<size_t>(f.size()));
+  if (!bytes.empty()) f.read_at(0, bytes.data(), bytes.size());
   return bytes;
 }
 

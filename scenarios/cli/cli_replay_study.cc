@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/output_file.h"
+#include "reference/ops/config_footprint.h"
 #include "reference/model/model.h"
 #include "reference/checkpoint/safetensors.h"
 #include "reference/checkpoint/weights.h"
@@ -49,6 +50,8 @@ Verb add_replay_study_verb(CLI::App& parent) {
             if (!a->weights.empty()) {
               w = reference::checkpoint::ModelWeights::load(a->weights, c);
             } else {
+              // Generated weights: their size and the caches' against this machine first (issue 35).
+              reference::check_fits_machine(c, "config '" + a->config + "'");
               std::cerr << "replay-study: generated weights, seed " << a->seed << "\n";
               w = reference::checkpoint::ModelWeights::load(
                   reference::checkpoint::safetensors::SafetensorsFile::from_entries("generated weights",

@@ -16,6 +16,8 @@
 #include "base/json_limits.h"
 #include "formats/cache_format.h"
 #include "base/error.h"
+#include "base/input_file.h"
+#include "base/json_context.h"
 #include "reference/model/hooks.h"
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/conform_internal.h"
@@ -47,9 +49,7 @@ const std::map<std::string, bool>& file_metrics() {
 }  // namespace
 
 std::string conform_detail::read_tolerance_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) DSV41_FAIL("--tolerances '", path, "': cannot open the file");
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return input::read_text_file(path, "--tolerances file", input::kMaxToleranceBytes);
 }
 
 json conform_detail::parse_tolerance_json(const std::string& text, const std::string& where) {
@@ -63,10 +63,14 @@ json conform_detail::parse_tolerance_json(const std::string& text, const std::st
 
 ConformTolerances load_conform_tolerances(const std::string& path) {
   const std::string text = conform_detail::read_tolerance_file(path);
-  return parse_conform_tolerances(text, "--tolerances '" + path + "'", [](const std::string& key, const std::string& at) {
-    if (key != "*" && !reference::model::component_from_name(key)) {
-      DSV41_FAIL(at, ": not a component of reference/model/hooks.h (nor \"*\")");
-    }
+  const std::string where = "--tolerances '" + path + "'";
+  // A field of the wrong type names the file (base/json_context.h), not "[json.exception...]".
+  return json_context(where, [&] {
+    return parse_conform_tolerances(text, where, [](const std::string& key, const std::string& at) {
+      if (key != "*" && !reference::model::component_from_name(key)) {
+        DSV41_FAIL(at, ": not a component of reference/model/hooks.h (nor \"*\")");
+      }
+    });
   });
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 
+#include "base/json_context.h"
 #include "base/error.h"
 #include "reference/model/hooks.h"
 #include "scenarios/conform/conform.h"
@@ -93,7 +94,9 @@ std::vector<ConformWaiver> parse_conform_waivers(const std::string& text, const 
 }
 
 std::vector<ConformWaiver> load_conform_waivers(const std::string& path) {
-  return parse_conform_waivers(conform_detail::read_tolerance_file(path), "--tolerances '" + path + "'");
+  const std::string text = conform_detail::read_tolerance_file(path);
+  const std::string where = "--tolerances '" + path + "'";
+  return json_context(where, [&] { return parse_conform_waivers(text, where); });
 }
 
 }  // namespace dsv41::scenarios::conform

@@ -14,6 +14,8 @@
 #include "base/json_keys.h"
 #include "base/json_limits.h"
 #include "base/error.h"
+#include "base/input_file.h"
+#include "base/json_context.h"
 #include "reference/model/hooks.h"
 #include "reference/ops/config.h"
 #include "reports/h5_reader.h"
@@ -224,10 +226,13 @@ PortDump read_port_dump(const std::string& dir) {
   d.dir = dir;
   std::error_code ec;
   d.h5 = !fs::is_directory(dir, ec);
-  if (d.h5 && !fs::is_regular_file(dir, ec)) {
+  if (d.h5 && !fs::exists(dir, ec)) {
     DSV41_FAIL("port dump '", dir, "': no such directory or file (a dump is a directory with ", kPortDumpManifest,
                ", or an HDF5 file)");
   }
+  // The input-file policy (base/input_file.h): libhdf5 opens the path itself, so a FIFO or a device
+  // is refused here, by stat, before it could block or read without end.
+  if (d.h5) input::require_regular_file(dir, "port dump");
   // The HDF5 container: open for the whole read (the reader says why it cannot: not HDF5, truncated).
   std::unique_ptr<reports::H5Reader> h5;
   if (d.h5) {
@@ -252,9 +257,8 @@ PortDump read_port_dump(const std::string& dir) {
       DSV41_FAIL(where, ": not valid JSON: ", e.what());
     }
   } else {
-    std::ifstream in(mpath, std::ios::binary);
-    if (!in) DSV41_FAIL(where, ": missing manifest (cannot open '", mpath, "')");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!fs::exists(mpath, ec)) DSV41_FAIL(where, ": missing manifest (cannot open '", mpath, "')");
+    const std::string text = input::read_text_file(mpath, "port dump manifest", input::kMaxManifestBytes);
     dsv41::check_json_nesting(text, where);
     try {
       m = dsv41::parse_json_without_duplicates(text, where);
@@ -333,6 +337,12 @@ PortDump read_port_dump(const std::string& dir) {
         }
       }
       DSV41_CHECK(t >= 1, sw, ": n_tokens ", t);
+      // Sizes checked before anything is allocated (issue 35): a step's positions lie in
+      // [0, max_seq_len) of the dump's config, as the model requires of every forward.
+      if (s.start_pos < 0 || s.start_pos > d.config.max_seq_len || t > d.config.max_seq_len - s.start_pos) {
+        DSV41_FAIL(sw, " (", file, "): n_tokens ", t, " at start_pos ", s.start_pos, " reach past max_seq_len ",
+                   d.config.max_seq_len, " of the dump's config (positions must lie in [0, max_seq_len))");
+      }
       if (s.kept < 1 || s.kept > t || (s.kept < t && s.event != kPortDumpVerify)) {
         DSV41_FAIL(sw, " (", file, "): kept ", s.kept, " of n_tokens ", t, " (1 .. n_tokens; fewer than n_tokens only "
                    "for event '", kPortDumpVerify, "')");
@@ -342,7 +352,7 @@ PortDump read_port_dump(const std::string& dir) {
       d.steps.push_back(std::move(s));
     }
   } catch (const json::exception& e) {
-    DSV41_FAIL(where, ": a field has the wrong type: ", e.what());
+    DSV41_FAIL(where, ": a field has the wrong type: ", json_reason(e));
   }
   for (PortDumpStep& s : d.steps) {
     const std::string where = "port dump '" + d.dir + "', " +

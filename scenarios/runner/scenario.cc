@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/input_file.h"
+#include "base/json_context.h"
 #include "reference/model/speculative.h"
 #include "scenarios/runner/backend.h"
 
@@ -404,11 +406,9 @@ Scenario parse_scenario(const std::string& json_text, const std::string& source)
 }
 
 Scenario load_scenario_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  DSV41_CHECK(in.good(), "scenario file '", path, "': cannot be opened");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_scenario(ss.str(), path);
+  const std::string text = input::read_text_file(path, "scenario file", input::kMaxScenarioBytes);
+  // A field of the wrong type names the file (base/json_context.h), not "[json.exception...]".
+  return json_context("scenario '" + path + "'", [&] { return parse_scenario(text, path); });
 }
 
 Scenario load_scenario(const std::string& name_or_path) {

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/input_file.h"
+#include "base/json_context.h"
 #include "base/json_keys.h"
 #include "base/json_limits.h"
 #include "reference/checkpoint/weights.h"
@@ -301,12 +303,10 @@ SweepPlan parse_sweep_plan(const std::string& json_text, const std::string& sour
 }
 
 SweepPlan load_sweep_plan(const std::string& path) {
-  DSV41_CHECK(std::filesystem::is_regular_file(path), "sweep plan '", path, "': not a readable file");
-  std::ifstream in(path, std::ios::binary);
-  DSV41_CHECK(in.good(), "sweep plan '", path, "': cannot be opened");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_sweep_plan(ss.str(), path, std::filesystem::path(path).parent_path().string());
+  const std::string text = input::read_text_file(path, "sweep plan", input::kMaxSweepPlanBytes);
+  // A field of the wrong type names the file (base/json_context.h), not "[json.exception...]".
+  return json_context("sweep plan '" + path + "'",
+                      [&] { return parse_sweep_plan(text, path, std::filesystem::path(path).parent_path().string()); });
 }
 
 }  // namespace dsv41::scenarios::sweep

@@ -3,6 +3,8 @@
 // The conformance vector set on disk (scenarios/vectors/vectors.h, docs/port-dump.md): the sizes and their
 // configs, a case's metadata, the set writer (case files, then vectors.json) and reader, and the
 // tensor / parameter helpers of vectors_internal.h.
+#include <cerrno>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +17,8 @@
 #include "base/json_keys.h"
 #include "base/json_limits.h"
 #include "base/error.h"
+#include "base/input_file.h"
+#include "base/json_context.h"
 #include "base/output_file.h"
 #include "reference/checkpoint/weights.h"
 #include "scenarios/vectors/vectors.h"
@@ -104,8 +108,15 @@ std::string param(const st::SafetensorsFile& f, const std::string& key) {
 int64_t param_int(const st::SafetensorsFile& f, const std::string& key) {
   const std::string s = param(f, key);
   char* end = nullptr;
+  errno = 0;
   const long long v = std::strtoll(s.c_str(), &end, 10);
   DSV41_CHECK(!s.empty() && *end == '\0', f.path(), ": __metadata__ 'param.", key, "' = '", s, "' is not an integer");
+  // Every op parameter is a 32-bit int of the reference (a dim, a count, a position): range-checked
+  // here, before any caller narrows it (issue 35: ratio=2**32+2 ran as ratio 2).
+  constexpr long long kLo = std::numeric_limits<int32_t>::min(), kHi = std::numeric_limits<int32_t>::max();
+  if (errno == ERANGE || v < kLo || v > kHi) {
+    DSV41_FAIL(f.path(), ": parameter '", key, "' = ", s, " is out of range (", kLo, " .. ", kHi, ")");
+  }
   return v;
 }
 
@@ -198,12 +209,13 @@ VectorSetSummary write_vector_set(const std::string& dir, const std::vector<std:
   return sum;
 }
 
-VectorSet read_vector_set(const std::string& dir) {
+namespace {
+
+VectorSet read_vector_set_fields(const std::string& dir) {
   const fs::path path = fs::path(dir) / kVectorsManifest;
   const std::string where = path.string();
   DSV41_CHECK(fs::exists(path), where, ": no such file (not a conformance vector set: dsv41 vectors -o DIR)");
-  std::ifstream in(path, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = input::read_text_file(where, "vectors manifest", input::kMaxManifestBytes);
   dsv41::check_json_nesting(text, where);
   json j;
   try {
@@ -223,19 +235,26 @@ VectorSet read_vector_set(const std::string& dir) {
   DSV41_CHECK(j.contains("cases") && j["cases"].is_array(), where, ": 'cases' is missing or not a list");
   VectorSet s;
   s.dir = dir;
-  s.tool = j.value("tool", "");
-  s.git_commit = j.value("git_commit", "");
-  s.seed = j.value("seed", uint64_t{0});
+  s.tool = typed_value(j, "tool", std::string(), where);
+  s.git_commit = typed_value(j, "git_commit", std::string(), where);
+  s.seed = typed_value(j, "seed", uint64_t{0}, where);
   for (size_t i = 0; i < j["cases"].size(); ++i) {
     const json& c = j["cases"][i];
     const std::string ctx = "cases[" + std::to_string(i) + "].";
     VectorSetEntry e{str(c, "name", ctx), str(c, "op", ctx), str(c, "size", ctx), str(c, "file", ctx),
-                     c.value("adversarial", "")};
+                     typed_value(c, "adversarial", std::string(), where + ": " + ctx)};
     DSV41_CHECK(e.file.find('/') == std::string::npos && fs::exists(fs::path(dir) / e.file), where, ": ", ctx,
                 "file '", e.file, "' is missing from the set");
     s.cases.push_back(std::move(e));
   }
   return s;
+}
+
+}  // namespace
+
+VectorSet read_vector_set(const std::string& dir) {
+  // A field of the wrong type names the file (base/json_context.h), not "[json.exception...]".
+  return json_context((fs::path(dir) / kVectorsManifest).string(), [&] { return read_vector_set_fields(dir); });
 }
 
 }  // namespace dsv41::scenarios::vectors

@@ -241,7 +241,7 @@ TEST_F(SessionStoreErrors, WrongMagicIsRefused) {
   std::ofstream(path) << "this is not a session file at all, but it is long enough for a header\n";
   EXPECT_TRUE(has(error_of([&] { load_session(path, fixture().config, *fixture().model); }), "wrong magic"));
   EXPECT_TRUE(has(error_of([&] { load_session(scratch() + "/absent", fixture().config, *fixture().model); }),
-                  "cannot open session file"));
+                  "session file '" + scratch() + "/absent': cannot open"));
   EXPECT_TRUE(has(error_of([&] { load_session(scratch(), fixture().config, *fixture().model); }), "not a regular file"));
 }
 

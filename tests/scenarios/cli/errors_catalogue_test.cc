@@ -187,9 +187,9 @@ TEST(ErrorsCatalogue, TokenListsAndFiles) {
   const std::string fwd = "forward --config '" + kConfig + "' --weights '" + kWeights + "'";
   for (const Entry& e : std::vector<Entry>{
            {"token list: a non-integer id", fwd + " --prompt 1,x" + f, 2, "'x' is not a non-negative integer id"},
-           {"token list: an unreadable @FILE", fwd + " --prompt @/no/such/ids.txt" + f, 2, "cannot open '/no/such/ids.txt'"},
+           {"token list: an unreadable @FILE", fwd + " --prompt @/no/such/ids.txt" + f, 2, "--prompt file '/no/such/ids.txt': cannot open"},
            {"session file: missing", fwd + " --prompt 1 --resume /no/such.dsv41s" + f, 2,
-            "cannot open session file '/no/such.dsv41s'"},
+            "session file '/no/such.dsv41s': cannot open"},
            {"port dump: neither a directory nor HDF5", "conform '" + write_file("dump.txt", "x") + "' --config '" +
                 kConfig + "' --weights '" + kWeights + "' -o '" + scratch() + "/c.h5'",
             2, "not a directory, and not a readable HDF5 dump"},
