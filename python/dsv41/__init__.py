@@ -13,6 +13,8 @@ Parts (docs/python.md):
     dsv41.check     one component judged in memory, with conform's tolerances and tie rules
     dsv41.pytest    the pytest plugin (fixture dsv41_ref)
     dsv41.torch_hooks  forward hooks for torch models named like the official code
+    dsv41.data_file  a file of the built-in data (the tiny oracle model: data_file("golden/oracle/
+                    weights.safetensors")), wherever dsv41 is installed (docs/install.md)
 
 Errors are dsv41.Error (a ValueError) with the messages of the dsv41 CLI.
 """
@@ -22,13 +24,13 @@ import tempfile as _tempfile
 
 from . import _core
 from ._arrays import to_numpy_dict as _np_dict
-from ._core import Config, DumpWriter, Error, Model, State, Weights, default_token_map, presets
+from ._core import Config, DumpWriter, Error, Model, State, Weights, data_file, default_token_map, presets
 from . import formats, ops
 
 __version__ = _core.version
 
 __all__ = ["Config", "Weights", "Model", "State", "DumpWriter", "Error", "CheckResult", "check", "conform",
-           "default_token_map", "presets", "formats", "ops"]
+           "data_file", "default_token_map", "presets", "formats", "ops"]
 
 
 class CheckResult:
