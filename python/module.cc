@@ -5,6 +5,7 @@
 // the same message the CLI prints after "dsv41: error: ".
 #include "python/bindings.h"
 
+#include "base/data_dir.h"
 #include "reference/ops/config.h"
 
 PYBIND11_MODULE(_core, m) {
@@ -19,6 +20,9 @@ PYBIND11_MODULE(_core, m) {
     }
   });
   m.attr("version") = DSV41_VERSION;
+  m.def("data_file", &dsv41::data::file, py::arg("relative"),
+        "the path of a file of dsv41's built-in data (base/data_dir.h, docs/install.md), e.g. "
+        "data_file('golden/oracle/weights.safetensors'); raises dsv41.Error when the data is not found");
   dsv41::python::register_formats(m);
   dsv41::python::register_model(m);
   dsv41::python::register_ops(m);

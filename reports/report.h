@@ -316,4 +316,23 @@ std::vector<std::string> profile_lines(const Comparison& comparison, const std::
 // with <error>. For CI dashboards. Written atomically (base/output_file.h).
 void write_junit(const std::string& path, const RunReport& report);
 
+// JUnit XML from testcases a verb builds itself (conform: one per (component, layer),
+// docs/conform.md "Partial ports"): kSkipped -> <skipped message=...> (a component the port does
+// not cover), kFail -> <failure type="fail">, kInconclusive -> <failure type="inconclusive">,
+// kError -> <error>. Written atomically (base/output_file.h).
+struct JunitCase {
+  enum class Kind { kPass, kFail, kInconclusive, kSkipped, kError };
+  std::string classname, name;
+  Kind kind = Kind::kPass;
+  std::string message;   // the one-line reason (fail, inconclusive, skipped, error)
+  std::string body;      // details: values, bounds, repro lines; or a pass's <system-out>
+  double seconds = 0;
+};
+struct JunitSuite {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> properties;
+  std::vector<JunitCase> cases;
+};
+void write_junit_suites(const std::string& path, const std::vector<JunitSuite>& suites);
+
 }  // namespace dsv41::reports

@@ -154,4 +154,62 @@ void write_junit(const std::string& path, const RunReport& report) {
   output::write_file_atomically(path, "JUnit file", text.data(), text.size());
 }
 
+void write_junit_suites(const std::string& path, const std::vector<JunitSuite>& suites) {
+  std::ostringstream body;
+  Counts total;
+  size_t total_skipped = 0;
+  for (const JunitSuite& suite : suites) {
+    std::ostringstream cases;
+    Counts n;
+    size_t skipped = 0;
+    for (const JunitCase& c : suite.cases) {
+      ++n.tests;
+      n.time += c.seconds;
+      cases << "    <testcase classname=\"" << xml(c.classname) << "\" name=\"" << xml(c.name) << "\" time=\""
+            << seconds(c.seconds) << "\">\n";
+      switch (c.kind) {
+        case JunitCase::Kind::kPass:
+          if (!c.body.empty()) cases << "      <system-out>" << xml(c.body) << "</system-out>\n";
+          break;
+        case JunitCase::Kind::kSkipped:
+          ++skipped;
+          cases << "      <skipped message=\"" << xml(c.message) << "\"/>\n";
+          break;
+        case JunitCase::Kind::kFail:
+        case JunitCase::Kind::kInconclusive:
+          ++n.failures;
+          cases << "      <failure type=\"" << (c.kind == JunitCase::Kind::kFail ? "fail" : "inconclusive") << "\" message=\""
+                << xml(c.message) << "\">" << xml(c.body.empty() ? c.message : c.message + "\n" + c.body) << "</failure>\n";
+          break;
+        case JunitCase::Kind::kError:
+          ++n.errors;
+          cases << "      <error type=\"error\" message=\"" << xml(c.message) << "\">"
+                << xml(c.body.empty() ? c.message : c.message + "\n" + c.body) << "</error>\n";
+          break;
+      }
+      cases << "    </testcase>\n";
+    }
+    body << "  <testsuite name=\"" << xml(suite.name) << "\" tests=\"" << n.tests << "\" failures=\"" << n.failures
+         << "\" errors=\"" << n.errors << "\" skipped=\"" << skipped << "\" time=\"" << seconds(n.time) << "\">\n";
+    if (!suite.properties.empty()) {
+      body << "    <properties>\n";
+      for (const auto& [k, v] : suite.properties) body << "      <property name=\"" << xml(k) << "\" value=\"" << xml(v) << "\"/>\n";
+      body << "    </properties>\n";
+    }
+    body << cases.str() << "  </testsuite>\n";
+    total.tests += n.tests;
+    total.failures += n.failures;
+    total.errors += n.errors;
+    total.time += n.time;
+    total_skipped += skipped;
+  }
+  std::ostringstream doc;
+  doc << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      << "<testsuites name=\"dsv41\" tests=\"" << total.tests << "\" failures=\"" << total.failures << "\" errors=\""
+      << total.errors << "\" skipped=\"" << total_skipped << "\" time=\"" << seconds(total.time) << "\">\n"
+      << body.str() << "</testsuites>\n";
+  const std::string text = doc.str();
+  output::write_file_atomically(path, "JUnit file", text.data(), text.size());
+}
+
 }  // namespace dsv41::reports

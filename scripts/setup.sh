@@ -30,6 +30,7 @@ case "$profile" in
                python3-h5py python3-numpy python3-pandas
                pybind11-dev python3-dev python3-pybind11 python3-pytest  # the dsv41 Python module (python/)
                python3-torch                                             # its example port (examples/torch_port)
+               python3-venv python3-setuptools python3-pip dpkg-dev      # tests/install: pip install in a venv, the .deb
                chromium fonts-dejavu-core python3-websocket)             # the HTML report's browser test
     ;;
   *) echo "setup.sh: unknown profile '$profile' (main or all)" >&2; exit 2 ;;

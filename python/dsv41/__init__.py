@@ -15,6 +15,8 @@ Parts (docs/python.md):
     dsv41.torch_hooks  forward hooks for torch models, with name maps (official, vLLM, SGLang, yours)
     dsv41.PortDumpWriter  a port dump from a port's own loop: its tensors and cache bytes per step
     dsv41.pt_dump   torch .pt per-pass dumps (SGLang's dumper) converted into a port dump
+    dsv41.data_file  a file of the built-in data (the tiny oracle model: data_file("golden/oracle/
+                    weights.safetensors")), wherever dsv41 is installed (docs/install.md)
 
 Errors are dsv41.Error (a ValueError) with the messages of the dsv41 CLI.
 """
@@ -24,14 +26,14 @@ import tempfile as _tempfile
 
 from . import _core
 from ._arrays import to_numpy_dict as _np_dict
-from ._core import Config, DumpWriter, Error, Model, State, Weights, default_token_map, presets
+from ._core import Config, DumpWriter, Error, Model, State, Weights, data_file, default_token_map, presets
 from . import formats, ops
 from .port_writer import PortDumpWriter
 
 __version__ = _core.version
 
 __all__ = ["Config", "Weights", "Model", "State", "DumpWriter", "Error", "CheckResult", "check", "conform",
-           "default_token_map", "presets", "formats", "ops", "PortDumpWriter"]
+           "data_file", "default_token_map", "presets", "formats", "ops", "PortDumpWriter"]
 
 
 class CheckResult:

@@ -60,8 +60,10 @@ Verb add_layer_config_verb(CLI::App& parent);  // scenarios/cli/cli_layer_config
 Verb add_import_official_verb(CLI::App& parent);  // scenarios/cli/cli_import_official.cc
 
 // `dsv41 conform --vectors DIR --port-out PORT_DIR` (scenarios/vectors/vectors.h): judges a port's outputs
-// of the conformance vectors, writes the report (and JUnit), prints one line per case; the exit code.
+// of the conformance vectors (require: a partial port's ops, comma-separated; "" every op), writes the
+// report (and JUnit: one testcase per case), prints one line per case; the exit code.
 int run_conform_vectors(const std::string& vectors_dir, const std::string& port_dir, const std::string& only,
+                        const std::string& require,
                         const std::string& output, const std::string& junit, const std::string& command_line);
 
 // The command line a verb was given, rebuilt from its parsed options (for a report's metadata and

@@ -29,7 +29,7 @@ namespace dsv41::scenarios::cli {
 namespace {
 
 struct ConformArgs {
-  std::string dump, config, weights, token_map, tolerances, junit, only;
+  std::string dump, config, weights, token_map, tolerances, junit, only, require;
   std::string vectors, port_out;  // the conformance-vector form
   std::string output = "conform.h5";
   int64_t stop_after_step = -1;
@@ -45,7 +45,7 @@ int run(const ConformArgs& a, const std::string& command_line) {
   if (!a.vectors.empty() || !a.port_out.empty()) {
     DSV41_CHECK(!a.vectors.empty() && !a.port_out.empty() && a.dump.empty() && a.config.empty() && a.weights.empty(),
                 "conform: --vectors DIR --port-out PORT_DIR go together, without a DUMP, --config or --weights");
-    return run_conform_vectors(a.vectors, a.port_out, a.only, a.output, a.junit, command_line);
+    return run_conform_vectors(a.vectors, a.port_out, a.only, a.require, a.output, a.junit, command_line);
   }
   DSV41_CHECK(!a.dump.empty() && !a.config.empty() && !a.weights.empty(),
               "conform: a DUMP with --config and --weights (or --vectors DIR --port-out PORT_DIR)");
@@ -77,24 +77,31 @@ int run(const ConformArgs& a, const std::string& command_line) {
   o.only = a.only;
   o.order_variant = a.order_variant;
   o.accumulation = a.accumulation;
+  if (!a.require.empty()) o.require = conform::parse_require(a.require);
   o.rerun_prefix = "dsv41 conform " + reports::shell_quote(a.dump) + " --config " + reports::shell_quote(a.config) + " --weights " +
                    reports::shell_quote(a.weights) + (a.token_map.empty() ? "" : " --token-map " + reports::shell_quote(a.token_map)) +
                    (a.tolerances.empty() ? "" : " --tolerances " + reports::shell_quote(a.tolerances)) +
                    (a.order_variant ? " --order-variant" : "") +
-                   (a.accumulation.empty() ? "" : " --accumulation " + a.accumulation);
+                   (a.accumulation.empty() ? "" : " --accumulation " + a.accumulation) +
+                   (a.require.empty() ? "" : " --require " + reports::shell_quote(a.require));
   if (a.threads > 0) reference::set_reference_threads(a.threads);
   runner::check_report_outputs(a.output, a.junit, inputs);  // again: nothing appeared meanwhile
 
-  // 2. The judgement.
+  // 2. The coverage first (a partial port sees at once what is judged), then the judgement.
+  std::cout << "coverage, the support matrix (" << d.steps.size() << " steps; "
+            << (o.require.empty() ? std::string("default rule: logits and a per-layer component")
+                                  : "--require " + a.require)
+            << "):\n";
+  for (const std::string& line : conform::support_matrix_lines(d)) std::cout << "  " << line << "\n";
   reports::RunReport report = conform::conform(d, reference::checkpoint::ModelWeights::load(a.weights, c), map, o);
   report.meta.config_name = a.config;
   report.meta.weights = "file:" + a.weights;
   report.meta.weights_sha256 = sha256_file_hex(a.weights);
   runner::stamp_run_meta(report.meta, command_line);
   reports::write_report(a.output, report);
-  if (!a.junit.empty()) reports::write_junit(a.junit, report);
+  if (!a.junit.empty()) conform::write_conform_junit(a.junit, report, d, o.require);
 
-  // 3. The root cause first, then the summary, the failures and the support matrix.
+  // 3. The root cause, then the summary and the failures.
   if (const std::optional<conform::RootCause> rc = conform::root_cause(report)) {
     std::cout << "root cause (" << rc->mode << "): step " << rc->step << ", "
               << (rc->layer < 0 ? std::string("model") : "layer " + std::to_string(rc->layer)) << ", " << rc->component
@@ -140,8 +147,6 @@ int run(const ConformArgs& a, const std::string& command_line) {
               << "  (a row's gain error, its lower " << judge::kRowGainSigmas
               << "-sigma bound; docs/conform.md \"Row gain\")\n";
   }
-  std::cout << "support matrix (" << d.steps.size() << " steps):\n";
-  for (const std::string& line : conform::support_matrix_lines(d)) std::cout << "  " << line << "\n";
   std::cout << "report: " << a.output << (a.junit.empty() ? "" : ", junit: " + a.junit) << "\n";
   return conform::conform_exit_code(report);
 }
@@ -165,7 +170,13 @@ Verb add_conform_verb(CLI::App& parent) {
                   "JSON {component: {metric: bound, origin, note}} replacing the bit-exact default of the components "
                   "it names (docs/conform.md)");
   app->add_option("-o,--output", a->output, "the HDF5 report (written atomically; `dsv41 report show` reads it)");
-  app->add_option("--junit", a->junit, "also write JUnit XML here");
+  app->add_option("--junit", a->junit,
+                  "also write JUnit XML here: one testcase per (component, layer) and comparison, <skipped> for the "
+                  "components the dump does not cover (with --vectors: one per case)");
+  app->add_option("--require", a->require,
+                  "a partial port: the comma-separated components (with --vectors: ops) it must cover; the verdict is "
+                  "then on what it holds (exit 0 when every covered row passes and these are covered; exit 3 when "
+                  "one is missing); default: logits and a per-layer component (docs/conform.md \"Partial ports\")");
   app->add_option("--stop-after-step", a->stop_after_step, "judge steps 0..N only (a repro)")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app->add_option("--only", a->only,
                   "judge only COMPONENT or COMPONENT@LAYER (a repro; -1: model.); with --vectors: only the cases of OP");

@@ -14,6 +14,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "base/data_dir.h"
 #include "base/error.h"
 #include "base/output_file.h"
 #include "reference/ops/config.h"
@@ -59,7 +60,7 @@ struct RunArgs {
 constexpr const char* kDefaultOracleWeights = "golden/oracle/weights.safetensors";  // in the repository
 
 std::string default_oracle_weights() {
-  return std::string(DSV41_SOURCE_DIR_STRING) + "/" + kDefaultOracleWeights;
+  return dsv41::data::file(kDefaultOracleWeights);
 }
 
 

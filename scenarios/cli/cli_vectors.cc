@@ -64,18 +64,27 @@ int run(const VectorsArgs& a, const std::string& command_line) {
 }  // namespace
 
 int run_conform_vectors(const std::string& vectors_dir, const std::string& port_dir, const std::string& only,
-                        const std::string& output, const std::string& junit, const std::string& command_line) {
+                        const std::string& require, const std::string& output, const std::string& junit,
+                        const std::string& command_line) {
   runner::check_report_outputs(output, junit,
                                output::VerbFiles().input(vectors_dir, "vectors (--vectors)").input(port_dir, "port outputs (--port-out)"));
-  reports::RunReport r = vectors::conform_vectors(vectors_dir, port_dir, only);
+  std::vector<std::string> ops;  // --require: the ops a partial port promises
+  std::stringstream in(require);
+  for (std::string op; std::getline(in, op, ',');) {
+    if (!op.empty()) ops.push_back(op);
+  }
+  DSV41_CHECK(require.empty() || !ops.empty(), "--require '", require, "': no op named");
+  reports::RunReport r = vectors::conform_vectors(vectors_dir, port_dir, only, ops);
   runner::stamp_run_meta(r.meta, command_line);
   reports::write_report(output, r);
-  if (!junit.empty()) reports::write_junit(junit, r);
-  int pass = 0, fail = 0, open = 0;
+  if (!junit.empty()) reports::write_junit_suites(junit, vectors::vectors_junit_suites(r));
+  int pass = 0, fail = 0, open = 0, skipped = 0;
   for (const reports::ScenarioResult& s : r.scenarios) {
     const reports::Comparison& c = s.comparisons.front();
-    const char* word = s.verdict == reports::Verdict::kPass ? "PASS" : s.verdict == reports::Verdict::kFail ? "FAIL" : "NOT COVERED";
-    (s.verdict == reports::Verdict::kPass ? pass : s.verdict == reports::Verdict::kFail ? fail : open) += 1;
+    const bool skip = vectors::skipped_case(c);
+    const char* word = skip ? "SKIPPED (not covered, not required)"
+                       : s.verdict == reports::Verdict::kPass ? "PASS" : s.verdict == reports::Verdict::kFail ? "FAIL" : "NOT COVERED";
+    (skip ? skipped : s.verdict == reports::Verdict::kPass ? pass : s.verdict == reports::Verdict::kFail ? fail : open) += 1;
     std::cout << word << " " << s.name;
     if (c.first_divergence) std::cout << ": " << c.first_divergence->metric << " = " << c.first_divergence->value << "; " << c.first_divergence->detail;
     std::cout << "\n";
@@ -83,7 +92,8 @@ int run_conform_vectors(const std::string& vectors_dir, const std::string& port_
       if (n.rfind("not covered", 0) == 0) std::cout << "  " << n << "\n";
     }
   }
-  std::cout << "conform --vectors: " << pass << " passed, " << fail << " failed, " << open << " not covered of "
+  std::cout << "conform --vectors: " << pass << " passed, " << fail << " failed, " << open << " not covered"
+            << (ops.empty() ? "" : ", " + std::to_string(skipped) + " skipped (not covered, not in --require)") << " of "
             << r.scenarios.size() << " cases\nreport: " << output << (junit.empty() ? "" : ", junit: " + junit) << "\n";
   return reports::exit_code(r.verdict);
 }

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "base/data_dir.h"
 #include "base/error.h"
 #include "base/terminal_text.h"
 #include "scenarios/cli/cli.h"
@@ -14,7 +15,13 @@
 namespace {
 
 std::string version_text() {
-  return std::string("dsv41 ") + DSV41_VERSION + " (git " + DSV41_GIT_COMMIT + ")";
+  std::string data;
+  try {
+    data = dsv41::data::root();
+  } catch (const dsv41::Error&) {
+    data = "not found (set DSV41_DATA_DIR; docs/install.md)";
+  }
+  return std::string("dsv41 ") + DSV41_VERSION + " (git " + DSV41_GIT_COMMIT + ")\nbuilt-in data: " + data;
 }
 
 // Names the first word that should be a verb (of dsv41, or of a verb with sub-verbs such as

@@ -118,7 +118,26 @@ struct ConformOptions {
   // line adds --stop-after-step and --only.
   std::string rerun_prefix = "dsv41 conform";
   std::string name;              // the scenario name ("": the dump directory's last part)
+  // A partial port's promise (docs/conform.md "Partial ports"): the components it must cover.
+  // Empty: the default coverage rule (model.logits and a per-layer tensor component). Non-empty:
+  // the dump is judged on what it holds; it is too thin only when it misses one of these (or
+  // holds no step, or starts past position 0).
+  std::vector<std::string> require;
 };
+
+// --require's list ("attn_out,topk"): component names of the table; a dsv41::Error naming an
+// unknown one and the known ones.
+std::vector<std::string> parse_require(const std::string& list);
+
+// conform's JUnit: one testsuite per comparison, one testcase per (component, layer) the dump
+// holds or a row judged ("layer03.attn_out", "model.logits", "layer02.cache.compressed_kv"): a
+// failure with the first failing row and its FAIL lines, a pass (measured-only rows noted), and
+// one <skipped> testcase per table component the dump does not hold (an inconclusive failure when
+// `require` names it); a comparison too thin to judge adds "(coverage)". Written atomically.
+std::vector<reports::JunitSuite> conform_junit_suites(const reports::RunReport& report, const PortDump& dump,
+                                                      const std::vector<std::string>& require);
+void write_conform_junit(const std::string& path, const reports::RunReport& report, const PortDump& dump,
+                         const std::vector<std::string>& require);
 
 // The judgement of one dump: a RunReport with one scenario (kind "conform", side_a "ref",
 // side_b "port"), comparisons teacher-forced then end-to-end. scenario_json records the tolerances

@@ -347,11 +347,18 @@ std::string ranges(const std::vector<int>& v) {
 }
 
 // Why the dump is too thin to judge ("" when it is not): docs/conform.md, "Coverage".
-std::string thin_reason(const PortDump& d) {
+std::string thin_reason(const PortDump& d, const std::vector<std::string>& require) {
   if (d.steps.empty()) return "coverage too thin: the dump holds no step";
   if (d.steps.front().start_pos != 0) {
     return "coverage too thin: the dump starts at position " + std::to_string(d.steps.front().start_pos) +
            " (a resumed session); conform replays from position 0, so dump the whole session";
+  }
+  if (!require.empty()) {  // a partial port: its own promise replaces the default rule
+    std::string missing;
+    for (const std::string& c : require) {
+      if (!d.components.count(c)) missing += (missing.empty() ? "" : ", ") + c;
+    }
+    return missing.empty() ? "" : "coverage too thin: --require names " + missing + ", which the dump does not hold";
   }
   if (!d.components.count(reference::model::name(reference::model::Component::kLogits))) {
     return "coverage too thin: the dump holds no logits (model.logits)";
@@ -413,13 +420,23 @@ reports::RunReport conform(const PortDump& d, const reference::checkpoint::Model
     if (o.stop_after_step >= 0 && st.index > o.stop_after_step) break;
     s.steps.push_back({st.index, 0, st.event, st.start_pos, static_cast<int64_t>(st.tokens.size()), {}});
   }
-  const std::string thin = thin_reason(d);
+  const std::string thin = thin_reason(d, o.require);
   std::vector<StepJudgement> judged;
   if (!d.steps.empty() && (thin.empty() || d.steps.front().start_pos == 0)) judged = conform_detail::replay(d, weights, token_map, o);
   const ForcingMap forcing = teacher_forcing(d);
   std::vector<conform_detail::RootCauseGroup> roots;
   s.comparisons.push_back(judge(judged, true, d, tol, waivers, o, thin, forcing, &roots));
-  if (o.end_to_end) s.comparisons.push_back(judge(judged, false, d, tol, waivers, o, thin, forcing));
+  if (o.end_to_end) {
+    s.comparisons.push_back(judge(judged, false, d, tol, waivers, o, thin, forcing));
+    reports::Comparison& e2e = s.comparisons.back();
+    if (!o.require.empty() && thin.empty() && e2e.verdict == Verdict::kInconclusive && e2e.items_compared == 0) {
+      // A partial port (--require) whose dump holds none of the end-to-end outputs (logits, selections,
+      // caches): its evidence is the teacher-forced comparison; this one asserts nothing.
+      e2e.verdict = Verdict::kMeasured;
+      e2e.notes.push_back("nothing compared end to end: the dump holds none of its outputs (a partial port, --require); "
+                          "the teacher-forced comparison judges what it holds");
+    }
+  }
   json sj;
   sj["dump"] = d.dir;
   sj["tool"] = d.tool;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include "base/data_dir.h"
 #include "formats/cache_format.h"
 #include "base/error.h"
 #include "reference/model/kv_cache.h"
@@ -184,7 +185,7 @@ const ZooBug& zoo_bug(const std::string& name) {
 }
 
 std::string builtin_oracle_file(const std::string& file) {
-  return std::string(DSV41_SOURCE_DIR_STRING) + "/golden/oracle/" + file;
+  return dsv41::data::file("golden/oracle/" + file);
 }
 
 SelftestModel load_selftest_model(const std::string& config_path, const std::string& weights_path) {

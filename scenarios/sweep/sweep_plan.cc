@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/data_dir.h"
 #include "base/error.h"
 #include "base/input_file.h"
 #include "base/json_context.h"
@@ -78,7 +79,7 @@ std::string resolve(const std::string& base_dir, const std::string& p) {
 bool is_path(const std::string& s) { return s.find('/') != std::string::npos || s.find(".json") != std::string::npos; }
 
 std::string default_oracle_weights() {
-  return std::string(DSV41_SOURCE_DIR_STRING) + "/golden/oracle/weights.safetensors";
+  return dsv41::data::file("golden/oracle/weights.safetensors");
 }
 
 SweepModel parse_model(const json& j, const std::string& where, const std::string& base_dir) {

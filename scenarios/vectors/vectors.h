@@ -103,7 +103,18 @@ void run_port_on_vectors(const reference::seam::Ops& ops, const std::string& vec
 
 // The judgement (see above). only: "" every case, else an op name (the other cases are skipped,
 // not reported).
+// require: a partial port's ops (empty: every case must be covered). A case of another op that the
+// port did not cover is skipped: verdict measured (nothing asserted), its note "not covered: ...
+// (not required)"; a required op with no case in the set is a dsv41::Error.
 reports::RunReport conform_vectors(const std::string& vectors_dir, const std::string& port_dir,
-                                   const std::string& only);
+                                   const std::string& only, const std::vector<std::string>& require = {});
+
+// Whether conform_vectors skipped this case's comparison (not covered, not required).
+bool skipped_case(const reports::Comparison& c);
+
+// The JUnit of a vectors judgement: one testcase per case (classname dsv41.vectors.<size>, name the
+// case): pass, fail (first divergence), <skipped> (not covered, not required), inconclusive (not
+// covered; required, or no --require).
+std::vector<reports::JunitSuite> vectors_junit_suites(const reports::RunReport& r);
 
 }  // namespace dsv41::scenarios::vectors

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "base/data_dir.h"
 #include "base/json_keys.h"
 #include "base/json_limits.h"
 #include "base/error.h"
@@ -150,7 +151,7 @@ const std::vector<std::string>& vector_sizes() {
 
 reference::ModelConfig vector_size_config(const std::string& size) {
   if (size == "tiny") return reference::load_config_preset("tiny");
-  if (size == "small") return reference::load_config_file(DSV41_SOURCE_DIR_STRING "/scenarios/configs/small.json");
+  if (size == "small") return reference::load_config_file(dsv41::data::file("scenarios/configs/small.json"));
   if (size == "released") return reference::load_config_preset("full");
   DSV41_FAIL("vectors: unknown size '", size, "' (tiny, small, released)");
 }

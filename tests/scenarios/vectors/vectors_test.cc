@@ -199,6 +199,46 @@ TEST(Vectors, AMissingOutputIsNotCoveredNeverPassed) {
   EXPECT_EQ(code, 0) << out;
 }
 
+// A partial port (docs/conform.md "Partial ports"): it wrote only the rms_norm and sparse_attn cases.
+TEST(Vectors, APartialPortIsGreenOnWhatItRequiresAndSkipsTheRest) {
+  const std::string port = scratch() + "/partial";
+  fs::remove_all(port);
+  fs::create_directories(port);
+  int copied = 0;
+  for (const auto& c : dsv41::scenarios::vectors::read_vector_set(tiny().vec).cases) {
+    if (c.op != "rms_norm" && c.op != "sparse_attn") continue;
+    fs::copy_file(tiny().port + "/" + c.file, port + "/" + c.file);
+    ++copied;
+  }
+  ASSERT_GE(copied, 2);
+  int code = 0;
+  std::string out = conform(port, &code);  // without --require every case must be covered
+  EXPECT_EQ(code, 3) << out;
+  const std::string junit = scratch() + "/partial.xml";
+  out = conform(port, &code, "--require rms_norm,sparse_attn --junit '" + junit + "'");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_TRUE(has(out, "PASS tiny.rms_norm")) << out;
+  EXPECT_TRUE(has(out, "SKIPPED (not covered, not required) tiny.embed")) << out;
+  EXPECT_TRUE(has(out, "0 failed, 0 not covered")) << out;
+  const std::string x = dsv41::test::read_bytes(junit);
+  EXPECT_TRUE(has(x, "name=\"tiny.rms_norm\"")) << x;
+  EXPECT_TRUE(has(x, "<skipped message=\"not covered: the port wrote no")) << x;
+  EXPECT_FALSE(has(x, "<failure")) << x;
+  // A required op the port did not write: not covered (3); a covered one off: 1; an unknown op: 2.
+  out = conform(port, &code, "--require rms_norm,embed");
+  EXPECT_EQ(code, 3) << out;
+  EXPECT_TRUE(has(out, "NOT COVERED tiny.embed")) << out;
+  rewrite(port + "/tiny.rms_norm.safetensors", [](std::vector<st::Entry>& es) {
+    for (st::Entry& e : es) e.bytes[e.bytes.size() / 2] ^= 1;
+  });
+  out = conform(port, &code, "--require rms_norm,sparse_attn");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_TRUE(has(out, "FAIL tiny.rms_norm")) << out;
+  out = conform(port, &code, "--require no_such_op");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(has(out, "--require: no case of op 'no_such_op'")) << out;
+}
+
 TEST(Vectors, CorruptFilesExitTwoNamingFileAndKey) {
   int code = 0;
   {  // a port output of another dtype
