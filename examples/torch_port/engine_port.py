@@ -58,8 +58,9 @@ from engine_compressed import CompressedAttention  # noqa: E402
 from engine_engram import Engram  # noqa: E402
 from engine_moe import MoE  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ORACLE = os.path.join(ROOT, "golden", "oracle")
+# The tiny oracle model of dsv41's built-in data: the checkout's golden/oracle, or an install's
+# (docs/install.md), so that the example runs from a copy outside the checkout too.
+ORACLE = os.path.dirname(dsv41.data_file("golden/oracle/config.json"))
 PROMPT = [(37 * i + 11) % 1024 for i in range(70)]
 STEPS = [("prefill", PROMPT[:45]), ("prefill", PROMPT[45:])] + [("decode", [t]) for t in (5, 723, 100)]
 L = r"model\.layers\.(\d+)"

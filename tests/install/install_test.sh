@@ -9,7 +9,10 @@
 #      dsv41::formats and round-trips every cache format;
 #   3. pip install (the build folder reused: DSV41_PIP_BUILD_DIR) into a fresh venv
 #      (--system-site-packages, --no-build-isolation --no-index: no network): the `dsv41` console
-#      script and `import dsv41` from the venv, the package's own data, conform of the same dump.
+#      script and `import dsv41` from the venv, the package's own data, conform of the same dump;
+#   4. from that venv, outside the checkout: the whole-model engine port with vLLM's module names
+#      (examples/torch_port/engine_port.py) hooked, dumped, judged by `dsv41 conform` with JUnit,
+#      and its planted bug located (issue 33's end-to-end check).
 # Every check prints one line; the first failure exits 1 with what it ran.
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -76,4 +79,33 @@ w = dsv41.data_file("golden/oracle/weights.safetensors")
 assert w.startswith(sys.argv[1]), w
 print("install_test: ok: pip install in a venv:", dsv41.__file__)
 PY
+
+# 4. The whole-model engine port (examples/torch_port/engine_port.py: vLLM's module names, its own
+#    loop) copied outside the checkout, run by the venv's Python, hooked with the "vllm" name map,
+#    dumped with dsv41.PortDumpWriter and judged by the venv's `dsv41 conform` with JUnit; its
+#    planted engine bug is located. Needs torch (Debian's python3-torch, seen by the venv).
+if "$tmp/venv/bin/python" -c "import torch" 2> /dev/null; then
+  cp -r "$src/examples/torch_port" "$tmp/engine"
+  vdata=$("$tmp/venv/bin/python" -c "import dsv41, os; print(os.path.dirname(dsv41.data_file('golden/oracle/config.json')))")
+  "$tmp/venv/bin/python" "$tmp/engine/engine_port.py" --dump "$tmp/engine_dump" > engine.log 2>&1 || { cat engine.log; fail "engine_port.py"; }
+  set +e
+  "$tmp/venv/bin/dsv41" conform "$tmp/engine_dump" --config "$vdata/config.json" --weights "$vdata/weights.safetensors" -q \
+    --no-hypotheses -o "$tmp/engine.h5" --junit "$tmp/engine.xml" > econform.log 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 0 ]] || { tail -30 econform.log; fail "the engine port's conform exit $rc"; }
+  grep -q 'name="layer03.attn_out"' "$tmp/engine.xml" && ! grep -q '<failure' "$tmp/engine.xml" \
+    || fail "the engine port's JUnit: no layer03.attn_out testcase, or a failure"
+  "$tmp/venv/bin/python" "$tmp/engine/engine_port.py" --dump "$tmp/engine_bug" --bug sink_ignored > ebug.log 2>&1 || { cat ebug.log; fail "engine_port.py --bug"; }
+  set +e
+  "$tmp/venv/bin/dsv41" conform "$tmp/engine_bug" --config "$vdata/config.json" --weights "$vdata/weights.safetensors" -q \
+    --no-hypotheses -o "$tmp/ebug.h5" --junit "$tmp/ebug.xml" > ebug_conform.log 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] && grep -q "root cause (teacher-forced): step 0, layer 3, attn_out" ebug_conform.log \
+    || { head -5 ebug_conform.log; fail "the engine's planted bug: exit $rc, not located at layer 3 attn_out"; }
+  ok "the engine port (vLLM names) from the venv: dumped, conform exit 0 with $(grep -c '<testcase' "$tmp/engine.xml") JUnit testcases; its bug located (exit 1)"
+else
+  echo "install_test: skipped step 4: no torch for the venv's Python (Debian's python3-torch)"
+fi
 ok "all"
