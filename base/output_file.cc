@@ -336,7 +336,7 @@ bool inside(const std::string& path, const Identity& dir) {
 }  // namespace
 
 VerbFiles& VerbFiles::input(const std::string& path, const std::string& what) {
-  if (!path.empty()) inputs_.push_back({path, what, false});
+  if (!path.empty()) inputs_.push_back({path, what, false, ""});
   return *this;
 }
 
@@ -346,12 +346,12 @@ VerbFiles& VerbFiles::input_updated_by(const std::string& path, const std::strin
 }
 
 VerbFiles& VerbFiles::output(const std::string& path, const std::string& what) {
-  if (!path.empty()) outputs_.push_back({path, what, false});
+  if (!path.empty()) outputs_.push_back({path, what, false, ""});
   return *this;
 }
 
 VerbFiles& VerbFiles::output_directory(const std::string& path, const std::string& what) {
-  if (!path.empty()) outputs_.push_back({path, what, true});
+  if (!path.empty()) outputs_.push_back({path, what, true, ""});
   return *this;
 }
 
