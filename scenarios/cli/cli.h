@@ -43,6 +43,10 @@ struct Verb {
   std::function<int()> run;  // runs it; returns the exit code
 };
 
+// Every verb's --help footer: its exit codes and one example (scenarios/cli/cli_help.cc); a verb
+// without one is a dsv41::Error (a test runs every verb's --help).
+void add_help_footers(CLI::App& root);
+
 Verb add_bytes_verb(CLI::App& parent);      // scenarios/cli/cli_bytes.cc
 Verb add_selfcheck_verb(CLI::App& parent);  // scenarios/cli/cli_selfcheck.cc
 Verb add_forward_verb(CLI::App& parent);    // scenarios/cli/cli_forward.cc

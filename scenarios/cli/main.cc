@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   app.add_flag("--debug", debug,
                "on an error, also print where it was detected (source file, line and check)");
   app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();  // every verb's --help shows its options' defaults
   const std::vector<dsv41::scenarios::cli::Verb> verbs = {dsv41::scenarios::cli::add_bytes_verb(app), dsv41::scenarios::cli::add_selfcheck_verb(app),
                                    dsv41::scenarios::cli::add_forward_verb(app), dsv41::scenarios::cli::add_weights_verb(app),
                                    dsv41::scenarios::cli::add_replay_study_verb(app), dsv41::scenarios::cli::add_run_verb(app),
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
                                    dsv41::scenarios::cli::add_sweep_verb(app), dsv41::scenarios::cli::add_layer_config_verb(app),
                                    dsv41::scenarios::cli::add_import_official_verb(app)};
 
+  dsv41::scenarios::cli::add_help_footers(app);
   if (const std::string unknown = unknown_verb(app, argc, argv); !unknown.empty()) {
     std::cerr << "dsv41: error: " << unknown << "\nRun with --help for more information.\n";
     return dsv41::scenarios::runner::kExitBadInput;

@@ -61,6 +61,19 @@ TEST(CliTool, HelpListsTheVerbs) {
   EXPECT_TRUE(has(r.out, "--version")) << r.out;
 }
 
+// issue 33 item 7: every verb's --help shows its options' defaults, its exit codes and one example.
+TEST(CliTool, EveryVerbsHelpShowsDefaultsExitCodesAndAnExample) {
+  for (const char* verb : {"bytes", "selfcheck", "forward", "weights", "replay-study", "run", "report", "agree", "conform",
+                           "selftest", "exact", "vectors", "sweep", "layer-config", "import-official"}) {
+    const Result r = run(std::string(verb) + " --help");
+    EXPECT_EQ(r.code, 0) << verb << ": " << r.err;
+    EXPECT_TRUE(has(r.out, "Exit codes: ")) << verb << ":\n" << r.out;
+    EXPECT_TRUE(has(r.out, "\nExample:\n  dsv41 " + std::string(verb))) << verb << ":\n" << r.out;
+  }
+  EXPECT_TRUE(has(run("conform --help").out, "-o,--output TEXT=conform.h5"));  // a default shown
+  EXPECT_TRUE(has(run("weights --help").out, "--seed UINT:SEED=0"));
+}
+
 TEST(CliTool, VersionNamesTheCommit) {
   const Result r = run("--version");
   EXPECT_EQ(r.code, 0) << r.err;

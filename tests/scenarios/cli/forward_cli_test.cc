@@ -405,7 +405,7 @@ TEST_F(ForwardCliErrors, MissingWeightsFile) {
   const std::string missing = scratch() + "/absent.safetensors";
   std::string args = forward_args(in, scratch() + "/out.h5");
   args.replace(args.find(kWeights), kWeights.size(), missing);
-  expect_failure(args, "cannot open weights file '" + missing + "'");
+  expect_failure(args, "weights file '" + missing + "': cannot open (No such file or directory)");
 }
 
 TEST_F(ForwardCliErrors, WeightsNotMatchingTheConfig) {
