@@ -19,8 +19,12 @@ grep -qF "built-in data: /usr/share/dsv41" version.txt || fail "the installed ds
   || { cat forward.log; fail "forward --dump"; }
 /usr/bin/dsv41 conform "$tmp/dump" --config tiny --weights /usr/share/dsv41/golden/oracle/weights.safetensors -q \
   > conform.log 2>&1 || { cat conform.log; fail "conform"; }
-env -u PYTHONPATH /usr/bin/python3 -c "
-import dsv41, sys
+# -S and the system's dist-packages alone: a checkout's dsv41-build.pth (scripts/setup.sh) must not
+# stand in for the installed module.
+env -u PYTHONPATH /usr/bin/python3 -S -c "
+import sys
+sys.path.append('/usr/lib/python3/dist-packages')
+import dsv41
 assert dsv41.__file__.startswith('/usr/lib/python3/dist-packages/'), dsv41.__file__
 r = dsv41.conform(sys.argv[1], weights=dsv41.data_file('golden/oracle/weights.safetensors'), config='tiny')
 assert r['verdict'] == 'pass', r['verdict']
