@@ -22,33 +22,22 @@
 #include <nlohmann/json.hpp>
 
 #include "reference/checkpoint/safetensors.h"
+#include "tests/support/run_cli.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 namespace st = dsv41::reference::checkpoint::safetensors;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using dsv41::test::has;
+using dsv41::test::read_bytes;
+using Result = dsv41::test::CliResult;
 
 std::string temp(const std::string& name) {
   return testing::TempDir() + "/dsv41_partial_" + std::to_string(::getpid()) + "_" + name;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-Result run(const std::string& args) {
-  const std::string out = temp("out.txt"), err = temp("err.txt");
-  const int status = std::system(("'" DSV41_EXE "' " + args + " >'" + out + "' 2>'" + err + "'").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
-}
+Result run(const std::string& args) { return dsv41::test::run_dsv41(args); }
 
 const std::string kWeights = std::string(DSV41_SOURCE_DIR) + "/golden/oracle/weights.safetensors";
 const std::string kJudge = " --config tiny --weights '" + kWeights + "' -q --no-hypotheses";
@@ -116,8 +105,6 @@ std::string partial_copy(const std::string& name, const std::set<std::string>& k
   return dst;
 }
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
 // The attention block alone: what a port of one kernel dumps.
 const std::set<std::string> kAttention = {"attn_in", "attn_out"};
 
@@ -138,7 +125,7 @@ TEST(ConformPartial, RequireWhatItCoversPassesWithSkippedTestcases) {
   ASSERT_NE(cov, std::string::npos) << r.out;
   EXPECT_LT(cov, summary) << r.out;
   EXPECT_TRUE(has(r.out, "logits: not covered")) << r.out;
-  const std::string x = read_text(junit);
+  const std::string x = read_bytes(junit);
   ASSERT_FALSE(x.empty());
   EXPECT_TRUE(has(x, "name=\"layer00.attn_out\"")) << x;
   EXPECT_TRUE(has(x, "name=\"layer01.attn_in\"")) << x;
@@ -153,7 +140,7 @@ TEST(ConformPartial, ARequiredComponentMissingIsInconclusive) {
   const Result r = run("conform '" + d + "'" + kJudge + " --require attn_out,ffn_out -o '" + temp("c.h5") + "' --junit '" + junit + "'");
   EXPECT_EQ(r.code, 3) << r.out << r.err;
   EXPECT_TRUE(has(r.out, "--require names ffn_out, which the dump does not hold")) << r.out;
-  const std::string x = read_text(junit);
+  const std::string x = read_bytes(junit);
   EXPECT_TRUE(has(x, "required (--require) but not covered: the dump does not hold ffn_out")) << x;
 }
 
@@ -163,7 +150,7 @@ TEST(ConformPartial, ACoveredBugFailsAtItsComponentAndLayer) {
   const Result r = run("conform '" + d + "'" + kJudge + " --require attn_in,attn_out -o '" + temp("d.h5") + "' --junit '" + junit + "'");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_TRUE(has(r.out, "root cause (teacher-forced): step 1, layer 1, attn_out")) << r.out;
-  const std::string x = read_text(junit);
+  const std::string x = read_bytes(junit);
   // Every failure in the file is a testcase layer01.attn_out's (one per comparison that judges it).
   int failures = 0;
   for (size_t f = x.find("<failure"); f != std::string::npos; f = x.find("<failure", f + 1)) {
