@@ -192,7 +192,7 @@ Point run_context(const Args& a, const reference::ModelConfig& base, const refer
   return p;
 }
 
-// DSV41_CUDA_PRODUCTION_OPS as set ("unset": the default, all but the opt-in ops).
+// DSV41_CUDA_PRODUCTION_OPS as set ("unset": the default, every production op).
 std::string production_ops_env() {
   const char* env = std::getenv("DSV41_CUDA_PRODUCTION_OPS");
   return env == nullptr ? "unset" : env;

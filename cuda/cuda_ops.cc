@@ -97,10 +97,10 @@ std::vector<std::string> CudaOps::ported() {
           "candidate_blocks", "mask_scores", "index_topk", "index_select", "compress"};
 }
 std::vector<std::string> CudaOps::production_ops() { return {"linear F8", "sparse_attn", "indexer"}; }
-// indexer (cuda/index_select.cu) compiles and its tests build, but it has not run on a device yet:
-// on only when DSV41_CUDA_PRODUCTION_OPS names it, until tests/cuda/index_select_production_test passes.
+// A production op joins the default ("all") once its device test has passed; none is held back now
+// (indexer: tests/cuda/index_select_production_test passed on the H100 in session 18, bench/RESULTS.md).
 const std::vector<std::string>& CudaOps::opt_in_ops() {
-  static const std::vector<std::string> ops = {"indexer"};
+  static const std::vector<std::string> ops = {};
   return ops;
 }
 std::vector<std::string> CudaOps::host_fallbacks() {

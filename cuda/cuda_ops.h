@@ -73,7 +73,7 @@ class CudaOps final : public reference::seam::Ops {
   // FP4 index-key cache); docs/cuda.md "Production ops".
   // DSV41_CUDA_PRODUCTION_OPS=<comma list of op names: linear, sparse_attn, indexer; all (default); none>
   // picks which of them kProduction runs (each judged alone: the others stay exact kernels); "all"
-  // leaves out opt_in_ops() (indexer, not yet run on a device).
+  // leaves out opt_in_ops() (none now: an op not yet run on a device would be listed there).
   static std::vector<std::string> production_ops();
   // Production ops that "all" (the default) leaves off: on only where the list names them.
   static const std::vector<std::string>& opt_in_ops();

@@ -273,8 +273,14 @@ __device__ void decode_chunk(const Params& p, int64_t key0, int8_t* codes, Share
   int s = 0;
   if (live) {
     const uint8_t* e = p.keys + key * p.entry_bytes;
+    const uint8_t* nib = e + b * 16;  // the block's 16 nibble bytes
+    if ((reinterpret_cast<uintptr_t>(nib) & 3u) == 0) {  // entry_bytes % 4 == 0 (Di 128: 68 bytes)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(e + b * 16 + i * 4);  // 4-byte aligned entries
+      for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(nib + i * 4);
+    } else {  // Di 32, 64, 96: 17, 34, 51-byte entries, not 4-byte aligned: byte loads
+#pragma unroll
+      for (int i = 0; i < 16; ++i) w[i / 4] |= static_cast<uint32_t>(nib[i]) << (8 * (i % 4));
+    }
     s = e[p.dim / 2 + b];
   }
   const bool nonzero = index_key_codes::block_nonzero(w);

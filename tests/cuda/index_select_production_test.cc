@@ -16,8 +16,8 @@
 //      span more than a factor 8) run the composition: the reference's bits, counted as such.
 //   0. On the CPU (no device): the kernel's key encoding (cuda/index_key_codes.h) reproduces the
 //      reference's unpacked values from the packed entries bit for bit.
-//   4. DSV41_CUDA_PRODUCTION_OPS without `indexer` (and "all", the default, while indexer is opt-in):
-//      index_select is the composition (bit-exact).
+//   4. DSV41_CUDA_PRODUCTION_OPS without `indexer`: index_select is the composition (bit-exact);
+//      "all", the default, includes it.
 // Random data: DSV41_SEED=<n> reproduces a run (the seed is printed).
 #include <algorithm>
 #include <array>
@@ -47,7 +47,7 @@ using reference::Tensor;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// kProduction with the indexer on (an opt-in production op: "all" leaves it off for now).
+// kProduction with the indexer on (named explicitly, whatever the default).
 const gpu::CudaOps& production_ops() {
   static const gpu::CudaOps* ops = [] {  // lives as long as the test binary
     setenv("DSV41_CUDA_PRODUCTION_OPS", "linear,sparse_attn,indexer", 1);
@@ -386,8 +386,8 @@ TEST(IndexSelectProduction, WithoutIndexerInTheProductionListItIsTheComposition)
   unsetenv("DSV41_CUDA_PRODUCTION_OPS");
   EXPECT_FALSE(ops.production("indexer"));
   EXPECT_TRUE(production_ops().production("indexer"));
-  const gpu::CudaOps by_default(gpu::CudaMode::kProduction);  // "all": indexer is opt-in for now
-  EXPECT_FALSE(by_default.production("indexer"));
+  const gpu::CudaOps by_default(gpu::CudaMode::kProduction);  // "all": every production op
+  EXPECT_TRUE(by_default.production("indexer"));
   EXPECT_TRUE(by_default.production("sparse_attn"));
   const Case c = make_case(6, 32, 128, 3000, false, 0);
   const IndexSelection got = ops.index_select(c.q, c.keys, c.w, c.reach, plain_spec(512));
