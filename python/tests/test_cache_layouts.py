@@ -87,6 +87,7 @@ def conform(path):
 
 @pytest.mark.parametrize("name,how", [
     ("paged", {"compressed_kv": paged(0), "index_keys": paged(32)}),    # index keys dim 64: 32 nibble bytes
+    ("paged.h5", {"compressed_kv": paged(0), "index_keys": paged(32)}),  # the HDF5 container reads them alike
     ("planar", {"window_kv": planar8}),
     ("bf16", {"compressed_kv": as_bf16}),
 ])
