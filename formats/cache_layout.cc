@@ -1,4 +1,4 @@
-// formats/cache_layout.cc: block-planar pages, paged pools and vLLM's fp8_ds_mla entry
+// formats/cache_layout.cc: block-planar pages, paged pools and the sparse-MLA fp8 entries
 // (formats/cache_layout.h).
 #include "formats/cache_layout.h"
 
@@ -139,71 +139,119 @@ std::vector<uint8_t> page_entries(const std::vector<uint8_t>& bytes, int64_t ent
   return pool;
 }
 
-int fp8_ds_mla_entry_bytes(int dim, int rope_dim) {
-  DSV41_CHECK(rope_dim >= 0 && dim > rope_dim, "fp8_ds_mla: dim ", dim, " with a RoPE part of ", rope_dim,
+namespace {
+
+struct SparseMlaShape {
+  int nope, rope, tile, tiles, scale_bytes, scales_at, rope_at, bytes;
+};
+
+SparseMlaShape sparse_mla_shape(SparseMlaFp8 f, int dim, int rope_dim) {
+  DSV41_CHECK(rope_dim >= 0 && dim > rope_dim, name(f), ": dim ", dim, " with a RoPE part of ", rope_dim,
               " (the fp8 part must hold at least one value)");
-  const int nope = dim - rope_dim;
-  return nope + 4 * ((nope + kFp8DsMlaTile - 1) / kFp8DsMlaTile) + 2 * rope_dim;
+  SparseMlaShape s{};
+  s.nope = dim - rope_dim;
+  s.rope = rope_dim;
+  s.tile = f == SparseMlaFp8::kV32 ? 128 : 64;
+  s.tiles = (s.nope + s.tile - 1) / s.tile;
+  if (f == SparseMlaFp8::kV32) {  // [nope E4M3 | tiles fp32 | rope bf16]
+    s.scale_bytes = 4 * s.tiles;
+    s.scales_at = s.nope;
+    s.rope_at = s.nope + s.scale_bytes;
+  } else {  // [nope E4M3 | rope bf16 | tiles E8M0, padded to 8]
+    s.scale_bytes = (s.tiles + 7) / 8 * 8;
+    s.rope_at = s.nope;
+    s.scales_at = s.nope + 2 * s.rope;
+  }
+  s.bytes = s.nope + 2 * s.rope + s.scale_bytes;
+  return s;
 }
 
-std::vector<uint8_t> pack_fp8_ds_mla(const std::vector<float>& x, int rows, int dim, int rope_dim) {
-  const int eb = fp8_ds_mla_entry_bytes(dim, rope_dim), nope = dim - rope_dim;
-  DSV41_CHECK(rows >= 0 && x.size() == static_cast<size_t>(rows) * dim, "pack_fp8_ds_mla: ", x.size(),
+float tile_scale(SparseMlaFp8 f, const uint8_t* scales, int t) {
+  return f == SparseMlaFp8::kV32 ? f32_le(scales + 4 * t) : (scales[t] == 0xFF ? std::nanf("") : e8m0_decode(scales[t]));
+}
+
+}  // namespace
+
+const char* name(SparseMlaFp8 f) { return f == SparseMlaFp8::kV32 ? "fp8_ds_mla" : "fp8_ds_mla_model1"; }
+
+bool sparse_mla_fp8_from_name(const std::string& n, SparseMlaFp8& f) {
+  for (SparseMlaFp8 k : {SparseMlaFp8::kV32, SparseMlaFp8::kModel1}) {
+    if (n == name(k)) {
+      f = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+int sparse_mla_fp8_entry_bytes(SparseMlaFp8 f, int dim, int rope_dim) { return sparse_mla_shape(f, dim, rope_dim).bytes; }
+
+int sparse_mla_fp8_value_bytes(SparseMlaFp8 f, int dim, int rope_dim) {
+  const SparseMlaShape s = sparse_mla_shape(f, dim, rope_dim);
+  return f == SparseMlaFp8::kV32 ? 0 : s.scales_at;
+}
+
+std::vector<uint8_t> pack_sparse_mla_fp8(SparseMlaFp8 f, const std::vector<float>& x, int rows, int dim, int rope_dim) {
+  const SparseMlaShape sh = sparse_mla_shape(f, dim, rope_dim);
+  DSV41_CHECK(rows >= 0 && x.size() == static_cast<size_t>(rows) * dim, "pack ", name(f), ": ", x.size(),
               " values, expected rows * dim = ", rows, " * ", dim);
-  std::vector<uint8_t> out(static_cast<size_t>(rows) * eb);
+  std::vector<uint8_t> out(static_cast<size_t>(rows) * sh.bytes, 0);
   for (int r = 0; r < rows; ++r) {
     const float* row = x.data() + static_cast<size_t>(r) * dim;
-    uint8_t* e = out.data() + static_cast<size_t>(r) * eb;
-    uint8_t* scales = e + nope;
-    for (int t0 = 0, t = 0; t0 < nope; t0 += kFp8DsMlaTile, ++t) {
-      const int n = std::min(kFp8DsMlaTile, nope - t0);
+    uint8_t* e = out.data() + static_cast<size_t>(r) * sh.bytes;
+    for (int t = 0; t < sh.tiles; ++t) {
+      const int t0 = t * sh.tile, n = std::min(sh.tile, sh.nope - t0);
       float amax = 0;
       for (int i = 0; i < n; ++i) {
-        DSV41_CHECK(std::isfinite(row[t0 + i]), "pack_fp8_ds_mla: non-finite value at row ", r, ", element ", t0 + i);
+        DSV41_CHECK(std::isfinite(row[t0 + i]), "pack ", name(f), ": non-finite value at row ", r, ", element ", t0 + i);
         amax = std::max(amax, std::fabs(row[t0 + i]));
       }
-      const float s = amax > 0 ? amax / 448.0f : 1.0f;
-      std::memcpy(scales + 4 * t, &s, 4);
+      float s = 0;
+      if (f == SparseMlaFp8::kV32) {
+        s = amax > 0 ? amax / 448.0f : 1.0f;
+        std::memcpy(e + sh.scales_at + 4 * t, &s, 4);
+      } else {
+        e[sh.scales_at + t] = e8m0_encode_ceil(std::max(amax / 448.0f, 1e-4f));
+        s = e8m0_decode(e[sh.scales_at + t]);
+      }
       for (int i = 0; i < n; ++i) e[t0 + i] = e4m3_encode_satfinite(row[t0 + i] / s);
     }
-    uint8_t* rope = scales + 4 * ((nope + kFp8DsMlaTile - 1) / kFp8DsMlaTile);
-    for (int i = 0; i < rope_dim; ++i) {
-      const uint16_t c = bf16_encode(row[nope + i]);
-      rope[2 * i] = static_cast<uint8_t>(c & 0xFFu);
-      rope[2 * i + 1] = static_cast<uint8_t>(c >> 8);
+    for (int i = 0; i < sh.rope; ++i) {
+      const uint16_t c = bf16_encode(row[sh.nope + i]);
+      e[sh.rope_at + 2 * i] = static_cast<uint8_t>(c & 0xFFu);
+      e[sh.rope_at + 2 * i + 1] = static_cast<uint8_t>(c >> 8);
     }
   }
   return out;
 }
 
-DecodedRows decode_fp8_ds_mla(const std::vector<uint8_t>& bytes, int rows, int dim, int rope_dim) {
-  const int eb = fp8_ds_mla_entry_bytes(dim, rope_dim), nope = dim - rope_dim;
-  check_entries_size(bytes, rows, eb, "fp8_ds_mla");
+DecodedRows decode_sparse_mla_fp8(SparseMlaFp8 f, const std::vector<uint8_t>& bytes, int rows, int dim, int rope_dim) {
+  const SparseMlaShape sh = sparse_mla_shape(f, dim, rope_dim);
+  check_entries_size(bytes, rows, sh.bytes, name(f));
   DecodedRows d;
   d.values.resize(static_cast<size_t>(rows) * dim);
   d.rounding.resize(d.values.size());
   for (int r = 0; r < rows; ++r) {
-    const uint8_t* e = bytes.data() + static_cast<size_t>(r) * eb;
-    const uint8_t* scales = e + nope;
+    const uint8_t* e = bytes.data() + static_cast<size_t>(r) * sh.bytes;
     float* v = d.values.data() + static_cast<size_t>(r) * dim;
     float* b = d.rounding.data() + static_cast<size_t>(r) * dim;
-    for (int i = 0; i < nope; ++i) {
-      const float s = f32_le(scales + 4 * (i / kFp8DsMlaTile));
-      DSV41_CHECK(std::isfinite(s) && s > 0, "fp8_ds_mla entry ", r, ": the fp32 scale of tile ", i / kFp8DsMlaTile,
-                  " is ", s, ", not a positive finite scale");
-      DSV41_CHECK(!E4M3::is_nan(e[i]), "fp8_ds_mla entry ", r, ": element ", i, " holds the E4M3 NaN code 0x",
-                  std::hex, int{e[i]});
+    for (int i = 0; i < sh.nope; ++i) {
+      const float s = tile_scale(f, e + sh.scales_at, i / sh.tile);
+      DSV41_CHECK(std::isfinite(s) && s > 0, name(f), " entry ", r, ": the ",
+                  f == SparseMlaFp8::kV32 ? "fp32" : "E8M0", " scale of tile ", i / sh.tile, " is ", s,
+                  ", not a positive finite scale");
+      DSV41_CHECK(!E4M3::is_nan(e[i]), name(f), " entry ", r, ": element ", i, " holds the E4M3 NaN code 0x", std::hex,
+                  int{e[i]});
       const float code = e4m3_decode(e[i]);
       v[i] = code * s;
       b[i] = e4m3_rounding(code, s) + std::fabs(v[i]) * 0x1p-23f;  // and the fp32 product's rounding
     }
-    const uint8_t* rope = scales + 4 * ((nope + kFp8DsMlaTile - 1) / kFp8DsMlaTile);
-    for (int i = 0; i < rope_dim; ++i) {
-      const uint32_t c = rope[2 * i] | (uint32_t{rope[2 * i + 1]} << 8);
-      DSV41_CHECK((c & 0x7F80u) != 0x7F80u, "fp8_ds_mla entry ", r, ": RoPE element ", i, " is bf16 NaN or Inf (0x",
+    for (int i = 0; i < sh.rope; ++i) {
+      const uint32_t c = e[sh.rope_at + 2 * i] | (uint32_t{e[sh.rope_at + 2 * i + 1]} << 8);
+      DSV41_CHECK((c & 0x7F80u) != 0x7F80u, name(f), " entry ", r, ": RoPE element ", i, " is bf16 NaN or Inf (0x",
                   std::hex, c, ")");
-      v[nope + i] = bf16_decode(c);
-      b[nope + i] = 0;
+      v[sh.nope + i] = bf16_decode(c);
+      b[sh.nope + i] = 0;
     }
   }
   return d;

@@ -9,9 +9,13 @@
 //   block-planar page       n entries as [n x value bytes][n x scale bytes]
 //   paged pool              [num_blocks, block_size, entry_bytes] + a block table [n]: logical block
 //                           k is physical block table[k]; the entries are the slots in table order
-//   fp8_ds_mla entry        vLLM's DeepSeek sparse-MLA fp8 entry, dim d of which the last r are RoPE:
-//   (dim d, rope r)         [(d - r) E4M3 values][ceil((d - r) / 128) fp32 scales, little-endian][r bf16]
-//                           d = 576, r = 64 (DeepSeek V3.2): 512 + 16 + 128 = 656 bytes
+//   sparse-MLA fp8 entries  FlashMLA's (and vLLM's, SGLang's) DeepSeek sparse-MLA fp8 entries, dim d of
+//   (dim d, rope r)         which the last r are RoPE (SparseMlaFp8):
+//     fp8_ds_mla            [(d - r) E4M3][ceil((d - r) / 128) fp32 scales, little-endian][r bf16]
+//                           (FlashMLA V32_FP8Sparse, vLLM kv_cache_dtype fp8_ds_mla; d = 576, r = 64: 656 bytes)
+//     fp8_ds_mla_model1     [(d - r) E4M3][r bf16][ceil((d - r) / 64) E8M0 scales, zero-padded to a multiple of 8]
+//                           (FlashMLA MODEL1_FP8Sparse, DeepSeek V4; d = 512, r = 64: 448 + 128 + 7 + 1 = 584 bytes;
+//                           engines keep it paged block-planar: a page's 576-byte value parts, then its 8-byte scales)
 //
 // Every decode here also returns, per value, how far the format's rounding may have moved it from
 // the value it was packed from (`rounding`), so two caches of different formats can be compared by
@@ -23,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "formats/cache_format.h"
@@ -55,12 +60,18 @@ std::vector<uint8_t> page_entries(const std::vector<uint8_t>& bytes, int64_t ent
                                   int64_t num_blocks, int64_t block_size, const std::vector<int32_t>& table,
                                   int64_t first, int64_t planar_value_bytes, uint8_t fill = 0);
 
-// vLLM's fp8_ds_mla entry (above). The values are split at dim - rope_dim: the first part is
-// quantized per tile of 128 (the last tile may be shorter) with scale s = amax / 448 (fp32; 1 for
-// an all-zero tile), the RoPE part kept as bf16 (exact for bf16 inputs).
-inline constexpr int kFp8DsMlaTile = 128;
-int fp8_ds_mla_entry_bytes(int dim, int rope_dim);
-std::vector<uint8_t> pack_fp8_ds_mla(const std::vector<float>& x, int rows, int dim, int rope_dim);
+// The sparse-MLA fp8 entries (above). The values are split at dim - rope_dim: the first part is
+// quantized per tile (128 values, fp32 scale amax / 448, 1 for an all-zero tile; 64 values, E8M0
+// scale 2^ceil(log2(max(amax / 448, 1e-4)))), the RoPE part kept as bf16 (exact for bf16 inputs).
+enum class SparseMlaFp8 : uint8_t { kV32, kModel1 };
+const char* name(SparseMlaFp8 f);  // "fp8_ds_mla", "fp8_ds_mla_model1"
+// The entry format of a name, or false when the name is none of them.
+bool sparse_mla_fp8_from_name(const std::string& name, SparseMlaFp8& f);
+int sparse_mla_fp8_entry_bytes(SparseMlaFp8 f, int dim, int rope_dim);
+// Bytes before the scales (block-planar pages split there): kModel1 (d - r) + 2r; kV32 0 (its RoPE
+// part follows the scales: no values-then-scales split).
+int sparse_mla_fp8_value_bytes(SparseMlaFp8 f, int dim, int rope_dim);
+std::vector<uint8_t> pack_sparse_mla_fp8(SparseMlaFp8 f, const std::vector<float>& x, int rows, int dim, int rope_dim);
 
 // Decoded values [rows, dim] and, per value, a bound on |packed-from value - decoded value| that
 // the format's rounding allows (0 for bf16 values: a bf16 cache holds the bf16 rows exactly).
@@ -69,8 +80,9 @@ struct DecodedRows {
   std::vector<float> rounding;
 };
 // Throws naming the entry and the reason for bytes no packer writes from finite input: a scale
-// that is NaN, Inf, zero or negative, an E4M3 NaN code, a bf16 NaN or Inf.
-DecodedRows decode_fp8_ds_mla(const std::vector<uint8_t>& bytes, int rows, int dim, int rope_dim);
+// that is NaN, Inf, zero or negative (E8M0: 0xFF), an E4M3 NaN code, a bf16 NaN or Inf. The E4M3
+// values' rounding: s max(|v| 2^-4, 2^-10) (+ the fp32 product's); the RoPE part's: 0.
+DecodedRows decode_sparse_mla_fp8(SparseMlaFp8 f, const std::vector<uint8_t>& bytes, int rows, int dim, int rope_dim);
 // A CacheFormat's entries (unpack_rows, which throws for invalid bytes) with their rounding bounds:
 // E2M1 codes v of scale s: s/4 below 2, s/2 at 2 and 3, s at 4 and 6 (half the wider neighbouring
 // gap of the grid 0, 0.5, 1, 1.5, 2, 3, 4, 6; 6 also covers an E4M3 scale rounded down by up to

@@ -26,6 +26,8 @@ reads it back into canonical entries itself, so the port's own conversion code i
     w.cache(2, "index_keys", pool_k, layout="paged_block_planar", block_table=table, entries=n)
     w.cache(0, "window_kv", ring_bytes, layout="block_planar:8")
     w.cache(2, "compressed_kv", entries_656, format="fp8_ds_mla")                     # judged by values
+    w.cache(2, "compressed_kv", pages, layout="paged_block_planar", format="fp8_ds_mla_model1",
+            block_table=table, block_size=64, entries=n)     # FlashMLA's V4 pages [blocks, padded bytes]
     w.write_step(tokens, "prefill", values)        # the staged caches go with this step
 """
 import json
@@ -82,7 +84,8 @@ class PortDumpWriter:
         block_size    paged: entries per block (default: the tensor's second dimension when 3-D)
         entries       paged: the valid entries (default: len(positions))
         first         paged: the first valid slot of the first block
-        format, dim   the entry format (a CacheFormat name, or "fp8_ds_mla") and values per entry;
+        format, dim   the entry format (a CacheFormat name, "fp8_ds_mla" or "fp8_ds_mla_model1") and
+                      values per entry;
                       default the kind's (see the module doc)
         positions     optional int64 [entries]: each canonical entry's position
         """

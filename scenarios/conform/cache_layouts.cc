@@ -40,9 +40,12 @@ int64_t meta_int(const std::map<std::string, std::string>& meta, const std::stri
   return v;
 }
 
-bool is_fp8_ds_mla(const std::string& label) { return label == kFormatFp8DsMla; }
-
 }  // namespace
+
+bool is_sparse_mla_fp8(const std::string& label) {
+  formats::SparseMlaFp8 f;
+  return formats::sparse_mla_fp8_from_name(label, f);
+}
 
 CacheLayout cache_layout(const std::map<std::string, std::string>& meta, const std::string& key) {
   CacheLayout l;
@@ -83,7 +86,10 @@ std::string describe(const CacheLayout& l) {
 int64_t label_entry_bytes(const std::string& label, int64_t dim, const reference::ModelConfig& c) {
   DSV41_CHECK(dim > 0 && dim <= (int64_t{1} << 20), "dim ", dim);
   if (label == "fp32") return 8 * dim;  // the compressor's pending rows
-  if (is_fp8_ds_mla(label)) return formats::fp8_ds_mla_entry_bytes(static_cast<int>(dim), c.rope_head_dim);
+  formats::SparseMlaFp8 f;
+  if (formats::sparse_mla_fp8_from_name(label, f)) {
+    return formats::sparse_mla_fp8_entry_bytes(f, static_cast<int>(dim), c.rope_head_dim);
+  }
   return formats::entry_bytes(formats::cache_format_from_name(label), static_cast<int>(dim));
 }
 
@@ -99,18 +105,22 @@ void canonicalize_cache(const reference::ModelConfig& c, const std::map<std::str
     if (l.kind == CacheLayout::kCanonical) {
       DSV41_CHECK(!has_table, "a block table '", table_key, "', but the layout is canonical (paged layouts: ",
                   kLayoutPaged, ", ", kLayoutPagedBlockPlanar, ")");
-      if (label == meta.end() || !is_fp8_ds_mla(label->second)) return;  // conform checks the rest (cache_of)
+      if (label == meta.end() || !is_sparse_mla_fp8(label->second)) return;  // conform checks the rest (cache_of)
     }
-    DSV41_CHECK(label != meta.end() && dim_s != meta.end(), "a layout other than canonical, or format ",
-                kFormatFp8DsMla, ", needs the metadata '", key, ".format' and '", key, ".dim'");
+    DSV41_CHECK(label != meta.end() && dim_s != meta.end(), "a layout other than canonical, or a sparse-MLA fp8 "
+                "format, needs the metadata '", key, ".format' and '", key, ".dim'");
     DSV41_CHECK(e.dtype == DType::kU8, "dtype ", reference::dtype_name(e.dtype), ", a cache is U8");
     const int64_t dim = meta_int(meta, key + ".dim", true, 0);
     const int64_t eb = label_entry_bytes(label->second, dim, c);
     DSV41_CHECK(label->second != "fp32" || l.kind == CacheLayout::kCanonical,
                 "the compressor's pending fp32 rows are canonical only, not ", describe(l));
-    const int64_t vb = is_fp8_ds_mla(label->second) || label->second == "fp32"
-                           ? 0
-                           : formats::value_bytes(formats::cache_format_from_name(label->second), static_cast<int>(dim));
+    formats::SparseMlaFp8 mla{};
+    const bool sparse_mla = formats::sparse_mla_fp8_from_name(label->second, mla);
+    const int64_t vb =
+        sparse_mla ? formats::sparse_mla_fp8_value_bytes(mla, static_cast<int>(dim), c.rope_head_dim)
+                   : (label->second == "fp32"
+                          ? 0
+                          : formats::value_bytes(formats::cache_format_from_name(label->second), static_cast<int>(dim)));
     const bool planar = l.kind == CacheLayout::kBlockPlanar || l.kind == CacheLayout::kPagedBlockPlanar;
     DSV41_CHECK(!planar || vb > 0, "layout ", describe(l), " needs an entry of values then block scales, and format ",
                 label->second, " has none");
@@ -129,38 +139,52 @@ void canonicalize_cache(const reference::ModelConfig& c, const std::map<std::str
                     reference::dtype_name(t.dtype), " ", reference::shape_string(t.shape), ", expected I32 [blocks]");
         std::vector<int32_t> table(static_cast<size_t>(t.shape[0]));
         if (!table.empty()) std::memcpy(table.data(), t.bytes.data(), table.size() * 4);
+        // [num_blocks, block_size, E], or [num_blocks, B] with B = block_size * E plus a block's trailing
+        // padding of less than one entry (FlashMLA pads a MODEL1 block to a multiple of 576 bytes).
+        const int64_t block_bytes = l.block_size * eb;
         const bool fits = !e.shape.empty() &&
                           ((e.shape.size() == 3 && e.shape[1] == l.block_size && e.shape[2] == eb) ||
-                           (e.shape.size() == 2 && e.shape[1] == l.block_size * eb));
+                           (e.shape.size() == 2 && e.shape[1] >= block_bytes && e.shape[1] < block_bytes + eb));
         DSV41_CHECK(fits, "shape ", reference::shape_string(e.shape), ", layout ", describe(l), " of format ",
                     label->second, " dim ", dim, " (", eb, " bytes an entry) is [num_blocks, ", l.block_size, ", ", eb,
-                    "] or [num_blocks, ", l.block_size * eb, "]");
-        e.bytes = formats::unpage(e.bytes, e.shape[0], l.block_size, eb, table, l.first, l.entries,
+                    "] or [num_blocks, ", block_bytes, " (+ a padding of less than one entry)]");
+        std::vector<uint8_t> pool = std::move(e.bytes);
+        if (e.shape.size() == 2 && e.shape[1] > block_bytes) {  // drop each block's padding
+          std::vector<uint8_t> packed;
+          packed.reserve(static_cast<size_t>(e.shape[0] * block_bytes));
+          for (int64_t b = 0; b < e.shape[0]; ++b) {
+            packed.insert(packed.end(), pool.begin() + b * e.shape[1], pool.begin() + b * e.shape[1] + block_bytes);
+          }
+          pool = std::move(packed);
+        }
+        e.bytes = formats::unpage(pool, e.shape[0], l.block_size, eb, table, l.first, l.entries,
                                   l.kind == CacheLayout::kPagedBlockPlanar ? vb : 0);
         e.shape = {l.entries, eb};
         tensors.erase(table_key);
         break;
       }
     }
-    if (is_fp8_ds_mla(label->second)) {
+    if (sparse_mla) {
       DSV41_CHECK(e.shape.size() == 2 && e.shape[1] == eb, "shape ", reference::shape_string(e.shape), ", format ",
-                  kFormatFp8DsMla, " dim ", dim, " (RoPE ", c.rope_head_dim, ") has ", eb, " bytes an entry");
-      formats::decode_fp8_ds_mla(e.bytes, static_cast<int>(e.shape[0]), static_cast<int>(dim), c.rope_head_dim);
+                  label->second, " dim ", dim, " (RoPE ", c.rope_head_dim, ") has ", eb, " bytes an entry");
+      formats::decode_sparse_mla_fp8(mla, e.bytes, static_cast<int>(e.shape[0]), static_cast<int>(dim), c.rope_head_dim);
     }
   } catch (const Error& x) {
     DSV41_FAIL(where, ": key '", key, "': ", x.what());
   }
 }
 
-ValueCache fp8_ds_mla_cache(const Entry& e, int layer, const std::string& kind, int64_t dim,
-                            const std::vector<int64_t>& positions, const reference::ModelConfig& c) {
+ValueCache sparse_mla_fp8_cache(const Entry& e, int layer, const std::string& kind, const std::string& label,
+                                int64_t dim, const std::vector<int64_t>& positions, const reference::ModelConfig& c) {
+  formats::SparseMlaFp8 f{};
+  DSV41_CHECK(formats::sparse_mla_fp8_from_name(label, f), "format '", label, "' is no sparse-MLA fp8 entry");
   ValueCache v;
   v.layer = layer;
   v.kind = kind;
-  v.label = kFormatFp8DsMla;
+  v.label = label;
   v.dim = dim;
   v.entries = e.shape.at(0);
-  v.rows = formats::decode_fp8_ds_mla(e.bytes, static_cast<int>(v.entries), static_cast<int>(dim), c.rope_head_dim);
+  v.rows = formats::decode_sparse_mla_fp8(f, e.bytes, static_cast<int>(v.entries), static_cast<int>(dim), c.rope_head_dim);
   v.positions = positions;
   return v;
 }

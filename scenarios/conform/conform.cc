@@ -105,9 +105,9 @@ runner::StepCapture port_capture(const PortDump& d, const PortDumpStep& s) {
     if (it == d.components.end()) continue;
     for (int layer : it->second) {
       const Entry& e = *s.find(layer, row.name);
-      if (is_cache(row.name)) {  // fp8_ds_mla caches are no CacheView: judged by value (value_judged_rows)
+      if (is_cache(row.name)) {  // sparse-MLA fp8 caches are no CacheView: judged by value (value_judged_rows)
         const auto label = s.metadata.find(e.name + ".format");
-        if (label == s.metadata.end() || label->second != kFormatFp8DsMla) cap.caches.push_back(cache_of(s, layer, row.name));
+        if (label == s.metadata.end() || !is_sparse_mla_fp8(label->second)) cap.caches.push_back(cache_of(s, layer, row.name));
         continue;
       }
       if (row.name == logits) {  // [1 or T, vocab]: the last row is the step's last position
@@ -198,7 +198,7 @@ std::vector<reference::model::CacheView> all_caches(const reference::model::Mode
 }
 
 // The port's caches whose entry format is not the reference's (docs/port-dump.md "Cache layouts"):
-// fp8_ds_mla ones (never in `port`), and CacheFormat ones of another format than the reference's of
+// sparse-MLA fp8 ones (never in `port`), and CacheFormat ones of another format than the reference's of
 // the same kind and layer, taken out of `port` (compare_step compares bytes). Each is judged by
 // value against the reference's; its rows are returned and its detail goes to j.value_judged.
 std::vector<reports::MetricRow> value_judged_rows(const PortDump& d, const PortDumpStep& s, const runner::StepCapture& own,
@@ -209,10 +209,11 @@ std::vector<reports::MetricRow> value_judged_rows(const PortDump& d, const PortD
     for (int layer : layers) {
       const Entry& e = *s.find(layer, component);
       const auto label = s.metadata.find(e.name + ".format");
-      if (label == s.metadata.end() || label->second != kFormatFp8DsMla) continue;
+      if (label == s.metadata.end() || !is_sparse_mla_fp8(label->second)) continue;
       const auto pos = s.tensors.find(e.name + ".positions");
       try {
-        values.push_back(fp8_ds_mla_cache(e, layer, component.substr(std::strlen("cache.")), std::stoll(meta_of(s, e.name + ".dim")),
+        values.push_back(sparse_mla_fp8_cache(e, layer, component.substr(std::strlen("cache.")), label->second,
+                                          std::stoll(meta_of(s, e.name + ".dim")),
                                           pos == s.tensors.end() ? std::vector<int64_t>{} : le_values<int64_t>(pos->second), d.config));
       } catch (const std::logic_error& x) {
         DSV41_FAIL(s.file, ": key '", e.name, "': metadata '", e.name, ".dim' is not a number: ", x.what());

@@ -2,7 +2,8 @@
 // scenarios/conform/cache_layouts.h). The byte work round-trips and refuses bad block tables; every
 // format's rounding bound holds for its own QDQ; then, on the tiny oracle model, the reference's own
 // dump rewritten in each layout (paged with a shuffled block table, paged block-planar from slot 1,
-// block-planar pages of 8, bf16 and vLLM's fp8_ds_mla entry built from the reference's values)
+// block-planar pages of 8, bf16 and FlashMLA's fp8_ds_mla / fp8_ds_mla_model1 entries built from the
+// reference's values, the latter also paged block-planar in padded blocks as engines keep V4's cache)
 // passes `conform`, and corrupted ones (block-table entries swapped, a scale byte flipped, a value
 // moved, the layout mislabeled) fail at the cache or exit 2 naming the key and the reason.
 #include <algorithm>
@@ -118,34 +119,43 @@ TEST(CacheLayoutBytes, EveryFormatsRoundingBoundHoldsForItsOwnQdq) {
   }
 }
 
-TEST(CacheLayoutBytes, Fp8DsMlaEntry) {
-  EXPECT_EQ(fm::fp8_ds_mla_entry_bytes(576, 64), 656);  // vLLM's DeepSeek V3.2 entry
-  EXPECT_EQ(fm::fp8_ds_mla_entry_bytes(512, 64), 448 + 16 + 128);
-  const int rows = 5, dim = 576, rope = 64;
-  const std::vector<float> x = bf16_values(static_cast<size_t>(rows) * dim, 4);
-  std::vector<uint8_t> b = fm::pack_fp8_ds_mla(x, rows, dim, rope);
-  ASSERT_EQ(b.size(), static_cast<size_t>(rows) * 656);
-  const fm::DecodedRows d = fm::decode_fp8_ds_mla(b, rows, dim, rope);
-  int64_t moved = 0;
-  for (int r = 0; r < rows; ++r) {
-    for (int i = 0; i < dim; ++i) {
-      const size_t k = static_cast<size_t>(r) * dim + i;
-      ASSERT_LE(std::fabs(x[k] - d.values[k]), d.rounding[k]) << k;
-      if (i >= dim - rope) {
-        EXPECT_EQ(d.values[k], x[k]) << "the RoPE part is bf16, exact";
+TEST(CacheLayoutBytes, SparseMlaFp8Entries) {
+  EXPECT_EQ(fm::sparse_mla_fp8_entry_bytes(fm::SparseMlaFp8::kV32, 576, 64), 656);           // FlashMLA V32_FP8Sparse
+  EXPECT_EQ(fm::sparse_mla_fp8_entry_bytes(fm::SparseMlaFp8::kModel1, 512, 64), 584);        // FlashMLA MODEL1_FP8Sparse
+  EXPECT_EQ(fm::sparse_mla_fp8_value_bytes(fm::SparseMlaFp8::kModel1, 512, 64), 576);        // a page's value part
+  for (fm::SparseMlaFp8 f : {fm::SparseMlaFp8::kV32, fm::SparseMlaFp8::kModel1}) {
+    const int rows = 5, dim = f == fm::SparseMlaFp8::kV32 ? 576 : 512, rope = 64;
+    const int eb = fm::sparse_mla_fp8_entry_bytes(f, dim, rope);
+    const std::vector<float> x = bf16_values(static_cast<size_t>(rows) * dim, 4);
+    std::vector<uint8_t> b = fm::pack_sparse_mla_fp8(f, x, rows, dim, rope);
+    ASSERT_EQ(b.size(), static_cast<size_t>(rows) * eb);
+    const fm::DecodedRows d = fm::decode_sparse_mla_fp8(f, b, rows, dim, rope);
+    int64_t moved = 0;
+    for (int r = 0; r < rows; ++r) {
+      for (int i = 0; i < dim; ++i) {
+        const size_t k = static_cast<size_t>(r) * dim + i;
+        ASSERT_LE(std::fabs(x[k] - d.values[k]), d.rounding[k]) << fm::name(f) << " " << k;
+        if (i >= dim - rope) {
+          EXPECT_EQ(d.values[k], x[k]) << "the RoPE part is bf16, exact";
+        }
+        moved += d.values[k] != x[k];
       }
-      moved += d.values[k] != x[k];
     }
-  }
-  EXPECT_GT(moved, 0);  // the fp8 part rounds
-  // A NaN scale (tile 2 of entry 1) does not parse.
-  const float nan = std::nanf("");
-  std::memcpy(&b[656 + 512 + 8], &nan, 4);
-  try {
-    fm::decode_fp8_ds_mla(b, rows, dim, rope);
-    ADD_FAILURE() << "a NaN scale decoded";
-  } catch (const dsv41::Error& e) {
-    EXPECT_TRUE(has(e.what(), "fp8_ds_mla entry 1: the fp32 scale of tile 2")) << e.what();
+    EXPECT_GT(moved, 0) << fm::name(f);  // the fp8 part rounds
+    // A NaN scale (tile 2 of entry 1) does not parse.
+    if (f == fm::SparseMlaFp8::kV32) {
+      const float nan = std::nanf("");
+      std::memcpy(&b[static_cast<size_t>(eb) + 512 + 8], &nan, 4);
+    } else {
+      b[static_cast<size_t>(eb) + 576 + 2] = 0xFF;
+    }
+    try {
+      fm::decode_sparse_mla_fp8(f, b, rows, dim, rope);
+      ADD_FAILURE() << fm::name(f) << ": a NaN scale decoded";
+    } catch (const dsv41::Error& e) {
+      EXPECT_TRUE(has(e.what(), std::string(fm::name(f)) + " entry 1: the ")) << e.what();
+      EXPECT_TRUE(has(e.what(), "scale of tile 2 is nan, not a positive finite scale")) << e.what();
+    }
   }
 }
 
@@ -254,12 +264,18 @@ bool notes_have(const dsv41::reports::RunReport& r, const std::string& part) {
 // Pages `key` of every step: blocks of 4 entries in a pool with 3 spare blocks, the table a
 // permutation; planar: each block block-planar; first: the first valid slot.
 void page_key(const std::string& dir, const std::string& key, bool planar, int64_t first, bool two_d,
-              const std::function<void(std::vector<int32_t>&)>& spoil = nullptr) {
+              const std::function<void(std::vector<int32_t>&)>& spoil = nullptr, int64_t pad = 0) {
+  static const dsv41::reference::ModelConfig c = dsv41::reference::load_config_file(kConfig);
   rewrite_steps(dir, [&](std::vector<st::Entry>& es, std::map<std::string, std::string>& meta) {
     st::Entry& e = entry(es, key);
     const int64_t n = e.shape[0], eb = e.shape[1], bs = 4;
-    const fm::CacheFormat f = fm::cache_format_from_name(meta.at(key + ".format"));
-    const int64_t vb = planar ? fm::value_bytes(f, std::stoi(meta.at(key + ".dim"))) : 0;
+    const std::string label = meta.at(key + ".format");
+    const int dim = std::stoi(meta.at(key + ".dim"));
+    fm::SparseMlaFp8 mla{};
+    const int64_t vb = !planar ? 0
+                       : fm::sparse_mla_fp8_from_name(label, mla)
+                           ? fm::sparse_mla_fp8_value_bytes(mla, dim, c.rope_head_dim)
+                           : fm::value_bytes(fm::cache_format_from_name(label), dim);
     const int64_t blocks = (first + n + bs - 1) / bs, pool = blocks + 3;
     std::vector<int32_t> table(static_cast<size_t>(pool));  // the first `blocks` of a shuffled pool
     std::iota(table.begin(), table.end(), 0);
@@ -267,8 +283,16 @@ void page_key(const std::string& dir, const std::string& key, bool planar, int64
     table.resize(static_cast<size_t>(blocks));
     std::vector<uint8_t> bytes = fm::page_entries(e.bytes, n, eb, pool, bs, table, first, vb, 0x55);
     if (spoil) spoil(table);
+    if (pad > 0) {  // each block padded at its end (FlashMLA's MODEL1 block stride)
+      std::vector<uint8_t> padded;
+      for (int64_t b = 0; b < pool; ++b) {
+        padded.insert(padded.end(), bytes.begin() + b * bs * eb, bytes.begin() + (b + 1) * bs * eb);
+        padded.insert(padded.end(), static_cast<size_t>(pad), uint8_t{0x77});
+      }
+      bytes = std::move(padded);
+    }
     e.bytes = std::move(bytes);
-    e.shape = two_d ? std::vector<int64_t>{pool, bs * eb} : std::vector<int64_t>{pool, bs, eb};
+    e.shape = two_d ? std::vector<int64_t>{pool, bs * eb + pad} : std::vector<int64_t>{pool, bs, eb};
     meta[key + ".layout"] = planar ? cf::kLayoutPagedBlockPlanar : cf::kLayoutPaged;
     meta[key + ".block_size"] = std::to_string(bs);
     meta[key + ".entries"] = std::to_string(n);
@@ -342,7 +366,7 @@ TEST(CacheLayouts, BadBlockTablesAndMislabeledLayoutsExit2NamingTheKey) {
   {  // 288-byte FP4 entries labelled fp8_ds_mla: the wrong entry size for the format
     const std::string dir = copy_dump("wrong_format");
     rewrite_steps(dir, [&](std::vector<st::Entry>&, std::map<std::string, std::string>& meta) {
-      meta[kv + ".format"] = cf::kFormatFp8DsMla;
+      meta[kv + ".format"] = "fp8_ds_mla";
     });
     const std::string e = read_error(dir);
     EXPECT_TRUE(has(e, "key '" + kv + "'") && has(e, "bytes an entry")) << e;
@@ -399,7 +423,9 @@ void reencode(const std::string& dir, const std::string& key, const std::string&
     std::vector<float> x = fm::unpack_rows(fm::cache_format_from_name(meta.at(key + ".format")), e.bytes, n, dim);
     std::vector<uint8_t> bytes;
     if (spoil) spoil(x, bytes, step);
-    bytes = label == "bf16" ? fm::pack_rows(fm::CacheFormat::kBf16, x, n, dim) : fm::pack_fp8_ds_mla(x, n, dim, c.rope_head_dim);
+    fm::SparseMlaFp8 mla{};
+    bytes = fm::sparse_mla_fp8_from_name(label, mla) ? fm::pack_sparse_mla_fp8(mla, x, n, dim, c.rope_head_dim)
+                                                     : fm::pack_rows(fm::cache_format_from_name(label), x, n, dim);
     if (spoil) spoil(x, bytes, step);
     e.bytes = bytes;
     e.shape[1] = static_cast<int64_t>(bytes.size()) / std::max(n, 1);
@@ -412,15 +438,18 @@ void reencode(const std::string& dir, const std::string& key, const std::string&
 TEST(CacheLayouts, OtherEntryFormatsAreJudgedByValues) {
   const int layer = first_layer("cache.compressed_kv");
   const std::string kv = cf::dump_key(layer, "cache.compressed_kv");
-  for (const std::string label : {"bf16", "fp8_ds_mla"}) {
-    const std::string dir = copy_dump(label);
+  // The last: V4's FlashMLA cache as engines keep it, MODEL1 entries paged block-planar, blocks padded.
+  for (const std::string name : {"bf16", "fp8_ds_mla", "fp8_ds_mla_model1", "fp8_ds_mla_model1 paged"}) {
+    const std::string label = name.substr(0, name.find(' '));
+    const std::string dir = copy_dump(label + (name == label ? "" : "_paged"));
     reencode(dir, kv, label);
+    if (name != label) page_key(dir, kv, true, 1, true, nullptr, 40);
     const dsv41::reports::RunReport r = judge(dir);
     EXPECT_EQ(cf::conform_exit_code(r), 0) << label << ": " << (cf::root_cause(r) ? cf::root_cause(r)->detail : "");
     const Rows ratio = rows_of(r, layer, "cache.compressed_kv", cf::kDecodedRoundingRatioMetric);
     EXPECT_GT(ratio.n, 0) << label;
     EXPECT_LE(ratio.worst, 1.0) << label;
-    if (label == "fp8_ds_mla") {
+    if (label != "bf16") {
       EXPECT_GT(ratio.worst, 0.0) << "the fp8 part rounds";
     }
     EXPECT_EQ(rows_of(r, layer, "cache.compressed_kv", "bytes_equal_frac").n, 0) << "no bytes to compare";
