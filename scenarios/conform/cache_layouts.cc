@@ -21,6 +21,20 @@ namespace {
 
 constexpr const char* kLayoutForms = "canonical, block_planar:<P>, paged, paged_block_planar";
 
+// A count written in decimal ("16"); `what` names it in the error.
+int64_t parse_count(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  DSV41_CHECK(used > 0 && used == text.size() && v >= 0 && text[0] != '+' && text[0] != ' ', what, " is '", text,
+              "', not an integer >= 0");
+  return v;
+}
+
 int64_t meta_int(const std::map<std::string, std::string>& meta, const std::string& name, bool required,
                  int64_t fallback) {
   const auto it = meta.find(name);
@@ -28,16 +42,7 @@ int64_t meta_int(const std::map<std::string, std::string>& meta, const std::stri
     DSV41_CHECK(!required, "metadata '", name, "' is missing (the layout needs it)");
     return fallback;
   }
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(it->second, &used);
-  } catch (const std::logic_error&) {
-    used = 0;
-  }
-  DSV41_CHECK(used > 0 && used == it->second.size() && v >= 0, "metadata '", name, "' is '", it->second,
-              "', not an integer >= 0");
-  return v;
+  return parse_count(it->second, "metadata '" + name + "'");
 }
 
 }  // namespace
@@ -55,7 +60,7 @@ CacheLayout cache_layout(const std::map<std::string, std::string>& meta, const s
   const std::string planar = std::string(kLayoutBlockPlanar) + ":";
   if (name.rfind(planar, 0) == 0) {
     l.kind = CacheLayout::kBlockPlanar;
-    l.page = meta_int({{key + ".layout", name.substr(planar.size())}}, key + ".layout", true, 0);
+    l.page = parse_count(name.substr(planar.size()), "the page size of metadata '" + key + ".layout'");
     DSV41_CHECK(l.page >= 1, "metadata '", key, ".layout' is '", name, "': pages of at least one entry");
     return l;
   }

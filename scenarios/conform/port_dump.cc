@@ -239,6 +239,8 @@ void PortDumpWriter::add_step(const runner::StepCapture& cap, const std::vector<
     const std::string component = kCachePrefix + c.kind;
     const std::string key = dump_key(c.layer, component);
     table_row(component, key);
+    DSV41_CHECK(c.meta.count("format") && c.meta.count("dim"), "port dump: step ", s.index, ": key '", key,
+                "': a laid-out cache names its format and dim (LaidOutCache::meta)");
     std::map<std::string, Entry> read_back = {{key, Entry{key, DType::kU8, c.shape, c.bytes}}};
     for (const auto& [name, value] : c.meta) meta[key + "." + name] = value;
     if (!c.block_table.empty()) {

@@ -379,6 +379,14 @@ TEST(CacheLayouts, BadBlockTablesAndMislabeledLayoutsExit2NamingTheKey) {
     const std::string e = read_error(dir);
     EXPECT_TRUE(has(e, "not a cache layout (known: canonical, block_planar:<P>")) << e;
   }
+  {  // a page size that is no count
+    const std::string dir = copy_dump("page_size");
+    rewrite_steps(dir, [&](std::vector<st::Entry>&, std::map<std::string, std::string>& meta) {
+      meta[kv + ".layout"] = "block_planar:8x";
+    });
+    const std::string e = read_error(dir);
+    EXPECT_TRUE(has(e, "key '" + kv + "'") && has(e, "the page size of metadata '" + kv + ".layout' is '8x'")) << e;
+  }
 }
 
 TEST(CacheLayouts, BlockPlanarWindowPassesAndMislabeledFails) {
