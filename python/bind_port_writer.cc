@@ -135,20 +135,42 @@ scenarios::runner::StepCapture build_capture(int64_t start_pos, int64_t n_tokens
   return cap;
 }
 
+// laid_out: [(layer, kind, uint8 array, {meta name: str}, int32 block table or None, int64 positions
+// or None)], dsv41.PortDumpWriter.cache's staged caches.
+std::vector<scenarios::conform::LaidOutCache> laid_out_caches(const py::list& laid_out) {
+  std::vector<scenarios::conform::LaidOutCache> out;
+  for (const py::handle& h : laid_out) {
+    const py::tuple t = py::reinterpret_borrow<py::tuple>(h);
+    DSV41_CHECK(t.size() == 6, "laid-out cache: a tuple of 6, got ", t.size());
+    scenarios::conform::LaidOutCache c;
+    c.layer = t[0].cast<int>();
+    c.kind = t[1].cast<std::string>();
+    const std::string key = scenarios::conform::dump_key(c.layer, kCache + c.kind);
+    reference::Tensor<uint8_t> bytes = to_int<uint8_t>(t[2], key);
+    c.shape = bytes.shape();
+    c.bytes = bytes.data();
+    c.meta = t[3].cast<std::map<std::string, std::string>>();
+    if (!t[4].is_none()) c.block_table = to_int<int32_t>(t[4], key + ".block_table").data();
+    if (!t[5].is_none()) c.positions = to_int<int64_t>(t[5], key + kPositions).data();
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_port_writer(py::module_& m) {
   m.def("port_write_step",
         [](scenarios::conform::PortDumpWriter& w, const std::vector<int64_t>& tokens, int64_t start_pos,
            const std::string& event, const py::dict& values, int64_t kept,
-           const std::map<std::string, std::pair<std::string, int64_t>>& cache_meta) {
+           const std::map<std::string, std::pair<std::string, int64_t>>& cache_meta, const py::list& laid_out) {
           DSV41_CHECK(!tokens.empty(), "write_step: no tokens");
           scenarios::runner::StepCapture cap =
               build_capture(start_pos, static_cast<int64_t>(tokens.size()), values, cache_meta);
-          w.add_step(cap, tokens, event, kept);
+          w.add_step(cap, tokens, event, kept, laid_out_caches(laid_out));
         },
         py::arg("writer"), py::arg("tokens"), py::arg("start_pos"), py::arg("event"), py::arg("values"),
-        py::arg("kept"), py::arg("cache_meta"),
+        py::arg("kept"), py::arg("cache_meta"), py::arg("laid_out") = py::list(),
         "one step of a port's own run from {dump key: array} (dsv41.PortDumpWriter.write_step)");
   m.def("set_tool", [](scenarios::conform::PortDumpWriter& w, const std::string& tool) { w.set_tool(tool); },
         py::arg("writer"), py::arg("tool"), "the manifest's tool (who produced the values)");

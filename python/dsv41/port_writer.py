@@ -18,6 +18,17 @@ fp4_e2m1_e4m3_b16 and head_dim, index_keys fp4_e2m1_e8m0_b32 and index_head_dim,
 rows and head_dim); cache_formats={key: (format, dim)} overrides them (e.g. the bf16 ablation).
 Every rule of the format is checked as the step is written (a dsv41.Error naming the key): the same
 keys in every step, bf16 values exact, shapes, steps that follow each other.
+
+A cache may also be handed over as the engine keeps it (docs/port-dump.md "Cache layouts"): dsv41
+reads it back into canonical entries itself, so the port's own conversion code is not trusted:
+
+    w.cache(2, "compressed_kv", pool, layout="paged", block_table=table, entries=n)   # [blocks, bs, 288]
+    w.cache(2, "index_keys", pool_k, layout="paged_block_planar", block_table=table, entries=n)
+    w.cache(0, "window_kv", ring_bytes, layout="block_planar:8")
+    w.cache(2, "compressed_kv", entries_656, format="fp8_ds_mla")                     # judged by values
+    w.cache(2, "compressed_kv", pages, layout="paged_block_planar", format="fp8_ds_mla_model1",
+            block_table=table, block_size=64, entries=n)     # FlashMLA's V4 pages [blocks, padded bytes]
+    w.write_step(tokens, "prefill", values)        # the staged caches go with this step
 """
 import json
 
@@ -58,6 +69,49 @@ class PortDumpWriter:
         self.cache_formats = dict(cache_formats or {})
         self.pos = None      # where the next step starts (None: at the first step's start_pos, default 0)
         self.n_steps = 0
+        self._laid_out = []  # caches staged by cache() for the next write_step
+
+    def cache(self, layer, kind, tensor, *, layout="canonical", block_table=None, block_size=None, entries=None,
+              first=0, format=None, dim=None, positions=None):
+        """Stages a cache as the engine keeps it for the next write_step (docs/port-dump.md "Cache layouts").
+
+        layer, kind   the cache's layer and kind ("compressed_kv", "index_keys", "window_kv", ...)
+        tensor        its uint8 bytes in the engine's shape: [entries, entry_bytes] (canonical,
+                      block_planar:<P>), [num_blocks, block_size, entry_bytes] or
+                      [num_blocks, block_size * entry_bytes] (paged, paged_block_planar)
+        layout        "canonical", "block_planar:<P>", "paged" or "paged_block_planar"
+        block_table   paged: int32 [blocks], the request's blocks in order
+        block_size    paged: entries per block (default: the tensor's second dimension when 3-D)
+        entries       paged: the valid entries (default: len(positions))
+        first         paged: the first valid slot of the first block
+        format, dim   the entry format (a CacheFormat name, "fp8_ds_mla" or "fp8_ds_mla_model1") and
+                      values per entry;
+                      default the kind's (see the module doc)
+        positions     optional int64 [entries]: each canonical entry's position
+        """
+        kind = str(kind)
+        if kind not in _DEFAULT_CACHE:
+            raise ValueError(f"cache kind '{kind}' (known: {', '.join(_DEFAULT_CACHE)})")
+        fmt, dim_key = _DEFAULT_CACHE[kind]
+        meta = {"format": str(format or fmt), "dim": str(int(dim) if dim is not None else int(self._cfg[dim_key])),
+                "layout": str(layout)}
+        t = to_numpy(tensor)
+        table = None
+        if str(layout).startswith("paged"):
+            if block_table is None:
+                raise ValueError(f"cache layer {layer} {kind}: layout {layout} needs block_table")
+            if block_size is None:
+                if t.ndim != 3:
+                    raise ValueError(f"cache layer {layer} {kind}: a {t.ndim}-D paged tensor needs block_size")
+                block_size = t.shape[1]
+            if entries is None:
+                if positions is None:
+                    raise ValueError(f"cache layer {layer} {kind}: layout {layout} needs entries (or positions)")
+                entries = len(positions)
+            meta.update(block_size=str(int(block_size)), entries=str(int(entries)), first=str(int(first)))
+            table = to_numpy(block_table)
+        pos = None if positions is None else to_numpy(positions)
+        self._laid_out.append((int(layer), kind, t, meta, table, pos))
 
     def _cache_meta(self, keys):
         meta = {}
@@ -82,8 +136,9 @@ class PortDumpWriter:
         if start_pos is None:
             start_pos = 0 if self.pos is None else self.pos
         vals = {str(k): to_numpy(v) for k, v in values.items()}
+        laid_out, self._laid_out = self._laid_out, []
         _core.port_write_step(self._w, tokens, int(start_pos), event, vals, -1 if kept is None else int(kept),
-                              self._cache_meta(vals))
+                              self._cache_meta(vals), laid_out)
         self.pos = int(start_pos) + (len(tokens) if kept is None else int(kept))
         self.n_steps += 1
 

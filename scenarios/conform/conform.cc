@@ -16,6 +16,7 @@
 #include "reference/model/speculative.h"
 #include "scenarios/runner/capture.h"
 #include "scenarios/runner/compare.h"
+#include "scenarios/conform/cache_layouts.h"
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/conform_cache_codes.h"
 #include "scenarios/conform/conform_hypotheses.h"
@@ -104,8 +105,9 @@ runner::StepCapture port_capture(const PortDump& d, const PortDumpStep& s) {
     if (it == d.components.end()) continue;
     for (int layer : it->second) {
       const Entry& e = *s.find(layer, row.name);
-      if (is_cache(row.name)) {
-        cap.caches.push_back(cache_of(s, layer, row.name));
+      if (is_cache(row.name)) {  // sparse-MLA fp8 caches are no CacheView: judged by value (value_judged_rows)
+        const auto label = s.metadata.find(e.name + ".format");
+        if (label == s.metadata.end() || !is_sparse_mla_fp8(label->second)) cap.caches.push_back(cache_of(s, layer, row.name));
         continue;
       }
       if (row.name == logits) {  // [1 or T, vocab]: the last row is the step's last position
@@ -193,6 +195,73 @@ std::vector<reference::model::CacheView> all_caches(const reference::model::Mode
     for (reference::model::CacheView& v : more) caches.push_back(std::move(v));
   }
   return caches;
+}
+
+// The port's caches whose entry format is not the reference's (docs/port-dump.md "Cache layouts"):
+// sparse-MLA fp8 ones (never in `port`), and CacheFormat ones of another format than the reference's of
+// the same kind and layer, taken out of `port` (compare_step compares bytes). Each is judged by
+// value against the reference's; its rows are returned and its detail goes to j.value_judged.
+std::vector<reports::MetricRow> value_judged_rows(const PortDump& d, const PortDumpStep& s, const runner::StepCapture& own,
+                                                  runner::StepCapture& port, const ConformOptions& o, StepJudgement& j) {
+  std::vector<ValueCache> values;
+  for (const auto& [component, layers] : d.components) {
+    if (!is_cache(component)) continue;
+    for (int layer : layers) {
+      const Entry& e = *s.find(layer, component);
+      const auto label = s.metadata.find(e.name + ".format");
+      if (label == s.metadata.end() || !is_sparse_mla_fp8(label->second)) continue;
+      const auto pos = s.tensors.find(e.name + ".positions");
+      try {
+        values.push_back(sparse_mla_fp8_cache(e, layer, component.substr(std::strlen("cache.")), label->second,
+                                          std::stoll(meta_of(s, e.name + ".dim")),
+                                          pos == s.tensors.end() ? std::vector<int64_t>{} : le_values<int64_t>(pos->second), d.config));
+      } catch (const std::logic_error& x) {
+        DSV41_FAIL(s.file, ": key '", e.name, "': metadata '", e.name, ".dim' is not a number: ", x.what());
+      }
+    }
+  }
+  const auto ref_of = [&](int layer, const std::string& kind) -> const reference::model::CacheView* {
+    for (const reference::model::CacheView& v : own.caches) {
+      if (v.layer == layer && v.kind == kind) return &v;
+    }
+    return nullptr;
+  };
+  for (auto it = port.caches.begin(); it != port.caches.end();) {
+    const reference::model::CacheView* ref = ref_of(it->layer, it->kind);
+    if (ref == nullptr || it->kind == "compressor" || ref->format == it->format) {
+      ++it;
+      continue;
+    }
+    try {
+      values.push_back(value_cache(*it));
+    } catch (const Error& x) {
+      DSV41_FAIL(s.file, ": key '", dump_key(it->layer, "cache." + it->kind), "': ", x.what());
+    }
+    it = port.caches.erase(it);
+  }
+  std::vector<reports::MetricRow> rows;
+  for (const ValueCache& v : values) {
+    const std::string component = "cache." + v.kind;
+    std::string detail;
+    const reference::model::CacheView* ref = ref_of(v.layer, v.kind);
+    if (ref == nullptr) {
+      reports::MetricRow r;
+      r.step = s.index;
+      r.position = s.start_pos;
+      r.layer = v.layer;
+      r.component = component;
+      r.metric = "present";
+      rows.push_back(r);
+      detail = "the reference keeps no " + component + " at " + layer_word(v.layer);
+    } else {
+      for (reports::MetricRow& r : cache_value_rows(*ref, v, d.config, order_variant(d, o), accumulation(d, o), s.index,
+                                                    s.start_pos, detail)) {
+        rows.push_back(std::move(r));
+      }
+    }
+    j.value_judged[{v.layer, component}] = detail;
+  }
+  return rows;
 }
 
 // Keeps of `own` what `port` covers: items whose (layer, component) the port holds (and index
@@ -304,6 +373,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
       rolled_back = rolled_back || rolls_back;
       j.unforced_caches = rolled_back;
       runner::finish_capture(own, rec, all_caches(model, forced));
+      std::vector<reports::MetricRow> by_value = value_judged_rows(d, s, own, port, o, j);
       const std::vector<reference::model::CacheView> extra = keep_covered(own, port, every);
       ctx.teacher_forced = true;
       const auto held = d.components.find(reference::model::name(Component::kExperts));
@@ -315,6 +385,7 @@ std::vector<StepJudgement> replay(const PortDump& d, const reference::checkpoint
         }
       }
       j.forced = runner::compare_step(own, port, ctx);
+      for (reports::MetricRow& r : by_value) j.forced.rows.push_back(std::move(r));
       ctx.expert_scores.clear();
       for (reports::MetricRow& r : cache_code_rows(c, writes, own.caches, port.caches, s.index, s.start_pos)) {
         j.forced.rows.push_back(std::move(r));

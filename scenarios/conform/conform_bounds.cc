@@ -9,6 +9,7 @@
 #include <string>
 
 #include "reference/model/hooks.h"
+#include "scenarios/conform/cache_layouts.h"
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/conform_cache_codes.h"
 #include "scenarios/conform/conform_forcing.h"
@@ -70,6 +71,9 @@ bool always_exact(const std::string& metric) { return kAlwaysExact.count(metric)
 std::optional<Tolerance> bound_of(const ConformTolerances& tol, const std::string& component, const std::string& metric,
                                   const Claim& claim, bool forced, const Forcing* fr) {
   if (kAlwaysExact.count(metric)) return exact_tol(metric);
+  // A cache of another entry format judged by value: its bound comes from the two formats (and,
+  // order-variant, the chain), folded into the row (cache_layouts.h), under every claim.
+  if (metric == kDecodedRoundingRatioMetric) return decoded_rounding_ratio_tolerance();
   if (metric == judge::kCombColsumMetric) {  // an invariant of any order (judge/invariants.h), forced or not
     if (!claim.order_variant) return std::nullopt;
     return judge::comb_colsum_tolerance(claim.config->hc_mult, claim.config->hc_eps);

@@ -37,6 +37,9 @@ struct StepJudgement {
   // then measured (as the runner does, docs/scenarios.md); under bit-exact a correct port's
   // rollback is the reference's, bit for bit, and stays judged.
   bool unforced_caches = false;
+  // Teacher-forced caches whose entry format is not the reference's (docs/port-dump.md "Cache
+  // layouts"): judged by value, not in forced_port; (layer, "cache.<kind>") -> what a failure shows.
+  std::map<std::pair<int, std::string>, std::string> value_judged;
   runner::StepComparison forced, free;
   runner::StepCapture forced_own, forced_port, free_own, free_port;
 };

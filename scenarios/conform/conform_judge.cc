@@ -15,6 +15,7 @@
 #include "base/json_keys.h"
 #include "base/json_limits.h"
 #include "formats/cache_format.h"
+#include "formats/cache_layout.h"
 #include "base/error.h"
 #include "base/input_file.h"
 #include "base/json_context.h"
@@ -136,28 +137,12 @@ int64_t value_bytes(const reference::model::CacheView& v) {
   return 0;
 }
 
-// Interleaved entries [values | scales] regrouped from block-planar pages, or the inverse.
+// Interleaved entries [values | scales] regrouped from block-planar pages, or the inverse
+// (formats/cache_layout.h: the same byte work the dump's block_planar layouts are read with).
 std::vector<uint8_t> regroup(const reference::model::CacheView& v, const std::vector<uint8_t>& bytes, int64_t page,
                              bool to_planar) {
-  const int64_t vb = value_bytes(v), eb = v.entry_bytes, sb = eb - vb;
-  std::vector<uint8_t> out(bytes.size());
-  for (int64_t p0 = 0; p0 < v.entries; p0 += page) {
-    const int64_t n = std::min(page, v.entries - p0);
-    const uint8_t* in_page = bytes.data() + p0 * eb;
-    uint8_t* out_page = out.data() + p0 * eb;
-    for (int64_t e = 0; e < n; ++e) {
-      const int64_t inter_v = e * eb, inter_s = e * eb + vb;  // offsets in the interleaved page
-      const int64_t planar_v = e * vb, planar_s = n * vb + e * sb;
-      if (to_planar) {
-        std::memcpy(out_page + planar_v, in_page + inter_v, static_cast<size_t>(vb));
-        std::memcpy(out_page + planar_s, in_page + inter_s, static_cast<size_t>(sb));
-      } else {
-        std::memcpy(out_page + inter_v, in_page + planar_v, static_cast<size_t>(vb));
-        std::memcpy(out_page + inter_s, in_page + planar_s, static_cast<size_t>(sb));
-      }
-    }
-  }
-  return out;
+  return to_planar ? formats::to_block_planar(bytes, v.entries, v.entry_bytes, value_bytes(v), page)
+                   : formats::from_block_planar(bytes, v.entries, v.entry_bytes, value_bytes(v), page);
 }
 
 struct Decoded {

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "reference/model/hooks.h"
 #include "reports/report.h"
+#include "scenarios/conform/cache_layouts.h"
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/conform_internal.h"
 #include "scenarios/conform/port_dump.h"
@@ -25,6 +26,7 @@ struct Item {
   int64_t checked = 0, measured = 0, failed = 0;
   const reports::MetricRow* first_fail = nullptr;
   std::vector<std::string> fail_notes;  // the comparison's FAIL lines of this item
+  bool by_value = false;                // a cache of another entry format, judged by value
 };
 
 std::string number(double v) {
@@ -75,6 +77,7 @@ std::vector<reports::JunitSuite> conform_junit_suites(const reports::RunReport& 
         if (!r.tolerance) ++it.measured;
         else ++it.checked;
         if (r.verdict == Verdict::kFail && it.failed++ == 0) it.first_fail = &r;
+        if (r.metric == kDecodedRoundingRatioMetric) it.by_value = true;
       }
       for (const std::string& n : c.notes) {  // "FAIL step S <layer word> <component>: ..."
         if (n.rfind("FAIL step ", 0) != 0) continue;
@@ -111,6 +114,9 @@ std::vector<reports::JunitSuite> conform_junit_suites(const reports::RunReport& 
         } else {
           k.kind = JunitCase::Kind::kSkipped;
           k.message = "held by the dump, but no row of it is compared in the " + c.mode + " comparison";
+        }
+        if (it.by_value) {  // docs/port-dump.md "Cache layouts"
+          (k.kind == JunitCase::Kind::kFail ? k.message : k.body).insert(0, "format differs: judged by values; ");
         }
         suite.cases.push_back(std::move(k));
       }

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "reference/model/hooks.h"
+#include "scenarios/conform/cache_layouts.h"
 #include "scenarios/conform/conform.h"
 #include "scenarios/conform/conform_forcing.h"
 #include "scenarios/conform/conform_internal.h"
@@ -190,6 +191,7 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
   judge::Evidence ev;
   ev.backend_gap = thin;
   std::set<std::tuple<int64_t, int, std::string>> failed;
+  std::set<std::pair<int, std::string>> by_value_noted;  // value-judged caches announced in the notes
   std::vector<conform_detail::Failure> failures;  // in root-cause order
   std::set<size_t> used;  // the waivers that covered a failure
   int64_t first_unforced = -1;  // the first teacher-forced step measured after a rollback
@@ -201,7 +203,14 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
     for (const MetricRow& r : sc.rows) {
       // End to end, index scores serve the top-k's tie analysis only (docs/conform.md).
       if (!forced && r.component == reference::model::name(reference::model::Component::kIndexScores)) continue;
-      if (port_holds(b, r.layer, r.component) && only.admits(r.component, r.layer)) rows.push_back(r);
+      const bool by_value = forced && j.value_judged.count({r.layer, r.component}) > 0;
+      if ((by_value || port_holds(b, r.layer, r.component)) && only.admits(r.component, r.layer)) rows.push_back(r);
+    }
+    for (const auto& [item, why] : forced ? j.value_judged : decltype(j.value_judged){}) {
+      if (!by_value_noted.insert(item).second || !only.admits(item.second, item.first)) continue;
+      cmp.notes.push_back("VALUES " + conform_detail::layer_word(item.first) + " " + item.second + ": " +
+                          why.substr(0, why.find("; ")) + " (" + kDecodedRoundingRatioMetric +
+                          " <= 1, docs/port-dump.md \"Cache layouts\")");
     }
     std::vector<MetricRow> extra;
     add_port_rows(a, b, j.step, tol, claim, extra);
@@ -238,7 +247,9 @@ reports::Comparison judge(const std::vector<StepJudgement>& steps, bool forced, 
       if (r.verdict != Verdict::kFail || !failed.insert({j.step, r.layer, r.component}).second) continue;
       const std::string repro = o.rerun_prefix + " --stop-after-step " + std::to_string(j.step) + " --only " +
                                 r.component + (r.layer >= 0 ? "@" + std::to_string(r.layer) : "");
-      std::string detail = conform_detail::item_detail(a, b, r.layer, r.component, d.config);
+      const auto by_value = forced ? j.value_judged.find({r.layer, r.component}) : j.value_judged.end();
+      std::string detail = by_value != j.value_judged.end() ? by_value->second
+                                                            : conform_detail::item_detail(a, b, r.layer, r.component, d.config);
       if (r.component == reference::model::name(reference::model::Component::kExperts)) {
         for (const MetricRow& x : rows) {
           if (x.layer != r.layer || x.component != r.component || x.metric != "tie_equivalent") continue;

@@ -20,6 +20,7 @@
 #include "base/output_file.h"
 #include "reference/model/hooks.h"
 #include "reports/h5_writer.h"
+#include "scenarios/conform/cache_layouts.h"
 #include "scenarios/conform/port_dump_internal.h"
 #include "scenarios/judge/derived_bounds.h"
 #include "scenarios/runner/backend.h"
@@ -170,7 +171,7 @@ void PortDumpWriter::add_model_step(runner::StepCapture& cap, const reference::m
 }
 
 void PortDumpWriter::add_step(const runner::StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event,
-                              int64_t kept) {
+                              int64_t kept, const std::vector<LaidOutCache>& laid_out) {
   PortDumpStep s;
   s.index = static_cast<int64_t>(steps_.size());
   s.start_pos = cap.start_pos;
@@ -194,7 +195,9 @@ void PortDumpWriter::add_step(const runner::StepCapture& cap, const std::vector<
   std::set<std::string> keys;
   auto add = [&](int layer, const std::string& component, Entry e) {
     DSV41_CHECK(keys.insert(e.name).second, "port dump: step ", s.index, " records key '", e.name, "' twice");
-    if (e.name.find(kPositionsSuffix) == std::string::npos) present[component].push_back(layer);
+    if (e.name.find(kPositionsSuffix) == std::string::npos && e.name.find(kBlockTableSuffix) == std::string::npos) {
+      present[component].push_back(layer);
+    }
     entries.push_back(std::move(e));
   };
   entries.push_back(int_entry("step.tokens", DType::kI64, {cap.tokens}, s.tokens));
@@ -231,6 +234,28 @@ void PortDumpWriter::add_step(const runner::StepCapture& cap, const std::vector<
     }
     meta[key + ".format"] = v.kind == "compressor" ? "fp32" : formats::info(v.format).name;  // fp32 rows: no CacheFormat
     meta[key + ".dim"] = std::to_string(v.dim);
+  }
+  for (const LaidOutCache& c : laid_out) {  // as the engine keeps it, checked as the reader reads it
+    const std::string component = kCachePrefix + c.kind;
+    const std::string key = dump_key(c.layer, component);
+    table_row(component, key);
+    DSV41_CHECK(c.meta.count("format") && c.meta.count("dim"), "port dump: step ", s.index, ": key '", key,
+                "': a laid-out cache names its format and dim (LaidOutCache::meta)");
+    std::map<std::string, Entry> read_back = {{key, Entry{key, DType::kU8, c.shape, c.bytes}}};
+    for (const auto& [name, value] : c.meta) meta[key + "." + name] = value;
+    if (!c.block_table.empty()) {
+      Entry t = int_entry(key + kBlockTableSuffix, DType::kI32, {static_cast<int64_t>(c.block_table.size())}, c.block_table);
+      read_back.emplace(t.name, t);
+      add(c.layer, component, std::move(t));
+    }
+    canonicalize_cache(config_, meta, read_back, key, "port dump: step " + std::to_string(s.index));
+    const int64_t entries = read_back.at(key).shape.at(0);
+    add(c.layer, component, Entry{key, DType::kU8, c.shape, c.bytes});
+    if (!c.positions.empty()) {
+      DSV41_CHECK(static_cast<int64_t>(c.positions.size()) == entries, "port dump: step ", s.index, ": key '", key,
+                  kPositionsSuffix, "': ", c.positions.size(), " positions for ", entries, " entries");
+      add(c.layer, component, int_entry(key + kPositionsSuffix, DType::kI64, {entries}, c.positions));
+    }
   }
   // Every step holds the same keys (version 1): the manifest promises them for every step.
   for (auto& [name, layers] : present) std::sort(layers.begin(), layers.end());

@@ -96,6 +96,21 @@ struct PortDump {
   std::vector<PortDumpStep> steps;
 };
 
+// A cache as an engine keeps it (docs/port-dump.md "Cache layouts", scenarios/conform/cache_layouts.h):
+// written as given with its layout in the step's metadata, read back into canonical entries by
+// read_port_dump.
+struct LaidOutCache {
+  int layer = -1;
+  std::string kind;                         // "compressed_kv", "index_keys", "window_kv", ...
+  std::vector<int64_t> shape;               // the engine's: [entries, entry_bytes], [num_blocks, block_size, entry_bytes], ...
+  std::vector<uint8_t> bytes;               // U8, that shape
+  // Metadata without the key's prefix: "format", "dim", and "layout", "block_size", "entries",
+  // "first" as the layout needs them.
+  std::map<std::string, std::string> meta;
+  std::vector<int32_t> block_table;         // the paged layouts': [blocks]
+  std::vector<int64_t> positions;           // optional: [valid entries], canonical order
+};
+
 // Reads and validates a dump, a directory or an HDF5 file (docs/port-dump.md, "Validation").
 PortDump read_port_dump(const std::string& path);
 
@@ -113,8 +128,10 @@ class PortDumpWriter {
   // One step: the capture (items, logits, caches; capture.start_pos / tokens set), its ids and
   // its session event. Steps must follow each other (start_pos = the last step's start_pos + kept).
   // kept: the tokens the run keeps of this step, 1 .. T (-1: all T); fewer only for "verify".
+  // laid_out: caches as their engine keeps them (LaidOutCache), each read back as the reader will
+  // before the step is written (a dsv41::Error naming the key for bytes that do not parse).
   void add_step(const runner::StepCapture& cap, const std::vector<int64_t>& tokens, const std::string& event,
-                int64_t kept = -1);
+                int64_t kept = -1, const std::vector<LaidOutCache>& laid_out = {});
   // A step a Model just ran, with `cap` the capture its hooks (capture_hooks) filled: adds the
   // record's Engram ids and logits and every cache of `state` (cache_views, then the compressors'
   // pending groups and the DSpark rings), writes the step and clears `cap` for the next one. A

@@ -19,6 +19,7 @@
 #include "reference/model/hooks.h"
 #include "reference/ops/config.h"
 #include "reports/h5_reader.h"
+#include "scenarios/conform/cache_layouts.h"
 #include "scenarios/conform/port_dump.h"
 #include "scenarios/conform/port_dump_internal.h"
 #include "scenarios/judge/derived_bounds.h"
@@ -177,15 +178,19 @@ void check_step(const PortDump& d, PortDumpStep& s, StoredStep st, const std::st
   std::memcpy(positions.data(), pos.bytes.data(), pos.bytes.size());
   if (positions != s.positions) DSV41_FAIL(where, ": key 'step.positions' is not start_pos, start_pos + 1, ...");
 
-  // Every promised key is present, with the table's dtype and shape.
+  // Every promised key is present, with the table's dtype and shape; a cache as its engine laid it
+  // out is first turned into canonical entries (cache_layouts.h; its block table is consumed).
   std::set<std::string> promised = {"step.tokens", "step.positions"};
   for (const auto& [component, layers] : d.components) {
     for (int layer : layers) {
       const std::string key = dump_key(layer, component);
       promised.insert(key);
       if (!contains(key)) DSV41_FAIL(where, ": missing key '", key, "' (promised by ", kPortDumpManifest, ")");
-      const Entry& e = get(key);
       const reference::model::ComponentInfo& row = table_row(component, key);
+      if (row.kind == reference::model::ComponentKind::kCache) {
+        canonicalize_cache(d.config, s.metadata, st.tensors, key, where);
+      }
+      const Entry& e = get(key);
       const DType want = dump_dtype(component);
       if (e.dtype != want) {
         DSV41_FAIL(where, ": key '", key, "' has dtype ", reference::dtype_name(e.dtype), ", expected ",
