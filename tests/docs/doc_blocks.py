@@ -23,6 +23,8 @@ Markers, an HTML comment on the line right before the block (a blank line betwee
   <!-- doc-test: skip (REASON) -->   not run; printed with the reason (a reason is required)
   <!-- doc-test: timeout S -->       this block's timeout in seconds (default --timeout)
   <!-- doc-test: fresh -->           run in a new, empty work directory (see below)
+  <!-- doc-test: needs MODULE -->    run only where /usr/bin/python3 imports MODULE (e.g. torch, an
+                                     optional dependency); else not run, with that reason
 How blocks run: the blocks of one file run in order, in one work directory per file (a new temp
 dir), so a block may use what an earlier block of the same file wrote. The work directory mimics a
 checkout's root: it holds a symlink to each top-level entry of SRC_DIR (golden, examples,
@@ -63,6 +65,7 @@ class Block:
         self.skip = None      # reason, when marked skip
         self.timeout = None   # seconds, when marked
         self.fresh = False
+        self.needs = []       # Python modules the block needs
         self.marker_error = None
 
     def where(self):
@@ -81,6 +84,11 @@ def looks_like_command(text):
     return False
 
 
+def python_has(module):
+    python = os.environ.get("DSV41_DOC_PYTHON", "/usr/bin/python3")
+    return subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
 def apply_markers(block, markers):
     for m in markers:
         skip = re.fullmatch(r"skip\s*\((.+)\)", m)
@@ -91,8 +99,10 @@ def apply_markers(block, markers):
             block.timeout = int(tmo.group(1))
         elif m == "fresh":
             block.fresh = True
+        elif re.fullmatch(r"needs\s+[A-Za-z_][\w.]*", m):
+            block.needs.append(m.split()[1])
         else:
-            block.marker_error = f"unknown doc-test marker '{m}' (skip (REASON), timeout S, fresh)"
+            block.marker_error = f"unknown doc-test marker '{m}' (skip (REASON), timeout S, fresh, needs MODULE)"
 
 
 def parse_blocks(path, rel):
@@ -318,6 +328,13 @@ def main():
                 if report:
                     counts["skipped"] += 1
                     print(f"SKIP {b.where()} ({b.info or 'indented'}): {b.skip}")
+                continue
+            missing = [m for m in b.needs if not python_has(m)]
+            if missing and b.kind is not None:
+                if report:
+                    counts["skipped"] += 1
+                    print(f"SKIP {b.where()} ({b.info}): needs the Python module {missing[0]}, "
+                          "not installed here")
                 continue
             if b.kind is None:
                 if (not b.info) and looks_like_command(b.text) and report:
