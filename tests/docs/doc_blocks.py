@@ -23,6 +23,8 @@ Markers, an HTML comment on the line right before the block (a blank line betwee
   <!-- doc-test: skip (REASON) -->   not run; printed with the reason (a reason is required)
   <!-- doc-test: timeout S -->       this block's timeout in seconds (default --timeout)
   <!-- doc-test: fresh -->           run in a new, empty work directory (see below)
+  <!-- doc-test: args A B ... -->    a python or sh block's command-line arguments (sys.argv[1:], $1 ...),
+                                     for a snippet written as a script
   <!-- doc-test: needs MODULE -->    run only where /usr/bin/python3 imports MODULE (e.g. torch, an
                                      optional dependency); else not run, with that reason
 How blocks run: the blocks of one file run in order, in one work directory per file (a new temp
@@ -66,6 +68,7 @@ class Block:
         self.timeout = None   # seconds, when marked
         self.fresh = False
         self.needs = []       # Python modules the block needs
+        self.args = []        # command-line arguments of a python or sh block
         self.marker_error = None
 
     def where(self):
@@ -99,10 +102,12 @@ def apply_markers(block, markers):
             block.timeout = int(tmo.group(1))
         elif m == "fresh":
             block.fresh = True
+        elif m.startswith("args "):
+            block.args += m.split()[1:]
         elif re.fullmatch(r"needs\s+[A-Za-z_][\w.]*", m):
             block.needs.append(m.split()[1])
         else:
-            block.marker_error = f"unknown doc-test marker '{m}' (skip (REASON), timeout S, fresh, needs MODULE)"
+            block.marker_error = f"unknown doc-test marker '{m}' (skip (REASON), timeout S, fresh, args A ..., needs MODULE)"
 
 
 def parse_blocks(path, rel):
@@ -246,9 +251,9 @@ def run_block(block, cwd, env, timeout):
     if block.kind == "console":
         return run_console(block, cwd, env, timeout)
     if block.kind == "sh":
-        argv = ["bash", "-euo", "pipefail", "-c", block.text]
+        argv = ["bash", "-euo", "pipefail", "-c", block.text, "bash"] + block.args
     else:
-        argv = [os.environ.get("DSV41_DOC_PYTHON", "/usr/bin/python3"), "-c", block.text]
+        argv = [os.environ.get("DSV41_DOC_PYTHON", "/usr/bin/python3"), "-c", block.text] + block.args
     try:
         p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
