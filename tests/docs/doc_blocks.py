@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Run every shell and Python block of the docs (issue 33 item 7, "Docs that run").
 
-Usage: doc_blocks.py --build BUILD_DIR [--source SRC_DIR] [--timeout S] [--list] [FILE[:LINE] ...]
+Usage: doc_blocks.py --build BUILD_DIR [--python-dir DIR] [--source SRC_DIR] [--timeout S] [--list]
+                     [--keep] [FILE[:LINE] ...]
+       doc_blocks.py --not-built REASON     (prints it, exit 77: CTest's skip)
+CTest runs it as `DocBlocks` (tests/docs/CMakeLists.txt; `ctest -R DocBlocks`).
 
 Which blocks (files: README.md, docs/*.md, examples/*/README.md of SRC_DIR, or the FILEs given;
 FILE:LINE runs that file's blocks up to the one starting at LINE and reports only that one):
@@ -27,13 +30,14 @@ Markers, an HTML comment on the line right before the block (a blank line betwee
                                      for a snippet written as a script
   <!-- doc-test: needs MODULE -->    run only where /usr/bin/python3 imports MODULE (e.g. torch, an
                                      optional dependency); else not run, with that reason
+  <!-- doc-test: needs command:CMD --> run only where CMD is on PATH (mpirun, h5diff)
 How blocks run: the blocks of one file run in order, in one work directory per file (a new temp
 dir), so a block may use what an earlier block of the same file wrote. The work directory mimics a
 checkout's root: it holds a symlink to each top-level entry of SRC_DIR (golden, examples,
 scenarios, ...; `build` points at BUILD_DIR), so `golden/oracle/config.json` and `build/dsv41` resolve
 as in the docs, while new files land in the temp dir. PATH starts with BUILD_DIR (the `dsv41`
 binary), then the directory of /usr/bin/python3 (so `python3` is the interpreter the module was
-built for), PYTHONPATH is BUILD_DIR/python (the module), DSV41_SRC is SRC_DIR, DSV41_THREADS=2.
+built for), PYTHONPATH is --python-dir (default BUILD_DIR/python) (the module), DSV41_SRC is SRC_DIR, DSV41_THREADS=2.
 When run as root, OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set so that
 Open MPI's mpirun runs (docs/sweep.md says the same for readers).
 Exit status: 0 when every run block passed and no command-like block is unmarked; 1 otherwise;
@@ -88,6 +92,8 @@ def looks_like_command(text):
 
 
 def python_has(module):
+    if module.startswith("command:"):
+        return shutil.which(module[len("command:"):]) is not None
     python = os.environ.get("DSV41_DOC_PYTHON", "/usr/bin/python3")
     return subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
 
@@ -104,7 +110,7 @@ def apply_markers(block, markers):
             block.fresh = True
         elif m.startswith("args "):
             block.args += m.split()[1:]
-        elif re.fullmatch(r"needs\s+[A-Za-z_][\w.]*", m):
+        elif re.fullmatch(r"needs\s+(command:)?[A-Za-z_][\w.-]*", m):
             block.needs.append(m.split()[1])
         else:
             block.marker_error = f"unknown doc-test marker '{m}' (skip (REASON), timeout S, fresh, args A ..., needs MODULE)"
@@ -285,7 +291,9 @@ def default_files(src):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
-    ap.add_argument("--build", required=True, help="build dir holding dsv41 and python/")
+    ap.add_argument("--build", help="build dir holding dsv41 and python/")
+    ap.add_argument("--python-dir", help="the built Python module's dir (default BUILD/python)")
+    ap.add_argument("--not-built", metavar="REASON", help="print REASON and exit 77 (skipped)")
     ap.add_argument("--source", default=os.path.dirname(os.path.dirname(
         os.path.dirname(os.path.abspath(__file__)))), help="source tree (default: this checkout)")
     ap.add_argument("--timeout", type=int, default=120, help="per-block timeout, seconds")
@@ -293,7 +301,13 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the work directories")
     ap.add_argument("files", nargs="*", help="FILE or FILE:LINE, relative to --source")
     a = ap.parse_args()
+    if a.not_built:
+        print(f"doc_blocks: skipped: {a.not_built}")
+        return 77
+    if not a.build:
+        ap.error("--build is required")
     src, build = os.path.abspath(a.source), os.path.abspath(a.build)
+    pydir = os.path.abspath(a.python_dir) if a.python_dir else os.path.join(build, "python")
     if not a.list and not os.path.isfile(os.path.join(build, "dsv41")):
         print(f"doc_blocks: error: --build '{build}': no dsv41 binary there", file=sys.stderr)
         return 2
@@ -308,7 +322,7 @@ def main():
     env = dict(os.environ)
     python = os.environ.get("DSV41_DOC_PYTHON", "/usr/bin/python3")
     env["PATH"] = os.pathsep.join([build, os.path.dirname(python), env.get("PATH", "")])
-    env["PYTHONPATH"] = os.path.join(build, "python")
+    env["PYTHONPATH"] = pydir
     env["DSV41_SRC"] = src
     env.setdefault("DSV41_THREADS", "2")
     if os.geteuid() == 0:
@@ -338,8 +352,9 @@ def main():
             if missing and b.kind is not None:
                 if report:
                     counts["skipped"] += 1
-                    print(f"SKIP {b.where()} ({b.info}): needs the Python module {missing[0]}, "
-                          "not installed here")
+                    what = (f"the command {missing[0][8:]}" if missing[0].startswith("command:")
+                            else f"the Python module {missing[0]}")
+                    print(f"SKIP {b.where()} ({b.info}): needs {what}, not installed here")
                 continue
             if b.kind is None:
                 if (not b.info) and looks_like_command(b.text) and report:
