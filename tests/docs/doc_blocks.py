@@ -8,40 +8,41 @@ CTest runs it as `DocBlocks` (tests/docs/CMakeLists.txt; `ctest -R DocBlocks`).
 
 Which blocks (files: README.md, docs/*.md, examples/*/README.md of SRC_DIR, or the FILEs given;
 FILE:LINE runs that file's blocks up to the one starting at LINE and reports only that one):
-  - a fenced block (``` or ~~~) whose info string is sh, bash, shell: a bash script, run with
+  - a fenced block (``` or ~~~) whose info string is sh, bash or shell: a bash script, run with
     `bash -euo pipefail`; it passes when it exits 0.
-  - info string console: a transcript. Lines starting with `$ ` are commands (a line ending in `\\`
-    continues on the next), run in order by one bash process (a variable set by one command is
-    seen by the next; stdin is /dev/null); the other lines are their shown output, not compared, except that a
-    command ending in the comment `# exit N` must exit N, a command whose shown output has a line
-    starting with `dsv41: error:` (or `error:`) must exit non-zero and print every such line (with
-    `...` standing for any text), and every other command must exit 0.
-  - info string python, py: run with /usr/bin/python3 (or $DSV41_DOC_PYTHON); passes on exit 0.
-  - any other info string (text, json, cpp, cmake, ...) is shown, not run.
-  - a block with no info string, fenced or indented by 4 spaces, is shown, not run; but if its first
-    line looks like a command (starts with `$ `, `>>> `, or a command name such as dsv41, python3,
-    mpirun, cmake, ctest, pip, build/...), that is an error: give it an info string (sh/console/
-    python to run it, text for syntax or output) or a skip marker.
-Markers, an HTML comment on the line right before the block (a blank line between is allowed):
-  <!-- doc-test: skip (REASON) -->   not run; printed with the reason (a reason is required)
-  <!-- doc-test: timeout S -->       this block's timeout in seconds (default --timeout)
-  <!-- doc-test: fresh -->           run in a new, empty work directory (see below)
-  <!-- doc-test: args A B ... -->    a python or sh block's command-line arguments (sys.argv[1:], $1 ...),
-                                     for a snippet written as a script
-  <!-- doc-test: needs MODULE -->    run only where /usr/bin/python3 imports MODULE (e.g. torch, an
-                                     optional dependency); else not run, with that reason
-  <!-- doc-test: needs command:CMD --> run only where CMD is on PATH (mpirun, h5diff)
-How blocks run: the blocks of one file run in order, in one work directory per file (a new temp
-dir), so a block may use what an earlier block of the same file wrote. The work directory mimics a
-checkout's root: it holds a symlink to each top-level entry of SRC_DIR (golden, examples,
-scenarios, ...; `build` points at BUILD_DIR), so `golden/oracle/config.json` and `build/dsv41` resolve
-as in the docs, while new files land in the temp dir. PATH starts with BUILD_DIR (the `dsv41`
-binary), then the directory of /usr/bin/python3 (so `python3` is the interpreter the module was
-built for), PYTHONPATH is --python-dir (default BUILD_DIR/python) (the module), DSV41_SRC is SRC_DIR, DSV41_THREADS=2.
-When run as root, OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set so that
-Open MPI's mpirun runs (docs/sweep.md says the same for readers).
-Exit status: 0 when every run block passed and no command-like block is unmarked; 1 otherwise;
-2 on bad usage. Prints file:line of each failing block with the tail of its output, then a summary.
+  - info string console: a transcript. Lines starting with `$ ` are commands (a line ending in
+    `\\` continues on the next), run in order by one bash process (a variable set by one command
+    is seen by the next; stdin is /dev/null). The other lines are their shown output, not
+    compared, except that a command ending in the comment `# exit N` must exit N; a command whose
+    shown output has a line starting with `dsv41: error:` (or `error:`) must exit non-zero and
+    print every such line (`...` in it stands for any text); every other command must exit 0.
+  - info string python or py: run with /usr/bin/python3 (or $DSV41_DOC_PYTHON); passes on exit 0.
+  - any other info string (text, json, cpp, cmake, ...): shown, not run.
+  - no info string, fenced or indented by 4 spaces: shown, not run; but when its first line looks
+    like a command (starts with `$ `, `>>> `, `NAME=value cmd`, or a command such as dsv41,
+    python3, mpirun, cmake, ctest, pip, build/..., scripts/...) that is an error: give it an info
+    string (sh/console/python to run it, text for a synopsis or output) or a skip marker.
+Markers: HTML comments on the lines right before the block (a blank line between is allowed):
+  <!-- doc-test: skip (REASON) -->       not run; printed with the reason (a reason is required)
+  <!-- doc-test: timeout S -->           this block's timeout in seconds (default --timeout)
+  <!-- doc-test: fresh -->               run in a new work directory (see below)
+  <!-- doc-test: args A B ... -->        a python or sh block's arguments (sys.argv[1:], $1 ...),
+                                         for a snippet written as a script
+  <!-- doc-test: needs MODULE -->        run only where the python imports MODULE (torch: an
+                                         optional dependency); else not run, with that reason
+  <!-- doc-test: needs command:CMD -->   run only where CMD is on PATH (mpirun, h5diff)
+How blocks run: the blocks of one file run in order in one work directory per file (a new temp
+dir), so a block may use what an earlier block of the same file wrote. The work directory mimics
+a checkout's root: a symlink to each top-level entry of SRC_DIR (golden, examples, scenarios, ...;
+`build` points at BUILD_DIR), so `golden/oracle/config.json` and `build/dsv41` resolve as in the
+docs while new files land in the temp dir. Environment: PATH starts with BUILD_DIR (the `dsv41`
+binary), then the python's directory (so `python3` is the interpreter the module was built for);
+PYTHONPATH is --python-dir (default BUILD_DIR/python); DSV41_SRC is SRC_DIR; DSV41_THREADS=2
+unless set. When run as root, OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, so
+that Open MPI's mpirun runs (docs/cli.md and docs/sweep.md tell readers the same).
+Exit status: 0 when every block run passed and no command-like block is unmarked; 1 otherwise;
+2 on bad usage. Prints file:line of each failing block with the tail of its output, then a
+summary (ran, passed, failed, not run with the reason).
 """
 
 import argparse
@@ -113,7 +114,8 @@ def apply_markers(block, markers):
         elif re.fullmatch(r"needs\s+(command:)?[A-Za-z_][\w.-]*", m):
             block.needs.append(m.split()[1])
         else:
-            block.marker_error = f"unknown doc-test marker '{m}' (skip (REASON), timeout S, fresh, args A ..., needs MODULE)"
+            block.marker_error = (f"unknown doc-test marker '{m}' (want skip (REASON), timeout S, "
+                                  "fresh, args A ..., needs MODULE, needs command:CMD)")
 
 
 def parse_blocks(path, rel):
@@ -290,7 +292,7 @@ def default_files(src):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", help="build dir holding dsv41 and python/")
     ap.add_argument("--python-dir", help="the built Python module's dir (default BUILD/python)")
     ap.add_argument("--not-built", metavar="REASON", help="print REASON and exit 77 (skipped)")
@@ -317,6 +319,9 @@ def main():
         if not os.path.isfile(os.path.join(src, name)):
             print(f"doc_blocks: error: '{name}': no such file under {src}", file=sys.stderr)
             return 2
+        if line and not line.isdigit():
+            print(f"doc_blocks: error: '{f}': want FILE or FILE:LINE", file=sys.stderr)
+            return 2
         wanted.setdefault(name, set()).add(int(line) if line else None)
 
     env = dict(os.environ)
@@ -334,6 +339,11 @@ def main():
     for rel, lines in wanted.items():
         blocks = parse_blocks(os.path.join(src, rel), rel)
         last = None if None in lines else max(lines)
+        starts = {b.line for b in blocks}
+        if last is not None and not lines <= starts:
+            print(f"doc_blocks: error: {rel}: no block starts at line "
+                  f"{min(lines - starts)}; blocks start at {sorted(starts)}", file=sys.stderr)
+            return 2
         workdir = None
         for b in blocks:
             if last is not None and b.line > last:
@@ -397,4 +407,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `--list | head`
+        sys.exit(1)
