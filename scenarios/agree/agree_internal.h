@@ -58,6 +58,9 @@ struct Defect {
                                const OracleStep& st);
 };
 
+// "coverage: ...": what the run holds and the mode compares (streams, selections, attention
+// internals, final caches, DSpark items), one note of each comparison (docs/agreement.md, "Coverage").
+std::string coverage_note(const OracleRun& run, bool forced);
 // The caches after the run against the official final state (every value bit for bit, the
 // compressor state within kAgreeCompressorMaxUlps).
 void final_state_rows(const OracleRun& run, const reference::model::Model& model, const reference::model::ModelState& state,

@@ -232,6 +232,50 @@ TEST(AgreeInput, ABadFolderIsAnErrorNamingWhatIsMissing) {
   EXPECT_EQ(r.verdict, reports::Verdict::kError);
 }
 
+// Issue 34: a run recorded without the per-layer streams (only prefill.h5 and decode.h5 beside the
+// config and weights). Free-running needs only the outputs; teacher-forcing has nothing to force with
+// and says so (inconclusive, never a pass); each comparison's coverage note says what was compared.
+TEST(AgreeInput, ARunWithoutStreamsRunsFreeAndSaysWhatItCompared) {
+  const std::string dir = test::scratch() + "/w16_no_streams";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"config.json", "weights.safetensors", "prefill.h5", "decode.h5"}) {
+    std::filesystem::create_symlink(kGolden + "runs/w16_r2early_p520/" + f, dir + "/" + f);
+  }
+  const OracleRun run = OracleRun::open(dir);
+  EXPECT_FALSE(run.has_streams());
+  EXPECT_TRUE(OracleRun::open(kGolden + "runs/w16_r2early_p520").has_streams());
+  AgreeOptions both;
+  both.free_running = true;
+  const std::vector<reports::ScenarioResult> r = agree_run(run, both);
+  ASSERT_EQ(r.size(), 2u);
+  const reports::Comparison& forced = r[0].comparisons.at(0);
+  EXPECT_EQ(forced.verdict, reports::Verdict::kInconclusive);
+  EXPECT_TRUE(forced.rows.empty());
+  const auto noted = [](const reports::Comparison& c, const std::string& what) {
+    return std::any_of(c.notes.begin(), c.notes.end(), [&](const std::string& n) { return test::has(n, what); });
+  };
+  EXPECT_TRUE(noted(forced, "teacher-forced: not run")) << "the reason is stated";
+  EXPECT_TRUE(noted(forced, "coverage: 17 steps")) << "the coverage note";
+  const reports::Comparison& free = r[1].comparisons.at(0);
+  EXPECT_EQ(free.verdict, reports::Verdict::kMeasured);
+  EXPECT_TRUE(noted(free, "streams no"));
+  int64_t logits = 0, streams = 0;
+  for (const reports::MetricRow& m : free.rows) {
+    EXPECT_FALSE(std::isnan(m.value)) << m.component << " " << m.metric;
+    logits += m.component == "logits" && m.metric == "nmse" && std::isfinite(m.value);
+    streams += m.component == "out_stream";
+  }
+  EXPECT_EQ(logits, static_cast<int64_t>(run.steps().size()));
+  EXPECT_EQ(streams, 0) << "no streams to compare";
+  const std::string out = test::scratch() + "/no_streams.h5";
+  const test::CliResult fr = test::run_dsv41("agree " + dir + " --mode free-running -q -o " + out);
+  EXPECT_EQ(fr.code, 0) << fr.out << fr.err;
+  EXPECT_TRUE(test::has(fr.out, "coverage: ")) << fr.out;
+  const test::CliResult tf = test::run_dsv41("agree " + dir + " -q -o " + out + ".tf.h5");
+  EXPECT_EQ(tf.code, 3) << tf.out << tf.err;
+}
+
 TEST(AgreeCli, ExitCodesAndAValidReport) {
   const std::string out = test::scratch() + "/agree.h5";
   const test::CliResult ok = test::run_dsv41("agree " + kGolden + "oracle -q -o " + out);
