@@ -295,7 +295,8 @@ DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st
     sink.add(-1, "dspark_main_x", "nmse", d.nmse, judge::make_tolerance(kAgreeStreamMaxNmse, false, "measured", note));
     sink.add(-1, "dspark_main_x", "bit_equal_frac", d.equal_frac, judge::make_tolerance(kAgreeStreamMinEqual, true, "measured", note));
   }
-  if (st.index == 0) dspark_ring_rows(run, model, state, f, st.prefix + "state/", sink);
+  // The rings after the prefill, and after each decode step where the run keeps them.
+  dspark_ring_rows(run, model, state, f, st.index == 0 ? st.prefix + "state/" : g, sink);
   if (st.index == 0 || !f.has(g + "draft_ids")) return {};
 
   const std::vector<int64_t> ids = official_ids(f, g + "draft_ids");  // [block + 1]

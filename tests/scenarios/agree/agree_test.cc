@@ -197,8 +197,9 @@ TEST(AgreeDSpark, SpreadAndEarlyTargetLayersGatherTheOfficialMainHidden) {
     ASSERT_FALSE(run.config().dspark_target_layer_ids.empty());
     const reports::Comparison c = agree_run(run, AgreeOptions{}).at(0).comparisons.at(0);
     EXPECT_EQ(c.verdict, reports::Verdict::kPass);
-    int64_t hidden = 0, main_x = 0, engram = 0;
+    int64_t hidden = 0, main_x = 0, engram = 0, rings = 0;
     for (const reports::MetricRow& r : c.rows) {
+      if (r.metric == "ring_bit_equal_frac") rings += r.value == 1.0 ? 1 : -1000;
       if (r.metric != "bit_equal_frac") continue;
       if (r.component == "dspark_main_hidden") hidden += r.value == 1.0 ? 1 : -1000;
       if (r.component == "dspark_main_x") main_x += r.value == 1.0 ? 1 : -1000;
@@ -207,6 +208,7 @@ TEST(AgreeDSpark, SpreadAndEarlyTargetLayersGatherTheOfficialMainHidden) {
     const int64_t steps = static_cast<int64_t>(run.steps().size());
     EXPECT_EQ(hidden, steps) << "the prefill's and every decode step's main_hidden, bit-exact";
     EXPECT_EQ(main_x, steps);
+    EXPECT_EQ(rings, steps + 1) << "the ring after the prefill, after every decode step and at the end";
     EXPECT_EQ(engram, steps * static_cast<int64_t>(run.config().engram_layer_ids.size()));
   }
 }
