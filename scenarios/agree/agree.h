@@ -58,7 +58,12 @@ inline constexpr double kAgreeCompressorMaxUlps = 32.0; // fp32 ulps of the slot
 // the Markov chain): the fp32 head and Markov-head GEMMs on the block's output; measured
 // <= 1.0e-13 on every run (docs/agreement.md, DSpark).
 inline constexpr double kAgreeDraftLogitsMaxNmse = 1e-12;
-// A draft beyond that (or the confidence beyond its fp32 dot bound) is attributed when rerunning
+// A draft beyond that (or the confidence beyond its fp32 dot bound) is attributed, where the run keeps
+// every DSpark block's mixes and attention output, like a backbone layer-step: own mixes within
+// their budget, own attention output within kAttnOutMaxUlps / kAttnOutMaxNmse, and the draft rerun
+// with both official within the strict bounds (such a draft with every attention output bit-exact
+// is explained by the mixes alone and not counted against kAgreeDraftMaxAttributedFrac). Otherwise
+// it is attributed when rerunning
 // it with its blocks' mixes nudged by one fp32 ulp (kAgreeDraftNudges seeded nudges, far inside
 // the mixes' budget) moves it by at least kAgreeDraftMinSensitivity of the observed NMSE (a
 // bf16 rounding boundary inside the block, crossed by the official fp32 GEMM order) and the

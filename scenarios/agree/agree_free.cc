@@ -34,7 +34,9 @@ double rows_equal(const Tensor<int32_t>& got, const std::vector<int32_t>& want) 
 reports::Comparison free_running(const OracleRun& run, reference::model::Model& model, const AgreeOptions& o, Defect& defect,
                                  std::vector<reports::StepInfo>& steps) {
   const reference::ModelConfig& c = run.config();
-  const bool streams = run.tie_rule() == "lowest_index";  // the main files are the lowest-index run
+  // The streams and caches are compared where the main files are the lowest-index run and hold them.
+  const bool lowest = run.tie_rule() == "lowest_index";
+  const bool streams = lowest && run.has_streams(), caches = lowest && run.has_final_state();
   reports::Comparison cmp;
   cmp.side_a = "official";
   cmp.side_b = o.backend;
@@ -42,7 +44,8 @@ reports::Comparison free_running(const OracleRun& run, reference::model::Model& 
   cmp.expectation = "measured";
   cmp.expectation_origin = "docs/agreement.md: near-tie selections flip on one-ulp differences, so a free run "
                            "drifts by design; measured only";
-  if (!streams) {
+  cmp.notes.push_back(coverage_note(run, false));
+  if (!lowest) {
     cmp.notes.push_back("the run's streams and caches are torch's tie order: the free run is compared on the "
                         "lowest-index run's logits and selections only");
   }
@@ -95,7 +98,7 @@ reports::Comparison free_running(const OracleRun& run, reference::model::Model& 
     sink.add(-1, "logits", "top1_agree", argmax(rec.logits) == argmax(ref) ? 1.0 : 0.0, std::nullopt);
     if (dspark) dspark_free_rows(run, st, model, state, argmax(rec.logits), defect, sink);
   }
-  if (streams) {
+  if (caches) {
     // The caches at the end: measured here (exact only when every selection agreed).
     RowSink measured = sink;
     reports::Comparison scratch;

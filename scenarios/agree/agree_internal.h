@@ -58,6 +58,9 @@ struct Defect {
                                const OracleStep& st);
 };
 
+// "coverage: ...": what the run holds and the mode compares (streams, selections, attention
+// internals, final caches, DSpark items), one note of each comparison (docs/agreement.md, "Coverage").
+std::string coverage_note(const OracleRun& run, bool forced);
 // The caches after the run against the official final state (every value bit for bit, the
 // compressor state within kAgreeCompressorMaxUlps).
 void final_state_rows(const OracleRun& run, const reference::model::Model& model, const reference::model::ModelState& state,
@@ -72,6 +75,9 @@ void dspark_ring_rows(const OracleRun& run, const reference::model::Model& model
 struct DSparkStep {
   bool drafted = false;     // the step held a draft and it was compared
   bool attributed = false;  // beyond the head's bounds and attributed (agree_dspark.cc)
+  // Attributed with the block internals, every attention output bit-exact: the mixes alone, within
+  // their derived budget, explain it (not counted against kAgreeDraftMaxAttributedFrac).
+  bool mixes_only = false;
 };
 DSparkStep dspark_teacher_forced_rows(const OracleRun& run, const OracleStep& st, reference::model::Model& model,
                                       const reference::model::ModelState& state, const reference::Tensor<float>* main_x,

@@ -89,9 +89,39 @@ reference::model::ForwardHooks Defect::wrap(const reference::model::ForwardHooks
   return defects::mutated_hooks(*mutation, inner, c, st.start_pos, static_cast<int64_t>(st.tokens.size()), st.index, &fired);
 }
 
+std::string coverage_note(const OracleRun& run, bool forced) {
+  const reference::ModelConfig& c = run.config();
+  const auto any = [&](const std::string& item) {  // item under some step's prefix (layer-free or "layerNN/...")
+    for (const OracleStep& st : run.steps()) {
+      for (int l = -1; l < c.n_layers + c.n_mtp_layers; ++l) {
+        const std::string layer = l < 0 ? "" : l < c.n_layers ? oracle_layer(l) + "/" : "dspark/dspark" + std::to_string(l - c.n_layers) + "/";
+        if (st.items->has(st.prefix + layer + item) || st.streams->has(st.prefix + layer + item)) return true;
+      }
+    }
+    return false;
+  };
+  const auto yes = [](bool b) { return b ? "yes" : "no"; };
+  std::string n = "coverage: " + std::to_string(run.steps().size()) + " steps; outputs (tokens, logits) yes; streams ";
+  n += run.has_streams() ? (forced ? "yes (forced: every layer's input and pre)" : "yes") : "no";
+  n += std::string("; selections (top-k, candidates, experts) ") + yes(any("indexer_topk") || any("gate_indices"));
+  n += std::string("; index scores (tie check) ") + yes(any("index_score"));
+  n += std::string("; mixes + attn_out (attribution) ") + yes(any("hc_attn_pre") && any("attn_out"));
+  n += std::string("; final caches ") + yes(run.has_final_state());
+  if (c.n_mtp_layers > 0) {
+    n += std::string("; DSpark: drafts ") + yes(any("dspark/draft_ids")) + ", main_hidden " + yes(any("main_hidden")) +
+         ", main_x " + yes(any("dspark/dspark_main_x")) + ", block internals " + yes(any("out_stream") && any("dspark/dspark0/attn_out")) +
+         ", Markov bias " + yes(any("dspark/markov_0/logits_bias")) + ", ring per step " + yes(any("dspark/dspark0/window_kv_cache"));
+  }
+  return n;
+}
+
 void final_state_rows(const OracleRun& run, const reference::model::Model& model, const reference::model::ModelState& state,
                       RowSink& sink) {
   const reference::ModelConfig& c = run.config();
+  if (!run.has_final_state()) {
+    sink.cmp->notes.push_back("final caches: not compared (the run holds no final state)");
+    return;
+  }
   const bool decoded = run.steps().size() > 1;
   const golden::H5File& f = decoded ? run.decode() : *run.steps().front().items;
   const std::string group = decoded ? "decode/final_state/" : "prefill/state/";

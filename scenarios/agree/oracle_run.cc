@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "formats/minifloat.h"
+#include "reference/model/model.h"
 #include "reports/h5_reader.h"
 
 namespace dsv41::scenarios::agree {
@@ -109,7 +110,9 @@ OracleRun OracleRun::open(const std::string& dir) {
   r.config_ = reference::load_config_file(file("config.json"));
   r.weights_path_ = file("weights.safetensors");
   r.prefill_ = std::make_unique<golden::H5File>(file("prefill.h5"));
-  r.streams_ = std::make_unique<golden::H5File>(file("prefill_streams.h5"));
+  // Optional: the prefill's per-layer streams (a run recorded without them still has its outputs).
+  const std::string streams_path = (fs::path(dir) / "prefill_streams.h5").string();
+  if (fs::is_regular_file(streams_path)) r.streams_ = std::make_unique<golden::H5File>(streams_path);
   r.decode_ = std::make_unique<golden::H5File>(file("decode.h5"));
   r.tie_rule_ = root_tie_rule(r.prefill_->path());
   const std::string tie_path = (fs::path(dir) / "tie_lowest_index.h5").string();
@@ -119,13 +122,20 @@ OracleRun OracleRun::open(const std::string& dir) {
                 "': tie_lowest_index.h5 does not say tie_rule = lowest_index");
   }
   std::vector<int64_t> shape;
-  r.token_map_ = integers(*r.prefill_, "prefill/state/engram/token_map", shape);
+  if (r.prefill_->has("prefill/state/engram/token_map/value")) {
+    r.token_map_ = integers(*r.prefill_, "prefill/state/engram/token_map", shape);
+  } else if (r.config_.engram_layer_ids.empty()) {
+    r.token_map_ = reference::model::default_token_map(r.config_);  // no Engram: the map is never read
+  } else {
+    DSV41_FAIL("oracle file '", r.prefill_->path(), "': no item 'prefill/state/engram/token_map' (the Engram layers ",
+               "hash compressed token ids: the run must say which map it used)");
+  }
 
   OracleStep p;
   p.phase = "prefill";
   p.prefix = "prefill/";
   p.tokens = integers(*r.prefill_, "prefill/tokens", shape);
-  p.streams = r.streams_.get();
+  p.streams = r.streams_ ? r.streams_.get() : r.prefill_.get();  // without the file: no stream items
   p.items = r.prefill_.get();
   p.logits = "prefill/logits_last";
   r.steps_.push_back(p);
@@ -149,6 +159,17 @@ OracleRun OracleRun::open(const std::string& dir) {
     s.tie_items = r.tie_ ? r.tie_.get() : s.items;
     s.tie_logits = s.logits;
   }
+  // Streams: the embedding and every layer's out_stream at every step (what teacher-forcing forces).
+  r.has_streams_ = true;
+  for (const OracleStep& s : r.steps_) {
+    r.has_streams_ = r.has_streams_ && s.streams->has(s.prefix + "embed/bits");
+    for (int l = 0; l < r.config_.n_layers && r.has_streams_; ++l) {
+      r.has_streams_ = s.streams->has(s.prefix + oracle_layer(l) + "/out_stream/bits") &&
+                       s.items->has(s.prefix + oracle_layer(l) + "/next_pre/value");
+    }
+  }
+  r.has_final_state_ = r.steps_.size() > 1 ? r.decode_->has("decode/final_state/" + oracle_layer(0) + "/window_kv_cache/bits")
+                                           : r.prefill_->has("prefill/state/" + oracle_layer(0) + "/window_kv_cache/bits");
   DSV41_CHECK(pos <= r.config_.max_seq_len, "oracle run '", dir, "': ", pos, " positions exceed max_seq_len ",
               r.config_.max_seq_len);
   return r;

@@ -10,15 +10,18 @@
 //                          indexer_topk, candidates, gate_indices, engram_hash_ids; next_pre;
 //                          optionally attn_out, ffn_out, hc_{attn,ffn}_{pre,post,comb}),
 //                          state/engram/token_map
-//   prefill_streams.h5     prefill/embed and prefill/layerNN/out_stream (the layer outputs)
+//   prefill_streams.h5     optional: prefill/embed and prefill/layerNN/out_stream (the layer outputs)
 //   decode.h5              decode/stepK/ (K = 0, 1, ...: input_token, logits, embed, the same per
 //                          layer items with out_stream), decode/final_state/ (every cache)
 //   tie_lowest_index.h5    optional: the same run with the lowest-index tie rule, when the main
 //                          files hold torch's tie order (golden/oracle); a run made with the
 //                          lowest-index rule says so in its root attribute tie_rule
 // The number of decode steps and layers, the roles and the shapes are read from the data and the
-// config; nothing is assumed about a particular run. Every missing file or item the check needs
-// is a dsv41::Error naming the folder, the file and the item.
+// config; nothing is assumed about a particular run. Only config.json, weights.safetensors,
+// prefill.h5 (tokens, logits_last) and decode.h5 (input_token, logits per step) are required: the
+// streams, the attention internals, the selections, the DSpark items and the final caches are each
+// used where the run holds them (has_streams, has_final_state; docs/agreement.md, "Coverage").
+// A missing required file or item is a dsv41::Error naming the folder, the file and the item.
 //
 // Example:
 //   OracleRun run = OracleRun::open("golden/runs/w16_r2early_p520");
@@ -43,7 +46,7 @@ struct OracleStep {
   std::string prefix;           // "prefill/" or "decode/stepK/"
   int64_t start_pos = 0;
   std::vector<int64_t> tokens;  // the step's input tokens
-  const golden::H5File* streams = nullptr;  // embed and layerNN/out_stream
+  const golden::H5File* streams = nullptr;  // embed and layerNN/out_stream, where the run holds them
   const golden::H5File* items = nullptr;    // the other per-layer items and the logits
   std::string logits;           // the dataset of the last position's logits
   // The lowest-index-rule run's items of this step (== items when the main files are that run).
@@ -64,6 +67,10 @@ class OracleRun {
   const std::string& tie_rule() const { return tie_rule_; }
   const std::vector<OracleStep>& steps() const { return steps_; }
   const golden::H5File& decode() const { return *decode_; }
+  // Every step holds the embedding, every layer's out_stream and next_pre: what teacher-forcing needs.
+  bool has_streams() const { return has_streams_; }
+  // The caches after the last step (decode/final_state/, or prefill/state/ without decode steps).
+  bool has_final_state() const { return has_final_state_; }
   // The final caches' group ("decode/final_state/"), or "" when the run has no decode steps.
   std::string final_state() const { return steps_.size() > 1 ? "decode/final_state/" : ""; }
 
@@ -83,6 +90,7 @@ class OracleRun {
 
  private:
   std::string dir_, name_, weights_path_, tie_rule_;
+  bool has_streams_ = false, has_final_state_ = false;
   reference::ModelConfig config_;
   std::vector<int64_t> token_map_;
   std::unique_ptr<golden::H5File> prefill_, streams_, decode_, tie_;

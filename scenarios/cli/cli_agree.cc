@@ -111,6 +111,15 @@ int run(const AgreeArgs& a, const std::string& command_line) {
     if (!r.comparisons.empty() && r.comparisons.front().mode == "free-running") print_drift_profile(r);
   }
   std::cout << reports::format_summary(report);
+  for (const reports::ScenarioResult& r : report.scenarios) {  // what each comparison could compare
+    for (const reports::Comparison& c : r.comparisons) {
+      for (const std::string& n : c.notes) {
+        if (n.rfind("coverage: ", 0) == 0 || n.rfind("teacher-forced: not run", 0) == 0) {
+          std::cout << r.name << " [" << c.mode << "] " << n << "\n";
+        }
+      }
+    }
+  }
   std::cout << "report: " << a.output << (a.junit.empty() ? "" : ", junit: " + a.junit) << "\n";
   return reports::exit_code(report.verdict);
 }
@@ -122,8 +131,8 @@ Verb add_agree_verb(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "agree", "the reference against official runs in the oracle folder format (golden/oracle, golden/runs/*): "
                "per step and layer, with bounds and their origin (docs/agreement.md)");
-  app->add_option("oracle_dirs", a->dirs, "folders holding config.json, weights.safetensors, prefill.h5, "
-                                          "prefill_streams.h5, decode.h5")
+  app->add_option("oracle_dirs", a->dirs, "folders holding config.json, weights.safetensors, prefill.h5, decode.h5 "
+                                          "and, for teacher-forcing, the streams (prefill_streams.h5)")
       ->required();
   app->add_option("--mode", a->mode, "teacher-forced (default), free-running or both");
   app->add_option("--backend", a->backend, "ref (default), or mutant:<component>:L<layer>:S<step>: a planted defect "

@@ -83,6 +83,7 @@ ARGS_OVERRIDES = {k: (tuple(v) if isinstance(v, list) else v) for k, v in VARIAN
 TOKEN_COPIES = VARIANT.get("token_copies", [[200, 10, 10, 0], [300, 40, 6, 1]])
 TOKEN_SETS = VARIANT.get("token_sets", [[100, 2], [101, 3]])
 LOGITS_ALL_ROWS = VARIANT.get("logits_all_rows", 0)  # 0 = every prompt position; else the last N rows
+TOKEN_MAP_MOD = VARIANT.get("token_map_mod", 0)  # 0 = the stub tokenizer's map (id // 2); M = id % M (ModTokenizer)
 FP4_VALUES = np.array(
     [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float32
 )
@@ -987,9 +988,23 @@ def kernel_tests():
 # ----------------------------------------------------------------------------------------------
 # model run
 # ----------------------------------------------------------------------------------------------
+class ModTokenizer(T.StubTokenizer):
+    """Variant edit (token_map_mod = M): token t decodes to "w{t % M}" in one of three spellings that the Engram
+    normalizer collapses (case, surrounding space), so engram.build_compressed_token_map gives compressed id t % M
+    and a compressed vocab of M (engram_compressed_vocab_size must be M)."""
+
+    def decode(self, ids, skip_special_tokens=False):
+        (token_id,) = ids
+        return ("w%d", " W%d", "W%d ")[(token_id // TOKEN_MAP_MOD) % 3] % (token_id % TOKEN_MAP_MOD)
+
+
+def make_tokenizer(vocab_size):
+    return ModTokenizer(vocab_size) if TOKEN_MAP_MOD else T.StubTokenizer(vocab_size)
+
+
 def build_model(args):
     with v41.set_dtype(torch.bfloat16):
-        model = v41.Transformer(args, T.StubTokenizer(args.vocab_size))
+        model = v41.Transformer(args, make_tokenizer(args.vocab_size))
     T.init_weights(model, SEED)
     return model.eval()
 
@@ -1033,7 +1048,8 @@ def run_model(model, args, rec):
                 % (PROMPT_LEN, TOKEN_SEED, TOKEN_COPIES, TOKEN_SETS))
         rec.put(F, "logits_last", logits, "fp32 [1, vocab] logits of the last prompt position, as Transformer.forward returns them")
         rec.put(F, "output_ids", out_ids, "argmax of logits_last (temperature 0)")
-        rec.put(F, "main_hidden", main_hidden, "bf16 [1, s, 3*dim]: mean over the 4 stream copies of the inputs of layers 7, 8, 9 (DSpark input)")
+        rec.put(F, "main_hidden", main_hidden, "bf16 [1, s, n_targets*dim]: mean over the 4 stream copies of the inputs of layers %s (DSpark input)"
+               % (list(args.dspark_target_layer_ids),))
         with torch.inference_mode():
             logits_all = model.head(rec.last_norm, full_logits=True)
         same = bool(torch.equal(logits_all[:, -1], logits))
@@ -1056,9 +1072,10 @@ def run_model(model, args, rec):
         rec.stage, rec.phase = "prefill", "prefill/state"
         capture_state(model, args, rec, PROMPT_LEN, "prefill.h5")
         eh = model.engram_hash
-        rec.put(F, "engram/token_map", eh.token_map, "int64 [vocab] compressed id per token (stub tokenizer: id // 2)")
+        rec.put(F, "engram/token_map", eh.token_map, "int64 [vocab] compressed id per token (stub tokenizer: id // 2; variant token_map_mod M: id % M)")
         rec.put(F, "engram/pad_id", torch.tensor([eh.pad_id]), "compressed pad id = token_map[engram_pad_id=2]")
-        rec.put(F, "engram/multipliers", eh.multipliers, "int64 [2, 4] hash multipliers (layers 1, 4; compressed vocab 512)")
+        rec.put(F, "engram/multipliers", eh.multipliers, "int64 [n_engram_layers, max_ngram] hash multipliers (layers %s; compressed vocab %d)"
+                % (list(args.engram_layer_ids), args.engram_compressed_vocab_size))
         rec.put(F, "engram/primes", eh.primes, "int64 [2, 3, 4] bucket primes [layer][order-2][head]")
         rec.put(F, "engram/offsets", eh.offsets, "int64 [2, 12] row offsets per hash column")
 
@@ -1086,6 +1103,10 @@ def run_model(model, args, rec):
                         main_position=pos)
                 rec.put(D, "draft_logits", draft_logits, "fp32 [1, block, vocab] draft logits incl. Markov bias; slot i sits at position pos+1+i")
                 rec.put(D, "confidence", conf, "fp32 [1, block] confidence-head logits")
+                for j, blk in enumerate(model.mtp):  # variant edit: the ring after every step, not only at the end
+                    rec.put(D, f"dspark{j}/window_kv_cache", blk.attn.window_kv_cache[:1],
+                            "DSpark ring [b, window, head_dim] bf16 after this step's forward_spec (slot = position % window)",
+                            main_position=pos)
             except Exception:
                 log(f"DSPARK forward_spec FAILED at step {k}\n" + traceback.format_exc())
             rec.phase = f"decode/step{k}/state"
@@ -1107,7 +1128,7 @@ def reload_check(args, path, model1, res, rec):
     rec.enabled = False
     try:
         with v41.set_dtype(torch.bfloat16):
-            m2 = v41.Transformer(args, T.StubTokenizer(args.vocab_size))
+            m2 = v41.Transformer(args, make_tokenizer(args.vocab_size))
         load_weights_manual(m2, path)
         p1 = dict(model1.named_parameters())
         diff = [n for n, p in m2.named_parameters() if tensor_bytes(p) != tensor_bytes(p1[n])]

@@ -19,6 +19,8 @@ attributes and values unchanged (float32 copies of bf16 items dropped: f32 = bit
                       Engram ids, DSpark drafts, compressor states; final_state (every cache)
   SHA256SUMS
 
+--dspark-internals also keeps the DSpark internals the run recorded (DSPARK_INTERNALS below).
+
 --skip-prefill-index-score leaves the prefill's index_score items out (the bf16 [1, T, n_compressed]
 scores of each indexer layer; w128_long_p1531's, at 1531 tokens, take 2.86 MB compressed, 3.03 MB with
 the decode steps' ones, over the 3 MB a variant's copy may grow by for them); prefill.h5 then says so
@@ -57,6 +59,14 @@ KEEP = {
         r"|^decode/step\d+/dspark/(draft_ids|draft_logits|confidence)$"
         rf"|^decode/step\d+/state/{L}/compressor_(kv|score)_state$"
         r"|^decode/final_state/.+$"),
+}
+# --dspark-internals: what locates a DSpark difference (docs/agreement.md, DSpark): the prefill's main_hidden
+# and every Engram's output, and per decode step everything forward_spec recorded (main_x, each block's mixes,
+# inputs, sparse_attn q/kv/out, attn_out, experts, ffn_out, out_stream, the Markov items, the ring after the step).
+DSPARK_INTERNALS = {
+    "prefill": r"^prefill/main_hidden$|^prefill/dspark/.+$",
+    "prefill_streams": rf"^prefill/{L}/engram_out$",
+    "decode": r"^decode/step\d+/dspark/.+$",
 }
 DESCRIPTION = {
     "prefill": "compact subset of the run's prefill file: what a teacher-forced agreement check reads",
@@ -146,7 +156,7 @@ def compact(src, dst, keep, desc, omitted=None):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     flags = [a for a in sys.argv[1:] if a.startswith("--")]
-    if len(args) != 2 or set(flags) - {"--skip-prefill-index-score"}:
+    if len(args) != 2 or set(flags) - {"--skip-prefill-index-score", "--dspark-internals"}:
         raise SystemExit(__doc__)
     run, out = args
     keep, omitted = dict(KEEP), {}
@@ -156,6 +166,9 @@ def main():
         keep["prefill"] = re.compile(pattern.replace("|index_score)$", ")$"))
         omitted["prefill"] = ("prefill/layerNN/index_score (bf16 indexer scores), left out by make_golden.py "
                               "--skip-prefill-index-score to keep the copy small; the full run has them")
+    if "--dspark-internals" in flags:
+        for base, extra in DSPARK_INTERNALS.items():
+            keep[base] = re.compile(keep[base].pattern + "|" + extra)
     os.makedirs(out, exist_ok=True)
     for fn in ("config.json", "weights.safetensors"):
         shutil.copyfile(os.path.join(run, fn), os.path.join(out, fn))
