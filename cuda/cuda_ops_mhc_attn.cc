@@ -133,26 +133,45 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
   if (!(q.rank() == 3 && window_kv.rank() == 2 && idxs.rank() == 2)) return host();
   const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2), K = idxs.dim(1);
   if (!(window_kv.dim(1) == D && idxs.dim(0) == T && sink.numel() == H)) return host();
-  // The KV rows: the window part, then every compressed entry (read_all_entries), on the device.
-  Tensor<float> kv_all;
-  const Tensor<float>* kv = &window_kv;
-  if (compressed.count != 0) {
-    if (!(compressed.count > 0 && compressed.dim == D)) return host();
-    std::vector<int64_t> all(static_cast<size_t>(compressed.count));
-    std::iota(all.begin(), all.end(), int64_t{0});
-    kv_all = concat_kv_rows(window_kv, read_entries(compressed, all));
-    kv = &kv_all;
-  }
-  const int64_t n = kv->dim(0);
-  const Tensor<int32_t> hidx = host_copy(idxs);
+  // The rows the indices name: the window part (rows [0, W)), then the compressed entries (row W + e
+  // is entry e). Only the entries some index names are read (dequantised) on the device, in
+  // ascending entry order, and the indices are renumbered to them: a row's values and their order
+  // in the sums are unchanged (each output depends only on the rows its indices name, in index
+  // order), so this is the reference's arithmetic, while a decode step reads O(index_topk) entries
+  // instead of the whole cache (read_all_entries: O(context) per layer and step).
+  if (compressed.count != 0 && !(compressed.count > 0 && compressed.dim == D)) return host();
+  const int64_t W = window_kv.dim(0), n = W + std::max<int64_t>(compressed.count, 0);
+  Tensor<int32_t> hidx = host_copy(idxs);
   for (int32_t r : hidx.data()) {
     if (r < -1 || r >= n) return host();
+  }
+  Tensor<float> kv_used;
+  const Tensor<float>* kv = &window_kv;
+  if (compressed.count > 0) {
+    std::vector<int32_t> slot(static_cast<size_t>(compressed.count), -1);  // entry -> its row among the read
+    for (int32_t r : hidx.data()) {
+      if (r >= W) slot[static_cast<size_t>(r - W)] = 0;
+    }
+    std::vector<int64_t> used;  // ascending
+    for (int64_t e = 0; e < compressed.count; ++e) {
+      if (slot[static_cast<size_t>(e)] == 0) {
+        slot[static_cast<size_t>(e)] = static_cast<int32_t>(W + static_cast<int64_t>(used.size()));
+        used.push_back(e);
+      }
+    }
+    if (!used.empty()) {
+      for (int32_t& r : hidx.data()) {
+        if (r >= W) r = slot[static_cast<size_t>(r - W)];
+      }
+      kv_used = concat_kv_rows(window_kv, read_entries(compressed, used));
+      kv = &kv_used;
+    }
   }
   count("sparse_attn", true);
   Tensor<float> out = device_tensor<float>({T, H, D}, "sparse_attn_out");
   if (T * H == 0) return out;
   DevIn<float> dq(q), dkv(*kv);
-  DevIn<int32_t> di(idxs);
+  DevIn<int32_t> di(hidx);
   if (production("sparse_attn") && gpu::sparse_attn_mma_supported(D)) {
     // The production kernel (cuda/attention_wgmma.cu, order-variant) on bf16 copies of q and the KV
     // rows; a value that is not bf16 (outside the reference's input contract) takes the exact path.

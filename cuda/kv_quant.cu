@@ -331,10 +331,30 @@ AllocBook& alloc_book() {
 }
 }  // namespace
 
+// Allocations come from the device's default memory pool, stream-ordered on the legacy default
+// stream that every kernel here runs on (cudaMallocAsync / cudaFreeAsync): a free does not
+// synchronize the device and the pool keeps what was freed for the next allocation (release
+// threshold: never), where cudaMalloc / cudaFree cost tens of microseconds and a device
+// synchronization each (a decode step makes thousands; bench/RESULTS.md, session 18).
+void keep_pool_memory() {
+  static const bool done = [] {
+    int dev = 0;
+    cudaMemPool_t pool = nullptr;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+      uint64_t never = ~uint64_t{0};
+      (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &never);
+    }
+    (void)cudaGetLastError();
+    return true;
+  }();
+  (void)done;
+}
+
 void* device_alloc(std::size_t bytes) {
   if (bytes == 0) return nullptr;
+  keep_pool_memory();
   void* p = nullptr;
-  DSV41_CUDA_CHECK(cudaMalloc(&p, bytes));
+  DSV41_CUDA_CHECK(cudaMallocAsync(&p, bytes, 0));
   AllocBook& b = alloc_book();
   const std::lock_guard<std::mutex> lock(b.mu);
   b.sizes[p] = bytes;
@@ -354,8 +374,8 @@ void device_free(void* p) noexcept {
       b.sizes.erase(it);
     }
   }
-  const cudaError_t e = cudaFree(p);
-  if (e != cudaSuccess) std::fprintf(stderr, "dsv41: cudaFree failed: %s\n", cudaGetErrorString(e));
+  const cudaError_t e = cudaFreeAsync(p, 0);
+  if (e != cudaSuccess) std::fprintf(stderr, "dsv41: cudaFreeAsync failed: %s\n", cudaGetErrorString(e));
 }
 
 DeviceMemoryStats device_memory_stats() {
