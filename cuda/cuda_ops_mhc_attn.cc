@@ -22,6 +22,7 @@
 #include <numeric>
 #include <utility>
 
+#include "cuda/attention_rows.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
@@ -133,12 +134,9 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
   if (!(q.rank() == 3 && window_kv.rank() == 2 && idxs.rank() == 2)) return host();
   const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2), K = idxs.dim(1);
   if (!(window_kv.dim(1) == D && idxs.dim(0) == T && sink.numel() == H)) return host();
-  // The rows the indices name: the window part (rows [0, W)), then the compressed entries (row W + e
-  // is entry e). Only the entries some index names are read (dequantised) on the device, in
-  // ascending entry order, and the indices are renumbered to them: a row's values and their order
-  // in the sums are unchanged (each output depends only on the rows its indices name, in index
-  // order), so this is the reference's arithmetic, while a decode step reads O(index_topk) entries
-  // instead of the whole cache (read_all_entries: O(context) per layer and step).
+  // The rows the indices name (cuda/attention_rows.h): the window part, then only the compressed
+  // entries some index names, read (dequantised) on the device in ascending order, the indices
+  // renumbered to them: the reference's arithmetic on O(index_topk) entries per decode step.
   if (compressed.count != 0 && !(compressed.count > 0 && compressed.dim == D)) return host();
   const int64_t W = window_kv.dim(0), n = W + std::max<int64_t>(compressed.count, 0);
   Tensor<int32_t> hidx = host_copy(idxs);
@@ -148,21 +146,8 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
   Tensor<float> kv_used;
   const Tensor<float>* kv = &window_kv;
   if (compressed.count > 0) {
-    std::vector<int32_t> slot(static_cast<size_t>(compressed.count), -1);  // entry -> its row among the read
-    for (int32_t r : hidx.data()) {
-      if (r >= W) slot[static_cast<size_t>(r - W)] = 0;
-    }
-    std::vector<int64_t> used;  // ascending
-    for (int64_t e = 0; e < compressed.count; ++e) {
-      if (slot[static_cast<size_t>(e)] == 0) {
-        slot[static_cast<size_t>(e)] = static_cast<int32_t>(W + static_cast<int64_t>(used.size()));
-        used.push_back(e);
-      }
-    }
+    const std::vector<int64_t> used = compact_attention_rows(hidx.data(), W, compressed.count);
     if (!used.empty()) {
-      for (int32_t& r : hidx.data()) {
-        if (r >= W) r = slot[static_cast<size_t>(r - W)];
-      }
       kv_used = concat_kv_rows(window_kv, read_entries(compressed, used));
       kv = &kv_used;
     }
