@@ -18,10 +18,13 @@
 // on bf16 copies of q and the KV rows, for head dims 128, 256, 512 and bf16-valued inputs; else the above.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <utility>
 
+#include "cuda/attention_rows.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
@@ -38,6 +41,13 @@ using reference::Tensor;
 
 namespace {
 const reference::seam::Ops& ref() { return reference::seam::reference_ops(); }
+bool read_named_entries() {
+  static const bool on = [] {
+    const char* env = std::getenv("DSV41_CUDA_READ_NAMED_ENTRIES");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  return on;
+}
 }  // namespace
 
 reference::HcMixes CudaOps::hc_mixes(const Tensor<float>& stream, const reference::HcWeights& w, double norm_eps,
@@ -133,26 +143,37 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
   if (!(q.rank() == 3 && window_kv.rank() == 2 && idxs.rank() == 2)) return host();
   const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2), K = idxs.dim(1);
   if (!(window_kv.dim(1) == D && idxs.dim(0) == T && sink.numel() == H)) return host();
-  // The KV rows: the window part, then every compressed entry (read_all_entries), on the device.
-  Tensor<float> kv_all;
-  const Tensor<float>* kv = &window_kv;
-  if (compressed.count != 0) {
-    if (!(compressed.count > 0 && compressed.dim == D)) return host();
-    std::vector<int64_t> all(static_cast<size_t>(compressed.count));
-    std::iota(all.begin(), all.end(), int64_t{0});
-    kv_all = concat_kv_rows(window_kv, read_entries(compressed, all));
-    kv = &kv_all;
-  }
-  const int64_t n = kv->dim(0);
-  const Tensor<int32_t> hidx = host_copy(idxs);
+  // The rows the indices name: the window part, then the compressed entries, dequantised on the
+  // device: every entry, or with DSV41_CUDA_READ_NAMED_ENTRIES=1 only those some index names, in
+  // ascending order, the indices renumbered to them (cuda/attention_rows.h: the reference's
+  // arithmetic on O(index_topk) entries per decode step; opt-in until a device has run the suites
+  // with it, docs/cuda.md "Switches waiting for a device run").
+  if (compressed.count != 0 && !(compressed.count > 0 && compressed.dim == D)) return host();
+  const int64_t W = window_kv.dim(0), n = W + std::max<int64_t>(compressed.count, 0);
+  Tensor<int32_t> hidx = host_copy(idxs);
   for (int32_t r : hidx.data()) {
     if (r < -1 || r >= n) return host();
+  }
+  Tensor<float> kv_used;
+  const Tensor<float>* kv = &window_kv;
+  if (compressed.count > 0) {
+    std::vector<int64_t> used;
+    if (read_named_entries()) {
+      used = compact_attention_rows(hidx.data(), W, compressed.count);
+    } else {  // every entry (read_all_entries): the indices stay as they are
+      used.resize(static_cast<size_t>(compressed.count));
+      std::iota(used.begin(), used.end(), int64_t{0});
+    }
+    if (!used.empty()) {
+      kv_used = concat_kv_rows(window_kv, read_entries(compressed, used));
+      kv = &kv_used;
+    }
   }
   count("sparse_attn", true);
   Tensor<float> out = device_tensor<float>({T, H, D}, "sparse_attn_out");
   if (T * H == 0) return out;
   DevIn<float> dq(q), dkv(*kv);
-  DevIn<int32_t> di(idxs);
+  DevIn<int32_t> di(hidx);
   if (production("sparse_attn") && gpu::sparse_attn_mma_supported(D)) {
     // The production kernel (cuda/attention_wgmma.cu, order-variant) on bf16 copies of q and the KV
     // rows; a value that is not bf16 (outside the reference's input contract) takes the exact path.

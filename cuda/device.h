@@ -45,7 +45,7 @@ int device_count();
 // "NVIDIA H200, sm_90, 132 SMs, 139.8 GiB" style description of `device`.
 std::string device_name(int device = 0);
 
-void* device_alloc(std::size_t bytes);  // cudaMalloc; nullptr for 0 bytes
+void* device_alloc(std::size_t bytes);  // the default pool, stream-ordered (cudaMallocAsync); nullptr for 0 bytes
 void device_free(void* p) noexcept;     // logs to stderr instead of throwing
 // What device_alloc holds (a high-water mark since the last reset) and what the driver says is
 // in use on the current device (cudaMemGetInfo: also counts scratch outside device_alloc, the

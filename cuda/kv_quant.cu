@@ -19,7 +19,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "cuda/common.cuh"
@@ -331,10 +333,38 @@ AllocBook& alloc_book() {
 }
 }  // namespace
 
+// DSV41_CUDA_ALLOC_POOL=1: allocations come from the device's default memory pool, stream-ordered
+// on the legacy default stream that every kernel here runs on (cudaMallocAsync / cudaFreeAsync): a
+// free does not synchronize the device and the pool keeps what was freed for the next allocation
+// (release threshold: never), where cudaMalloc / cudaFree cost tens of microseconds and a device
+// synchronization each (a decode step makes thousands; bench/RESULTS.md, session 18). Opt-in until
+// a device has run the suites with it (docs/cuda.md "Switches waiting for a device run"); read once.
+namespace {
+bool alloc_pool() {
+  static const bool on = [] {
+    const char* env = std::getenv("DSV41_CUDA_ALLOC_POOL");
+    if (env == nullptr || std::string(env) != "1") return false;
+    int dev = 0;
+    cudaMemPool_t pool = nullptr;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+      uint64_t never = ~uint64_t{0};
+      (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &never);
+    }
+    (void)cudaGetLastError();
+    return true;
+  }();
+  return on;
+}
+}  // namespace
+
 void* device_alloc(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
-  DSV41_CUDA_CHECK(cudaMalloc(&p, bytes));
+  if (alloc_pool()) {
+    DSV41_CUDA_CHECK(cudaMallocAsync(&p, bytes, 0));
+  } else {
+    DSV41_CUDA_CHECK(cudaMalloc(&p, bytes));
+  }
   AllocBook& b = alloc_book();
   const std::lock_guard<std::mutex> lock(b.mu);
   b.sizes[p] = bytes;
@@ -354,7 +384,7 @@ void device_free(void* p) noexcept {
       b.sizes.erase(it);
     }
   }
-  const cudaError_t e = cudaFree(p);
+  const cudaError_t e = alloc_pool() ? cudaFreeAsync(p, 0) : cudaFree(p);
   if (e != cudaSuccess) std::fprintf(stderr, "dsv41: cudaFree failed: %s\n", cudaGetErrorString(e));
 }
 

@@ -10,6 +10,7 @@
 // Invalid inputs (a non-bf16 value for F8/F4/BF16, a non-finite act_quant block) set a status
 // flag; the host then re-runs the reference op, which raises its exact error.
 #include "cuda/common.cuh"
+#include "cuda/device.h"
 #include "cuda/kernels.h"
 #include "formats/minifloat.h"
 #include "formats/qdq.h"
@@ -99,10 +100,10 @@ __global__ void plain_kernel(const float* __restrict__ x, int64_t T, int64_t in,
 class Status {
  public:
   Status() {
-    DSV41_CUDA_CHECK(cudaMalloc(&p_, sizeof(int)));
-    DSV41_CUDA_CHECK(cudaMemset(p_, 0, sizeof(int)));
+    p_ = static_cast<int*>(device_alloc(sizeof(int)));
+    DSV41_CUDA_CHECK(cudaMemsetAsync(p_, 0, sizeof(int)));
   }
-  ~Status() { cudaFree(p_); }
+  ~Status() { device_free(p_); }
   Status(const Status&) = delete;
   Status& operator=(const Status&) = delete;
   int* get() const { return p_; }
@@ -128,17 +129,16 @@ int block_scaled_linear(const float* x, int64_t T, int64_t in, const float* w, c
                         int64_t out, float* y) {
   if (T == 0) return 0;
   const int64_t nkb = in / kBlock;
-  float *xq = nullptr, *xs = nullptr;
-  DSV41_CUDA_CHECK(cudaMalloc(&xq, static_cast<size_t>(T * in) * sizeof(float)));
-  DSV41_CUDA_CHECK(cudaMalloc(&xs, static_cast<size_t>(T * nkb) * sizeof(float)));
+  float* xq = static_cast<float*>(device_alloc(static_cast<size_t>(T * in) * sizeof(float)));
+  float* xs = static_cast<float*>(device_alloc(static_cast<size_t>(T * nkb) * sizeof(float)));
   Status s;
   act_quant_kernel<<<grid_for(T * nkb, kThreads), kThreads>>>(x, T, in, xq, xs, s.get());
   DSV41_CUDA_CHECK(cudaGetLastError());
   block_scaled_kernel<<<grid_for(T * out, kThreads), kThreads>>>(xq, xs, T, in, w, wscale, tile_scales, out, y);
   DSV41_CUDA_CHECK(cudaGetLastError());
   const int r = s.result();
-  DSV41_CUDA_CHECK(cudaFree(xq));
-  DSV41_CUDA_CHECK(cudaFree(xs));
+  device_free(xq);
+  device_free(xs);
   return r;
 }
 

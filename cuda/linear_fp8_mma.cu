@@ -17,6 +17,7 @@
 //   stages of cp.async (zero-filled outside the matrix), rows padded to 144 bytes so the fragment
 //   loads are conflict free (row r, word w -> bank (4 r + w) mod 32).
 #include "cuda/common.cuh"
+#include "cuda/device.h"
 #include "cuda/fp8_async.cuh"
 #include "cuda/kernels.h"
 #include "formats/minifloat.h"
@@ -215,14 +216,13 @@ void encode_e4m3(const float* values, int64_t n, uint8_t* codes) {
 
 int act_quant_codes(const float* x, int64_t T, int64_t in, uint8_t* codes, float* scales) {
   if (T == 0) return 0;
-  int* status = nullptr;
-  DSV41_CUDA_CHECK(cudaMalloc(&status, sizeof(int)));
-  DSV41_CUDA_CHECK(cudaMemset(status, 0, sizeof(int)));
+  int* status = static_cast<int*>(device_alloc(sizeof(int)));
+  DSV41_CUDA_CHECK(cudaMemsetAsync(status, 0, sizeof(int)));
   act_quant_codes_kernel<<<grid_for(T * (in / kBlock), 128), 128>>>(x, T, in, codes, scales, status);
   DSV41_CUDA_CHECK(cudaGetLastError());
   int r = 0;
   DSV41_CUDA_CHECK(cudaMemcpy(&r, status, sizeof(int), cudaMemcpyDeviceToHost));
-  DSV41_CUDA_CHECK(cudaFree(status));
+  device_free(status);
   return r;
 }
 
@@ -244,14 +244,12 @@ void fp8_mma_sync_linear_codes(const uint8_t* x_codes, const float* x_scales, in
 int fp8_mma_linear(const float* x, int64_t T, int64_t in, const uint8_t* w_codes, const float* w_scales, int64_t out,
                    float* y) {
   if (T == 0) return 0;
-  uint8_t* codes = nullptr;
-  float* scales = nullptr;
-  DSV41_CUDA_CHECK(cudaMalloc(&codes, static_cast<size_t>(T * in)));
-  DSV41_CUDA_CHECK(cudaMalloc(&scales, static_cast<size_t>(T * (in / kBlock)) * sizeof(float)));
+  uint8_t* codes = static_cast<uint8_t*>(device_alloc(static_cast<size_t>(T * in)));
+  float* scales = static_cast<float*>(device_alloc(static_cast<size_t>(T * (in / kBlock)) * sizeof(float)));
   const int status = act_quant_codes(x, T, in, codes, scales);
   if (status == 0) fp8_mma_linear_codes(codes, scales, T, in, w_codes, w_scales, out, y);
-  DSV41_CUDA_CHECK(cudaFree(codes));
-  DSV41_CUDA_CHECK(cudaFree(scales));
+  device_free(codes);
+  device_free(scales);
   return status;
 }
 

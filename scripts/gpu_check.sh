@@ -29,7 +29,7 @@ git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || echo unknown > "$OUT/commi
 # shellcheck disable=SC2086
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_REQUIRE_CUDA=ON ${DSV41_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1 \
   && RESULT[configure]=ok || RESULT[configure]=FAIL
-TESTS="cuda_linear_test cuda_rmsnorm_test cuda_rope_test cuda_kv_quant_ops_test cuda_mhc_test cuda_mhc_mixes_test cuda_attention_test cuda_engram_test cuda_moe_test cuda_indexer_test cuda_topk_test cuda_compressor_test cuda_libm_expf_test cuda_linear_production_test cuda_sparse_attn_production_test cuda_index_select_production_test cuda_model_test"
+TESTS="cuda_attention_rows_test cuda_linear_test cuda_rmsnorm_test cuda_rope_test cuda_kv_quant_ops_test cuda_mhc_test cuda_mhc_mixes_test cuda_attention_test cuda_engram_test cuda_moe_test cuda_indexer_test cuda_topk_test cuda_compressor_test cuda_libm_expf_test cuda_linear_production_test cuda_sparse_attn_production_test cuda_index_select_production_test cuda_model_test"
 [[ "${1:-}" == "--runs-only" ]] && TESTS=""
 # shellcheck disable=SC2086
 cmake --build build -j"$JOBS" --target $TESTS dsv41 > "$OUT/build.log" 2>&1 && RESULT[build]=ok || RESULT[build]=FAIL
@@ -45,6 +45,10 @@ for b in cuda-exact cuda; do  # the whole built-in suite, both modes
   if ./build/dsv41 run --sides "ref,$b" --mode free-running teacher-forced -o "$OUT/suite_$b.h5" \
       > "$OUT/suite_$b.log" 2>&1; then RESULT[suite_$b]=ok; else RESULT[suite_$b]="FAIL (rc $?)"; fi
 done
+# The switches waiting for a device run (docs/cuda.md): the exact twin must stay bit-exact with them.
+if DSV41_CUDA_READ_NAMED_ENTRIES=1 DSV41_CUDA_ALLOC_POOL=1 ./build/dsv41 run --sides ref,cuda-exact \
+      --mode free-running teacher-forced -o "$OUT/suite_switches.h5" > "$OUT/suite_switches.log" 2>&1; then
+  RESULT[suite_cuda-exact_switches]=ok; else RESULT[suite_cuda-exact_switches]="FAIL (rc $?)"; fi
 P=$(seq -s, 1 40)
 if ./build/dsv41 forward --config tiny --weights golden/oracle/weights.safetensors --backend cuda --prompt "$P" --decode 5 --dump "$OUT/cuda_dump" \
       > "$OUT/forward_cuda.log" 2>&1 \

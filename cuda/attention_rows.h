@@ -1,0 +1,41 @@
+// cuda/attention_rows.h: the compressed entries one sparse_attn call reads (host, no device).
+//
+// A sparse_attn call's indices name rows of [window rows | compressed entries]: row r < W is window
+// row r, row W + e is compressed entry e, -1 is no row. The reference reads every compressed entry
+// (read_all_entries); each output only depends on the rows its indices name, in index order, so the
+// CUDA backends read just the entries some index names, in ascending order, and renumber the indices
+// to them: the same rows in the same order, the same bits, and a decode step reads O(index_topk)
+// entries per layer instead of O(context) (bench/RESULTS.md, session 18).
+//
+//   idx  [T * K] int32 in [-1, W + count) (the caller has checked)  ->  renumbered in place:
+//        r < W unchanged; W + e  ->  W + (rank of e among the entries read)
+//   returns the entries read, ascending, each once
+//
+// tests/cuda/attention_rows_test.cc (runs without a device): the renumbering, and the reference's
+// sparse_attn on the compacted rows equal to it on the whole cache, bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dsv41::gpu {
+
+inline std::vector<int64_t> compact_attention_rows(std::vector<int32_t>& idx, int64_t W, int64_t count) {
+  std::vector<int32_t> slot(static_cast<size_t>(count > 0 ? count : 0), -1);  // entry -> its row among the read
+  for (int32_t r : idx) {
+    if (r >= W) slot[static_cast<size_t>(r - W)] = 0;  // named
+  }
+  std::vector<int64_t> used;
+  for (int64_t e = 0; e < count; ++e) {
+    if (slot[static_cast<size_t>(e)] == 0) {
+      slot[static_cast<size_t>(e)] = static_cast<int32_t>(W + static_cast<int64_t>(used.size()));
+      used.push_back(e);
+    }
+  }
+  for (int32_t& r : idx) {
+    if (r >= W) r = slot[static_cast<size_t>(r - W)];
+  }
+  return used;
+}
+
+}  // namespace dsv41::gpu
