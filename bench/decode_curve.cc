@@ -49,6 +49,7 @@
 #include "reference/ops/numerics.h"
 #include "scenarios/runner/backend_model.h"
 #if defined(DSV41_HAVE_CUDA)
+#include "cuda/cuda_ops.h"
 #include "cuda/device.h"
 #endif
 
@@ -165,6 +166,8 @@ Point run_context(const Args& a, const reference::ModelConfig& base, const refer
   p.state_where = bm.device() ? "device" : "host";
 #if defined(DSV41_HAVE_CUDA)
   if (bm.device()) p.device_alloc_after_state = static_cast<int64_t>(gpu::device_memory_stats().alloc_bytes);
+  // DSV41_CUDA_OP_TIMES: the state's build is not charged to the last op it marked.
+  if (const auto* cuda = dynamic_cast<const gpu::CudaOps*>(&model.ops())) cuda->time_mark("(state build)");
 #endif
 
   // Tokens of the steps: their own stream (seed + 1), so the state's draws do not depend on --steps.
