@@ -12,7 +12,6 @@
 
 #include "base/base.h"
 #include "base/error.h"
-#include "reference/ops/mhc_budget.h"
 #include "reference/ops/dspark.h"
 #include "scenarios/agree/agree_internal.h"
 #include "scenarios/agree/official_dump.h"
@@ -206,20 +205,10 @@ bool attribute_layer(const OracleRun& run, const OracleStep& st, reference::mode
   const Tensor<float> official_mid = reference::hc_post(official_attn_out, input, official_attn.post, official_attn.comb);
   const Captured r1 = rerun(run, st, model, defect, before, Extra{layer, true, true, false});
   bool ok = true;
-  const auto mixes_row = [&](bool attn, const HcMixes& ours, const Tensor<float>& x) {
-    const HcMixes& official = attn ? official_attn : official_ffn;
-    const reference::HcWeights& w = attn ? bw.hc_attn : bw.hc_ffn;
-    const reference::MixesBudget budget = reference::hc_mixes_budget(
-        x, w.fn.data(), w.scale.data(), w.base.data(), c.norm_eps, c.hc_sinkhorn_iters, c.hc_eps, official);
-    const double ratio = reference::mixes_budget_ratio(ours, official, budget);
-    ok = ok && ratio <= 1.0;
-    sink.add(layer, attn ? "hc_attn_mixes" : "hc_ffn_mixes", "budget_ratio", ratio,
-             judge::make_tolerance(1.0, false, "analytic",
-                       "docs/mhc.md: the fp32 GEMM's probabilistic bound (lambda 7) through the sigmoid and Sinkhorn, "
-                       "on the official input"));
-  };
-  mixes_row(true, strict.attn_mixes.at(layer), input);
-  mixes_row(false, r1.ffn_mixes.at(layer), official_mid);
+  ok = add_mixes_budget_row(sink, layer, "hc_attn_mixes", strict.attn_mixes.at(layer), official_attn, input, bw.hc_attn,
+                            c) && ok;
+  ok = add_mixes_budget_row(sink, layer, "hc_ffn_mixes", r1.ffn_mixes.at(layer), official_ffn, official_mid, bw.hc_ffn,
+                            c) && ok;
   const StreamDiff a = compare_rows(strict.attn_out.at(layer).data(), official_attn_out.data(), c.dim);
   const char* attn_note =
       "docs/agreement.md, two misses: a bf16 rounding inside sparse_attn may go the other way at a midpoint (the "

@@ -21,7 +21,6 @@
 #include <random>
 
 #include "base/error.h"
-#include "reference/ops/mhc_budget.h"
 #include "scenarios/agree/agree_internal.h"
 
 namespace dsv41::scenarios::agree::agree_detail {
@@ -220,20 +219,8 @@ bool forced_attribution(const OracleRun& run, const OracleStep& st, reference::m
         reference::hc_mixes(mid, bw.hc_ffn.fn.data(), bw.hc_ffn.scale.data(), bw.hc_ffn.base.data(), c.norm_eps,
                             c.hc_sinkhorn_iters, c.hc_eps);
     const reference::HcMixes off_ffn = official_block_mixes(st, i, "hc_ffn", ours_ffn);
-    const auto budget_row = [&](bool attn, const reference::HcMixes& ours, const reference::HcMixes& official,
-                                const Tensor<float>& x) {
-      const reference::HcWeights& w = attn ? bw.hc_attn : bw.hc_ffn;
-      const reference::MixesBudget b = reference::hc_mixes_budget(x, w.fn.data(), w.scale.data(), w.base.data(), c.norm_eps,
-                                                                  c.hc_sinkhorn_iters, c.hc_eps, official);
-      const double ratio = reference::mixes_budget_ratio(ours, official, b);
-      ok = ok && ratio <= 1.0;
-      sink.add(layer, attn ? "dspark_hc_attn_mixes" : "dspark_hc_ffn_mixes", "budget_ratio", ratio,
-               judge::make_tolerance(1.0, false, "analytic",
-                                     "docs/mhc.md: the fp32 GEMM's probabilistic bound (lambda 7) through the sigmoid and "
-                                     "Sinkhorn, on the official input"));
-    };
-    budget_row(true, ours_attn, off_attn, input);
-    budget_row(false, ours_ffn, off_ffn, mid);
+    ok = add_mixes_budget_row(sink, layer, "dspark_hc_attn_mixes", ours_attn, off_attn, input, bw.hc_attn, c) && ok;
+    ok = add_mixes_budget_row(sink, layer, "dspark_hc_ffn_mixes", ours_ffn, off_ffn, mid, bw.hc_ffn, c) && ok;
     const StreamDiff a = compare_rows(cap.f.at({Component::kDSparkAttnOut, layer}).data(), off_attn_out.data(), c.dim);
     ok = ok && a.finite && a.max_row_ulps <= kAttnOutMaxUlps && a.nmse <= kAttnOutMaxNmse;
     exact_attention = exact_attention && a.finite && a.equal_frac == 1.0;

@@ -41,6 +41,12 @@ struct RowSink {
            std::optional<dsv41::reports::Tolerance> tol);
 };
 
+// The mixes' budget row (docs/mhc.md): `ours` against `official`, both from the stream `x` through
+// the weights `w`; adds `<name>` budget_ratio <= 1 (analytic) and returns whether it holds.
+bool add_mixes_budget_row(RowSink& sink, int layer, const std::string& name, const reference::HcMixes& ours,
+                          const reference::HcMixes& official, const reference::Tensor<float>& x,
+                          const reference::HcWeights& w, const reference::ModelConfig& c);
+
 // An official item's values, flattened (its leading batch dimension of 1 dropped).
 std::vector<float> official_values(const golden::H5File& f, const std::string& item, bool bf16);
 // v's values replaced by `values` (same count, else a dsv41::Error naming `what`).

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "formats/minifloat.h"
 #include "reference/checkpoint/weights.h"
+#include "reference/ops/mhc_budget.h"
 #include "scenarios/agree/agree_internal.h"
 
 namespace dsv41::scenarios::agree {
@@ -67,6 +68,19 @@ void RowSink::add(int layer, const std::string& component, const std::string& me
     cmp->first_divergence = d;
   }
   cmp->rows.push_back(std::move(r));
+}
+
+bool add_mixes_budget_row(RowSink& sink, int layer, const std::string& name, const reference::HcMixes& ours,
+                          const reference::HcMixes& official, const Tensor<float>& x, const reference::HcWeights& w,
+                          const reference::ModelConfig& c) {
+  const reference::MixesBudget budget = reference::hc_mixes_budget(
+      x, w.fn.data(), w.scale.data(), w.base.data(), c.norm_eps, c.hc_sinkhorn_iters, c.hc_eps, official);
+  const double ratio = reference::mixes_budget_ratio(ours, official, budget);
+  sink.add(layer, name, "budget_ratio", ratio,
+           judge::make_tolerance(1.0, false, "analytic",
+                                 "docs/mhc.md: the fp32 GEMM's probabilistic bound (lambda 7) through the sigmoid and "
+                                 "Sinkhorn, on the official input"));
+  return ratio <= 1.0;
 }
 
 std::vector<float> official_values(const golden::H5File& f, const std::string& item, bool bf16) {
