@@ -15,13 +15,31 @@
 // sparse_attn on the compacted rows equal to it on the whole cache, bit for bit.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 namespace dsv41::gpu {
 
 inline std::vector<int64_t> compact_attention_rows(std::vector<int32_t>& idx, int64_t W, int64_t count) {
-  std::vector<int32_t> slot(static_cast<size_t>(count > 0 ? count : 0), -1);  // entry -> its row among the read
+  if (count <= 0) return {};
+  if (count > 4 * static_cast<int64_t>(idx.size())) {
+    // A long cache and few indices (a decode step at a long context): O(K log K), not O(count).
+    std::vector<int64_t> used;
+    for (int32_t r : idx) {
+      if (r >= W) used.push_back(r - W);
+    }
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    for (int32_t& r : idx) {
+      if (r >= W) {
+        const auto at = std::lower_bound(used.begin(), used.end(), static_cast<int64_t>(r - W));
+        r = static_cast<int32_t>(W + (at - used.begin()));
+      }
+    }
+    return used;
+  }
+  std::vector<int32_t> slot(static_cast<size_t>(count), -1);  // entry -> its row among the read
   for (int32_t r : idx) {
     if (r >= W) slot[static_cast<size_t>(r - W)] = 0;  // named
   }

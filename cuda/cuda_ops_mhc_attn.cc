@@ -43,8 +43,8 @@ namespace {
 const reference::seam::Ops& ref() { return reference::seam::reference_ops(); }
 bool read_named_entries() {
   static const bool on = [] {
-    const char* env = std::getenv("DSV41_CUDA_READ_NAMED_ENTRIES");
-    return env != nullptr && std::string(env) == "1";
+    const char* env = std::getenv("DSV41_CUDA_READ_NAMED_ENTRIES");  // "0": every entry (the old path)
+    return env == nullptr || std::string(env) != "0";
   }();
   return on;
 }
@@ -144,10 +144,9 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
   const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2), K = idxs.dim(1);
   if (!(window_kv.dim(1) == D && idxs.dim(0) == T && sink.numel() == H)) return host();
   // The rows the indices name: the window part, then the compressed entries, dequantised on the
-  // device: every entry, or with DSV41_CUDA_READ_NAMED_ENTRIES=1 only those some index names, in
-  // ascending order, the indices renumbered to them (cuda/attention_rows.h: the reference's
-  // arithmetic on O(index_topk) entries per decode step; opt-in until a device has run the suites
-  // with it, docs/cuda.md "Switches waiting for a device run").
+  // device: only those some index names, in ascending order, the indices renumbered to them
+  // (cuda/attention_rows.h: the reference's arithmetic on O(index_topk) entries per decode step),
+  // or every entry with DSV41_CUDA_READ_NAMED_ENTRIES=0 (docs/cuda.md "Switches").
   if (compressed.count != 0 && !(compressed.count > 0 && compressed.dim == D)) return host();
   const int64_t W = window_kv.dim(0), n = W + std::max<int64_t>(compressed.count, 0);
   Tensor<int32_t> hidx = host_copy(idxs);

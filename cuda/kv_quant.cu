@@ -333,17 +333,17 @@ AllocBook& alloc_book() {
 }
 }  // namespace
 
-// DSV41_CUDA_ALLOC_POOL=1: allocations come from the device's default memory pool, stream-ordered
+// Allocations come from the device's default memory pool, stream-ordered
 // on the legacy default stream that every kernel here runs on (cudaMallocAsync / cudaFreeAsync): a
 // free does not synchronize the device and the pool keeps what was freed for the next allocation
 // (release threshold: never), where cudaMalloc / cudaFree cost tens of microseconds and a device
-// synchronization each (a decode step makes thousands; bench/RESULTS.md, session 18). Opt-in until
-// a device has run the suites with it (docs/cuda.md "Switches waiting for a device run"); read once.
+// synchronization each (a decode step makes thousands; bench/RESULTS.md, sessions 18 and 19).
+// DSV41_CUDA_ALLOC_POOL=0 takes cudaMalloc / cudaFree instead (docs/cuda.md "Switches"); read once.
 namespace {
 bool alloc_pool() {
   static const bool on = [] {
     const char* env = std::getenv("DSV41_CUDA_ALLOC_POOL");
-    if (env == nullptr || std::string(env) != "1") return false;
+    if (env != nullptr && std::string(env) == "0") return false;
     int dev = 0;
     cudaMemPool_t pool = nullptr;
     if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
