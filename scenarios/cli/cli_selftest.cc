@@ -56,7 +56,7 @@ int run_calibration(const SelftestArgs& a) {
   if (a.ci && o.variants.empty()) o.variants = {"splitk", "tiles"};
   o.suite = a.suite;
   if (a.ci && o.scenarios.empty()) o.scenarios = {a.suite ? "cold_prefill" : "zoo"};
-  for (const std::string& v : o.variants) defects::sum_order_from_name(v);  // an unknown name: exit 2 first
+  for (const std::string& v : o.variants) selftest::calibration_member(v);  // an unknown name: exit 2 first
   o.dir = a.dir;
   o.keep = a.keep;
   o.progress = !a.quiet;
@@ -227,7 +227,8 @@ Verb add_selftest_verb(CLI::App& parent) {
                 "instead of the zoo: correct order-variant variants (reordered sums) x scenarios, each judged under "
                 "order-variant; any alarm is a false alarm (docs/selftest.md \"Calibration\"); with --ci: 2 variants, "
                 "the zoo scenario");
-  app->add_option("--variants", a->variants, "--calibration: comma-separated variants (default: all)");
+  app->add_option("--variants", a->variants, "--calibration: comma-separated members: reordered variants or an order-variant backend such as cuda "
+                  "(default: every reordered variant, and cuda where a CUDA device is present)");
   app->add_flag("--no-official", a->no_official,
                 "--calibration: without the official runs of golden/ (by default the full calibration also imports "
                 "each one, dsv41 import-official, and judges the official code as a port)");

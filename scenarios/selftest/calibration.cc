@@ -20,6 +20,7 @@
 #include "scenarios/conform/port_dump.h"
 #include "scenarios/judge/derived_bounds.h"
 #include "scenarios/defects/reordered_ops.h"
+#include "scenarios/runner/backend.h"
 
 namespace dsv41::scenarios::selftest {
 namespace {
@@ -41,13 +42,15 @@ std::string temp_root(const std::string& dir, const char* what) {
                      : dir;
 }
 
-// The claim a variant's dump is judged under: order-variant, with the fp8 tensor-core accumulation
-// for the emulation of that block dot (trunc13), as a port built on such kernels declares it.
-conform::ConformOptions order_variant_options(const std::string& name, bool tensor_core = false) {
+// The claim a member's dump is judged under: order-variant, with the accumulation its backend
+// declares (fp8-tensor-core for trunc13, the emulation of that block dot, and for `cuda`, whose F8
+// linears run on those tensor cores), as a port built on such kernels declares it.
+conform::ConformOptions order_variant_options(const std::string& name, const std::string& backend) {
   conform::ConformOptions co;
   co.name = name;
   co.order_variant = true;
-  if (tensor_core) co.accumulation = judge::name(judge::Accumulation::kFp8TensorCore);
+  const judge::Accumulation acc = runner::backend_accumulation(backend);
+  if (acc != judge::Accumulation::kFp32) co.accumulation = judge::name(acc);
   return co;
 }
 
@@ -56,6 +59,42 @@ conform::ConformOptions order_variant_options(const std::string& name, bool tens
 std::vector<SumOrder> calibration_orders() {
   std::vector<SumOrder> v = all_sum_orders();
   v.push_back(SumOrder::kTrunc13);
+  return v;
+}
+
+CalibrationMember calibration_member(const std::string& name) {
+  for (SumOrder v : all_sum_orders()) {
+    if (defects::name(v) == name) return {name, "ref-order:" + name, true};
+  }
+  if (name == defects::name(SumOrder::kTrunc13)) return {name, "ref-order:" + name, true};
+  std::string orders;
+  for (SumOrder v : calibration_orders()) orders += std::string(orders.empty() ? "" : ", ") + defects::name(v);
+  const std::string known = "the reordered variants " + orders +
+                            ", or an order-variant backend such as cuda (dsv41 run --list)";
+  if (name.rfind("ref-order:", 0) == 0 || name.rfind("mutant", 0) == 0) {
+    DSV41_FAIL("calibration member '", name, "': name a reordered variant without its ref-order: prefix, or a backend "
+               "without a planted defect (", known, ")");
+  }
+  try {
+    runner::validate_backend_name(name);
+  } catch (const Error&) {
+    DSV41_FAIL("unknown calibration member '", name, "' (", known, ")");
+  }
+  DSV41_CHECK(runner::backend_claim(name) == runner::Claim::kOrderVariant && !runner::backend_mutation(name),
+              "calibration member '", name, "': its backend does not claim order-variant (a bit-exact or approximate "
+              "backend proves nothing here; ", known, ")");
+  return {name, name, false};
+}
+
+std::vector<std::string> calibration_variants(std::string* note) {
+  std::vector<std::string> v;
+  for (SumOrder o : calibration_orders()) v.push_back(defects::name(o));
+  try {
+    const runner::BackendOps cuda = runner::make_backend_ops("cuda");  // a CUDA build with a device
+    if (cuda.ops) v.push_back("cuda");
+  } catch (const std::exception& e) {
+    if (note) *note = std::string("cuda is not a member here: ") + e.what();
+  }
   return v;
 }
 
@@ -148,9 +187,12 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
   }
   const SelftestModel L = load_selftest_model(o.config, o.weights);
   const std::vector<int64_t> token_map = reference::model::default_token_map(L.config);
-  std::vector<SumOrder> variants;
-  for (const std::string& n : o.variants) variants.push_back(sum_order_from_name(n));
-  if (variants.empty()) variants = calibration_orders();
+  std::vector<CalibrationMember> members;
+  std::string note;
+  for (const std::string& n : o.variants.empty() ? calibration_variants(&note) : o.variants) {
+    members.push_back(calibration_member(n));
+  }
+  if (o.progress && !note.empty()) progress << "calibration: " << note << "\n";
   std::vector<const CalibrationScenario*> scenarios;
   for (const CalibrationScenario& s : calibration_scenarios()) {
     bool wanted = o.scenarios.empty();
@@ -174,21 +216,23 @@ CalibrationResult run_calibration(const CalibrationOptions& o, std::ostream& pro
     fs::remove_all(ref_dir);
     write_scenario_dump(ref_dir, L.config, L.weights_path, L.weights, s->plan, reference::seam::reference_ops(),
                         "dsv41 selftest --calibration (reference)");
-    for (SumOrder v : variants) {
+    for (const CalibrationMember& m : members) {
       CalibrationRow row;
-      row.variant = name(v);
+      row.variant = m.name;
       row.scenario = s->name;
       const std::string dir = root + "/" + s->name + "." + row.variant;
       const auto t0 = std::chrono::steady_clock::now();
       try {
         fs::remove_all(dir);
-        const std::unique_ptr<reference::seam::Ops> ops = make_reordered_ops(v);
-        write_scenario_dump(dir, L.config, L.weights_path, L.weights, s->plan, *ops,
+        // A reordered variant behind the seam, or the backend's own ops (cuda: on the device).
+        const runner::BackendOps parts = m.reordered ? runner::BackendOps{} : runner::make_backend_ops(m.backend);
+        const std::unique_ptr<reference::seam::Ops> reordered =
+            m.reordered ? make_reordered_ops(sum_order_from_name(m.name)) : nullptr;
+        write_scenario_dump(dir, L.config, L.weights_path, L.weights, s->plan, reordered ? *reordered : *parts.ops,
                             "dsv41 selftest --calibration --variants " + row.variant);
         row.changed = dumps_differ(ref_dir, dir);
-        const reports::RunReport report =
-            conform::conform(conform::read_port_dump(dir), L.weights, token_map,
-                             order_variant_options(row.variant, v == SumOrder::kTrunc13));
+        const reports::RunReport report = conform::conform(conform::read_port_dump(dir), L.weights, token_map,
+                                                           order_variant_options(row.variant, m.backend));
         record_conform(report, row);
         row.verdict = row.conform_exit != 0 ? "ALARM" : row.changed ? "ok" : "NO-CHANGE";
       } catch (const std::exception& e) {
@@ -295,7 +339,7 @@ SensitivityResult run_sensitivity(const SensitivityOptions& o, std::ostream& pro
           row.verdict = "NOT-FIRED";
         } else {
           const reports::RunReport report =
-              conform::conform(conform::read_port_dump(dir), L.weights, token_map, order_variant_options(component));
+              conform::conform(conform::read_port_dump(dir), L.weights, token_map, order_variant_options(component, "ref"));
           row.flagged = conform::conform_exit_code(report) == 1;
           if (const std::optional<conform::RootCause> rc = conform::root_cause(report)) {
             row.root_cause = zoo_location(rc->component, rc->layer, rc->step);

@@ -51,9 +51,24 @@ const std::vector<CalibrationScenario>& calibration_scenarios();
 // declares, fp8-tensor-core (scenarios/judge/derived_bounds.h; docs/conform.md "Accumulation").
 std::vector<defects::SumOrder> calibration_orders();
 
+// A member of the calibration: a reordered variant of the reference (its reordered_ops.h name,
+// run as the backend ref-order:<name>) or an order-variant backend by its runner name ("cuda": the
+// production CUDA path, claim order-variant; needs a CUDA build and a device).
+struct CalibrationMember {
+  std::string name;     // the table's variant column: "splitk", "cuda"
+  std::string backend;  // the runner backend: "ref-order:splitk", "cuda"
+  bool reordered = false;
+};
+// The member `name` names; a dsv41::Error naming the reordered variants and the rule for backends
+// otherwise (a backend must claim order-variant and carry no planted defect and the packed caches).
+CalibrationMember calibration_member(const std::string& name);
+// The default members: calibration_orders(), then "cuda" where this build and machine can make
+// that backend (a CUDA build with a device); `note` (if given) says why cuda is not a member here.
+std::vector<std::string> calibration_variants(std::string* note = nullptr);
+
 struct CalibrationOptions {
   std::string config, weights;         // "": the built-in tiny oracle's
-  std::vector<std::string> variants;   // names (reordered_ops.h); empty: calibration_orders()
+  std::vector<std::string> variants;   // calibration_member names; empty: calibration_variants()
   std::vector<std::string> scenarios;  // names; empty: every calibration scenario
   std::string dir;                     // where the dumps go; "": a temporary directory
   bool keep = false;                   // keep the dumps

@@ -32,10 +32,9 @@ bool any_difference(const reports::ScenarioResult& s) {
 std::vector<CalibrationRow> calibrate_suite(const CalibrationOptions& o, std::ostream& progress) {
   const SelftestModel L = load_selftest_model(o.config, o.weights);
   const runner::BackendResources res{L.config, L.weights, reference::model::default_token_map(L.config)};
-  std::vector<std::string> variants = o.variants;
-  if (variants.empty()) {
-    for (defects::SumOrder v : calibration_orders()) variants.push_back(defects::name(v));
-  }
+  std::string note;
+  const std::vector<std::string> variants = o.variants.empty() ? calibration_variants(&note) : o.variants;
+  if (o.progress && !note.empty()) progress << "calibration: " << note << "\n";
   const std::vector<std::string> known = runner::builtin_scenario_names();
   std::vector<std::string> scenarios = o.scenarios.empty() ? known : o.scenarios;
   for (const std::string& n : scenarios) {
@@ -49,7 +48,7 @@ std::vector<CalibrationRow> calibrate_suite(const CalibrationOptions& o, std::os
   }
   std::vector<CalibrationRow> rows;
   for (const std::string& v : variants) {
-    defects::sum_order_from_name(v);  // an unknown name: a dsv41::Error naming the known ones
+    const CalibrationMember m = calibration_member(v);  // an unknown name: a dsv41::Error naming the known ones
     for (const std::string& n : scenarios) {
       CalibrationRow row;
       row.variant = v;
@@ -57,7 +56,7 @@ std::vector<CalibrationRow> calibrate_suite(const CalibrationOptions& o, std::os
       const auto t0 = std::chrono::steady_clock::now();
       try {
         runner::RunOptions ro;
-        ro.sides = {"ref", "ref-order:" + v};
+        ro.sides = {"ref", m.backend};
         ro.modes = {"free-running", "teacher-forced"};
         ro.save_failure_tensors = false;
         reports::RunReport report;

@@ -82,6 +82,34 @@ TEST(ReorderedOps, Trunc13EmulatesTheTensorCoreBlockDotWithinItsBound) {
   EXPECT_GT(differs, 100) << "the truncation must change some block dots";
 }
 
+// The members: each reordered variant as ref-order:<name>, an order-variant backend by its name;
+// a bit-exact or approximate backend, a planted defect or an unknown name is refused with the rule.
+TEST(Calibration, MembersAreReorderedVariantsOrOrderVariantBackends) {
+  for (dv::SumOrder o : st::calibration_orders()) {
+    const st::CalibrationMember m = st::calibration_member(dv::name(o));
+    EXPECT_TRUE(m.reordered);
+    EXPECT_EQ(m.backend, std::string("ref-order:") + dv::name(o));
+  }
+  std::string note;
+  const std::vector<std::string> v = st::calibration_variants(&note);
+  ASSERT_GE(v.size(), st::calibration_orders().size());
+  for (size_t i = 0; i < st::calibration_orders().size(); ++i) EXPECT_EQ(v[i], dv::name(st::calibration_orders()[i]));
+  if (v.size() > st::calibration_orders().size()) {  // a CUDA build on a machine with a device
+    EXPECT_EQ(v.back(), "cuda");
+  } else {
+    EXPECT_TRUE(has(note, "cuda is not a member here")) << note;
+  }
+  for (const char* bad : {"ref", "cuda-exact", "ref-order:splitk", "mutant:attn_out:L1:S0:x1.5", "random"}) {
+    try {
+      st::calibration_member(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const dsv41::Error& e) {
+      EXPECT_TRUE(has(e.what(), "'" + std::string(bad) + "'")) << e.what();
+      EXPECT_TRUE(has(e.what(), "splitk")) << e.what();
+    }
+  }
+}
+
 TEST(Calibration, AReorderedVariantChangesBitsAndPassesOrderVariant) {
   st::CalibrationOptions o;
   o.variants = {"splitk"};
@@ -197,7 +225,8 @@ TEST(Mutants, ARowFactorParsesForFloatComponentsOnly) {
 TEST(SelftestCli, CalibrationAndSensitivityRefuseBadLists) {
   const dsv41::test::CliResult a = dsv41::test::run_dsv41("selftest --calibration --variants random");
   EXPECT_EQ(a.code, 2);
-  EXPECT_TRUE(has(a.err, "unknown order-variant 'random'")) << a.err;
+  EXPECT_TRUE(has(a.err, "unknown calibration member 'random'")) << a.err;
+  EXPECT_TRUE(has(a.err, "splitk")) << a.err;  // the known members are named
   const dsv41::test::CliResult b = dsv41::test::run_dsv41("selftest --sensitivity --factors 1.01,one");
   EXPECT_EQ(b.code, 2);
   EXPECT_TRUE(has(b.err, "--factors: 'one'")) << b.err;
