@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/sparse_attn.sh: the production sparse attention (backend `cuda`, cuda/attention_mma.cu) at
+# bench/sparse_attn.sh: the production sparse attention (backend `cuda`, cuda/attention_wgmma.cu) at
 # issue 32's shapes beside torch eager and the bf16 matmul peak (bench/sparse_attn_torch.py), on a
 # GPU machine in one call. Builds dsv41_sparse_attn_bench (into build/, configured as
 # scripts/gpu_check.sh does), runs torch first and the kernels after (never at the same time), the

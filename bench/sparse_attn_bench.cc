@@ -14,9 +14,11 @@
 // Checked before timing: 4 query rows x 64 heads of each kernel's output (poisoned first) against the derived
 // bound (scenarios/judge/sparse_attn_mma_bound.h); a FAIL is printed instead of the time.
 //
-// Kernels: mma.sync (cuda/attention_mma.cu), wgmma sP (P . V with P from a shared tile), wgmma rP
-// (P from registers: the production default).
-// Usage: dsv41_sparse_attn_bench [--peak TFLOPS] [--exact] [--only decode|prefill|B64|B1] [--kernel 0|1|2]
+// Kernels: 0 mma.sync (cuda/attention_mma.cu), 1 wgmma sP (P . V with P from a shared tile), 2 wgmma rP
+// (P from registers, the row-per-thread gather: session 15's production kernel), 3 wgmma coal (P from
+// registers, each warp gathering whole rows: the production default). Kernel 3's output is also
+// compared bit for bit with kernel 2's (the same arithmetic): "bits = rP" or "bits DIFFER".
+// Usage: dsv41_sparse_attn_bench [--peak TFLOPS] [--exact] [--only decode|prefill|B64|B1] [--kernel 0|1|2|3]
 //        [--reps N]   (--exact: also time the exact stages)
 #include <algorithm>
 #include <cmath>
@@ -82,17 +84,18 @@ void run(const Shape& sh, double peak, bool exact) {
   idxs.upload(hidx);
   const float scale = 1.0f / std::sqrt(512.0f);
   const double flops = 2.0 * double(T) * H * K * (512 + 512);
-  const std::function<void(int)> kernels[3] = {
+  const auto wgmma = [&](gpu::AttnWgmmaVariant v) {
+    gpu::sparse_attn_wgmma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get(), v);
+  };
+  constexpr int kKernels = 4;
+  const std::function<void(int)> kernels[kKernels] = {
       [&](int) { gpu::sparse_attn_mma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get()); },
-      [&](int) {
-        gpu::sparse_attn_wgmma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get(), false);
-      },
-      [&](int) {
-        gpu::sparse_attn_wgmma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get(), true);
-      }};
-  static const char* const names[3] = {"mma.sync", "wgmma sP", "wgmma rP"};
+      [&](int) { wgmma(gpu::AttnWgmmaVariant::kSharedP); }, [&](int) { wgmma(gpu::AttnWgmmaVariant::kRowGather); },
+      [&](int) { wgmma(gpu::AttnWgmmaVariant::kCoalesced); }};
+  static const char* const names[kKernels] = {"mma.sync", "wgmma sP", "wgmma rP", "wgmma coal"};
+  std::vector<uint16_t> row_gather_bits;  // kernel 2's output, for kernel 3's bit comparison
   const std::vector<float> hq = bf16_values(q.download()), hkv = bf16_values(kv.download()), hs = sink.download();
-  for (int kernel = 0; kernel < 3; ++kernel) {
+  for (int kernel = 0; kernel < kKernels; ++kernel) {
     if (only_kernel >= 0 && kernel != only_kernel) continue;
     // Check 4 query rows against the derived bound (the output poisoned first).
     std::string check = flag.download()[0] == 0 ? "ok" : "FAIL inputs not bf16";
@@ -100,7 +103,17 @@ void run(const Shape& sh, double peak, bool exact) {
     kernels[kernel](0);
     gpu::synchronize();
     double worst = 0;
-    const std::vector<float> ho = bf16_values(out.download());
+    const std::vector<uint16_t> hbits = out.download();
+    const std::vector<float> ho = bf16_values(hbits);
+    if (kernel == 2 || (kernel == 3 && row_gather_bits.empty())) {
+      if (kernel == 3) {  // kernel 2 was not asked for: run it for the comparison
+        wgmma(gpu::AttnWgmmaVariant::kRowGather);
+        gpu::synchronize();
+      }
+      row_gather_bits = kernel == 2 ? hbits : out.download();
+    }
+    const std::string same = kernel != 3 ? "" : hbits == row_gather_bits ? ", bits = rP" : ", bits DIFFER from rP";
+    if (kernel == 3 && hbits != row_gather_bits) check = "FAIL bits differ from the row gather's";
     for (const int64_t t : {int64_t{0}, int64_t{1}, T - 2, T - 1}) {
       std::vector<const float*> rows(static_cast<size_t>(K));
       for (int64_t j = 0; j < K; ++j) {
@@ -121,9 +134,9 @@ void run(const Shape& sh, double peak, bool exact) {
     const int reps = reps_override > 0 ? reps_override : prefill ? 20 : 50;
     const std::vector<double> ms = time_ms(3, reps, 1, kernels[kernel]);
     const double us = ms[ms.size() / 2] * 1e3;
-    std::printf("%-10s %-10s T %5lld: %9.1f us  %7.1f TFLOP/s  %5.1f%% of peak %.0f  (check %s, max err/bound %.3f)\n",
+    std::printf("%-10s %-10s T %5lld: %9.1f us  %7.1f TFLOP/s  %5.1f%% of peak %.0f  (check %s, max err/bound %.3f%s)\n",
                 sh.name, names[kernel], static_cast<long long>(T), us, flops / us / 1e6,
-                100.0 * flops / us / 1e6 / peak, peak, check.c_str(), worst);
+                100.0 * flops / us / 1e6 / peak, peak, check.c_str(), worst, same.c_str());
   }
   if (!exact) return;
   DeviceBuffer<float> s(static_cast<size_t>(T * H * K)), p(s.size()), rescale(static_cast<size_t>(T * H * (K / 64))),

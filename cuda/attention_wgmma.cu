@@ -15,9 +15,15 @@
 //   PV: warpgroup dh: O[64 heads, D/2 channels dh D/2 ..] += P . V_b, 4 wgmma m64n(D/2)k16, A = P,
 //       B = the same KV tile read MN-major (channels contiguous: the transposed operand).
 // Pipelining: block b's S is issued right after the barrier, then the threads gather block b + 1's
-// rows (cp.async, one row per thread group; the row's index loaded one block earlier, so no load is
-// waited on) while the tensor cores run S; P . V of block b is waited at block b + 1's top, behind
-// the copy wait. O = O * r is skipped where every r of the warp is 1.
+// rows (cp.async; each row's index loaded one block earlier, so no load is waited on) while the
+// tensor cores run S; P . V of block b is waited at block b + 1's top, behind the copy wait.
+// O = O * r is skipped where every r of the warp is 1.
+// The gather (Gather below): kCoalesced (the default): warp w copies rows 8 w .. 8 w + 7 of the
+// block whole, lane l chunks l, l + 32 of a row (one warp instruction = 512 contiguous bytes of one
+// row), the row's index broadcast from lane j < 8 (which loaded it a block ahead) by a shuffle;
+// kRowGather (session 15): thread tid copies row tid % 64, so each warp instruction touches 32 rows
+// (16 bytes each: two sector requests per 32-byte sector). Both fill the same tile, so the
+// arithmetic and the output bits are the same (tests/cuda/sparse_attn_production_test.cc).
 // Shared tiles: [rows][D] bf16 as D/64 atom columns of [rows][128 bytes] in the 128-byte swizzle
 // (16-byte chunk c of row r at chunk c ^ (r % 8); atoms 1024-byte aligned; atom columns 8 KiB
 // apart), so one KV tile serves both the K-major B of S (SBO 1024) and the MN-major B of PV (LBO
@@ -150,7 +156,8 @@ __device__ inline void hold(const uint32_t (&a)[4][4]) {
 // kRegP: P . V takes P from registers (each warp's own fragments and its partner's, swapped through
 // shared memory by ordinary stores: no async-proxy fence while the next block's copies are in
 // flight); else from a shared K-major tile (fence.proxy.async after the P stores).
-template <int D, typename OutT, bool kRegP>
+// kCoalesced: the gather of whole rows per warp (see the header); else the row-per-thread gather.
+template <int D, typename OutT, bool kRegP, bool kCoalesced>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_wgmma_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
                              const int32_t* __restrict__ idxs, const float* __restrict__ sink, int64_t H, int64_t K,
@@ -176,23 +183,48 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool ok = h0 + r < H;
     cp_async16(Qs + sw_off(r, ch), ok ? q + ((t * H + h0 + r) * D + ch * 8) : q, ok ? 16 : 0);
   }
-  // KV loads: thread tid copies row r = tid % 64 of a block, 32-byte pieces 2 (tid / 64) + 8 i of
-  // its chunks; its row's index for the next block is loaded one block ahead (never waited on).
-  const int lr = tid & 63, lpart = tid >> 6;
+  // KV loads. kRowGather: thread tid copies row r = tid % 64 of a block, 32-byte pieces
+  // 2 (tid / 64) + 8 i of its chunks. kCoalesced: warp w copies rows 8 w + j (j = 0..7), lane l
+  // chunks l, l + 32 (D = 512; fewer chunks: a row per kLanesPerRow lanes), row 8 w + j's index held
+  // by lane j. Either way a thread's index for the next block is loaded one block ahead (never
+  // waited on) and the tile's index row sidx written by its holder.
+  constexpr int kRowsPerWarp = kKeys / (kThreads / 32);           // 8
+  constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;      // lanes sharing one row's copy
+  constexpr int kRowsPerStep = 32 / kLanesPerRow;                 // rows per warp instruction
+  constexpr int kChunksPerLane = kChunks / kLanesPerRow;          // 16-byte chunks of a row per lane
+  static_assert(kRowsPerWarp % kRowsPerStep == 0 && kChunks % kLanesPerRow == 0, "the coalesced gather's split");
+  const int lr = kCoalesced ? w * kRowsPerWarp + (lane & (kRowsPerWarp - 1)) : tid & 63;
   const auto row_index = [&](int64_t b) -> int32_t {
     const int64_t j = b * kKeys + lr;
     return b < nblocks && j < K ? __ldg(idx + j) : -1;
   };
   const auto load_kv = [&](int stage, int32_t ix) {
     uint8_t* const dst = KVs + stage * L::kTile;
-    const uint16_t* const src = ix >= 0 ? kv + static_cast<int64_t>(ix) * D : kv;
+    if constexpr (kCoalesced) {
+      const int sub = lane / kLanesPerRow, cl = lane % kLanesPerRow;  // the row of a step, the lane in it
 #pragma unroll
-    for (int i = 0; i < kChunks / 8; ++i) {
-      const int ch = 8 * i + 2 * lpart;
-      cp_async16(dst + sw_off(lr, ch), src + ch * 8, ix >= 0 ? 16 : 0);
-      cp_async16(dst + sw_off(lr, ch + 1), src + ch * 8 + 8, ix >= 0 ? 16 : 0);
+      for (int step = 0; step < kRowsPerWarp / kRowsPerStep; ++step) {
+        const int j = step * kRowsPerStep + sub, r = w * kRowsPerWarp + j;
+        const int32_t rix = __shfl_sync(0xffffffffu, ix, j);
+        const uint16_t* const src = rix >= 0 ? kv + static_cast<int64_t>(rix) * D : kv;
+#pragma unroll
+        for (int i = 0; i < kChunksPerLane; ++i) {
+          const int ch = cl + i * kLanesPerRow;
+          cp_async16(dst + sw_off(r, ch), src + ch * 8, rix >= 0 ? 16 : 0);
+        }
+      }
+      if (lane < kRowsPerWarp) sidx[stage * kKeys + lr] = ix;
+    } else {
+      const int lpart = tid >> 6;
+      const uint16_t* const src = ix >= 0 ? kv + static_cast<int64_t>(ix) * D : kv;
+#pragma unroll
+      for (int i = 0; i < kChunks / 8; ++i) {
+        const int ch = 8 * i + 2 * lpart;
+        cp_async16(dst + sw_off(lr, ch), src + ch * 8, ix >= 0 ? 16 : 0);
+        cp_async16(dst + sw_off(lr, ch + 1), src + ch * 8 + 8, ix >= 0 ? 16 : 0);
+      }
+      if (lpart == 0) sidx[stage * kKeys + lr] = ix;
     }
-    if (lpart == 0) sidx[stage * kKeys + lr] = ix;
     cp_async_commit();
   };
   if (nblocks > 0) load_kv(0, row_index(0));
@@ -356,12 +388,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int D, typename OutT, bool kRegP>
+template <int D, typename OutT, bool kRegP, bool kCoalesced>
 void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
             int64_t K, float scale, OutT* out) {
   const int64_t hb = (H + kHeads - 1) / kHeads;
   DSV41_CHECK(T <= 0x7fffffff && hb <= 65535, "sparse_attn_wgmma: ", T, " queries x ", H, " heads exceed the grid");
-  const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP>;
+  const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP, kCoalesced>;
   DSV41_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::kAlloc)));
   const float c2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634074);
@@ -370,14 +402,25 @@ void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const fl
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename OutT, bool kRegP>
+template <typename OutT, bool kRegP, bool kCoalesced>
+void dispatch_d(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
+                int64_t D, int64_t K, float scale, OutT* out) {
+  if (D == 512) launch<512, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out);
+  else if (D == 256) launch<256, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out);
+  else launch<128, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out);
+}
+
+template <typename OutT>
 void dispatch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
-              int64_t D, int64_t K, float scale, OutT* out) {
+              int64_t D, int64_t K, float scale, OutT* out, AttnWgmmaVariant variant) {
   DSV41_CHECK(sparse_attn_mma_supported(D), "sparse_attn_wgmma: head dim ", D, " not supported (128, 256, 512)");
   if (T * H == 0) return;
-  if (D == 512) launch<512, OutT, kRegP>(q, kv, idxs, sink, T, H, K, scale, out);
-  else if (D == 256) launch<256, OutT, kRegP>(q, kv, idxs, sink, T, H, K, scale, out);
-  else launch<128, OutT, kRegP>(q, kv, idxs, sink, T, H, K, scale, out);
+  switch (variant) {
+    case AttnWgmmaVariant::kCoalesced: return dispatch_d<OutT, true, true>(q, kv, idxs, sink, T, H, D, K, scale, out);
+    case AttnWgmmaVariant::kRowGather: return dispatch_d<OutT, true, false>(q, kv, idxs, sink, T, H, D, K, scale, out);
+    case AttnWgmmaVariant::kSharedP: return dispatch_d<OutT, false, false>(q, kv, idxs, sink, T, H, D, K, scale, out);
+  }
+  DSV41_CHECK(false, "sparse_attn_wgmma: unknown variant ", static_cast<int>(variant));
 }
 
 __device__ inline unsigned pack16(uint16_t lo, uint16_t hi) {
@@ -433,14 +476,12 @@ __global__ void bf16_wgmma_probe_kernel(const uint16_t* a, const uint16_t* b, co
 }  // namespace
 
 void sparse_attn_wgmma(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
-                       int64_t H, int64_t D, int64_t K, float scale, float* out, bool p_in_registers) {
-  if (p_in_registers) dispatch<float, true>(q, kv, idxs, sink, T, H, D, K, scale, out);
-  else dispatch<float, false>(q, kv, idxs, sink, T, H, D, K, scale, out);
+                       int64_t H, int64_t D, int64_t K, float scale, float* out, AttnWgmmaVariant variant) {
+  dispatch<float>(q, kv, idxs, sink, T, H, D, K, scale, out, variant);
 }
 void sparse_attn_wgmma_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
-                            int64_t H, int64_t D, int64_t K, float scale, uint16_t* out, bool p_in_registers) {
-  if (p_in_registers) dispatch<uint16_t, true>(q, kv, idxs, sink, T, H, D, K, scale, out);
-  else dispatch<uint16_t, false>(q, kv, idxs, sink, T, H, D, K, scale, out);
+                            int64_t H, int64_t D, int64_t K, float scale, uint16_t* out, AttnWgmmaVariant variant) {
+  dispatch<uint16_t>(q, kv, idxs, sink, T, H, D, K, scale, out, variant);
 }
 void bf16_wgmma_probe(const uint16_t* a, const uint16_t* b, const float* c, float* d) {
   bf16_wgmma_probe_kernel<<<1, 128>>>(a, b, c, d);

@@ -133,11 +133,16 @@ void sparse_attn_mma(const uint16_t* q, const uint16_t* kv, const int32_t* idxs,
 void sparse_attn_mma_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
                           int64_t H, int64_t D, int64_t K, float scale, uint16_t* out);
 // The same on wgmma (cuda/attention_wgmma.cu: 2 warpgroups, M = 64 heads): the production path's
-// kernel. p_in_registers: P . V takes P from registers (the default); false: from a shared tile.
+// kernel, in three variants. kCoalesced (the default): P . V takes P from registers, each warp
+// gathers whole KV rows; kRowGather: P from registers, one KV row per thread group (session 15's
+// production kernel; the same bits as kCoalesced); kSharedP: P from a shared tile, the row gather.
+enum class AttnWgmmaVariant { kCoalesced, kRowGather, kSharedP };
 void sparse_attn_wgmma(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
-                       int64_t H, int64_t D, int64_t K, float scale, float* out, bool p_in_registers = true);
+                       int64_t H, int64_t D, int64_t K, float scale, float* out,
+                       AttnWgmmaVariant variant = AttnWgmmaVariant::kCoalesced);
 void sparse_attn_wgmma_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
-                            int64_t H, int64_t D, int64_t K, float scale, uint16_t* out, bool p_in_registers = true);
+                            int64_t H, int64_t D, int64_t K, float scale, uint16_t* out,
+                            AttnWgmmaVariant variant = AttnWgmmaVariant::kCoalesced);
 // y [n] = the bf16 bits of x [n] (fp32 storage); *flag (device, zeroed by the caller) = 1 when some
 // x is not a bf16 value.
 void to_bf16_bits(const float* x, int64_t n, uint16_t* y, int* flag);

@@ -14,7 +14,10 @@
 //      (the kernel's) and |cuda - reference| <= bound + the reference's own bound; printed: max
 //      err/bound, the bound in bf16 ulps of the row's largest |exact|, the share of outputs that
 //      differ from the reference's.
-//   3. DSV41_CUDA_PRODUCTION_OPS: with only `linear`, sparse_attn is the exact kernel (the
+//   3. The wgmma kernel's coalesced gather (the default) against session 15's row gather
+//      (AttnWgmmaVariant::kRowGather): both fill the same tiles, so the outputs must be the same
+//      bits (fp32 and bf16 outputs; d 512, 256, 128; two head tiles; K not a multiple of 64; -1s).
+//   4. DSV41_CUDA_PRODUCTION_OPS: with only `linear`, sparse_attn is the exact kernel (the
 //      reference's bits); an unknown name is refused.
 // Random data: DSV41_SEED=<n> reproduces a run (the seed is printed).
 #include <algorithm>
@@ -206,7 +209,7 @@ reference::Tensor<float> run_variant(int kernel, const reference::Tensor<float>&
                          dout.get());
   } else {
     gpu::sparse_attn_wgmma(dq.get(), dkv.get(), di.get(), ds.get(), q.dim(0), q.dim(1), q.dim(2), idxs.dim(1), scale,
-                           dout.get(), false);
+                           dout.get(), gpu::AttnWgmmaVariant::kSharedP);
   }
   return reference::Tensor<float>(q.shape(), dout.download(), "out");
 }
@@ -317,6 +320,69 @@ TEST(ProductionSparseAttn, WithinTheDerivedBound) {
   std::printf("all cases: max err/bound %.3f; %.1f%% of outputs with a bound within 1.5 bf16 ulps of the row max\n",
               st.worst, 100.0 * static_cast<double>(st.tight) / static_cast<double>(std::max<int64_t>(st.n, 1)));
   EXPECT_GE(static_cast<double>(st.tight), 0.9 * static_cast<double>(st.n)) << "the bound is vacuous";
+}
+
+// The coalesced gather changes only which thread copies which 16 bytes of a KV tile: its outputs
+// must be kRowGather's bit for bit.
+TEST(ProductionSparseAttn, CoalescedGatherSameBitsAsRowGather) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  struct Shape {
+    int64_t T, H, D, N, K;
+    double minus_one;
+    float q_scale;
+  };
+  const Shape shapes[] = {{8, 64, 512, 1200, 640, 0.05, 1.0f}, {5, 64, 512, 300, 130, 0.5, 8.0f},
+                          {3, 72, 256, 200, 65, 0.2, 2.0f},    {6, 4, 128, 80, 56, 0.2, 1.0f},
+                          {2, 64, 512, 50, 1, 0.0, 1.0f}};
+  for (const Shape& sh : shapes) {
+    const auto bits16 = [](const reference::Tensor<float>& t) {
+      std::vector<uint16_t> v(static_cast<size_t>(t.numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_bits(t.data()[i]);
+      return v;
+    };
+    std::vector<int32_t> hidx(static_cast<size_t>(sh.T * sh.K));
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(sh.N) - 1);
+    std::bernoulli_distribution none(sh.minus_one);
+    for (int32_t& v : hidx) v = none(rng()) ? -1 : pick(rng());
+    gpu::DeviceBuffer<uint16_t> dq(static_cast<size_t>(sh.T * sh.H * sh.D)), dkv(static_cast<size_t>(sh.N * sh.D));
+    dq.upload(bits16(random_bf16({sh.T, sh.H, sh.D}, sh.q_scale, "q")));
+    dkv.upload(bits16(random_bf16({sh.N, sh.D}, 1.0f, "kv")));
+    gpu::DeviceBuffer<int32_t> di(hidx.size());
+    di.upload(hidx);
+    gpu::DeviceBuffer<float> ds(static_cast<size_t>(sh.H));
+    ds.upload(random_bf16({sh.H}, 2.0f, "sink").data());
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sh.D));
+    const size_t n = static_cast<size_t>(sh.T * sh.H * sh.D);
+    gpu::DeviceBuffer<float> old_f(n), new_f(n);
+    gpu::DeviceBuffer<uint16_t> old_b(n), new_b(n);
+    old_f.poison();
+    new_f.poison();
+    old_b.poison();
+    new_b.poison();
+    const auto run = [&](gpu::AttnWgmmaVariant v, float* out_f, uint16_t* out_b) {
+      gpu::sparse_attn_wgmma(dq.get(), dkv.get(), di.get(), ds.get(), sh.T, sh.H, sh.D, sh.K, scale, out_f, v);
+      gpu::sparse_attn_wgmma_bf16(dq.get(), dkv.get(), di.get(), ds.get(), sh.T, sh.H, sh.D, sh.K, scale, out_b, v);
+    };
+    run(gpu::AttnWgmmaVariant::kRowGather, old_f.get(), old_b.get());
+    run(gpu::AttnWgmmaVariant::kCoalesced, new_f.get(), new_b.get());
+    const std::vector<float> of = old_f.download(), nf = new_f.download();
+    const std::vector<uint16_t> ob = old_b.download(), nb = new_b.download();
+    int64_t differ = 0, nonzero = 0, first = -1;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(std::isfinite(of[i])) << "row gather, shape T " << sh.T << " D " << sh.D << " output " << i;
+      const bool same = bits(of[i]) == bits(nf[i]) && ob[i] == nb[i];
+      if (!same && first < 0) first = static_cast<int64_t>(i);
+      differ += !same;
+      nonzero += nf[i] != 0.0f;
+    }
+    std::printf("coalesced vs row gather, T %lld H %lld D %lld K %lld: %lld of %zu outputs differ (fp32 or bf16)\n",
+                static_cast<long long>(sh.T), static_cast<long long>(sh.H), static_cast<long long>(sh.D),
+                static_cast<long long>(sh.K), static_cast<long long>(differ), n);
+    EXPECT_EQ(differ, 0) << "T " << sh.T << " H " << sh.H << " D " << sh.D << " K " << sh.K << ": first at " << first
+                         << " (row gather " << (first >= 0 ? of[static_cast<size_t>(first)] : 0.0f) << ", coalesced "
+                         << (first >= 0 ? nf[static_cast<size_t>(first)] : 0.0f) << ")";
+    EXPECT_GT(nonzero, 0) << "T " << sh.T << " D " << sh.D << ": all outputs zero";
+  }
 }
 
 TEST(ProductionSparseAttn, RowsOfOnlyMinusOneGiveZero) {
