@@ -15,9 +15,11 @@
 // Checked before timing: the production top-k against the exact one (rows equal as sets, and the
 // share of positions that differ: ties and near ties only; tests/cuda/index_select_production_test
 // judges them). --splits R:S,... also times the fused op with ranges of R keys in clusters of S CTAs
-// (IndexSelectArgs::range_keys, cluster; `auto` = the default split, timed as "fused"), each checked
-// to give the default split's picks and mask bit for bit; every split prints its clusters and how
-// many the device holds at once (one wave or more).
+// (IndexSelectArgs::range_keys, cluster; the default split is timed as "fused"), each without and
+// with the pipelined chunk loop (IndexSelectArgs::prefetch); the default split is always also timed
+// with the pipeline, with fit_wave (halve the cluster until its clusters fit one wave) and with both.
+// Each is checked to give the default's picks and mask bit for bit, and prints its clusters and how
+// many the device holds at once (split "0:0" = the default).
 // Usage: dsv41_index_select_bench [--only decode|prefill|long] [--reps N] [--splits R:S,...]
 #include <algorithm>
 #include <cmath>
@@ -28,6 +30,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_device.h"
@@ -170,9 +173,15 @@ void run_shape(const char* name, int64_t T, int64_t n, bool prefill, int reps, c
                 static_cast<long>(differ), static_cast<long>(T * k), static_cast<long>(mask_differ),
                 flagged ? "  FLAGGED (composition would run)" : "");
     std::printf("         default split: %s\n", describe(a).c_str());
-    for (const Split& s : splits) {  // the same op cut otherwise: the same picks, timed
+    struct Variant {
+      Split s;
+      bool prefetch, fit_wave;
+    };
+    std::vector<Variant> variants = {{Split{}, true, false}, {Split{}, false, true}, {Split{}, true, true}};
+    for (const Split& s : splits) variants.push_back({s, false, false}), variants.push_back({s, true, false});
+    for (const auto& [s, prefetch, fit_wave] : variants) {  // the same op cut or pipelined otherwise: the same picks
       gpu::IndexSelectArgs b = a;
-      b.range_keys = s.range_keys, b.cluster = s.cluster;
+      b.range_keys = s.range_keys, b.cluster = s.cluster, b.prefetch = prefetch, b.fit_wave = fit_wave;
       b.topk = topk_split.get(), b.mask = source ? mask_split.get() : nullptr;
       int64_t bytes = 0;
       try {
@@ -188,9 +197,10 @@ void run_shape(const char* name, int64_t T, int64_t n, bool prefill, int reps, c
       const bool same = topk_split.download() == got && (!source || mask_split.download() == mask.download());
       const std::vector<double> ts = time_ms(3, reps, 1, [&](int) { gpu::index_select(b); });
       const double ms = ts[ts.size() / 2] * 1e3;
-      std::printf("         split %ld:%ld  fused %9.1f us  x%.2f vs the default  %s  %s\n", static_cast<long>(s.range_keys),
-                  static_cast<long>(s.cluster), ms, mf / ms, same ? "same picks" : "PICKS DIFFER FROM THE DEFAULT SPLIT",
-                  describe(b).c_str());
+      std::printf("         split %ld:%ld%s%s  fused %9.1f us  x%.2f vs the default  %s  %s\n",
+                  static_cast<long>(s.range_keys), static_cast<long>(s.cluster), prefetch ? " prefetch" : "",
+                  fit_wave ? " fit_wave" : "", ms, mf / ms,
+                  same ? "same picks" : "PICKS DIFFER FROM THE DEFAULT", describe(b).c_str());
     }
   }
 }

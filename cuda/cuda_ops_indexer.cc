@@ -7,7 +7,8 @@
 // reference rejects (bad shapes, a reach outside [0, N], a NaN score for the top-k) run the
 // reference on host copies, which raises its own error (a host call).
 // index_select: in kProduction with "indexer" on, the fused production kernel (cuda/index_select.h,
-// ORDER-VARIANT: the head sum's order) where it covers the inputs; else the seam's default
+// ORDER-VARIANT: the head sum's order) where it covers the inputs (any N up to the merge's limit:
+// ranges of 65536 keys and a merge past that, still no [T, N] scores); else the seam's default
 // composition of the ops above (bit-exact).
 #include <algorithm>
 #include <memory>

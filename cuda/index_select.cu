@@ -12,18 +12,23 @@
 // arithmetic, the head sum's order (fp32, 32 terms), so the scores lie within the index_scores
 // bound of docs/cuda.md and the selection is judged as a set with the tie band.
 //
-// Layout of one CTA (512 threads = 4 query rows x 4 warps; cluster rank s owns keys [s L, s L + L)):
+// Layout of one CTA (512 threads = 4 query rows x 4 warps; blockIdx.x = range g x S + cluster rank
+// s, which owns keys [g R + s L, g R + s L + L); one range, R >= n, unless the keys exceed 65536 or
+// the caller chose a split):
 //   - the row's query codes are B fragments in registers (32 heads x 128 channels: 32 registers);
 //   - per chunk of 128 keys the CTA decodes the packed entries (one thread per 32-channel block)
 //     into int8 rows of 144 bytes in shared memory (the 16-byte pad makes the A-fragment loads
-//     conflict free) and 2^ek per key;
+//     conflict free) and 2^ek per key (kPrefetch: two such buffers, the next chunk decoded while
+//     this one is scored);
 //   - warp w of a row takes 16-key tiles w, w + 4 of the chunk: 4 head groups x 4 channel steps of
 //     mma.sync m16n8k32 (rows = 16 keys, columns = 8 heads); accumulators start at the bits of
 //     1.5 * 2^23 so that each is the float 1.5 * 2^23 + I (one subtraction gives I);
 //   - each (row, key) keeps only its bf16 score as a 16-bit ordered key in shared memory.
 // Selection (cluster_select): per row, a two-pass 8-bit radix select whose histograms are summed
 // over the cluster's CTAs through distributed shared memory, then the ties at the threshold taken
-// lowest position first, and each pick's slot from scans within the CTA and counts across it.
+// lowest position first, and each pick's slot from scans within the CTA and counts across it
+// (cuda/index_select_select.cuh). With several ranges the picks go to the workspace as candidates
+// and cuda/index_select_merge.cu selects among them.
 #include "cuda/index_select.h"
 
 #include <cooperative_groups.h>
@@ -122,14 +127,21 @@ __global__ void __launch_bounds__(256) encode_queries_kernel(const float* __rest
 // takes 32-channel block b of key j (kThreads = 4 kChunk). The key's exponent is its smallest E8M0
 // scale over the blocks holding a nonzero code (an all-zero block contributes 0 at any scale); a key
 // it cannot encode (scales spanning more than x8, a NaN scale, |exponent| > kEBound) sets sh.flag.
-// Keys >= n and channels >= dim are zero.
-__device__ void decode_chunk(const Params& p, int64_t key0, int8_t* codes, Shared& sh) {
+// Keys >= n and channels >= dim are zero. In two steps: load_block reads the thread's packed bytes
+// (issued a chunk ahead when the kernel prefetches), expand_chunk writes the codes.
+struct RawBlock {
+  uint32_t w[4];  // the block's 32 E2M1 nibbles
+  int s;          // its E8M0 scale
+};
+
+__device__ __forceinline__ void load_block(const Params& p, int64_t key0, RawBlock& raw) {
   static_assert(kThreads == 4 * kChunk, "one thread per (key, block) of a chunk");
   const int j = static_cast<int>(threadIdx.x) / 4, b = static_cast<int>(threadIdx.x) % 4;
   const int64_t key = key0 + j;
   const bool live = key < p.n && b < p.dim / 32;
-  uint32_t w[4] = {0, 0, 0, 0};
-  int s = 0;
+  uint32_t* w = raw.w;
+  w[0] = w[1] = w[2] = w[3] = 0;
+  raw.s = 0;
   if (live) {
     const uint8_t* e = p.keys + key * p.entry_bytes;
     const uint8_t* nib = e + b * 16;  // the block's 16 nibble bytes
@@ -140,8 +152,17 @@ __device__ void decode_chunk(const Params& p, int64_t key0, int8_t* codes, Share
 #pragma unroll
       for (int i = 0; i < 16; ++i) w[i / 4] |= static_cast<uint32_t>(nib[i]) << (8 * (i % 4));
     }
-    s = e[p.dim / 2 + b];
+    raw.s = e[p.dim / 2 + b];
   }
+}
+
+__device__ __forceinline__ void expand_chunk(const Params& p, int64_t key0, const RawBlock& raw, int8_t* codes,
+                                             float* kscale, Shared& sh) {
+  const int j = static_cast<int>(threadIdx.x) / 4, b = static_cast<int>(threadIdx.x) % 4;
+  const int64_t key = key0 + j;
+  const bool live = key < p.n && b < p.dim / 32;
+  const uint32_t(&w)[4] = raw.w;
+  const int s = raw.s;
   const bool nonzero = index_key_codes::block_nonzero(w);
   int smin = nonzero ? s : 255, smax = nonzero ? s : 0, nan = live && s == 255;
 #pragma unroll
@@ -156,15 +177,20 @@ __device__ void decode_chunk(const Params& p, int64_t key0, int8_t* codes, Share
   uint4* dst = reinterpret_cast<uint4*>(codes + j * kRowBytes + b * 32);
   dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
   dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
-  if (b == 0) sh.kscale[j] = key < p.n ? exp2i(smin - 128) : 0.0f;
+  if (b == 0) kscale[j] = key < p.n ? exp2i(smin - 128) : 0.0f;
 }
 
+// kPrefetch: a pipeline of two code buffers and one barrier per chunk; while the warps score chunk
+// c they expand chunk c + 1 (its packed bytes loaded into registers an iteration earlier) into the
+// other buffer and load chunk c + 2's bytes. The same codes, so the same bits.
+template <bool kPrefetch>
 __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params p) {
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) uint8_t smem[];
   Shared& sh = *reinterpret_cast<Shared*>(smem);
-  int8_t* codes = reinterpret_cast<int8_t*>(smem + (sizeof(Shared) + 15) / 16 * 16);  // [kChunk][kRowBytes]
-  uint16_t* sc = reinterpret_cast<uint16_t*>(codes + kChunk * kRowBytes);            // [kRows][L] score keys
+  constexpr int kBuffers = kPrefetch ? 2 : 1;
+  int8_t* codes = reinterpret_cast<int8_t*>(smem + (sizeof(Shared) + 15) / 16 * 16);  // [kBuffers][kChunk][kRowBytes]
+  uint16_t* sc = reinterpret_cast<uint16_t*>(codes + kBuffers * kChunk * kRowBytes);  // [kRows][L] score keys
   const int L = p.L, Lb = p.topk_blocks > 0 ? L / p.block_size : 0;
   uint16_t* blk = sc + kRows * L;                                                     // [kRows][Lb] block keys
   uint8_t* kept = reinterpret_cast<uint8_t*>(blk + kRows * Lb);                       // [kRows][Lb]
@@ -198,10 +224,28 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
   }
   if (threadIdx.x == 0) sh.flag = 0;
 
-  for (int c0 = 0; c0 < m_local; c0 += kChunk) {
-    __syncthreads();  // the previous chunk is consumed
-    decode_chunk(p, base + c0, codes, sh);
+  RawBlock raw;
+  if (kPrefetch) {  // chunk 0 expanded, chunk 1's bytes on their way
+    __syncthreads();  // sh.flag is 0
+    if (m_local > 0) {
+      load_block(p, base, raw);
+      expand_chunk(p, base, raw, codes, sh.kscale[0], sh);
+    }
+    if (kChunk < m_local) load_block(p, base + kChunk, raw);
     __syncthreads();
+  }
+  for (int c0 = 0, buf = 0; c0 < m_local; c0 += kChunk, buf ^= kBuffers - 1) {
+    const int8_t* cur = codes + buf * kChunk * kRowBytes;
+    const float* kscale = sh.kscale[buf];
+    if (!kPrefetch) {
+      __syncthreads();  // the previous chunk is consumed
+      load_block(p, base + c0, raw);
+      expand_chunk(p, base + c0, raw, codes, sh.kscale[0], sh);
+      __syncthreads();
+    } else if (c0 + kChunk < m_local) {  // the other buffer was consumed before the last barrier
+      expand_chunk(p, base + c0 + kChunk, raw, codes + (buf ^ 1) * kChunk * kRowBytes, sh.kscale[buf ^ 1], sh);
+      if (c0 + 2 * kChunk < m_local) load_block(p, base + c0 + 2 * kChunk, raw);  // in flight during the MMAs
+    }
     for (int tile = wi; tile < kChunk / 16; tile += kTeamWarps) {
       const int l0 = c0 + tile * 16;  // local index of the tile's first key
       if (l0 >= m_local) break;
@@ -216,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
         uint32_t a[4][4];
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-          const int8_t* rg = codes + (tile * 16 + g) * kRowBytes + s * 32 + q4 * 4;
+          const int8_t* rg = cur + (tile * 16 + g) * kRowBytes + s * 32 + q4 * 4;
           a[s][0] = *reinterpret_cast<const uint32_t*>(rg);
           a[s][1] = *reinterpret_cast<const uint32_t*>(rg + 8 * kRowBytes);
           a[s][2] = *reinterpret_cast<const uint32_t*>(rg + 16);
@@ -239,12 +283,13 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
         const auto keep = [&](int64_t key) {
           return key < reach && (p.pool == nullptr || p.pool[t * p.n + key] != 0);
         };
-        if (keep(k0 + g)) key_g = order_key(__float2bfloat16_rn(__fmul_rn(sum0, sh.kscale[tile * 16 + g])));
-        if (keep(k0 + g + 8)) key_g8 = order_key(__float2bfloat16_rn(__fmul_rn(sum1, sh.kscale[tile * 16 + g + 8])));
+        if (keep(k0 + g)) key_g = order_key(__float2bfloat16_rn(__fmul_rn(sum0, kscale[tile * 16 + g])));
+        if (keep(k0 + g + 8)) key_g8 = order_key(__float2bfloat16_rn(__fmul_rn(sum1, kscale[tile * 16 + g + 8])));
       }
       if (q4 == 0 && l0 + g < m_local) sc[r * L + l0 + g] = static_cast<uint16_t>(key_g);
       if (q4 == 1 && l0 + g + 8 < m_local) sc[r * L + l0 + g + 8] = static_cast<uint16_t>(key_g8);
     }
+    if (kPrefetch) __syncthreads();  // chunk c consumed, chunk c + 1 expanded
   }
   __syncthreads();
   if (threadIdx.x == 0 && sh.flag) atomicOr(p.flag, 1);
@@ -329,13 +374,9 @@ Plan plan_for(int64_t n, int64_t k, int64_t topk_blocks, int64_t block_size, int
   return pl;
 }
 
-Plan plan_for(const IndexSelectArgs& a) {
-  return plan_for(a.n, a.k, a.topk_blocks, a.topk_blocks > 0 ? a.block_size : 1, a.range_keys, a.cluster);
-}
-
-size_t select_smem(const Plan& pl, int block_size, bool source) {
+size_t select_smem(const Plan& pl, int block_size, bool source, bool prefetch) {
   const int Lb = source ? pl.L / block_size : 0;
-  return (sizeof(Shared) + 15) / 16 * 16 + kChunk * kRowBytes + static_cast<size_t>(kRows) * pl.L * 2 +
+  return (sizeof(Shared) + 15) / 16 * 16 + (prefetch ? 2 : 1) * kChunk * kRowBytes + static_cast<size_t>(kRows) * pl.L * 2 +
          static_cast<size_t>(kRows) * Lb * 3;
 }
 
@@ -343,9 +384,10 @@ size_t select_smem(const Plan& pl, int block_size, bool source) {
 struct SelectLaunch {
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
-  SelectLaunch(const Plan& pl, int64_t T, size_t smem) {
-    DSV41_CUDA_CHECK(cudaFuncSetAttribute(index_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
+  void (*kernel)(Params);
+  SelectLaunch(const Plan& pl, int64_t T, size_t smem, bool prefetch)
+      : kernel(prefetch ? index_select_kernel<true> : index_select_kernel<false>) {
+    DSV41_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     cfg.gridDim = dim3(static_cast<unsigned>(pl.S * pl.G), static_cast<unsigned>((T + kRows - 1) / kRows), 1);
     cfg.blockDim = dim3(kThreads, 1, 1);
     cfg.dynamicSmemBytes = smem;
@@ -359,6 +401,29 @@ struct SelectLaunch {
   SelectLaunch(const SelectLaunch&) = delete;
   SelectLaunch& operator=(const SelectLaunch&) = delete;
 };
+
+int max_active_clusters(const Plan& pl, int64_t T, size_t smem, bool prefetch) {
+  SelectLaunch l(pl, T, smem, prefetch);
+  int active = 0;
+  DSV41_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&active, l.kernel, &l.cfg));
+  return active;
+}
+
+Plan plan_for(const IndexSelectArgs& a) {
+  const int bs = static_cast<int>(a.topk_blocks > 0 ? a.block_size : 1);
+  Plan pl = plan_for(a.n, a.k, a.topk_blocks, bs, a.range_keys, a.cluster);
+  if (!(pl.ok && a.fit_wave && a.range_keys == 0 && a.cluster == 0 && pl.G == 1)) return pl;
+  // One range whose clusters the device cannot hold at once (decode T 64 x N 16384: 16 clusters of
+  // 8 where an H100 holds 15): halve the cluster, same keys per CTA, more ranges, while that helps.
+  const int64_t groups = (a.T + kRows - 1) / kRows;
+  while (pl.S > 1 && groups * pl.G > max_active_clusters(pl, a.T, select_smem(pl, bs, a.topk_blocks > 0, a.prefetch),
+                                                        a.prefetch)) {
+    Plan half = plan_for(a.n, a.k, a.topk_blocks, bs, static_cast<int64_t>(pl.S / 2) * pl.L, pl.S / 2);
+    if (!half.ok) break;
+    pl = half;
+  }
+  return pl;
+}
 
 }  // namespace
 
@@ -409,9 +474,9 @@ void index_select(const IndexSelectArgs& a) {
   p.cand = reinterpret_cast<uint32_t*>(ws + cand_offset(a.T));
   p.bcand = p.cand + a.T * pl.G * pl.kc;
   p.flag = flag;
-  const size_t smem = select_smem(pl, p.block_size, source);
-  SelectLaunch l(pl, a.T, smem);
-  DSV41_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, index_select_kernel, p));
+  const size_t smem = select_smem(pl, p.block_size, source, a.prefetch);
+  SelectLaunch l(pl, a.T, smem, a.prefetch);
+  DSV41_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, l.kernel, p));
   if (pl.G == 1) return;
 
   if (source) DSV41_CUDA_CHECK(cudaMemsetAsync(a.mask, 0, static_cast<size_t>(a.T * a.n)));
@@ -433,11 +498,9 @@ IndexSelectSplit index_select_split(const IndexSelectArgs& a) {
   IndexSelectSplit s;
   s.cluster = pl.S, s.keys_per_cta = pl.L, s.ranges = pl.G, s.merge_cluster = pl.Sm;
   s.clusters = static_cast<int64_t>(pl.G) * ((a.T + kRows - 1) / kRows);
-  const size_t smem = select_smem(pl, static_cast<int>(a.topk_blocks > 0 ? a.block_size : 1), a.topk_blocks > 0);
-  SelectLaunch l(pl, a.T, smem);
-  int active = 0;
-  DSV41_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&active, index_select_kernel, &l.cfg));
-  s.max_active_clusters = active;
+  const size_t smem =
+      select_smem(pl, static_cast<int>(a.topk_blocks > 0 ? a.block_size : 1), a.topk_blocks > 0, a.prefetch);
+  s.max_active_clusters = max_active_clusters(pl, a.T, smem, a.prefetch);
   return s;
 }
 

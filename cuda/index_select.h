@@ -48,6 +48,15 @@ struct IndexSelectArgs {
   // 65536 in clusters of 8): ranges of range_keys keys in clusters of `cluster` CTAs (range_keys a
   // multiple of 128 cluster, at most 8192 keys per CTA). Any split gives the same picks.
   int64_t range_keys = 0, cluster = 0;
+  // Pipeline the key chunks: two code buffers, one barrier per chunk, chunk c + 1 expanded and chunk
+  // c + 2's packed bytes loaded while chunk c is scored (the same codes, the same picks). Off: the
+  // session-18 loop (decode, barrier, score, barrier), timed beside it by the bench until a device
+  // run settles the default.
+  bool prefetch = false;
+  // With the default split of one range: while the device cannot hold all of the scoring kernel's
+  // clusters at once (cudaOccupancyMaxActiveClusters), halve the cluster (ranges of S/2 CTAs of the
+  // same keys, and the merge). The same picks; off until a device run settles it.
+  bool fit_wave = false;
 };
 
 // Whether the kernels cover these shapes: heads <= 32, dim a multiple of 32 up to 128, 1 <= k <= n,

@@ -32,7 +32,7 @@ struct Shared {
   uint32_t cnt[kRows];           // this CTA's {above << 16 | ties} at the threshold (read by the cluster)
   uint32_t scan[kRows][kTeamWarps];
   uint32_t bin[kRows], before[kRows], thr[kRows], need[kRows];
-  float kscale[kChunk];          // 2^ek of the chunk's keys
+  float kscale[2][kChunk];       // 2^ek of the chunk's keys (two buffers when the kernel prefetches)
   int flag;
 };
 
