@@ -433,12 +433,19 @@ bool index_select_fits(int64_t heads, int64_t dim, int64_t n, int64_t k, int64_t
   return plan_for(n, k, topk_blocks, topk_blocks > 0 ? block_size : 1, 0, 0).ok;
 }
 
+// Query rows per launch: all of them with one range; with several, chunks of kRowChunk rows, so that
+// the candidates' workspace stays bounded (T x ranges x (kc + kbc) x 4 bytes otherwise: 671 MB at T
+// 4096, 2^20 keys, top-k 512 and 2048 blocks; 168 MB a chunk).
+constexpr int64_t kRowChunk = 1024;
+int64_t rows_per_launch(const Plan& pl, int64_t T) { return pl.G > 1 ? std::min(T, kRowChunk) : T; }
+
 int64_t index_select_workspace_bytes(const IndexSelectArgs& a) {
   const Plan pl = plan_for(a);
   DSV41_CHECK(pl.ok, "index_select_workspace_bytes: n ", a.n, ", k ", a.k, ", range_keys ", a.range_keys,
               ", cluster ", a.cluster, " not covered");
-  const int64_t cand = pl.G > 1 ? a.T * pl.G * (static_cast<int64_t>(pl.kc) + pl.kbc) * 4 : 0;
-  return cand_offset(a.T) + cand;
+  const int64_t rows = rows_per_launch(pl, a.T);
+  const int64_t cand = pl.G > 1 ? rows * pl.G * (static_cast<int64_t>(pl.kc) + pl.kbc) * 4 : 0;
+  return cand_offset(rows) + cand;
 }
 
 void index_select(const IndexSelectArgs& a) {
@@ -450,45 +457,49 @@ void index_select(const IndexSelectArgs& a) {
   uint8_t* ws = a.workspace;
   int* flag = reinterpret_cast<int*>(ws);
   DSV41_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int)));
-  Params p{};
-  p.q_codes = reinterpret_cast<const int8_t*>(ws + codes_offset());
-  p.w_abs = reinterpret_cast<const uint32_t*>(ws + wabs_offset(a.T));
-  p.w_sign = reinterpret_cast<const float*>(ws + wsign_offset(a.T));
-  const int64_t rows = a.T * kHeads;
-  encode_queries_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256>>>(
-      a.q, a.w, a.T, a.heads, a.dim, reinterpret_cast<int8_t*>(ws + codes_offset()),
-      reinterpret_cast<uint16_t*>(ws + wabs_offset(a.T)), reinterpret_cast<float*>(ws + wsign_offset(a.T)), flag);
-  DSV41_CUDA_CHECK(cudaGetLastError());
-
   const bool source = a.topk_blocks > 0;
-  p.keys = a.keys;
-  p.entry_bytes = a.dim / 2 + a.dim / 32;
-  p.dim = static_cast<int>(a.dim);
-  p.reach = a.reach;
-  p.pool = a.pool;
-  p.T = a.T, p.n = a.n, p.k = a.k, p.topk_blocks = a.topk_blocks;
-  p.block_size = static_cast<int>(source ? a.block_size : 1);
-  p.L = pl.L, p.R = pl.R, p.G = pl.G, p.kc = pl.kc, p.kbc = pl.kbc;
-  p.topk = a.topk;
-  p.mask = a.mask;
-  p.cand = reinterpret_cast<uint32_t*>(ws + cand_offset(a.T));
-  p.bcand = p.cand + a.T * pl.G * pl.kc;
-  p.flag = flag;
-  const size_t smem = select_smem(pl, p.block_size, source, a.prefetch);
-  SelectLaunch l(pl, a.T, smem, a.prefetch);
-  DSV41_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, l.kernel, p));
-  if (pl.G == 1) return;
+  if (source && pl.G > 1) DSV41_CUDA_CHECK(cudaMemsetAsync(a.mask, 0, static_cast<size_t>(a.T * a.n)));
+  const int64_t chunk = rows_per_launch(pl, a.T);  // the workspace's layout holds `chunk` rows
+  for (int64_t t0 = 0; t0 < a.T; t0 += chunk) {
+    const int64_t T = std::min(chunk, a.T - t0);
+    Params p{};
+    p.q_codes = reinterpret_cast<const int8_t*>(ws + codes_offset());
+    p.w_abs = reinterpret_cast<const uint32_t*>(ws + wabs_offset(chunk));
+    p.w_sign = reinterpret_cast<const float*>(ws + wsign_offset(chunk));
+    const int64_t rows = T * kHeads;
+    encode_queries_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256>>>(
+        a.q + t0 * a.heads * a.dim, a.w + t0 * a.heads, T, a.heads, a.dim, reinterpret_cast<int8_t*>(ws + codes_offset()),
+        reinterpret_cast<uint16_t*>(ws + wabs_offset(chunk)), reinterpret_cast<float*>(ws + wsign_offset(chunk)), flag);
+    DSV41_CUDA_CHECK(cudaGetLastError());
 
-  if (source) DSV41_CUDA_CHECK(cudaMemsetAsync(a.mask, 0, static_cast<size_t>(a.T * a.n)));
-  MergeParams m;
-  m.cand = p.cand;
-  m.bcand = source ? p.bcand : nullptr;
-  m.reach = a.reach;
-  m.T = a.T, m.n = a.n, m.k = a.k, m.topk_blocks = source ? a.topk_blocks : 0, m.R = pl.R;
-  m.G = pl.G, m.kc = pl.kc, m.kbc = pl.kbc, m.block_size = p.block_size, m.S = pl.Sm;
-  m.topk = a.topk;
-  m.mask = a.mask;
-  launch_merge(m);
+    p.keys = a.keys;
+    p.entry_bytes = a.dim / 2 + a.dim / 32;
+    p.dim = static_cast<int>(a.dim);
+    p.reach = a.reach + t0;
+    p.pool = a.pool != nullptr ? a.pool + t0 * a.n : nullptr;
+    p.T = T, p.n = a.n, p.k = a.k, p.topk_blocks = a.topk_blocks;
+    p.block_size = static_cast<int>(source ? a.block_size : 1);
+    p.L = pl.L, p.R = pl.R, p.G = pl.G, p.kc = pl.kc, p.kbc = pl.kbc;
+    p.topk = a.topk + t0 * a.k;
+    p.mask = source ? a.mask + t0 * a.n : nullptr;
+    p.cand = reinterpret_cast<uint32_t*>(ws + cand_offset(chunk));
+    p.bcand = p.cand + chunk * pl.G * pl.kc;
+    p.flag = flag;
+    const size_t smem = select_smem(pl, p.block_size, source, a.prefetch);
+    SelectLaunch l(pl, T, smem, a.prefetch);
+    DSV41_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, l.kernel, p));
+    if (pl.G == 1) continue;
+
+    MergeParams m;
+    m.cand = p.cand;
+    m.bcand = source ? p.bcand : nullptr;
+    m.reach = p.reach;
+    m.T = T, m.n = a.n, m.k = a.k, m.topk_blocks = source ? a.topk_blocks : 0, m.R = pl.R;
+    m.G = pl.G, m.kc = pl.kc, m.kbc = pl.kbc, m.block_size = p.block_size, m.S = pl.Sm;
+    m.topk = p.topk;
+    m.mask = p.mask;
+    launch_merge(m);
+  }
 }
 
 IndexSelectSplit index_select_split(const IndexSelectArgs& a) {

@@ -20,7 +20,8 @@
 //      every chosen split (ranges of 256 to 8192 keys in clusters of 1 to 8 CTAs, fewer candidates
 //      per range than k included) gives the default split's top-k and mask bit for bit (the scores
 //      are the same bits whatever CTA computes them, and the merge is exact under the same order);
-//      so do the pipelined chunk loop (IndexSelectArgs::prefetch) and fit_wave.
+//      so do the pipelined chunk loop (IndexSelectArgs::prefetch) and fit_wave, and a ranged call
+//      of more than 1024 rows (launched in row chunks that share the workspace).
 //   0. On the CPU (no device): the kernel's key encoding (cuda/index_key_codes.h) reproduces the
 //      reference's unpacked values from the packed entries bit for bit.
 //   4. DSV41_CUDA_PRODUCTION_OPS without `indexer`: index_select is the composition (bit-exact);
@@ -479,7 +480,8 @@ TEST(IndexSelectProduction, EverySplitGivesTheSamePicks) {
                                            {9, 32, 128, 5000, false, 512, 300, 0},
                                            {67, 32, 128, 2048, true, 512, 100, 0},
                                            {5, 8, 64, 3001, true, 32, 6, 0},
-                                           {6, 32, 128, 9000, false, 512, 64, 1}}) {  // exact ties
+                                           {6, 32, 128, 9000, false, 512, 64, 1},     // exact ties
+                                           {1100, 32, 128, 2048, true, 512, 100, 0}}) {  // ranged: 2 row chunks
     const Case c = make_case(s.T, s.heads, s.dim, s.n, s.prefill, s.levels);
     const Tensor<uint8_t> pool = random_pool(c.T, c.n);
     IndexSelectSpec source = plain_spec(s.k), inside = plain_spec(s.k);
