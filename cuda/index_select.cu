@@ -82,6 +82,15 @@ struct Params {
 };
 
 
+// The four 8 x 16-byte matrices whose row addresses lanes 8m .. 8m + 7 give, as mma A fragments:
+// lane l gets bytes 4 (l % 4) .. 4 (l % 4) + 3 of row l / 4 of matrix m in a[m].
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], const int8_t* row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(addr));
+}
+
 // sum += sign(w'_h) bf16(relu(bf16(I_h)) |w'_h|) for the two heads of accumulators i0, i1 (one key).
 __device__ __forceinline__ void add_heads(int i0, int i1, uint32_t wabs2, float s0, float s1, float& sum) {
   const float x0 = __fsub_rn(__int_as_float(i0), 12582912.0f), x1 = __fsub_rn(__int_as_float(i1), 12582912.0f);
@@ -182,8 +191,9 @@ __device__ __forceinline__ void expand_chunk(const Params& p, int64_t key0, cons
 
 // kPrefetch: a pipeline of two code buffers and one barrier per chunk; while the warps score chunk
 // c they expand chunk c + 1 (its packed bytes loaded into registers an iteration earlier) into the
-// other buffer and load chunk c + 2's bytes. The same codes, so the same bits.
-template <bool kPrefetch>
+// other buffer and load chunk c + 2's bytes. kLdmatrix: a tile's A fragments by 4 ldmatrix.x4
+// instead of 16 32-bit loads. The same codes in the same fragments, so the same bits.
+template <bool kPrefetch, bool kLdmatrix>
 __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params p) {
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) uint8_t smem[];
@@ -260,11 +270,16 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
         uint32_t a[4][4];
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-          const int8_t* rg = cur + (tile * 16 + g) * kRowBytes + s * 32 + q4 * 4;
-          a[s][0] = *reinterpret_cast<const uint32_t*>(rg);
-          a[s][1] = *reinterpret_cast<const uint32_t*>(rg + 8 * kRowBytes);
-          a[s][2] = *reinterpret_cast<const uint32_t*>(rg + 16);
-          a[s][3] = *reinterpret_cast<const uint32_t*>(rg + 8 * kRowBytes + 16);
+          if (kLdmatrix) {  // matrix m = lane / 8: keys + 8 (m & 1), bytes + 16 (m >> 1); lane i of it: row i
+            const int m = lane / 8;
+            ldmatrix_x4(a[s], cur + (tile * 16 + lane % 8 + 8 * (m & 1)) * kRowBytes + s * 32 + 16 * (m >> 1));
+          } else {
+            const int8_t* rg = cur + (tile * 16 + g) * kRowBytes + s * 32 + q4 * 4;
+            a[s][0] = *reinterpret_cast<const uint32_t*>(rg);
+            a[s][1] = *reinterpret_cast<const uint32_t*>(rg + 8 * kRowBytes);
+            a[s][2] = *reinterpret_cast<const uint32_t*>(rg + 16);
+            a[s][3] = *reinterpret_cast<const uint32_t*>(rg + 8 * kRowBytes + 16);
+          }
         }
         float sum0 = 0.0f, sum1 = 0.0f;  // keys g and g + 8, this thread's 8 heads
 #pragma unroll
@@ -385,8 +400,9 @@ struct SelectLaunch {
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
   void (*kernel)(Params);
-  SelectLaunch(const Plan& pl, int64_t T, size_t smem, bool prefetch)
-      : kernel(prefetch ? index_select_kernel<true> : index_select_kernel<false>) {
+  SelectLaunch(const Plan& pl, int64_t T, size_t smem, bool prefetch, bool ldmatrix)
+      : kernel(prefetch ? (ldmatrix ? index_select_kernel<true, true> : index_select_kernel<true, false>)
+                        : (ldmatrix ? index_select_kernel<false, true> : index_select_kernel<false, false>)) {
     DSV41_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     cfg.gridDim = dim3(static_cast<unsigned>(pl.S * pl.G), static_cast<unsigned>((T + kRows - 1) / kRows), 1);
     cfg.blockDim = dim3(kThreads, 1, 1);
@@ -402,8 +418,8 @@ struct SelectLaunch {
   SelectLaunch& operator=(const SelectLaunch&) = delete;
 };
 
-int max_active_clusters(const Plan& pl, int64_t T, size_t smem, bool prefetch) {
-  SelectLaunch l(pl, T, smem, prefetch);
+int max_active_clusters(const Plan& pl, int64_t T, size_t smem, bool prefetch, bool ldmatrix) {
+  SelectLaunch l(pl, T, smem, prefetch, ldmatrix);
   int active = 0;
   DSV41_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&active, l.kernel, &l.cfg));
   return active;
@@ -416,8 +432,9 @@ Plan plan_for(const IndexSelectArgs& a) {
   // One range whose clusters the device cannot hold at once (decode T 64 x N 16384: 16 clusters of
   // 8 where an H100 holds 15): halve the cluster, same keys per CTA, more ranges, while that helps.
   const int64_t groups = (a.T + kRows - 1) / kRows;
-  while (pl.S > 1 && groups * pl.G > max_active_clusters(pl, a.T, select_smem(pl, bs, a.topk_blocks > 0, a.prefetch),
-                                                        a.prefetch)) {
+  while (pl.S > 1 &&
+         groups * pl.G > max_active_clusters(pl, a.T, select_smem(pl, bs, a.topk_blocks > 0, a.prefetch), a.prefetch,
+                                             a.ldmatrix)) {
     Plan half = plan_for(a.n, a.k, a.topk_blocks, bs, static_cast<int64_t>(pl.S / 2) * pl.L, pl.S / 2);
     if (!half.ok) break;
     pl = half;
@@ -486,7 +503,7 @@ void index_select(const IndexSelectArgs& a) {
     p.bcand = p.cand + chunk * pl.G * pl.kc;
     p.flag = flag;
     const size_t smem = select_smem(pl, p.block_size, source, a.prefetch);
-    SelectLaunch l(pl, T, smem, a.prefetch);
+    SelectLaunch l(pl, T, smem, a.prefetch, a.ldmatrix);
     DSV41_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, l.kernel, p));
     if (pl.G == 1) continue;
 
@@ -511,7 +528,7 @@ IndexSelectSplit index_select_split(const IndexSelectArgs& a) {
   s.clusters = static_cast<int64_t>(pl.G) * ((a.T + kRows - 1) / kRows);
   const size_t smem =
       select_smem(pl, static_cast<int>(a.topk_blocks > 0 ? a.block_size : 1), a.topk_blocks > 0, a.prefetch);
-  s.max_active_clusters = max_active_clusters(pl, a.T, smem, a.prefetch);
+  s.max_active_clusters = max_active_clusters(pl, a.T, smem, a.prefetch, a.ldmatrix);
   return s;
 }
 
