@@ -16,9 +16,9 @@
 // share of positions that differ: ties and near ties only; tests/cuda/index_select_production_test
 // judges them). --splits R:S,... also times the fused op with ranges of R keys in clusters of S CTAs
 // (IndexSelectArgs::range_keys, cluster; the default split is timed as "fused"), each without and
-// with the pipelined chunk loop and ldmatrix (IndexSelectArgs::prefetch, ldmatrix); the default split
-// is always also timed with each of them, both, fit_wave (halve the cluster until its clusters fit
-// one wave), and all three.
+// with the three kernel switches (IndexSelectArgs::prefetch, ldmatrix, warp_hist); the default split
+// is always also timed with each switch alone, fit_wave alone (halve the cluster until its clusters
+// fit one wave), the three switches, and all four.
 // Each is checked to give the default's picks and mask bit for bit, and prints its clusters and how
 // many the device holds at once (split "0:0" = the default).
 // Usage: dsv41_index_select_bench [--only decode|prefill|long] [--reps N] [--splits R:S,...]
@@ -176,16 +176,19 @@ void run_shape(const char* name, int64_t T, int64_t n, bool prefill, int reps, c
     std::printf("         default split: %s\n", describe(a).c_str());
     struct Variant {
       Split s;
-      bool prefetch, ldmatrix, fit_wave;
+      bool prefetch, ldmatrix, warp_hist, fit_wave;
     };
-    std::vector<Variant> variants = {{Split{}, true, false, false}, {Split{}, false, true, false},
-                                     {Split{}, true, true, false},  {Split{}, false, false, true},
-                                     {Split{}, true, true, true}};
-    for (const Split& s : splits) variants.push_back({s, false, false, false}), variants.push_back({s, true, true, false});
-    for (const auto& [s, prefetch, ldmatrix, fit_wave] : variants) {  // cut or pipelined otherwise: the same picks
+    std::vector<Variant> variants = {{Split{}, true, false, false, false}, {Split{}, false, true, false, false},
+                                     {Split{}, false, false, true, false}, {Split{}, false, false, false, true},
+                                     {Split{}, true, true, true, false},   {Split{}, true, true, true, true}};
+    for (const Split& s : splits) {
+      variants.push_back({s, false, false, false, false});
+      variants.push_back({s, true, true, true, false});
+    }
+    for (const auto& [s, prefetch, ldmatrix, warp_hist, fit_wave] : variants) {  // the same picks, cut otherwise
       gpu::IndexSelectArgs b = a;
       b.range_keys = s.range_keys, b.cluster = s.cluster, b.prefetch = prefetch, b.ldmatrix = ldmatrix;
-      b.fit_wave = fit_wave;
+      b.warp_hist = warp_hist, b.fit_wave = fit_wave;
       b.topk = topk_split.get(), b.mask = source ? mask_split.get() : nullptr;
       int64_t bytes = 0;
       try {
@@ -201,9 +204,9 @@ void run_shape(const char* name, int64_t T, int64_t n, bool prefill, int reps, c
       const bool same = topk_split.download() == got && (!source || mask_split.download() == mask.download());
       const std::vector<double> ts = time_ms(3, reps, 1, [&](int) { gpu::index_select(b); });
       const double ms = ts[ts.size() / 2] * 1e3;
-      std::printf("         split %ld:%ld%s%s%s  fused %9.1f us  x%.2f vs the default  %s  %s\n",
+      std::printf("         split %ld:%ld%s%s%s%s  fused %9.1f us  x%.2f vs the default  %s  %s\n",
                   static_cast<long>(s.range_keys), static_cast<long>(s.cluster), prefetch ? " prefetch" : "",
-                  ldmatrix ? " ldmatrix" : "", fit_wave ? " fit_wave" : "", ms, mf / ms,
+                  ldmatrix ? " ldmatrix" : "", warp_hist ? " warp_hist" : "", fit_wave ? " fit_wave" : "", ms, mf / ms,
                   same ? "same picks" : "PICKS DIFFER FROM THE DEFAULT", describe(b).c_str());
     }
   }

@@ -192,8 +192,9 @@ __device__ __forceinline__ void expand_chunk(const Params& p, int64_t key0, cons
 // kPrefetch: a pipeline of two code buffers and one barrier per chunk; while the warps score chunk
 // c they expand chunk c + 1 (its packed bytes loaded into registers an iteration earlier) into the
 // other buffer and load chunk c + 2's bytes. kLdmatrix: a tile's A fragments by 4 ldmatrix.x4
-// instead of 16 32-bit loads. The same codes in the same fragments, so the same bits.
-template <bool kPrefetch, bool kLdmatrix>
+// instead of 16 32-bit loads. kWarpHist: warp-aggregated histogram atomics in the selection (the
+// same counts). The same codes in the same fragments, so the same bits.
+template <bool kPrefetch, bool kLdmatrix, bool kWarpHist>
 __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params p) {
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) uint8_t smem[];
@@ -322,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
     }
     __syncthreads();
     const uint32_t kb = live ? static_cast<uint32_t>(clamp64(p.topk_blocks, 0, nblocks)) : 0u;
-    cluster_select(cluster, sh, blk, Lb, mb, kb, [&](int i, uint32_t slot) {
+    cluster_select<kWarpHist>(cluster, sh, blk, Lb, mb, kb, [&](int i, uint32_t slot) {
       if (p.G > 1) {  // a candidate for the merge, -inf fillers included
         p.bcand[(t * p.G + rg) * p.kbc + slot] = static_cast<uint32_t>(blk[r * Lb + i]) << 16 | static_cast<uint32_t>(b0 + i);
       } else if (blk[r * Lb + i] > kNegInfKey) {
@@ -335,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
     }
   }
   const uint32_t k = live ? static_cast<uint32_t>(min(p.k, range_n)) : 0u;
-  cluster_select(cluster, sh, sc, L, m_local, k, [&](int i, uint32_t slot) {
+  cluster_select<kWarpHist>(cluster, sh, sc, L, m_local, k, [&](int i, uint32_t slot) {
     if (p.G > 1) {
       p.cand[(t * p.G + rg) * p.kc + slot] = static_cast<uint32_t>(sc[r * L + i]) << 16 | static_cast<uint32_t>(local0 + i);
     } else {
@@ -400,9 +401,7 @@ struct SelectLaunch {
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
   void (*kernel)(Params);
-  SelectLaunch(const Plan& pl, int64_t T, size_t smem, bool prefetch, bool ldmatrix)
-      : kernel(prefetch ? (ldmatrix ? index_select_kernel<true, true> : index_select_kernel<true, false>)
-                        : (ldmatrix ? index_select_kernel<false, true> : index_select_kernel<false, false>)) {
+  SelectLaunch(const Plan& pl, int64_t T, size_t smem, const IndexSelectArgs& a) : kernel(pick(a)) {
     DSV41_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     cfg.gridDim = dim3(static_cast<unsigned>(pl.S * pl.G), static_cast<unsigned>((T + kRows - 1) / kRows), 1);
     cfg.blockDim = dim3(kThreads, 1, 1);
@@ -415,11 +414,21 @@ struct SelectLaunch {
     cfg.numAttrs = 1;
   }
   SelectLaunch(const SelectLaunch&) = delete;
+  template <bool... kFlags>
+  static auto pick(const IndexSelectArgs& a) -> void (*)(Params) {  // the instance for a's switches
+    constexpr int kSet = sizeof...(kFlags);
+    if constexpr (kSet == 3) {
+      return index_select_kernel<kFlags...>;
+    } else {
+      const bool on = kSet == 0 ? a.prefetch : kSet == 1 ? a.ldmatrix : a.warp_hist;
+      return on ? pick<kFlags..., true>(a) : pick<kFlags..., false>(a);
+    }
+  }
   SelectLaunch& operator=(const SelectLaunch&) = delete;
 };
 
-int max_active_clusters(const Plan& pl, int64_t T, size_t smem, bool prefetch, bool ldmatrix) {
-  SelectLaunch l(pl, T, smem, prefetch, ldmatrix);
+int max_active_clusters(const Plan& pl, int64_t T, size_t smem, const IndexSelectArgs& a) {
+  SelectLaunch l(pl, T, smem, a);
   int active = 0;
   DSV41_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&active, l.kernel, &l.cfg));
   return active;
@@ -433,8 +442,7 @@ Plan plan_for(const IndexSelectArgs& a) {
   // 8 where an H100 holds 15): halve the cluster, same keys per CTA, more ranges, while that helps.
   const int64_t groups = (a.T + kRows - 1) / kRows;
   while (pl.S > 1 &&
-         groups * pl.G > max_active_clusters(pl, a.T, select_smem(pl, bs, a.topk_blocks > 0, a.prefetch), a.prefetch,
-                                             a.ldmatrix)) {
+         groups * pl.G > max_active_clusters(pl, a.T, select_smem(pl, bs, a.topk_blocks > 0, a.prefetch), a)) {
     Plan half = plan_for(a.n, a.k, a.topk_blocks, bs, static_cast<int64_t>(pl.S / 2) * pl.L, pl.S / 2);
     if (!half.ok) break;
     pl = half;
@@ -503,7 +511,7 @@ void index_select(const IndexSelectArgs& a) {
     p.bcand = p.cand + chunk * pl.G * pl.kc;
     p.flag = flag;
     const size_t smem = select_smem(pl, p.block_size, source, a.prefetch);
-    SelectLaunch l(pl, T, smem, a.prefetch, a.ldmatrix);
+    SelectLaunch l(pl, T, smem, a);
     DSV41_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, l.kernel, p));
     if (pl.G == 1) continue;
 
@@ -528,7 +536,7 @@ IndexSelectSplit index_select_split(const IndexSelectArgs& a) {
   s.clusters = static_cast<int64_t>(pl.G) * ((a.T + kRows - 1) / kRows);
   const size_t smem =
       select_smem(pl, static_cast<int>(a.topk_blocks > 0 ? a.block_size : 1), a.topk_blocks > 0, a.prefetch);
-  s.max_active_clusters = max_active_clusters(pl, a.T, smem, a.prefetch, a.ldmatrix);
+  s.max_active_clusters = max_active_clusters(pl, a.T, smem, a);
   return s;
 }
 

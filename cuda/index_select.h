@@ -55,6 +55,8 @@ struct IndexSelectArgs {
   bool prefetch = false;
   // A tile's A fragments by 4 ldmatrix.x4 instead of 16 32-bit shared loads (the same fragments).
   bool ldmatrix = false;
+  // Warp-aggregated histogram atomics in the radix select (__match_any_sync; the same counts).
+  bool warp_hist = false;
   // With the default split of one range: while the device cannot hold all of the scoring kernel's
   // clusters at once (cudaOccupancyMaxActiveClusters), halve the cluster (ranges of S/2 CTAs of the
   // same keys, and the merge). The same picks; off until a device run settles it.

@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, 1) merge_kernel(const MergeParams p)
     __syncthreads();
     const int64_t nblocks = (p.n + bs - 1) / bs;
     const uint32_t kb = live ? static_cast<uint32_t>(min(p.topk_blocks, nblocks)) : 0u;
-    cluster_select(cluster, sh, a, cap, m, kb, [&](int i, uint32_t) {
+    cluster_select<true>(cluster, sh, a, cap, m, kb, [&](int i, uint32_t) {
       const int64_t e = rank * cap + i;
       const uint32_t v = c[e];
       if ((v >> 16) <= kNegInfKey) return;  // a -inf block picked as filler is dropped
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1) merge_kernel(const MergeParams p)
   const int m = load_keys(c, live, p.G, p.kc, cap, a, range_keys);
   __syncthreads();
   const uint32_t k = live ? static_cast<uint32_t>(p.k) : 0u;
-  cluster_select(cluster, sh, a, cap, m, k, [&](int i, uint32_t slot) {
+  cluster_select<true>(cluster, sh, a, cap, m, k, [&](int i, uint32_t slot) {
     const int64_t e = rank * cap + i;
     const int64_t pos = (e / p.kc) * p.R + (c[e] & 0xFFFFu);
     p.topk[t * p.k + slot] = pos < reach ? static_cast<int32_t>(pos) : -1;

@@ -101,11 +101,25 @@ __device__ inline void find_bin(cg::cluster_group& cluster, Shared& sh, int pass
   }
 }
 
+// hist[bin] += 1 where `in`. kWarpHist: the lanes of a warp that hit the same bin add once together
+// (__match_any_sync; scores of similar size share the first pass's bin, whose plain atomics would
+// serialize); the same counts either way.
+template <bool kWarpHist>
+__device__ __forceinline__ void hist_add(uint32_t* hist, uint32_t bin, bool in) {
+  if (!kWarpHist) {
+    if (in) atomicAdd(&hist[bin], 1u);
+    return;
+  }
+  const unsigned active = __activemask();
+  const unsigned peers = __match_any_sync(active, in ? bin : 0x100u);  // 0x100: not counted
+  if (in && (__ffs(peers) - 1) == static_cast<int>(threadIdx.x % 32)) atomicAdd(&hist[bin], __popc(peers));
+}
+
 // Per row r of this CTA: the k_r best of the row's elements over the cluster (rank q holds the
 // elements [q m_cap, q m_cap + m_cap), m_local of them here, ordered keys a[r * stride + i]), by
 // key descending and lower element first; emit(i, slot) for each pick here, slot = its rank among
 // the row's picks in element order. Every thread of the cluster calls it.
-template <class Emit>
+template <bool kWarpHist, class Emit>
 __device__ void cluster_select(cg::cluster_group& cluster, Shared& sh, const uint16_t* a, int stride, int m_local,
                                uint32_t k_r, const Emit& emit) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -113,14 +127,14 @@ __device__ void cluster_select(cg::cluster_group& cluster, Shared& sh, const uin
   const uint16_t* row = a + static_cast<int64_t>(r) * stride;
   for (int i = static_cast<int>(threadIdx.x); i < 2 * kRows * 256; i += kThreads) (&sh.hist[0][0][0])[i] = 0;
   __syncthreads();
-  for (int i = tt; i < m_local; i += kTeam) atomicAdd(&sh.hist[0][r][row[i] >> 8], 1u);
+  for (int i = tt; i < m_local; i += kTeam) hist_add<kWarpHist>(&sh.hist[0][r][0], row[i] >> 8, true);
   cluster.sync();
   if (wi == 0 && k_r > 0) find_bin(cluster, sh, 0, r, k_r, lane);
   __syncthreads();
   const uint32_t b1 = sh.bin[r], above1 = sh.before[r];
   if (k_r > 0) {
     for (int i = tt; i < m_local; i += kTeam) {
-      if ((row[i] >> 8) == b1) atomicAdd(&sh.hist[1][r][row[i] & 0xFFu], 1u);
+      hist_add<kWarpHist>(&sh.hist[1][r][0], row[i] & 0xFFu, (row[i] >> 8) == b1);
     }
   }
   cluster.sync();

@@ -20,7 +20,7 @@
 //      every chosen split (ranges of 256 to 8192 keys in clusters of 1 to 8 CTAs, fewer candidates
 //      per range than k included) gives the default split's top-k and mask bit for bit (the scores
 //      are the same bits whatever CTA computes them, and the merge is exact under the same order);
-//      so do the pipelined chunk loop (IndexSelectArgs::prefetch), ldmatrix, fit_wave, and a ranged call
+//      so do the switches (IndexSelectArgs::prefetch, ldmatrix, warp_hist, fit_wave), and a ranged call
 //      of more than 1024 rows (launched in row chunks that share the workspace).
 //   0. On the CPU (no device): the kernel's key encoding (cuda/index_key_codes.h) reproduces the
 //      reference's unpacked values from the packed entries bit for bit.
@@ -449,7 +449,7 @@ struct Picks {
   std::vector<uint8_t> mask;
 };
 Picks select_split(const Case& c, const IndexSelectSpec& spec, int64_t range_keys, int64_t cluster,
-                   bool prefetch = false, bool fit_wave = false, bool ldmatrix = false) {
+                   bool prefetch = false, bool fit_wave = false, bool ldmatrix = false, bool warp_hist = false) {
   const int64_t k = std::min<int64_t>(spec.index_topk, c.n);
   const bool source = spec.candidate_topk_blocks > 0;
   const Tensor<float> q = cuda_ops().upload(c.q), w = cuda_ops().upload(c.w);
@@ -466,6 +466,7 @@ Picks select_split(const Case& c, const IndexSelectSpec& spec, int64_t range_key
   a.topk_blocks = source ? spec.candidate_topk_blocks : 0, a.block_size = source ? spec.candidate_block_size : 0;
   a.topk = topk.get(), a.mask = source ? mask.get() : nullptr;
   a.range_keys = range_keys, a.cluster = cluster, a.prefetch = prefetch, a.fit_wave = fit_wave, a.ldmatrix = ldmatrix;
+  a.warp_hist = warp_hist;
   gpu::DeviceBuffer<uint8_t> ws(static_cast<size_t>(gpu::index_select_workspace_bytes(a)));
   a.workspace = ws.get();
   gpu::index_select(a);
@@ -501,12 +502,15 @@ TEST(IndexSelectProduction, EverySplitGivesTheSamePicks) {
       const Picks ldsm = select_split(c, spec, 0, 0, false, false, true);  // fragments by ldmatrix
       EXPECT_EQ(ldsm.topk, want.topk) << what << ", ldmatrix";
       EXPECT_EQ(ldsm.mask, want.mask) << what << " (mask), ldmatrix";
-      const Picks fit = select_split(c, spec, 0, 0, true, true, true);  // all three, clusters fitted to one wave
-      EXPECT_EQ(fit.topk, want.topk) << what << ", prefetch + fit_wave + ldmatrix";
-      EXPECT_EQ(fit.mask, want.mask) << what << " (mask), prefetch + fit_wave + ldmatrix";
+      const Picks hist = select_split(c, spec, 0, 0, false, false, false, true);  // warp-aggregated histograms
+      EXPECT_EQ(hist.topk, want.topk) << what << ", warp_hist";
+      EXPECT_EQ(hist.mask, want.mask) << what << " (mask), warp_hist";
+      const Picks fit = select_split(c, spec, 0, 0, true, true, true, true);  // all, clusters fitted to one wave
+      EXPECT_EQ(fit.topk, want.topk) << what << ", prefetch + fit_wave + ldmatrix + warp_hist";
+      EXPECT_EQ(fit.mask, want.mask) << what << " (mask), prefetch + fit_wave + ldmatrix + warp_hist";
       for (const auto& [R, S] : std::vector<std::pair<int64_t, int64_t>>{{256, 1}, {2048, 1}, {4096, 2}, {8192, 4},
                                                                          {1024, 8}, {16384, 8}}) {
-        const Picks got = select_split(c, spec, R, S, R == 4096, false, R == 8192 || R == 256);
+        const Picks got = select_split(c, spec, R, S, R == 4096, false, R == 8192 || R == 256, R == 2048 || R == 256);
         EXPECT_EQ(got.topk, want.topk) << what << ", ranges of " << R << " keys in clusters of " << S;
         EXPECT_EQ(got.mask, want.mask) << what << " (mask), ranges of " << R << " keys in clusters of " << S;
       }
