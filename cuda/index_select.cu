@@ -36,6 +36,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "base/error.h"
 #include "cuda/common.cuh"
@@ -427,10 +430,21 @@ struct SelectLaunch {
   SelectLaunch& operator=(const SelectLaunch&) = delete;
 };
 
+// cudaOccupancyMaxActiveClusters for the scoring kernel's launch, remembered per (device, kernel,
+// cluster size, shared memory): fit_wave asks on every call.
 int max_active_clusters(const Plan& pl, int64_t T, size_t smem, const IndexSelectArgs& a) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, void*, int, size_t>, int> known;
+  int device = 0;
+  DSV41_CUDA_CHECK(cudaGetDevice(&device));
   SelectLaunch l(pl, T, smem, a);
+  const auto key = std::make_tuple(device, reinterpret_cast<void*>(l.kernel), pl.S, smem);
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
   int active = 0;
   DSV41_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&active, l.kernel, &l.cfg));
+  known[key] = active;
   return active;
 }
 
