@@ -4,8 +4,9 @@
 // dims (32 heads, d 128, top-k 512, candidate blocks 2048 of 8). bench/index_select.sh runs it after
 // bench/index_select_torch.py (torch eager, same call).
 //
-// Shapes: decode T 64 query rows x N 16384 keys (every row reaches all keys), and prefill T 4096 x
-// N 2048 (a ratio-2 layer's 4096-token prefill: row t reaches (t + 1) / 2 keys). Each for the three
+// Shapes: decode T 64 query rows x N 16384 keys (every row reaches all keys), prefill T 4096 x
+// N 2048 (a ratio-2 layer's 4096-token prefill: row t reaches (t + 1) / 2 keys), and (--only long)
+// the million-token decode T 64 x N 2^20 (ranges of 65536 keys and the merge). Each for the three
 // layer kinds: plain (an index layer), source (the candidate source: block maxima, the block top-k,
 // the mask, the position top-k), pool (a layer inside a candidate pool of 2048 blocks). Inputs:
 // FP4-QDQ queries, packed FP4 index-key entries, the model's weights, made on the host.
@@ -13,16 +14,24 @@
 // is not timed). Medians of CUDA-event timings, each after a 256 MiB L2 flush (bench/bench_device.h).
 // Checked before timing: the production top-k against the exact one (rows equal as sets, and the
 // share of positions that differ: ties and near ties only; tests/cuda/index_select_production_test
-// judges them).
-// Usage: dsv41_index_select_bench [--only decode|prefill] [--reps N]
+// judges them). --splits R:S,... also times the fused op with ranges of R keys in clusters of S CTAs
+// (IndexSelectArgs::range_keys, cluster; the default split is timed as "fused"), each without and
+// with the three kernel switches (IndexSelectArgs::prefetch, ldmatrix, warp_hist); the default split
+// is always also timed with each switch alone, fit_wave alone (halve the cluster until its clusters
+// fit one wave), the three switches, and all four.
+// Each is checked to give the default's picks and mask bit for bit, and prints its clusters and how
+// many the device holds at once (split "0:0" = the default).
+// Usage: dsv41_index_select_bench [--only decode|prefill|long] [--reps N] [--splits R:S,...]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_device.h"
@@ -97,12 +106,26 @@ Inputs make_inputs(int64_t T, int64_t n, bool prefill) {
   return in;
 }
 
-void run_shape(const char* name, int64_t T, int64_t n, bool prefill, int reps) {
+struct Split {
+  int64_t range_keys = 0, cluster = 0;  // 0, 0: the default
+};
+
+std::string describe(const gpu::IndexSelectArgs& a) {
+  const gpu::IndexSelectSplit s = gpu::index_select_split(a);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%d range(s) x cluster %d x %d keys/CTA, %ld clusters (device holds %d at once)%s",
+                s.ranges, s.cluster, s.keys_per_cta, static_cast<long>(s.clusters), s.max_active_clusters,
+                s.merge_cluster > 0 ? ", merge" : "");
+  return buf;
+}
+
+void run_shape(const char* name, int64_t T, int64_t n, bool prefill, int reps, const std::vector<Split>& splits) {
   const Inputs in = make_inputs(T, n, prefill);
   const int64_t k = std::min(kTopk, n);
   DeviceBuffer<int32_t> topk(static_cast<size_t>(T * k)), topk_exact(static_cast<size_t>(T * k));
+  DeviceBuffer<int32_t> topk_split(static_cast<size_t>(T * k));
   DeviceBuffer<uint8_t> mask(static_cast<size_t>(T * n)), mask_exact(static_cast<size_t>(T * n));
-  DeviceBuffer<uint8_t> ws(static_cast<size_t>(gpu::index_select_workspace_bytes(T)));
+  DeviceBuffer<uint8_t> mask_split(static_cast<size_t>(T * n));
   DeviceBuffer<float> scores(static_cast<size_t>(T * n));
   DeviceBuffer<int> nan_flag(1);
   nan_flag.poison(0);
@@ -114,7 +137,9 @@ void run_shape(const char* name, int64_t T, int64_t n, bool prefill, int reps) {
     a.pool = pool ? in.pool->get() : nullptr;
     a.T = T, a.heads = kHeads, a.dim = kDim, a.n = n, a.k = k;
     a.topk_blocks = source ? kBlocks : 0, a.block_size = source ? kBlockSize : 0;
-    a.topk = topk.get(), a.mask = source ? mask.get() : nullptr, a.workspace = ws.get();
+    a.topk = topk.get(), a.mask = source ? mask.get() : nullptr;
+    DeviceBuffer<uint8_t> ws(static_cast<size_t>(gpu::index_select_workspace_bytes(a)));
+    a.workspace = ws.get();
     const auto fused = [&](int) { gpu::index_select(a); };
     const auto exact = [&](int) {
       gpu::index_scores(in.q->get(), in.keys_f32->get(), in.w->get(), in.reach_d->get(), T, kHeads, kDim, n, scores.get());
@@ -148,6 +173,42 @@ void run_shape(const char* name, int64_t T, int64_t n, bool prefill, int reps) {
                 name, kind, static_cast<long>(T), static_cast<long>(n), mf, flops / (mf * 1e-6) / 1e12, me, me / mf,
                 static_cast<long>(differ), static_cast<long>(T * k), static_cast<long>(mask_differ),
                 flagged ? "  FLAGGED (composition would run)" : "");
+    std::printf("         default split: %s\n", describe(a).c_str());
+    struct Variant {
+      Split s;
+      bool prefetch, ldmatrix, warp_hist, fit_wave;
+    };
+    std::vector<Variant> variants = {{Split{}, true, false, false, false}, {Split{}, false, true, false, false},
+                                     {Split{}, false, false, true, false}, {Split{}, false, false, false, true},
+                                     {Split{}, true, true, true, false},   {Split{}, true, true, true, true}};
+    for (const Split& s : splits) {
+      variants.push_back({s, false, false, false, false});
+      variants.push_back({s, true, true, true, false});
+    }
+    for (const auto& [s, prefetch, ldmatrix, warp_hist, fit_wave] : variants) {  // the same picks, cut otherwise
+      gpu::IndexSelectArgs b = a;
+      b.range_keys = s.range_keys, b.cluster = s.cluster, b.prefetch = prefetch, b.ldmatrix = ldmatrix;
+      b.warp_hist = warp_hist, b.fit_wave = fit_wave;
+      b.topk = topk_split.get(), b.mask = source ? mask_split.get() : nullptr;
+      int64_t bytes = 0;
+      try {
+        bytes = gpu::index_select_workspace_bytes(b);
+      } catch (const std::exception& e) {
+        std::printf("         split %ld:%ld  not covered (%s)\n", static_cast<long>(s.range_keys),
+                    static_cast<long>(s.cluster), e.what());
+        continue;
+      }
+      DeviceBuffer<uint8_t> wsb(static_cast<size_t>(bytes));
+      b.workspace = wsb.get();
+      gpu::index_select(b);
+      const bool same = topk_split.download() == got && (!source || mask_split.download() == mask.download());
+      const std::vector<double> ts = time_ms(3, reps, 1, [&](int) { gpu::index_select(b); });
+      const double ms = ts[ts.size() / 2] * 1e3;
+      std::printf("         split %ld:%ld%s%s%s%s  fused %9.1f us  x%.2f vs the default  %s  %s\n",
+                  static_cast<long>(s.range_keys), static_cast<long>(s.cluster), prefetch ? " prefetch" : "",
+                  ldmatrix ? " ldmatrix" : "", warp_hist ? " warp_hist" : "", fit_wave ? " fit_wave" : "", ms, mf / ms,
+                  same ? "same picks" : "PICKS DIFFER FROM THE DEFAULT", describe(b).c_str());
+    }
   }
 }
 
@@ -157,20 +218,40 @@ void run_shape(const char* name, int64_t T, int64_t n, bool prefill, int reps) {
 int main(int argc, char** argv) {
   std::string only;
   int reps = 50;
+  std::vector<dsv41::bench::Split> splits;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
+    } else if (a == "--splits" && i + 1 < argc) {
+      const std::string list = argv[++i];
+      for (size_t at = 0; at < list.size();) {
+        const size_t end = std::min(list.find(',', at), list.size());
+        long r = 0, s = 0;
+        if (std::sscanf(list.substr(at, end - at).c_str(), "%ld:%ld", &r, &s) != 2 || r <= 0 || s <= 0) {
+          std::fprintf(stderr, "dsv41_index_select_bench: --splits wants R:S,... (keys per range : CTAs per cluster), got '%s'\n",
+                       list.c_str());
+          return 2;
+        }
+        splits.push_back({r, s});
+        at = end + 1;
+      }
     } else {
-      std::fprintf(stderr, "usage: dsv41_index_select_bench [--only decode|prefill] [--reps N]\n");
+      std::fprintf(stderr, "usage: dsv41_index_select_bench [--only decode|prefill|long] [--reps N] [--splits R:S,...]\n");
       return 2;
     }
   }
   std::printf("dsv41_index_select_bench: heads 32, d 128, top-k 512, blocks 2048 of 8; CUDA runtime %s\n",
               dsv41::bench::cuda_runtime_version().c_str());
-  if (only.empty() || only == "decode") dsv41::bench::run_shape("decode", 64, 16384, false, reps);
-  if (only.empty() || only == "prefill") dsv41::bench::run_shape("prefill", 4096, 2048, true, reps);
+  try {
+    if (only.empty() || only == "decode") dsv41::bench::run_shape("decode", 64, 16384, false, reps, splits);
+    if (only.empty() || only == "prefill") dsv41::bench::run_shape("prefill", 4096, 2048, true, reps, splits);
+    if (only == "long") dsv41::bench::run_shape("long", 64, int64_t{1} << 20, false, reps, splits);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dsv41_index_select_bench: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

@@ -5,9 +5,12 @@ The indexer as an eager port writes it (the official Indexer.forward's formulati
 scores = sum_h relu(q_h . k) * w_h over a [T, H, N] product, -inf past each row's reach, topk 512;
 the candidate source also takes 8-key block maxima and their top 2048), decode T 64 x N 16384 and
 prefill T 4096 x N 2048 (H 32, d 128). A speed reference, not the op (no FP4 keys, bf16 throughout).
-Median of CUDA-event timings after a 256 MiB L2 flush.
-Usage: python3 bench/index_select_torch.py
+Median of CUDA-event timings after a 256 MiB L2 flush. --long adds the million-token decode,
+T 64 x N 2^20 (a [T, H, N] bf16 product of 4 GiB), dsv41_index_select_bench --only long's shape.
+Usage: python3 bench/index_select_torch.py [--long]
 """
+import sys
+
 import torch
 
 from torch_timing import bench, dev  # the shared timing loop (median us after an L2 flush)
@@ -27,7 +30,10 @@ def indexer(q, k, w, reach, source):
 def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     g = torch.Generator(device=dev).manual_seed(1)
-    for name, T, n, prefill in (("decode", 64, 16384, False), ("prefill", 4096, 2048, True)):
+    shapes = [("decode", 64, 16384, False), ("prefill", 4096, 2048, True)]
+    if "--long" in sys.argv[1:]:
+        shapes.append(("long", 64, 1 << 20, False))
+    for name, T, n, prefill in shapes:
         q = torch.randn(T, 32, 128, device=dev, generator=g).to(torch.bfloat16)
         k = torch.randn(n, 128, device=dev, generator=g).to(torch.bfloat16)
         w = torch.randn(T, 32, device=dev, generator=g).to(torch.bfloat16)

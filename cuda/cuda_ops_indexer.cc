@@ -7,7 +7,8 @@
 // reference rejects (bad shapes, a reach outside [0, N], a NaN score for the top-k) run the
 // reference on host copies, which raises its own error (a host call).
 // index_select: in kProduction with "indexer" on, the fused production kernel (cuda/index_select.h,
-// ORDER-VARIANT: the head sum's order) where it covers the inputs; else the seam's default
+// ORDER-VARIANT: the head sum's order) where it covers the inputs (any N up to the merge's limit:
+// ranges of 65536 keys and a merge past that, still no [T, N] scores); else the seam's default
 // composition of the ops above (bit-exact).
 #include <algorithm>
 #include <memory>
@@ -145,19 +146,18 @@ reference::IndexSelection CudaOps::index_select(const Tensor<float>& q, const re
     return composed();
   }
   const int64_t T = q.dim(0), heads = q.dim(1), d = q.dim(2), n = keys.count;
+  const int64_t k = std::min<int64_t>(spec.index_topk, n);
   if (!(T > 0 && keys.dim == d && weights.dim(0) == T && weights.dim(1) == heads && reach_ok(reach, T, n) &&
-        reach.back() == n && index_select_fits(heads, d, n, spec.candidate_topk_blocks, spec.candidate_block_size) &&
+        reach.back() == n && index_select_fits(heads, d, n, k, spec.candidate_topk_blocks, spec.candidate_block_size) &&
         keys.bytes->rank() == 2 && keys.bytes->dim(0) >= n &&
         keys.bytes->dim(1) == formats::entry_bytes(keys.format, static_cast<int>(d)) &&
         (spec.pool == nullptr || spec.pool->shape() == std::vector<int64_t>{T, n}))) {
     return composed();
   }
   time_mark("index_select");  // counted below, once it is known whether the kernel's result stands
-  const int64_t k = std::min<int64_t>(spec.index_topk, n);
   reference::IndexSelection out;
   out.topk = device_tensor<int32_t>({T, k}, "indexer_topk");
   if (source) out.candidates = device_tensor<uint8_t>({T, n}, "candidates");
-  Tensor<uint8_t> workspace = device_tensor<uint8_t>({index_select_workspace_bytes(T)}, "index_select_workspace");
   DevIn<float> dq(q), dw(weights);
   std::unique_ptr<DevIn<uint8_t>> pool;
   if (spec.pool != nullptr) pool = std::make_unique<DevIn<uint8_t>>(*spec.pool);
@@ -173,6 +173,7 @@ reference::IndexSelection CudaOps::index_select(const Tensor<float>& q, const re
   a.block_size = source ? spec.candidate_block_size : 0;
   a.topk = dev(out.topk);
   a.mask = source ? dev(out.candidates) : nullptr;
+  Tensor<uint8_t> workspace = device_tensor<uint8_t>({index_select_workspace_bytes(a)}, "index_select_workspace");
   a.workspace = dev(workspace);
   gpu::index_select(a);
   if (index_select_flagged(dev(workspace))) {  // an input the int8 codes cannot hold exactly

@@ -12,18 +12,23 @@
 // arithmetic, the head sum's order (fp32, 32 terms), so the scores lie within the index_scores
 // bound of docs/cuda.md and the selection is judged as a set with the tie band.
 //
-// Layout of one CTA (512 threads = 4 query rows x 4 warps; cluster rank s owns keys [s L, s L + L)):
+// Layout of one CTA (512 threads = 4 query rows x 4 warps; blockIdx.x = range g x S + cluster rank
+// s, which owns keys [g R + s L, g R + s L + L); one range, R >= n, unless the keys exceed 65536 or
+// the caller chose a split):
 //   - the row's query codes are B fragments in registers (32 heads x 128 channels: 32 registers);
 //   - per chunk of 128 keys the CTA decodes the packed entries (one thread per 32-channel block)
 //     into int8 rows of 144 bytes in shared memory (the 16-byte pad makes the A-fragment loads
-//     conflict free) and 2^ek per key;
+//     conflict free) and 2^ek per key (kPrefetch: two such buffers, the next chunk decoded while
+//     this one is scored);
 //   - warp w of a row takes 16-key tiles w, w + 4 of the chunk: 4 head groups x 4 channel steps of
 //     mma.sync m16n8k32 (rows = 16 keys, columns = 8 heads); accumulators start at the bits of
 //     1.5 * 2^23 so that each is the float 1.5 * 2^23 + I (one subtraction gives I);
 //   - each (row, key) keeps only its bf16 score as a 16-bit ordered key in shared memory.
 // Selection (cluster_select): per row, a two-pass 8-bit radix select whose histograms are summed
 // over the cluster's CTAs through distributed shared memory, then the ties at the threshold taken
-// lowest position first, and each pick's slot from scans within the CTA and counts across it.
+// lowest position first, and each pick's slot from scans within the CTA and counts across it
+// (cuda/index_select_select.cuh). With several ranges the picks go to the workspace as candidates
+// and cuda/index_select_merge.cu selects among them.
 #include "cuda/index_select.h"
 
 #include <cooperative_groups.h>
@@ -31,36 +36,32 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "base/error.h"
 #include "cuda/common.cuh"
 #include "cuda/index_key_codes.h"
+#include "cuda/index_select_select.cuh"
 #include "cuda/indexer_mma.cuh"
 
 namespace dsv41::gpu {
 namespace {
 
-namespace cg = cooperative_groups;
 using namespace indexer_mma;
+using namespace index_select_detail;
 
-constexpr int kRows = 4;                     // query rows per CTA
-constexpr int kTeamWarps = 4;                // warps per row
-constexpr int kTeam = kTeamWarps * 32;       // threads per row
-constexpr int kThreads = kRows * kTeam;      // 512
 constexpr int kHeads = 32;                   // head slots (zero codes and weights past heads)
-constexpr int kChunk = 128;                  // keys decoded per pass
 constexpr int kRowBytes = 144;               // one decoded key in shared memory (128 codes + pad)
-constexpr int kMaxCluster = 8;
-constexpr int kMaxLocal = 8192;              // keys per CTA
 constexpr int kKeysPerCta = 2048;            // the cluster grows until a CTA holds at most this
-constexpr uint32_t kNegInfKey = 0x007Fu;     // ordered key of bf16 -inf
-constexpr uint32_t kPosInfKey = 0xFF80u;     // ordered key of bf16 +inf
-constexpr uint32_t kNone = 0x10000u;         // a threshold no key reaches (a row with k = 0)
 
-// Workspace: [flag int, pad to 16][q codes T x 32 x 128][|w'| T x 32 bf16][sign(w') T x 32 fp32].
+// Workspace: [flag int, pad to 16][q codes T x 32 x 128][|w'| T x 32 bf16][sign(w') T x 32 fp32]
+// and, for a ranged selection, [cand T x G x kc u32][bcand T x G x kbc u32] (index_select_select.cuh).
 int64_t codes_offset() { return 16; }
 int64_t wabs_offset(int64_t T) { return codes_offset() + T * kHeads * kSlotD; }
 int64_t wsign_offset(int64_t T) { return wabs_offset(T) + T * kHeads * 2; }
+int64_t cand_offset(int64_t T) { return wsign_offset(T) + T * kHeads * 4; }
 
 struct Params {
   const int8_t* q_codes;    // [T][32][128]
@@ -74,148 +75,23 @@ struct Params {
   int64_t T, n, k, topk_blocks;
   int block_size;
   int L;                    // keys per CTA (a multiple of kChunk)
-  int32_t* topk;
+  int64_t R;                // keys per range (= S L; a cluster per range and group of rows)
+  int G, kc, kbc;           // ranges; candidate slots per range (positions, blocks)
+  int32_t* topk;            // one range (G == 1): the final top-k and mask
   uint8_t* mask;
+  uint32_t* cand;           // G > 1: the ranges' candidates (index_select_select.cuh MergeParams)
+  uint32_t* bcand;
   int* flag;
 };
 
-struct Shared {
-  uint32_t hist[2][kRows][256];  // the two radix passes (read by the whole cluster)
-  uint32_t cnt[kRows];           // this CTA's {above << 16 | ties} at the threshold (read by the cluster)
-  uint32_t scan[kRows][kTeamWarps];
-  uint32_t bin[kRows], before[kRows], thr[kRows], need[kRows];
-  float kscale[kChunk];          // 2^ek of the chunk's keys
-  int flag;
-};
 
-__device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-__device__ __forceinline__ uint32_t order_key(__nv_bfloat16 v) {  // a > b <=> key(a) > key(b); -0 == +0
-  uint32_t b = __bfloat16_as_ushort(v);
-  if (b == 0x8000u) b = 0;
-  return (b & 0x8000u) ? (~b & 0xFFFFu) : (b | 0x8000u);
-}
-
-// Exclusive scan of v over the row's team (kTeam threads, in thread order); total = the team's sum.
-// Every thread of the CTA calls it.
-__device__ uint32_t team_scan(uint32_t v, Shared& sh, int r, int wi, int lane, uint32_t& total) {
-  uint32_t x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(~0u, x, o);
-    if (lane >= o) x += y;
-  }
-  if (lane == 31) sh.scan[r][wi] = x;
-  __syncthreads();
-  uint32_t base = 0, tot = 0;
-#pragma unroll
-  for (int i = 0; i < kTeamWarps; ++i) {
-    const uint32_t s = sh.scan[r][i];
-    base += i < wi ? s : 0;
-    tot += s;
-  }
-  __syncthreads();
-  total = tot;
-  return base + x - v;
-}
-
-// One warp: over bins 255 .. 0, the bin at which the count from the top reaches k (1 <= k <= the
-// total), summed over the cluster's histograms hist[pass][r]; writes sh.bin[r] and sh.before[r]
-// (the count in the bins above it).
-__device__ void find_bin(cg::cluster_group& cluster, Shared& sh, int pass, int r, uint32_t k, int lane) {
-  uint32_t c[8], sum = 0;
-  const unsigned ranks = cluster.num_blocks();
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int bin = 255 - 8 * lane - j;
-    c[j] = 0;
-    for (unsigned q = 0; q < ranks; ++q) c[j] += cluster.map_shared_rank(&sh.hist[pass][r][bin], q)[0];
-    sum += c[j];
-  }
-  uint32_t inc = sum;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(~0u, inc, o);
-    if (lane >= o) inc += y;
-  }
-  const unsigned hit = __ballot_sync(~0u, inc >= k);
-  if (lane == __ffs(hit) - 1) {
-    uint32_t cum = inc - sum;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      if (cum + c[j] >= k) {
-        sh.bin[r] = 255 - 8 * lane - j;
-        sh.before[r] = cum;
-        break;
-      }
-      cum += c[j];
-    }
-  }
-}
-
-// Per row r of this CTA: the k_r best of the row's elements over the cluster (rank q holds the
-// elements [q m_cap, q m_cap + m_cap), m_local of them here, ordered keys a[r * stride + i]), by
-// key descending and lower element first; emit(i, slot) for each pick here, slot = its rank among
-// the row's picks in element order. Every thread of the cluster calls it.
-template <class Emit>
-__device__ void cluster_select(cg::cluster_group& cluster, Shared& sh, const uint16_t* a, int stride, int m_local,
-                               uint32_t k_r, const Emit& emit) {
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int r = warp / kTeamWarps, wi = warp % kTeamWarps, tt = wi * 32 + lane;
-  const uint16_t* row = a + static_cast<int64_t>(r) * stride;
-  for (int i = static_cast<int>(threadIdx.x); i < 2 * kRows * 256; i += kThreads) (&sh.hist[0][0][0])[i] = 0;
-  __syncthreads();
-  for (int i = tt; i < m_local; i += kTeam) atomicAdd(&sh.hist[0][r][row[i] >> 8], 1u);
-  cluster.sync();
-  if (wi == 0 && k_r > 0) find_bin(cluster, sh, 0, r, k_r, lane);
-  __syncthreads();
-  const uint32_t b1 = sh.bin[r], above1 = sh.before[r];
-  if (k_r > 0) {
-    for (int i = tt; i < m_local; i += kTeam) {
-      if ((row[i] >> 8) == b1) atomicAdd(&sh.hist[1][r][row[i] & 0xFFu], 1u);
-    }
-  }
-  cluster.sync();
-  if (wi == 0 && k_r > 0) find_bin(cluster, sh, 1, r, k_r - above1, lane);
-  __syncthreads();
-  if (tt == 0) {
-    sh.thr[r] = k_r > 0 ? (b1 << 8) | sh.bin[r] : kNone;
-    sh.need[r] = k_r > 0 ? k_r - above1 - sh.before[r] : 0;  // ties at the threshold to take (>= 1)
-  }
-  __syncthreads();
-  // This thread's contiguous share of the CTA's elements (thread order = element order).
-  const uint32_t thr = sh.thr[r], need = sh.need[r];
-  const int per = (m_local + kTeam - 1) / kTeam, lo = min(m_local, tt * per), hi = min(m_local, lo + per);
-  uint32_t above_t = 0, ties_t = 0;
-  for (int i = lo; i < hi; ++i) {
-    above_t += row[i] > thr;
-    ties_t += row[i] == thr;
-  }
-  uint32_t tot;
-  const uint32_t before_t = team_scan((above_t << 16) | ties_t, sh, r, wi, lane, tot);  // both < 2^16
-  if (tt == 0) sh.cnt[r] = tot;
-  cluster.sync();
-  // Ties go to the lowest positions: CTAs of lower rank first, then threads in order.
-  uint32_t ties_prev = 0, sel_prev = 0;
-  for (unsigned q = 0; q < cluster.block_rank(); ++q) {
-    const uint32_t c = cluster.map_shared_rank(&sh.cnt[r], q)[0];
-    const uint32_t ties_q = c & 0xFFFFu, take = need > ties_prev ? min(ties_q, need - ties_prev) : 0;
-    sel_prev += (c >> 16) + take;
-    ties_prev += ties_q;
-  }
-  const uint32_t quota = need > ties_prev ? min(tot & 0xFFFFu, need - ties_prev) : 0;
-  const uint32_t ties_before = before_t & 0xFFFFu;
-  uint32_t allowed = quota > ties_before ? min(ties_t, quota - ties_before) : 0;
-  uint32_t unused;
-  uint32_t slot = sel_prev + team_scan(above_t + allowed, sh, r, wi, lane, unused);
-  for (int i = lo; i < hi; ++i) {
-    const uint32_t key = row[i];
-    if (key > thr || (key == thr && allowed > 0)) {
-      if (key == thr) --allowed;
-      emit(i, slot++);
-    }
-  }
-  cluster.sync();  // no CTA reads this one's histograms or counts any more
+// The four 8 x 16-byte matrices whose row addresses lanes 8m .. 8m + 7 give, as mma A fragments:
+// lane l gets bytes 4 (l % 4) .. 4 (l % 4) + 3 of row l / 4 of matrix m in a[m].
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], const int8_t* row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(addr));
 }
 
 // sum += sign(w'_h) bf16(relu(bf16(I_h)) |w'_h|) for the two heads of accumulators i0, i1 (one key).
@@ -263,14 +139,21 @@ __global__ void __launch_bounds__(256) encode_queries_kernel(const float* __rest
 // takes 32-channel block b of key j (kThreads = 4 kChunk). The key's exponent is its smallest E8M0
 // scale over the blocks holding a nonzero code (an all-zero block contributes 0 at any scale); a key
 // it cannot encode (scales spanning more than x8, a NaN scale, |exponent| > kEBound) sets sh.flag.
-// Keys >= n and channels >= dim are zero.
-__device__ void decode_chunk(const Params& p, int64_t key0, int8_t* codes, Shared& sh) {
+// Keys >= n and channels >= dim are zero. In two steps: load_block reads the thread's packed bytes
+// (issued a chunk ahead when the kernel prefetches), expand_chunk writes the codes.
+struct RawBlock {
+  uint32_t w[4];  // the block's 32 E2M1 nibbles
+  int s;          // its E8M0 scale
+};
+
+__device__ __forceinline__ void load_block(const Params& p, int64_t key0, RawBlock& raw) {
   static_assert(kThreads == 4 * kChunk, "one thread per (key, block) of a chunk");
   const int j = static_cast<int>(threadIdx.x) / 4, b = static_cast<int>(threadIdx.x) % 4;
   const int64_t key = key0 + j;
   const bool live = key < p.n && b < p.dim / 32;
-  uint32_t w[4] = {0, 0, 0, 0};
-  int s = 0;
+  uint32_t* w = raw.w;
+  w[0] = w[1] = w[2] = w[3] = 0;
+  raw.s = 0;
   if (live) {
     const uint8_t* e = p.keys + key * p.entry_bytes;
     const uint8_t* nib = e + b * 16;  // the block's 16 nibble bytes
@@ -281,8 +164,17 @@ __device__ void decode_chunk(const Params& p, int64_t key0, int8_t* codes, Share
 #pragma unroll
       for (int i = 0; i < 16; ++i) w[i / 4] |= static_cast<uint32_t>(nib[i]) << (8 * (i % 4));
     }
-    s = e[p.dim / 2 + b];
+    raw.s = e[p.dim / 2 + b];
   }
+}
+
+__device__ __forceinline__ void expand_chunk(const Params& p, int64_t key0, const RawBlock& raw, int8_t* codes,
+                                             float* kscale, Shared& sh) {
+  const int j = static_cast<int>(threadIdx.x) / 4, b = static_cast<int>(threadIdx.x) % 4;
+  const int64_t key = key0 + j;
+  const bool live = key < p.n && b < p.dim / 32;
+  const uint32_t(&w)[4] = raw.w;
+  const int s = raw.s;
   const bool nonzero = index_key_codes::block_nonzero(w);
   int smin = nonzero ? s : 255, smax = nonzero ? s : 0, nan = live && s == 255;
 #pragma unroll
@@ -297,15 +189,22 @@ __device__ void decode_chunk(const Params& p, int64_t key0, int8_t* codes, Share
   uint4* dst = reinterpret_cast<uint4*>(codes + j * kRowBytes + b * 32);
   dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
   dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
-  if (b == 0) sh.kscale[j] = key < p.n ? exp2i(smin - 128) : 0.0f;
+  if (b == 0) kscale[j] = key < p.n ? exp2i(smin - 128) : 0.0f;
 }
 
+// kPrefetch: a pipeline of two code buffers and one barrier per chunk; while the warps score chunk
+// c they expand chunk c + 1 (its packed bytes loaded into registers an iteration earlier) into the
+// other buffer and load chunk c + 2's bytes. kLdmatrix: a tile's A fragments by 4 ldmatrix.x4
+// instead of 16 32-bit loads. kWarpHist: warp-aggregated histogram atomics in the selection (the
+// same counts). The same codes in the same fragments, so the same bits.
+template <bool kPrefetch, bool kLdmatrix, bool kWarpHist>
 __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params p) {
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) uint8_t smem[];
   Shared& sh = *reinterpret_cast<Shared*>(smem);
-  int8_t* codes = reinterpret_cast<int8_t*>(smem + (sizeof(Shared) + 15) / 16 * 16);  // [kChunk][kRowBytes]
-  uint16_t* sc = reinterpret_cast<uint16_t*>(codes + kChunk * kRowBytes);            // [kRows][L] score keys
+  constexpr int kBuffers = kPrefetch ? 2 : 1;
+  int8_t* codes = reinterpret_cast<int8_t*>(smem + (sizeof(Shared) + 15) / 16 * 16);  // [kBuffers][kChunk][kRowBytes]
+  uint16_t* sc = reinterpret_cast<uint16_t*>(codes + kBuffers * kChunk * kRowBytes);  // [kRows][L] score keys
   const int L = p.L, Lb = p.topk_blocks > 0 ? L / p.block_size : 0;
   uint16_t* blk = sc + kRows * L;                                                     // [kRows][Lb] block keys
   uint8_t* kept = reinterpret_cast<uint8_t*>(blk + kRows * Lb);                       // [kRows][Lb]
@@ -314,8 +213,12 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
   const int r = warp / kTeamWarps, wi = warp % kTeamWarps, tt = wi * 32 + lane, g = lane / 4, q4 = lane % 4;
   const int64_t t = static_cast<int64_t>(blockIdx.y) * kRows + r;
   const bool live = t < p.T;
-  const int64_t base = static_cast<int64_t>(cluster.block_rank()) * L;
-  const int m_local = static_cast<int>(clamp64(p.n - base, 0, L));
+  // Range rg holds keys [range0, range0 + range_n); this CTA its keys [base, base + m_local).
+  const int rg = static_cast<int>(blockIdx.x / cluster.num_blocks());
+  const int64_t range0 = static_cast<int64_t>(rg) * p.R, range_n = min(p.n, range0 + p.R) - range0;
+  const int local0 = static_cast<int>(cluster.block_rank()) * L;  // base - range0
+  const int64_t base = range0 + local0;
+  const int m_local = static_cast<int>(clamp64(range_n - local0, 0, L));
   const int64_t reach = live ? p.reach[t] : 0;
 
   // The row's query codes as B fragments (column = head g of group nt, k = channels), weights.
@@ -335,10 +238,28 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
   }
   if (threadIdx.x == 0) sh.flag = 0;
 
-  for (int c0 = 0; c0 < m_local; c0 += kChunk) {
-    __syncthreads();  // the previous chunk is consumed
-    decode_chunk(p, base + c0, codes, sh);
+  RawBlock raw;
+  if (kPrefetch) {  // chunk 0 expanded, chunk 1's bytes on their way
+    __syncthreads();  // sh.flag is 0
+    if (m_local > 0) {
+      load_block(p, base, raw);
+      expand_chunk(p, base, raw, codes, sh.kscale[0], sh);
+    }
+    if (kChunk < m_local) load_block(p, base + kChunk, raw);
     __syncthreads();
+  }
+  for (int c0 = 0, buf = 0; c0 < m_local; c0 += kChunk, buf ^= kBuffers - 1) {
+    const int8_t* cur = codes + buf * kChunk * kRowBytes;
+    const float* kscale = sh.kscale[buf];
+    if (!kPrefetch) {
+      __syncthreads();  // the previous chunk is consumed
+      load_block(p, base + c0, raw);
+      expand_chunk(p, base + c0, raw, codes, sh.kscale[0], sh);
+      __syncthreads();
+    } else if (c0 + kChunk < m_local) {  // the other buffer was consumed before the last barrier
+      expand_chunk(p, base + c0 + kChunk, raw, codes + (buf ^ 1) * kChunk * kRowBytes, sh.kscale[buf ^ 1], sh);
+      if (c0 + 2 * kChunk < m_local) load_block(p, base + c0 + 2 * kChunk, raw);  // in flight during the MMAs
+    }
     for (int tile = wi; tile < kChunk / 16; tile += kTeamWarps) {
       const int l0 = c0 + tile * 16;  // local index of the tile's first key
       if (l0 >= m_local) break;
@@ -353,11 +274,16 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
         uint32_t a[4][4];
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-          const int8_t* rg = codes + (tile * 16 + g) * kRowBytes + s * 32 + q4 * 4;
-          a[s][0] = *reinterpret_cast<const uint32_t*>(rg);
-          a[s][1] = *reinterpret_cast<const uint32_t*>(rg + 8 * kRowBytes);
-          a[s][2] = *reinterpret_cast<const uint32_t*>(rg + 16);
-          a[s][3] = *reinterpret_cast<const uint32_t*>(rg + 8 * kRowBytes + 16);
+          if (kLdmatrix) {  // matrix m = lane / 8: keys + 8 (m & 1), bytes + 16 (m >> 1); lane i of it: row i
+            const int m = lane / 8;
+            ldmatrix_x4(a[s], cur + (tile * 16 + lane % 8 + 8 * (m & 1)) * kRowBytes + s * 32 + 16 * (m >> 1));
+          } else {
+            const int8_t* rg = cur + (tile * 16 + g) * kRowBytes + s * 32 + q4 * 4;
+            a[s][0] = *reinterpret_cast<const uint32_t*>(rg);
+            a[s][1] = *reinterpret_cast<const uint32_t*>(rg + 8 * kRowBytes);
+            a[s][2] = *reinterpret_cast<const uint32_t*>(rg + 16);
+            a[s][3] = *reinterpret_cast<const uint32_t*>(rg + 8 * kRowBytes + 16);
+          }
         }
         float sum0 = 0.0f, sum1 = 0.0f;  // keys g and g + 8, this thread's 8 heads
 #pragma unroll
@@ -376,21 +302,22 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
         const auto keep = [&](int64_t key) {
           return key < reach && (p.pool == nullptr || p.pool[t * p.n + key] != 0);
         };
-        if (keep(k0 + g)) key_g = order_key(__float2bfloat16_rn(__fmul_rn(sum0, sh.kscale[tile * 16 + g])));
-        if (keep(k0 + g + 8)) key_g8 = order_key(__float2bfloat16_rn(__fmul_rn(sum1, sh.kscale[tile * 16 + g + 8])));
+        if (keep(k0 + g)) key_g = order_key(__float2bfloat16_rn(__fmul_rn(sum0, kscale[tile * 16 + g])));
+        if (keep(k0 + g + 8)) key_g8 = order_key(__float2bfloat16_rn(__fmul_rn(sum1, kscale[tile * 16 + g + 8])));
       }
       if (q4 == 0 && l0 + g < m_local) sc[r * L + l0 + g] = static_cast<uint16_t>(key_g);
       if (q4 == 1 && l0 + g + 8 < m_local) sc[r * L + l0 + g + 8] = static_cast<uint16_t>(key_g8);
     }
+    if (kPrefetch) __syncthreads();  // chunk c consumed, chunk c + 1 expanded
   }
   __syncthreads();
   if (threadIdx.x == 0 && sh.flag) atomicOr(p.flag, 1);
 
   if (p.topk_blocks > 0) {  // the candidate source: block maxima, the block top-k, the mask
-    const int bs = p.block_size;
-    const int64_t nblocks = (p.n + bs - 1) / bs, b0 = static_cast<int64_t>(cluster.block_rank()) * Lb;
+    const int bs = p.block_size;  // divides kChunk, so blocks never straddle CTAs or ranges
+    const int64_t nblocks = (range_n + bs - 1) / bs, b0 = local0 / bs;  // the range's blocks, this CTA's first
     const int mb = static_cast<int>(clamp64(nblocks - b0, 0, Lb));
-    const int64_t pinned = reach > 0 ? (reach - 1) / bs : -1;  // the newest reachable block
+    const int64_t pinned = reach > 0 ? (reach - 1) / bs - range0 / bs : -1;  // the newest reachable block
     for (int i = tt; i < mb; i += kTeam) {
       uint32_t m = 0;
       for (int j = 0; j < bs && i * bs + j < m_local; ++j) m = max(m, static_cast<uint32_t>(sc[r * L + i * bs + j]));
@@ -399,88 +326,232 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
     }
     __syncthreads();
     const uint32_t kb = live ? static_cast<uint32_t>(clamp64(p.topk_blocks, 0, nblocks)) : 0u;
-    cluster_select(cluster, sh, blk, Lb, mb, kb, [&](int i, uint32_t) {
-      if (blk[r * Lb + i] > kNegInfKey) kept[r * Lb + i] = 1;  // a -inf block picked as filler is dropped
+    cluster_select<kWarpHist>(cluster, sh, blk, Lb, mb, kb, [&](int i, uint32_t slot) {
+      if (p.G > 1) {  // a candidate for the merge, -inf fillers included
+        p.bcand[(t * p.G + rg) * p.kbc + slot] = static_cast<uint32_t>(blk[r * Lb + i]) << 16 | static_cast<uint32_t>(b0 + i);
+      } else if (blk[r * Lb + i] > kNegInfKey) {
+        kept[r * Lb + i] = 1;  // a -inf block picked as filler is dropped
+      }
     });
     __syncthreads();
-    if (live) {
+    if (live && p.G == 1) {
       for (int i = tt; i < m_local; i += kTeam) p.mask[t * p.n + base + i] = kept[r * Lb + i / bs];
     }
   }
-  const uint32_t k = live ? static_cast<uint32_t>(p.k) : 0u;
-  cluster_select(cluster, sh, sc, L, m_local, k, [&](int i, uint32_t slot) {
-    const int64_t pos = base + i;
-    p.topk[t * p.k + slot] = pos < reach ? static_cast<int32_t>(pos) : -1;
+  const uint32_t k = live ? static_cast<uint32_t>(min(p.k, range_n)) : 0u;
+  cluster_select<kWarpHist>(cluster, sh, sc, L, m_local, k, [&](int i, uint32_t slot) {
+    if (p.G > 1) {
+      p.cand[(t * p.G + rg) * p.kc + slot] = static_cast<uint32_t>(sc[r * L + i]) << 16 | static_cast<uint32_t>(local0 + i);
+    } else {
+      const int64_t pos = base + i;
+      p.topk[t * p.k + slot] = pos < reach ? static_cast<int32_t>(pos) : -1;
+    }
   });
 }
 
-// The cluster size and the keys per CTA for n keys.
+// The cluster size and the keys per CTA for n keys (one range).
 void split_keys(int64_t n, int* S, int* L) {
   *S = static_cast<int>(std::clamp<int64_t>((n + kKeysPerCta - 1) / kKeysPerCta, 1, kMaxCluster));
   const int64_t per = (n + *S - 1) / *S;
   *L = static_cast<int>((per + kChunk - 1) / kChunk * kChunk);
 }
 
-}  // namespace
+// How a call is cut: G ranges of R = S L keys, a cluster of S CTAs of L keys per range and group of
+// 4 rows; G > 1 adds the merge (a cluster of Sm CTAs per group of rows). ok: the kernels cover it.
+struct Plan {
+  bool ok = false;
+  int S = 1, L = kChunk, G = 1, Sm = 0, kc = 0, kbc = 0;
+  int64_t R = 0;
+};
 
-bool index_select_fits(int64_t heads, int64_t dim, int64_t n, int64_t topk_blocks, int64_t block_size) {
-  if (heads < 1 || heads > kHeads || dim < 32 || dim > kSlotD || dim % 32 != 0 || n < 1) return false;
-  if (topk_blocks > 0 && (block_size < 1 || kChunk % block_size != 0)) return false;
-  int S, L;
-  split_keys(n, &S, &L);
-  return L <= kMaxLocal;
+Plan plan_for(int64_t n, int64_t k, int64_t topk_blocks, int64_t block_size, int64_t range_keys, int64_t cluster) {
+  Plan pl;
+  if (range_keys == 0 && cluster == 0) {
+    if (n <= kMaxRange) {  // one range: the cluster grows until a CTA holds at most kKeysPerCta keys
+      split_keys(n, &pl.S, &pl.L);
+      pl.R = static_cast<int64_t>(pl.S) * pl.L;
+    } else {
+      pl.S = kMaxCluster, pl.L = kMaxLocal, pl.R = kMaxRange;
+    }
+  } else {  // chosen (tests, the bench): S CTAs of range_keys / S keys
+    if (!(cluster >= 1 && cluster <= kMaxCluster && range_keys >= 1 && range_keys % (cluster * kChunk) == 0 &&
+          range_keys / cluster <= kMaxLocal)) {
+      return pl;
+    }
+    pl.S = static_cast<int>(cluster), pl.L = static_cast<int>(range_keys / cluster), pl.R = range_keys;
+  }
+  if (pl.L > kMaxLocal) return pl;
+  const int64_t G = (n + pl.R - 1) / pl.R;
+  if (G > 1) {
+    pl.kc = static_cast<int>(std::min(k, pl.R));
+    pl.kbc = topk_blocks > 0 ? static_cast<int>(std::min(topk_blocks, pl.R / block_size)) : 0;
+    pl.Sm = merge_cluster_size(G, pl.kc, pl.kbc);
+    if (pl.Sm == 0) return pl;
+  }
+  pl.G = static_cast<int>(G);
+  pl.ok = true;
+  return pl;
 }
 
-int64_t index_select_workspace_bytes(int64_t T) { return wsign_offset(T) + T * kHeads * 4; }
+size_t select_smem(const Plan& pl, int block_size, bool source, bool prefetch) {
+  const int Lb = source ? pl.L / block_size : 0;
+  return (sizeof(Shared) + 15) / 16 * 16 + (prefetch ? 2 : 1) * kChunk * kRowBytes + static_cast<size_t>(kRows) * pl.L * 2 +
+         static_cast<size_t>(kRows) * Lb * 3;
+}
+
+// The scoring kernel's launch: S G CTAs of 512 threads per group of 4 rows, clusters of S.
+struct SelectLaunch {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1];
+  void (*kernel)(Params);
+  SelectLaunch(const Plan& pl, int64_t T, size_t smem, const IndexSelectArgs& a) : kernel(pick(a)) {
+    DSV41_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    cfg.gridDim = dim3(static_cast<unsigned>(pl.S * pl.G), static_cast<unsigned>((T + kRows - 1) / kRows), 1);
+    cfg.blockDim = dim3(kThreads, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(pl.S);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  SelectLaunch(const SelectLaunch&) = delete;
+  template <bool... kFlags>
+  static auto pick(const IndexSelectArgs& a) -> void (*)(Params) {  // the instance for a's switches
+    constexpr int kSet = sizeof...(kFlags);
+    if constexpr (kSet == 3) {
+      return index_select_kernel<kFlags...>;
+    } else {
+      const bool on = kSet == 0 ? a.prefetch : kSet == 1 ? a.ldmatrix : a.warp_hist;
+      return on ? pick<kFlags..., true>(a) : pick<kFlags..., false>(a);
+    }
+  }
+  SelectLaunch& operator=(const SelectLaunch&) = delete;
+};
+
+// cudaOccupancyMaxActiveClusters for the scoring kernel's launch, remembered per (device, kernel,
+// cluster size, shared memory): fit_wave asks on every call.
+int max_active_clusters(const Plan& pl, int64_t T, size_t smem, const IndexSelectArgs& a) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, void*, int, size_t>, int> known;
+  int device = 0;
+  DSV41_CUDA_CHECK(cudaGetDevice(&device));
+  SelectLaunch l(pl, T, smem, a);
+  const auto key = std::make_tuple(device, reinterpret_cast<void*>(l.kernel), pl.S, smem);
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  int active = 0;
+  DSV41_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&active, l.kernel, &l.cfg));
+  known[key] = active;
+  return active;
+}
+
+Plan plan_for(const IndexSelectArgs& a) {
+  const int bs = static_cast<int>(a.topk_blocks > 0 ? a.block_size : 1);
+  Plan pl = plan_for(a.n, a.k, a.topk_blocks, bs, a.range_keys, a.cluster);
+  if (!(pl.ok && a.fit_wave && a.range_keys == 0 && a.cluster == 0 && pl.G == 1)) return pl;
+  // One range whose clusters the device cannot hold at once (decode T 64 x N 16384: 16 clusters of
+  // 8 where an H100 holds 15): halve the cluster, same keys per CTA, more ranges, while that helps.
+  const int64_t groups = (a.T + kRows - 1) / kRows;
+  while (pl.S > 1 &&
+         groups * pl.G > max_active_clusters(pl, a.T, select_smem(pl, bs, a.topk_blocks > 0, a.prefetch), a)) {
+    Plan half = plan_for(a.n, a.k, a.topk_blocks, bs, static_cast<int64_t>(pl.S / 2) * pl.L, pl.S / 2);
+    if (!half.ok) break;
+    pl = half;
+  }
+  return pl;
+}
+
+}  // namespace
+
+bool index_select_fits(int64_t heads, int64_t dim, int64_t n, int64_t k, int64_t topk_blocks, int64_t block_size) {
+  if (heads < 1 || heads > kHeads || dim < 32 || dim > kSlotD || dim % 32 != 0 || n < 1 || k < 1 || k > n) return false;
+  if (topk_blocks > 0 && (block_size < 1 || kChunk % block_size != 0)) return false;
+  return plan_for(n, k, topk_blocks, topk_blocks > 0 ? block_size : 1, 0, 0).ok;
+}
+
+// Query rows per launch: all of them with one range; with several, chunks of kRowChunk rows, so that
+// the candidates' workspace stays bounded (T x ranges x (kc + kbc) x 4 bytes otherwise: 671 MB at T
+// 4096, 2^20 keys, top-k 512 and 2048 blocks; 168 MB a chunk).
+constexpr int64_t kRowChunk = 1024;
+int64_t rows_per_launch(const Plan& pl, int64_t T) { return pl.G > 1 ? std::min(T, kRowChunk) : T; }
+
+int64_t index_select_workspace_bytes(const IndexSelectArgs& a) {
+  const Plan pl = plan_for(a);
+  DSV41_CHECK(pl.ok, "index_select_workspace_bytes: n ", a.n, ", k ", a.k, ", range_keys ", a.range_keys,
+              ", cluster ", a.cluster, " not covered");
+  const int64_t rows = rows_per_launch(pl, a.T);
+  const int64_t cand = pl.G > 1 ? rows * pl.G * (static_cast<int64_t>(pl.kc) + pl.kbc) * 4 : 0;
+  return cand_offset(rows) + cand;
+}
 
 void index_select(const IndexSelectArgs& a) {
-  DSV41_CHECK(index_select_fits(a.heads, a.dim, a.n, a.topk_blocks, a.block_size) && a.T >= 1 && a.k >= 1 &&
-                  a.k <= a.n && (a.topk_blocks <= 0 || a.mask != nullptr),
+  const Plan pl = plan_for(a);
+  DSV41_CHECK(pl.ok && index_select_fits(a.heads, a.dim, a.n, a.k, a.topk_blocks, a.block_size) && a.T >= 1 &&
+                  (a.topk_blocks <= 0 || a.mask != nullptr),
               "index_select: heads ", a.heads, ", dim ", a.dim, ", n ", a.n, ", k ", a.k, ", block_size ",
-              a.block_size, " not covered");
+              a.block_size, ", range_keys ", a.range_keys, ", cluster ", a.cluster, " not covered");
   uint8_t* ws = a.workspace;
   int* flag = reinterpret_cast<int*>(ws);
   DSV41_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int)));
-  Params p{};
-  p.q_codes = reinterpret_cast<const int8_t*>(ws + codes_offset());
-  p.w_abs = reinterpret_cast<const uint32_t*>(ws + wabs_offset(a.T));
-  p.w_sign = reinterpret_cast<const float*>(ws + wsign_offset(a.T));
-  const int64_t rows = a.T * kHeads;
-  encode_queries_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256>>>(
-      a.q, a.w, a.T, a.heads, a.dim, reinterpret_cast<int8_t*>(ws + codes_offset()),
-      reinterpret_cast<uint16_t*>(ws + wabs_offset(a.T)), reinterpret_cast<float*>(ws + wsign_offset(a.T)), flag);
-  DSV41_CUDA_CHECK(cudaGetLastError());
+  const bool source = a.topk_blocks > 0;
+  if (source && pl.G > 1) DSV41_CUDA_CHECK(cudaMemsetAsync(a.mask, 0, static_cast<size_t>(a.T * a.n)));
+  const int64_t chunk = rows_per_launch(pl, a.T);  // the workspace's layout holds `chunk` rows
+  for (int64_t t0 = 0; t0 < a.T; t0 += chunk) {
+    const int64_t T = std::min(chunk, a.T - t0);
+    Params p{};
+    p.q_codes = reinterpret_cast<const int8_t*>(ws + codes_offset());
+    p.w_abs = reinterpret_cast<const uint32_t*>(ws + wabs_offset(chunk));
+    p.w_sign = reinterpret_cast<const float*>(ws + wsign_offset(chunk));
+    const int64_t rows = T * kHeads;
+    encode_queries_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256>>>(
+        a.q + t0 * a.heads * a.dim, a.w + t0 * a.heads, T, a.heads, a.dim, reinterpret_cast<int8_t*>(ws + codes_offset()),
+        reinterpret_cast<uint16_t*>(ws + wabs_offset(chunk)), reinterpret_cast<float*>(ws + wsign_offset(chunk)), flag);
+    DSV41_CUDA_CHECK(cudaGetLastError());
 
-  p.keys = a.keys;
-  p.entry_bytes = a.dim / 2 + a.dim / 32;
-  p.dim = static_cast<int>(a.dim);
-  p.reach = a.reach;
-  p.pool = a.pool;
-  p.T = a.T, p.n = a.n, p.k = a.k, p.topk_blocks = a.topk_blocks;
-  p.block_size = static_cast<int>(a.topk_blocks > 0 ? a.block_size : 1);
-  int S, L;
-  split_keys(a.n, &S, &L);
-  p.L = L;
-  p.topk = a.topk;
-  p.mask = a.mask;
-  p.flag = flag;
-  const int Lb = a.topk_blocks > 0 ? L / p.block_size : 0;
-  const size_t smem = (sizeof(Shared) + 15) / 16 * 16 + kChunk * kRowBytes + static_cast<size_t>(kRows) * L * 2 +
-                      static_cast<size_t>(kRows) * Lb * 3;
-  DSV41_CUDA_CHECK(cudaFuncSetAttribute(index_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(S), static_cast<unsigned>((a.T + kRows - 1) / kRows), 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(S);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  DSV41_CUDA_CHECK(cudaLaunchKernelEx(&cfg, index_select_kernel, p));
+    p.keys = a.keys;
+    p.entry_bytes = a.dim / 2 + a.dim / 32;
+    p.dim = static_cast<int>(a.dim);
+    p.reach = a.reach + t0;
+    p.pool = a.pool != nullptr ? a.pool + t0 * a.n : nullptr;
+    p.T = T, p.n = a.n, p.k = a.k, p.topk_blocks = a.topk_blocks;
+    p.block_size = static_cast<int>(source ? a.block_size : 1);
+    p.L = pl.L, p.R = pl.R, p.G = pl.G, p.kc = pl.kc, p.kbc = pl.kbc;
+    p.topk = a.topk + t0 * a.k;
+    p.mask = source ? a.mask + t0 * a.n : nullptr;
+    p.cand = reinterpret_cast<uint32_t*>(ws + cand_offset(chunk));
+    p.bcand = p.cand + chunk * pl.G * pl.kc;
+    p.flag = flag;
+    const size_t smem = select_smem(pl, p.block_size, source, a.prefetch);
+    SelectLaunch l(pl, T, smem, a);
+    DSV41_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, l.kernel, p));
+    if (pl.G == 1) continue;
+
+    MergeParams m;
+    m.cand = p.cand;
+    m.bcand = source ? p.bcand : nullptr;
+    m.reach = p.reach;
+    m.T = T, m.n = a.n, m.k = a.k, m.topk_blocks = source ? a.topk_blocks : 0, m.R = pl.R;
+    m.G = pl.G, m.kc = pl.kc, m.kbc = pl.kbc, m.block_size = p.block_size, m.S = pl.Sm;
+    m.topk = p.topk;
+    m.mask = p.mask;
+    launch_merge(m);
+  }
+}
+
+IndexSelectSplit index_select_split(const IndexSelectArgs& a) {
+  const Plan pl = plan_for(a);
+  DSV41_CHECK(pl.ok, "index_select_split: n ", a.n, ", k ", a.k, ", range_keys ", a.range_keys, ", cluster ",
+              a.cluster, " not covered");
+  IndexSelectSplit s;
+  s.cluster = pl.S, s.keys_per_cta = pl.L, s.ranges = pl.G, s.merge_cluster = pl.Sm;
+  s.clusters = static_cast<int64_t>(pl.G) * ((a.T + kRows - 1) / kRows);
+  const size_t smem =
+      select_smem(pl, static_cast<int>(a.topk_blocks > 0 ? a.block_size : 1), a.topk_blocks > 0, a.prefetch);
+  s.max_active_clusters = max_active_clusters(pl, a.T, smem, a);
+  return s;
 }
 
 bool index_select_flagged(const uint8_t* workspace) {

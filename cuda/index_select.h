@@ -15,6 +15,11 @@
 //      keys whose pool byte is set (a 16-key tile outside the pool costs no mma), and the top-k
 //      is a radix select over the cluster (histograms exchanged through distributed shared
 //      memory), lower position first among equal scores, written in ascending order.
+//   3. merge (n > 65536 keys, or a chosen split): the keys are cut into ranges of R <= 65536, a
+//      cluster each; a range writes its own top-min(k, its keys) positions (and the candidate
+//      source its top blocks) as (score key, position) candidates to the workspace, and a merge
+//      kernel selects the row's top-k (blocks) among them by the same rule (every global pick is
+//      among its range's picks under the same total order): the same picks as one range, bit for bit.
 //
 // Inputs it does not cover: index_select_fits() says false, or the encode flags a row or key it
 // cannot hold exactly (a query not on the FP4 grid, key block scales spanning more than a factor
@@ -38,13 +43,40 @@ struct IndexSelectArgs {
   int64_t block_size = 0;
   int32_t* topk = nullptr;         // [T, k] out (device)
   uint8_t* mask = nullptr;         // [T, n] out (device; the candidate source only)
-  uint8_t* workspace = nullptr;    // index_select_workspace_bytes(T) (device)
+  uint8_t* workspace = nullptr;    // index_select_workspace_bytes(args) (device)
+  // The split (tests and the bench; 0, 0: automatic, one range up to 65536 keys, else ranges of
+  // 65536 in clusters of 8): ranges of range_keys keys in clusters of `cluster` CTAs (range_keys a
+  // multiple of 128 cluster, at most 8192 keys per CTA). Any split gives the same picks.
+  int64_t range_keys = 0, cluster = 0;
+  // Pipeline the key chunks: two code buffers, one barrier per chunk, chunk c + 1 expanded and chunk
+  // c + 2's packed bytes loaded while chunk c is scored (the same codes, the same picks). Off: the
+  // session-18 loop (decode, barrier, score, barrier), timed beside it by the bench until a device
+  // run settles the default.
+  bool prefetch = false;
+  // A tile's A fragments by 4 ldmatrix.x4 instead of 16 32-bit shared loads (the same fragments).
+  bool ldmatrix = false;
+  // Warp-aggregated histogram atomics in the radix select (__match_any_sync; the same counts).
+  bool warp_hist = false;
+  // With the default split of one range: while the device cannot hold all of the scoring kernel's
+  // clusters at once (cudaOccupancyMaxActiveClusters), halve the cluster (ranges of S/2 CTAs of the
+  // same keys, and the merge). The same picks; off until a device run settles it.
+  bool fit_wave = false;
 };
 
-// Whether the kernels cover these shapes: heads <= 32, dim a multiple of 32 up to 128, 1 <= n <=
-// 65536 (at most 8192 keys per CTA of a cluster of 8), block_size dividing 128 for the source.
-bool index_select_fits(int64_t heads, int64_t dim, int64_t n, int64_t topk_blocks, int64_t block_size);
-int64_t index_select_workspace_bytes(int64_t T);
+// Whether the kernels cover these shapes: heads <= 32, dim a multiple of 32 up to 128, 1 <= k <= n,
+// block_size dividing 128 for the source, and the merge's candidates per row (ceil(n / 65536)
+// ranges times min(k, 65536), and times min(topk_blocks, 65536 / block_size) for the source) at
+// most 65536 (n up to 2^23 keys at k 512, 2^21 for the source with 2048 blocks of 8).
+bool index_select_fits(int64_t heads, int64_t dim, int64_t n, int64_t k, int64_t topk_blocks, int64_t block_size);
+int64_t index_select_workspace_bytes(const IndexSelectArgs& args);  // uses T, n, k, the source, the split
+// The split index_select launches for args (T, n, k, the source, the split) and how many of its
+// clusters the device holds at once (cudaOccupancyMaxActiveClusters): for the bench.
+struct IndexSelectSplit {
+  int cluster = 0, keys_per_cta = 0, ranges = 0, merge_cluster = 0;
+  int64_t clusters = 0;          // of the scoring kernel
+  int max_active_clusters = 0;
+};
+IndexSelectSplit index_select_split(const IndexSelectArgs& args);
 // Launches both kernels on the default stream (no synchronization).
 void index_select(const IndexSelectArgs& args);
 // Whether the last index_select on this workspace met an input it cannot hold exactly (its

@@ -14,6 +14,14 @@
 //      of exact ties) passes the set rule.
 //   3. Inputs the kernel cannot hold exactly (queries off the FP4 grid, a key whose block scales
 //      span more than a factor 8) run the composition: the reference's bits, counted as such.
+//   5. Key ranges (the merge, cuda/index_select_merge.cu): n > 65536 (65537, 2^17 + 3, 2^18 + 5
+//      keys) against the reference as in 1 and, with zero queries, bit for bit against the
+//      composition (ties: the lowest positions and blocks win across ranges); and at n <= 65536
+//      every chosen split (ranges of 256 to 8192 keys in clusters of 1 to 8 CTAs, fewer candidates
+//      per range than k included) gives the default split's top-k and mask bit for bit (the scores
+//      are the same bits whatever CTA computes them, and the merge is exact under the same order);
+//      so do the switches (IndexSelectArgs::prefetch, ldmatrix, warp_hist, fit_wave), and a ranged call
+//      of more than 1024 rows (launched in row chunks that share the workspace).
 //   0. On the CPU (no device): the kernel's key encoding (cuda/index_key_codes.h) reproduces the
 //      reference's unpacked values from the packed entries bit for bit.
 //   4. DSV41_CUDA_PRODUCTION_OPS without `indexer`: index_select is the composition (bit-exact);
@@ -28,9 +36,13 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "cuda/device_tensor.h"
 #include "cuda/index_key_codes.h"
+#include "cuda/index_select.h"
 #include "formats/cache_format.h"
 #include "formats/minifloat.h"
 #include "reference/ops/indexer.h"
@@ -394,6 +406,119 @@ TEST(IndexSelectProduction, WithoutIndexerInTheProductionListItIsTheComposition)
   EXPECT_TRUE(same_bits(cuda_ops().download(cuda_ops().index_select(c.q, c.keys, c.w, c.reach, plain_spec(512)).topk),
                         got.topk));
   EXPECT_EQ(ops.counts().count("index_select"), 0u);
+}
+
+TEST(IndexSelectProduction, MoreThan65536KeysAreRangedAndMerged) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  const int64_t before = kernel_calls();
+  struct Shape { int64_t T, heads, dim, n; bool prefill; int k, blocks; };
+  for (const Shape& s : std::vector<Shape>{{3, 32, 128, 65537, false, 512, 2048},      // a last range of 1 key
+                                           {5, 32, 128, 131075, true, 512, 300},      // 2^17 + 3, causal reach
+                                           {2, 8, 64, 262149, false, 64, 50}}) {      // 2^18 + 5, 5 ranges
+    const Case c = make_case(s.T, s.heads, s.dim, s.n, s.prefill, 0);
+    check_kinds(c, s.k, s.blocks, "ranged T " + std::to_string(s.T) + " n " + std::to_string(s.n));
+  }
+  EXPECT_EQ(kernel_calls() - before, 9) << "every call ran the fused kernels";
+  // Zero queries: every reachable score is 0; the picks are exactly the composition's (the lowest
+  // positions and blocks, which lie in the first range: the merge must prefer them to the others').
+  for (const auto& [T, n, prefill] : std::vector<std::tuple<int64_t, int64_t, bool>>{{3, 65537, false},
+                                                                                      {4, 131075, true}}) {
+    Case c = make_case(T, 32, 128, n, prefill, 0);
+    for (float& v : c.q.data()) v = 0.0f;
+    for (int blocks : {6, 2048}) {
+      IndexSelectSpec source = plain_spec(512);
+      source.candidate_topk_blocks = blocks;
+      source.candidate_block_size = 8;
+      const IndexSelection want = cuda_ops().index_select(c.q, c.keys, c.w, c.reach, source);
+      const IndexSelection got = production_ops().index_select(c.q, c.keys, c.w, c.reach, source);
+      EXPECT_TRUE(same_bits(cuda_ops().download(want.topk), got.topk)) << "T " << T << " n " << n;
+      EXPECT_TRUE(same_bits(cuda_ops().download(want.candidates), got.candidates)) << "T " << T << " n " << n;
+    }
+    const Tensor<uint8_t> pool = random_pool(T, n);
+    IndexSelectSpec inside = plain_spec(512);
+    inside.pool = &pool;
+    EXPECT_TRUE(same_bits(cuda_ops().download(cuda_ops().index_select(c.q, c.keys, c.w, c.reach, inside).topk),
+                          production_ops().index_select(c.q, c.keys, c.w, c.reach, inside).topk))
+        << "pool, T " << T << " n " << n;
+  }
+}
+
+// gpu::index_select on a Case with a chosen split (range_keys, cluster; 0, 0 = the default).
+struct Picks {
+  std::vector<int32_t> topk;
+  std::vector<uint8_t> mask;
+};
+Picks select_split(const Case& c, const IndexSelectSpec& spec, int64_t range_keys, int64_t cluster,
+                   bool prefetch = false, bool fit_wave = false, bool ldmatrix = false, bool warp_hist = false) {
+  const int64_t k = std::min<int64_t>(spec.index_topk, c.n);
+  const bool source = spec.candidate_topk_blocks > 0;
+  const Tensor<float> q = cuda_ops().upload(c.q), w = cuda_ops().upload(c.w);
+  const Tensor<int64_t> reach = cuda_ops().upload(Tensor<int64_t>({c.T}, c.reach, "reach"));
+  const Tensor<uint8_t> pool = spec.pool != nullptr ? cuda_ops().upload(*spec.pool) : Tensor<uint8_t>();
+  gpu::DeviceBuffer<int32_t> topk(static_cast<size_t>(c.T * k));
+  gpu::DeviceBuffer<uint8_t> mask(static_cast<size_t>(source ? c.T * c.n : 1));
+  topk.poison();
+  mask.poison();
+  gpu::IndexSelectArgs a;
+  a.q = gpu::dev(q), a.w = gpu::dev(w), a.keys = gpu::dev(c.keys_dev), a.reach = gpu::dev(reach);
+  a.pool = spec.pool != nullptr ? gpu::dev(pool) : nullptr;
+  a.T = c.T, a.heads = c.heads, a.dim = c.dim, a.n = c.n, a.k = k;
+  a.topk_blocks = source ? spec.candidate_topk_blocks : 0, a.block_size = source ? spec.candidate_block_size : 0;
+  a.topk = topk.get(), a.mask = source ? mask.get() : nullptr;
+  a.range_keys = range_keys, a.cluster = cluster, a.prefetch = prefetch, a.fit_wave = fit_wave, a.ldmatrix = ldmatrix;
+  a.warp_hist = warp_hist;
+  gpu::DeviceBuffer<uint8_t> ws(static_cast<size_t>(gpu::index_select_workspace_bytes(a)));
+  a.workspace = ws.get();
+  gpu::index_select(a);
+  EXPECT_FALSE(gpu::index_select_flagged(ws.get()));
+  return {topk.download(), source ? mask.download() : std::vector<uint8_t>()};
+}
+
+TEST(IndexSelectProduction, EverySplitGivesTheSamePicks) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  struct Shape { int64_t T, heads, dim, n; bool prefill; int k, blocks, levels; };
+  for (const Shape& s : std::vector<Shape>{{64, 32, 128, 16384, false, 512, 2048, 0},
+                                           {9, 32, 128, 5000, false, 512, 300, 0},
+                                           {67, 32, 128, 2048, true, 512, 100, 0},
+                                           {5, 8, 64, 3001, true, 32, 6, 0},
+                                           {6, 32, 128, 9000, false, 512, 64, 1},     // exact ties
+                                           {1100, 32, 128, 2048, true, 512, 100, 0}}) {  // ranged: 2 row chunks
+    const Case c = make_case(s.T, s.heads, s.dim, s.n, s.prefill, s.levels);
+    const Tensor<uint8_t> pool = random_pool(c.T, c.n);
+    IndexSelectSpec source = plain_spec(s.k), inside = plain_spec(s.k);
+    source.candidate_topk_blocks = s.blocks;
+    source.candidate_block_size = 8;
+    inside.pool = &pool;
+    for (const auto& [kind, spec] : std::vector<std::pair<std::string, IndexSelectSpec>>{
+             {"plain", plain_spec(s.k)}, {"source", source}, {"pool", inside}}) {
+      const std::string what = kind + " T " + std::to_string(s.T) + " n " + std::to_string(s.n);
+      const Picks want = select_split(c, spec, 0, 0);
+      int64_t real = 0;
+      for (int32_t v : want.topk) real += v >= 0;
+      ASSERT_GT(real, 0) << what << ": no picks at all";
+      const Picks pre = select_split(c, spec, 0, 0, true);  // the prefetching kernel
+      EXPECT_EQ(pre.topk, want.topk) << what << ", prefetching";
+      EXPECT_EQ(pre.mask, want.mask) << what << " (mask), prefetching";
+      const Picks ldsm = select_split(c, spec, 0, 0, false, false, true);  // fragments by ldmatrix
+      EXPECT_EQ(ldsm.topk, want.topk) << what << ", ldmatrix";
+      EXPECT_EQ(ldsm.mask, want.mask) << what << " (mask), ldmatrix";
+      const Picks hist = select_split(c, spec, 0, 0, false, false, false, true);  // warp-aggregated histograms
+      EXPECT_EQ(hist.topk, want.topk) << what << ", warp_hist";
+      EXPECT_EQ(hist.mask, want.mask) << what << " (mask), warp_hist";
+      const Picks fit = select_split(c, spec, 0, 0, true, true, true, true);  // all, clusters fitted to one wave
+      EXPECT_EQ(fit.topk, want.topk) << what << ", prefetch + fit_wave + ldmatrix + warp_hist";
+      EXPECT_EQ(fit.mask, want.mask) << what << " (mask), prefetch + fit_wave + ldmatrix + warp_hist";
+      for (const auto& [R, S] : std::vector<std::pair<int64_t, int64_t>>{{256, 1}, {2048, 1}, {4096, 2}, {8192, 4},
+                                                                         {1024, 8}, {16384, 8}}) {
+        const Picks got = select_split(c, spec, R, S, R == 4096, false, R == 8192 || R == 256, R == 2048 || R == 256);
+        EXPECT_EQ(got.topk, want.topk) << what << ", ranges of " << R << " keys in clusters of " << S;
+        EXPECT_EQ(got.mask, want.mask) << what << " (mask), ranges of " << R << " keys in clusters of " << S;
+      }
+    }
+  }
+  // A split the kernels cannot run is refused with an error.
+  const Case c = make_case(2, 8, 64, 1000, false, 0);
+  EXPECT_THROW(select_split(c, plain_spec(32), 1000, 3), Error);
 }
 
 }  // namespace
