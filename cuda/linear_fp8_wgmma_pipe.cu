@@ -1,0 +1,264 @@
+// cuda/linear_fp8_wgmma_pipe.cu: the PIPELINED GEMM of the production fp8 linear (backend `cuda`,
+// claim order-variant) ↔ reference/ops/linear.cc (the F8_E4M3 path); docs/cuda.md "Production ops".
+//
+// The same arithmetic as the serial kernel (cuda/linear_fp8_wgmma.cu), bit for bit:
+//   y[t, o] = bf16( sum over K blocks b in order of  wgmma32_b(t, o) * (a_s[t, b] * w_s[o / 32, b]) )
+//   wgmma32_b one wgmma m64nNk32 e4m3 from a zero accumulator with the same tile layout and
+//   descriptors, promoted by acc = fma(d, a_s w_s, acc) per block in ascending K order. Only the
+//   schedule differs: tests/cuda/linear_pipelined_test.cc compares the two kernels' bits.
+// The schedule (bench/RESULTS.md, session 14: the serial kernel idles the tensor cores while it
+// promotes, the FMA pipe the busiest): two result sets per warpgroup. Block b + 1's wgmma is issued
+// into one set, then wgmma.wait_group 1 (block b done, b + 1 in flight), then block b's promotion
+// from the other set, so the promotion's FMAs run beside the next block's tensor-core work.
+// The next block may sit in the next K stage: the stage barrier then comes before its issue, with
+// one wgmma in flight (it reads the current stage, which is not the one refilled).
+//
+// ptxas -v must not report "wgmma.mma_async instructions are serialized" (C7514): it does when a
+// path it cannot rule out reads a result set still in flight (a wgmma under a branch its wait is
+// not under, or a result set copied across the K loop; hence the in-out operands and the stage
+// loop without branches around a wgmma).
+//
+// Configurations (template <kWG warpgroups, kBN columns, kStages>): CTA kWG * 64 rows x kBN columns,
+// K in stages of 128 bytes (4 scale blocks) by cp.async (16-byte chunks, zero-filled outside the
+// matrix) into the 128-byte swizzle, kStages deep (kStages - 2 stages in flight while one computes):
+//   prefill (T > 64): 2 warpgroups, 128 x 128, 6 stages (211 KB), one CTA per SM, M tiles fastest;
+//   decode (T <= 64): 1 warpgroup, 64 rows, so the grid has one CTA per column tile and all SMs
+//   stream the weight: 128 columns, 4 stages (2 CTAs an SM) where out / 128 fills the SMs, else
+//   64 columns, 8 stages (more of the weight in flight per CTA).
+#include "cuda/bf16_storage.cuh"
+#include "cuda/common.cuh"
+#include "cuda/fp8_async.cuh"
+#include "cuda/fp8_wgmma.cuh"
+#include "cuda/kernels.h"
+#include "cuda/tensor_core.cuh"
+#include "formats/minifloat.h"
+
+namespace dsv41::gpu {
+namespace {
+
+using fp8::cp_async16;
+using fp8::cp_async_commit;
+using fp8::cp_async_wait;
+using fp8::smem_addr;
+using fp8::sw128;
+using fp8::sw128_desc;
+using tc::fence_proxy_async;
+using tc::pin;
+using tc::wgmma_commit;
+using tc::wgmma_fence;
+
+constexpr int kBlock = 32;         // act_quant / scale block along K
+constexpr int kBK = 128;           // K bytes per stage
+constexpr int kKb = kBK / kBlock;  // scale blocks per stage
+
+template <int kWG, int kBN, int kStages>
+struct Config {
+  static constexpr int kBM = 64 * kWG;
+  static constexpr int kThreads = 128 * kWG;
+  static constexpr int kTileA = kBM * kBK;  // bytes: [kBM][128] codes
+  static constexpr int kTileB = kBN * kBK;  // bytes: [kBN][128] codes
+  static constexpr int kScaleBytes = (kBM * kKb + (kBN / kBlock) * kKb) * 4;
+  static constexpr int kStageBytes = ((kTileA + kTileB + kScaleBytes + 1023) / 1024) * 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slack
+  static_assert(kStages >= 3, "the stage barrier waits for stage kt + 1 with kStages - 3 groups pending");
+  static_assert(kBM * (kBK / 16) % kThreads == 0 && kBN * (kBK / 16) % kThreads == 0, "whole chunks a thread");
+  static_assert((kBN / kBlock) * kKb <= kThreads, "one thread per weight scale");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
+};
+
+struct Stage {
+  uint8_t* a;  // [kBM][128] activation codes, swizzled
+  uint8_t* b;  // [kBN][128] weight codes, swizzled
+  float* as;   // [kBM][kKb] activation scales
+  float* ws;   // [kBN / 32][kKb] weight scales
+};
+template <class C>
+__device__ inline Stage stage_at(uint8_t* base, int64_t kt, int stages) {
+  uint8_t* p = base + static_cast<int>(kt % stages) * C::kStageBytes;
+  return {p, p + C::kTileA, reinterpret_cast<float*>(p + C::kTileA + C::kTileB),
+          reinterpret_cast<float*>(p + C::kTileA + C::kTileB + C::kBM * kKb * 4)};
+}
+
+template <class C, int kBN>
+__device__ inline void load_stage(const Stage& s, const uint8_t* __restrict__ xa, const float* __restrict__ xs,
+                                  const uint8_t* __restrict__ wb, const float* __restrict__ wsc, int64_t T,
+                                  int64_t out, int64_t in, int64_t m0, int64_t n0, int64_t kt) {
+  const int64_t nkb = in / kBlock, k0 = kt * kBK, kb0 = kt * kKb;
+  const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int it = 0; it < C::kBM * (kBK / 16) / C::kThreads; ++it) {
+    const int c = it * C::kThreads + tid, r = c / (kBK / 16), ch = c % (kBK / 16), col = ch * 16;
+    const bool ok = k0 + col < in && m0 + r < T;
+    cp_async16(s.a + sw128(r, ch), ok ? xa + (m0 + r) * in + k0 + col : xa, ok ? 16 : 0);
+  }
+#pragma unroll
+  for (int it = 0; it < kBN * (kBK / 16) / C::kThreads; ++it) {
+    const int c = it * C::kThreads + tid, r = c / (kBK / 16), ch = c % (kBK / 16), col = ch * 16;
+    const bool ok = k0 + col < in && n0 + r < out;
+    cp_async16(s.b + sw128(r, ch), ok ? wb + (n0 + r) * in + k0 + col : wb, ok ? 16 : 0);
+  }
+  fp8::load_stage_scales<C::kBM, kBN, kKb, kBlock, C::kThreads>(s.as, s.ws, xs, wsc, m0, n0, kb0, nkb, T, out, tid);
+}
+
+template <int kWG, int kBN, int kStages>
+__global__ void __launch_bounds__(128 * kWG, 1)
+    fp8_wgmma_pipe_kernel(const uint8_t* __restrict__ xa, const float* __restrict__ xs, const uint8_t* __restrict__ wb,
+                          const float* __restrict__ wsc, int64_t T, int64_t in, int64_t out, float* __restrict__ y) {
+  using C = Config<kWG, kBN, kStages>;
+  constexpr int kN = kBN / 2;  // result registers a thread: kBN / 8 chunks of 4
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * C::kBM, n0 = static_cast<int64_t>(blockIdx.y) * kBN;
+  const int64_t nkb = in / kBlock, nkt = (in + kBK - 1) / kBK;
+  const int wg = static_cast<int>(threadIdx.x) / 128, warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, tq = lane % 4;
+  const int row0 = wg * 64 + warp * 16 + g;  // this thread's rows row0 and row0 + 8 of the CTA tile
+
+  float acc[kN], d0[kN], d1[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) acc[i] = d0[i] = d1[i] = 0.0f;  // d0, d1: in-out operands, values unused
+
+  const auto load = [&](int64_t kt) {
+    load_stage<C, kBN>(stage_at<C>(smem, kt, kStages), xa, xs, wb, wsc, T, out, in, m0, n0, kt);
+  };
+  // Block ks of stage st into d (a fresh wgmma group).
+  const auto issue = [&](const Stage& st, int ks, float (&d)[kN]) {
+    wgmma_fence();  // d's registers were read by the previous promotion
+    fp8::wgmma_e4m3_inout<kBN>(d, sw128_desc(st.a + wg * 64 * kBK + ks * kBlock), sw128_desc(st.b + ks * kBlock));
+    wgmma_commit();
+  };
+  // acc += d * (a_s w_s) for block ks of stage st, in the serial kernel's operation order.
+  const auto promote = [&](const Stage& st, int ks, float (&d)[kN]) {
+    pin(d);  // no read of d before the wait above
+    const float as0 = st.as[row0 * kKb + ks], as1 = st.as[(row0 + 8) * kKb + ks];
+#pragma unroll
+    for (int t = 0; t < kBN / kBlock; ++t) {  // the weight scale tiles of the kBN columns
+      const float w_s = st.ws[t * kKb + ks];
+      const float s0 = as0 * w_s, s1 = as1 * w_s;
+#pragma unroll
+      for (int j = 4 * t; j < 4 * t + 4; ++j) {  // n8 chunks j of tile t
+        acc[4 * j] = __fmaf_rn(d[4 * j], s0, acc[4 * j]);
+        acc[4 * j + 1] = __fmaf_rn(d[4 * j + 1], s0, acc[4 * j + 1]);
+        acc[4 * j + 2] = __fmaf_rn(d[4 * j + 2], s1, acc[4 * j + 2]);
+        acc[4 * j + 3] = __fmaf_rn(d[4 * j + 3], s1, acc[4 * j + 3]);
+      }
+    }
+  };
+  // Block ks of stage kt, whose wgmma is in flight in cur, when a block follows it: issue block
+  // ks + 1 (of stage kt + 1 after the stage barrier when ks is the stage's last) into nxt, wait for
+  // cur, promote it. ks is a constant at each (inlined) call: no branch around a wgmma.
+  const auto step = [&](int ks, int64_t kt, const Stage& st, float (&cur)[kN], float (&nxt)[kN]) {
+    if (ks == kKb - 1) {
+      // Stage kt + 1 landed for everyone; every wgmma on stage kt - 1 is done (each warpgroup
+      // waited for block ks - 1 of stage kt), so its buffer takes stage kt + kStages - 1.
+      cp_async_wait<kStages - 3>();
+      fence_proxy_async();  // this thread's cp.async bytes -> visible to the tensor cores
+      __syncthreads();
+      if (kt + kStages - 1 < nkt) load(kt + kStages - 1);
+      cp_async_commit();
+      issue(stage_at<C>(smem, kt + 1, kStages), 0, nxt);
+    } else {
+      issue(st, ks + 1, nxt);
+    }
+    tc::wgmma_wait<1>();
+    promote(st, ks, cur);
+  };
+  // The last block: wait for cur, promote it.
+  const auto finish = [&](int ks, const Stage& st, float (&cur)[kN]) {
+    tc::wgmma_wait<0>();
+    promote(st, ks, cur);
+  };
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nkt) load(s);
+    cp_async_commit();
+  }
+  cp_async_wait<kStages - 2>();
+  fence_proxy_async();
+  __syncthreads();  // stage 0 landed for everyone
+  if (nkt > 0) {  // else (in 0) zeros, as the serial kernel; one region, so ptxas sees every wait
+    issue(stage_at<C>(smem, 0, kStages), 0, d0);
+    for (int64_t kt = 0; kt + 1 < nkt; ++kt) {  // the stages before the last: whole, each block has a successor
+      const Stage st = stage_at<C>(smem, kt, kStages);
+      step(0, kt, st, d0, d1);
+      step(1, kt, st, d1, d0);
+      step(2, kt, st, d0, d1);
+      step(3, kt, st, d1, d0);  // block 0 of stage kt + 1 now in flight in d0
+    }
+    {  // the last stage: 1 to 4 blocks (uniform branches)
+      const int64_t kt = nkt - 1, left = nkb - kt * kKb;
+      const Stage st = stage_at<C>(smem, kt, kStages);
+      if (left == 1) {
+        finish(0, st, d0);
+      } else {
+        step(0, kt, st, d0, d1);
+        if (left == 2) {
+          finish(1, st, d1);
+        } else {
+          step(1, kt, st, d1, d0);
+          if (left == 3) {
+            finish(2, st, d0);
+          } else {
+            step(2, kt, st, d0, d1);
+            finish(3, st, d1);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: bf16 values (the backend's bf16 tensors are fp32 storage), as the serial kernel.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t t = m0 + row0 + h * 8;
+    if (t >= T) continue;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const int64_t o = n0 + j * 8 + tq * 2;
+      const float v0 = formats::round_to_bf16(acc[4 * j + 2 * h]), v1 = formats::round_to_bf16(acc[4 * j + 2 * h + 1]);
+      float* dst = y + t * out + o;
+      if (o + 1 < out && out % 2 == 0) {
+        *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+      } else {
+        if (o < out) dst[0] = v0;
+        if (o + 1 < out) dst[1] = v1;
+      }
+    }
+  }
+}
+
+template <int kWG, int kBN, int kStages>
+void launch(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in, const uint8_t* w_codes,
+            const float* w_scales, int64_t out, float* y) {
+  using C = Config<kWG, kBN, kStages>;
+  static const bool attr = [] {
+    DSV41_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma_pipe_kernel<kWG, kBN, kStages>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    return true;
+  }();
+  (void)attr;
+  DSV41_CHECK((out + kBN - 1) / kBN <= 65535, "fp8_wgmma_pipelined_linear: out ", out, " needs more than 65535 ",
+              kBN, "-column tiles");
+  const dim3 grid(static_cast<unsigned>((T + C::kBM - 1) / C::kBM), static_cast<unsigned>((out + kBN - 1) / kBN));
+  fp8_wgmma_pipe_kernel<kWG, kBN, kStages><<<grid, C::kThreads, C::kSmemBytes>>>(x_codes, x_scales, w_codes, w_scales, T, in, out, y);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void fp8_wgmma_pipelined_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
+                                      const uint8_t* w_codes, const float* w_scales, int64_t out, float* y) {
+  if (T == 0 || out == 0) return;
+  DSV41_CHECK(in % kBlock == 0, "fp8_wgmma_pipelined_linear: in ", in, " is not a multiple of ", kBlock);
+  if (T > 64) {
+    launch<2, 128, 6>(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+  } else if ((out + 127) / 128 >= int64_t{sm_count()}) {
+    launch<1, 128, 4>(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+  } else {
+    launch<1, 64, 8>(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+  }
+}
+
+}  // namespace dsv41::gpu
