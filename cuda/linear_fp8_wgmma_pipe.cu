@@ -61,7 +61,8 @@ struct Config {
   static constexpr int kStageBytes = ((kTileA + kTileB + kScaleBytes + 1023) / 1024) * 1024;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slack
   static_assert(kStages >= 3, "the stage barrier waits for stage kt + 1 with kStages - 3 groups pending");
-  static_assert(kBM * (kBK / 16) % kThreads == 0 && kBN * (kBK / 16) % kThreads == 0, "whole chunks a thread");
+  static_assert(kBM % (kThreads / 8) == 0 && kBN % (kThreads / 8) == 0 && (kThreads / 8) % 8 == 0,
+                "whole rows of chunks a thread; row steps of whole 8-row swizzle groups");
   static_assert((kBN / kBlock) * kKb <= kThreads, "one thread per weight scale");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
 };
@@ -72,33 +73,59 @@ struct Stage {
   float* as;   // [kBM][kKb] activation scales
   float* ws;   // [kBN / 32][kKb] weight scales
 };
+// The stage buffer slot (0 .. kStages - 1; the stage of K tile kt sits in slot kt % kStages, kept
+// as a running slot in the K loop: no 64-bit division).
 template <class C>
-__device__ inline Stage stage_at(uint8_t* base, int64_t kt, int stages) {
-  uint8_t* p = base + static_cast<int>(kt % stages) * C::kStageBytes;
+__device__ inline Stage stage_at(uint8_t* base, int slot) {
+  uint8_t* p = base + slot * C::kStageBytes;
   return {p, p + C::kTileA, reinterpret_cast<float*>(p + C::kTileA + C::kTileB),
           reinterpret_cast<float*>(p + C::kTileA + C::kTileB + C::kBM * kKb * 4)};
 }
 
+// This thread's share of every stage's operand loads, fixed for the whole K loop (the chunk the
+// serial kernel's load gives thread tid, c = it * kThreads + tid: row c / 8, 16-byte chunk c % 8):
+// chunk ch = tid % 8 of rows r0 + it * kRowStep, r0 = tid / 8. kRowStep is a multiple of 8, so
+// every such row has the same place in its swizzled 8-row group: sw128(r0 + it * kRowStep, ch) =
+// sw128(r0, ch) + it * kRowStep * 128. Only the offsets move with the stage: less address work
+// per cp.async than recomputing each chunk's row and column.
 template <class C, int kBN>
-__device__ inline void load_stage(const Stage& s, const uint8_t* __restrict__ xa, const float* __restrict__ xs,
-                                  const uint8_t* __restrict__ wb, const float* __restrict__ wsc, int64_t T,
-                                  int64_t out, int64_t in, int64_t m0, int64_t n0, int64_t kt) {
-  const int64_t nkb = in / kBlock, k0 = kt * kBK, kb0 = kt * kKb;
-  const int tid = static_cast<int>(threadIdx.x);
-#pragma unroll
-  for (int it = 0; it < C::kBM * (kBK / 16) / C::kThreads; ++it) {
-    const int c = it * C::kThreads + tid, r = c / (kBK / 16), ch = c % (kBK / 16), col = ch * 16;
-    const bool ok = k0 + col < in && m0 + r < T;
-    cp_async16(s.a + sw128(r, ch), ok ? xa + (m0 + r) * in + k0 + col : xa, ok ? 16 : 0);
+struct Loader {
+  static constexpr int kRowStep = C::kThreads / 8;
+  int64_t a_off, b_off;    // bytes: row m0 + r0 (n0 + r0) of x (w), column ch * 16
+  int64_t a_rows, b_rows;  // rows from r0 on inside the matrix: T - m0 - r0, out - n0 - r0
+  int64_t step;            // bytes between rows r0 + it * kRowStep: kRowStep * in
+  int dst, col;            // sw128(r0, ch); ch * 16
+
+  __device__ Loader(int64_t T, int64_t out, int64_t in, int64_t m0, int64_t n0) {
+    const int tid = static_cast<int>(threadIdx.x), r0 = tid / (kBK / 16), ch = tid % (kBK / 16);
+    col = ch * 16;
+    dst = sw128(r0, ch);
+    a_off = (m0 + r0) * in + col;
+    b_off = (n0 + r0) * in + col;
+    a_rows = T - m0 - r0;
+    b_rows = out - n0 - r0;
+    step = kRowStep * in;
   }
+  // Stage kt's codes and scales into s (zero outside the matrices), as the serial kernel's load.
+  __device__ void load(const Stage& s, const uint8_t* __restrict__ xa, const float* __restrict__ xs,
+                       const uint8_t* __restrict__ wb, const float* __restrict__ wsc, int64_t T, int64_t out,
+                       int64_t in, int64_t m0, int64_t n0, int64_t kt) const {
+    const int64_t k0 = kt * kBK;
+    const bool kin = k0 + col < in;
 #pragma unroll
-  for (int it = 0; it < kBN * (kBK / 16) / C::kThreads; ++it) {
-    const int c = it * C::kThreads + tid, r = c / (kBK / 16), ch = c % (kBK / 16), col = ch * 16;
-    const bool ok = k0 + col < in && n0 + r < out;
-    cp_async16(s.b + sw128(r, ch), ok ? wb + (n0 + r) * in + k0 + col : wb, ok ? 16 : 0);
+    for (int it = 0; it < C::kBM / kRowStep; ++it) {
+      const bool ok = kin && it * kRowStep < a_rows;
+      cp_async16(s.a + dst + it * kRowStep * 128, ok ? xa + a_off + it * step + k0 : xa, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int it = 0; it < kBN / kRowStep; ++it) {
+      const bool ok = kin && it * kRowStep < b_rows;
+      cp_async16(s.b + dst + it * kRowStep * 128, ok ? wb + b_off + it * step + k0 : wb, ok ? 16 : 0);
+    }
+    fp8::load_stage_scales<C::kBM, kBN, kKb, kBlock, C::kThreads>(s.as, s.ws, xs, wsc, m0, n0, kt * kKb, in / kBlock,
+                                                                 T, out, static_cast<int>(threadIdx.x));
   }
-  fp8::load_stage_scales<C::kBM, kBN, kKb, kBlock, C::kThreads>(s.as, s.ws, xs, wsc, m0, n0, kb0, nkb, T, out, tid);
-}
+};
 
 template <int kWG, int kBN, int kStages>
 __global__ void __launch_bounds__(128 * kWG, 1)
@@ -118,8 +145,10 @@ __global__ void __launch_bounds__(128 * kWG, 1)
 #pragma unroll
   for (int i = 0; i < kN; ++i) acc[i] = d0[i] = d1[i] = 0.0f;  // d0, d1: in-out operands, values unused
 
-  const auto load = [&](int64_t kt) {
-    load_stage<C, kBN>(stage_at<C>(smem, kt, kStages), xa, xs, wb, wsc, T, out, in, m0, n0, kt);
+  const Loader<C, kBN> loader(T, out, in, m0, n0);
+  const auto wrap = [](int slot) { return slot >= kStages ? slot - kStages : slot; };  // slot < 2 kStages
+  const auto load = [&](int64_t kt, int slot) {
+    loader.load(stage_at<C>(smem, slot), xa, xs, wb, wsc, T, out, in, m0, n0, kt);
   };
   // Block ks of stage st into d (a fresh wgmma group).
   const auto issue = [&](const Stage& st, int ks, float (&d)[kN]) {
@@ -147,16 +176,16 @@ __global__ void __launch_bounds__(128 * kWG, 1)
   // Block ks of stage kt, whose wgmma is in flight in cur, when a block follows it: issue block
   // ks + 1 (of stage kt + 1 after the stage barrier when ks is the stage's last) into nxt, wait for
   // cur, promote it. ks is a constant at each (inlined) call: no branch around a wgmma.
-  const auto step = [&](int ks, int64_t kt, const Stage& st, float (&cur)[kN], float (&nxt)[kN]) {
+  const auto step = [&](int ks, int64_t kt, int slot, const Stage& st, float (&cur)[kN], float (&nxt)[kN]) {
     if (ks == kKb - 1) {
       // Stage kt + 1 landed for everyone; every wgmma on stage kt - 1 is done (each warpgroup
       // waited for block ks - 1 of stage kt), so its buffer takes stage kt + kStages - 1.
       cp_async_wait<kStages - 3>();
       fence_proxy_async();  // this thread's cp.async bytes -> visible to the tensor cores
       __syncthreads();
-      if (kt + kStages - 1 < nkt) load(kt + kStages - 1);
+      if (kt + kStages - 1 < nkt) load(kt + kStages - 1, wrap(slot + kStages - 1));
       cp_async_commit();
-      issue(stage_at<C>(smem, kt + 1, kStages), 0, nxt);
+      issue(stage_at<C>(smem, wrap(slot + 1)), 0, nxt);
     } else {
       issue(st, ks + 1, nxt);
     }
@@ -171,36 +200,38 @@ __global__ void __launch_bounds__(128 * kWG, 1)
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nkt) load(s);
+    if (s < nkt) load(s, s);
     cp_async_commit();
   }
   cp_async_wait<kStages - 2>();
   fence_proxy_async();
   __syncthreads();  // stage 0 landed for everyone
   if (nkt > 0) {  // else (in 0) zeros, as the serial kernel; one region, so ptxas sees every wait
-    issue(stage_at<C>(smem, 0, kStages), 0, d0);
-    for (int64_t kt = 0; kt + 1 < nkt; ++kt) {  // the stages before the last: whole, each block has a successor
-      const Stage st = stage_at<C>(smem, kt, kStages);
-      step(0, kt, st, d0, d1);
-      step(1, kt, st, d1, d0);
-      step(2, kt, st, d0, d1);
-      step(3, kt, st, d1, d0);  // block 0 of stage kt + 1 now in flight in d0
+    issue(stage_at<C>(smem, 0), 0, d0);
+    int slot = 0;  // kt % kStages
+    // The stages before the last: whole, each block has a successor.
+    for (int64_t kt = 0; kt + 1 < nkt; ++kt, slot = wrap(slot + 1)) {
+      const Stage st = stage_at<C>(smem, slot);
+      step(0, kt, slot, st, d0, d1);
+      step(1, kt, slot, st, d1, d0);
+      step(2, kt, slot, st, d0, d1);
+      step(3, kt, slot, st, d1, d0);  // block 0 of stage kt + 1 now in flight in d0
     }
     {  // the last stage: 1 to 4 blocks (uniform branches)
       const int64_t kt = nkt - 1, left = nkb - kt * kKb;
-      const Stage st = stage_at<C>(smem, kt, kStages);
+      const Stage st = stage_at<C>(smem, slot);
       if (left == 1) {
         finish(0, st, d0);
       } else {
-        step(0, kt, st, d0, d1);
+        step(0, kt, slot, st, d0, d1);
         if (left == 2) {
           finish(1, st, d1);
         } else {
-          step(1, kt, st, d1, d0);
+          step(1, kt, slot, st, d1, d0);
           if (left == 3) {
             finish(2, st, d0);
           } else {
-            step(2, kt, st, d0, d1);
+            step(2, kt, slot, st, d0, d1);
             finish(3, st, d1);
           }
         }
@@ -242,7 +273,8 @@ void launch(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in
   DSV41_CHECK((out + kBN - 1) / kBN <= 65535, "fp8_wgmma_pipelined_linear: out ", out, " needs more than 65535 ",
               kBN, "-column tiles");
   const dim3 grid(static_cast<unsigned>((T + C::kBM - 1) / C::kBM), static_cast<unsigned>((out + kBN - 1) / kBN));
-  fp8_wgmma_pipe_kernel<kWG, kBN, kStages><<<grid, C::kThreads, C::kSmemBytes>>>(x_codes, x_scales, w_codes, w_scales, T, in, out, y);
+  fp8_wgmma_pipe_kernel<kWG, kBN, kStages>
+      <<<grid, C::kThreads, C::kSmemBytes>>>(x_codes, x_scales, w_codes, w_scales, T, in, out, y);
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 

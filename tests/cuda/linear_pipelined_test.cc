@@ -88,7 +88,8 @@ TEST(PipelinedLinear, SameBitsAsTheSerialKernel) {
     ASSERT_EQ(serial.size(), piped.size());
     int64_t differ = 0, nonzero = 0, first = -1;
     for (size_t i = 0; i < serial.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(serial[i])) << "serial output " << i << " of shape " << s.T << "x" << s.out << "x" << s.in;
+      ASSERT_TRUE(std::isfinite(serial[i]))
+          << "serial output " << i << " of shape " << s.T << "x" << s.out << "x" << s.in;
       nonzero += serial[i] != 0.0f;
       if (std::memcmp(&serial[i], &piped[i], sizeof(float)) != 0) {
         if (first < 0) first = static_cast<int64_t>(i);
