@@ -220,16 +220,21 @@ Fp8LinearKernel fp8_linear_kernel() {
   const char* env = std::getenv("DSV41_FP8_LINEAR_KERNEL");
   if (env == nullptr || *env == '\0' || std::strcmp(env, "serial") == 0) return Fp8LinearKernel::kSerial;
   if (std::strcmp(env, "pipelined") == 0) return Fp8LinearKernel::kPipelined;
-  DSV41_FAIL("DSV41_FP8_LINEAR_KERNEL=", env, " names no fp8 linear kernel (serial or pipelined)");
+  if (std::strcmp(env, "pipelined-tma") == 0) return Fp8LinearKernel::kPipelinedTma;
+  DSV41_FAIL("DSV41_FP8_LINEAR_KERNEL=", env, " names no fp8 linear kernel (serial, pipelined or pipelined-tma)");
 }
 
 void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in, const uint8_t* w_codes,
                           const float* w_scales, int64_t out, float* y) {
-  if (fp8_linear_kernel() == Fp8LinearKernel::kPipelined) {
-    fp8_wgmma_pipelined_linear_codes(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
-  } else {
-    fp8_wgmma_serial_linear_codes(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+  switch (fp8_linear_kernel()) {
+    case Fp8LinearKernel::kPipelined:
+      return fp8_wgmma_pipelined_linear_codes(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+    case Fp8LinearKernel::kPipelinedTma:
+      return fp8_wgmma_pipelined_tma_linear_codes(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+    case Fp8LinearKernel::kSerial:
+      break;
   }
+  fp8_wgmma_serial_linear_codes(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
 }
 
 void fp8_wgmma_probe(const uint8_t* a, const uint8_t* b, float* d) {

@@ -18,19 +18,30 @@
 // not under, or a result set copied across the K loop; hence the in-out operands and the stage
 // loop without branches around a wgmma).
 //
+// Code tiles (kTma false) by cp.async from every thread (16-byte chunks, zero-filled outside the
+// matrix), or (kTma true, `pipelined-tma`) by two bulk tensor copies a stage from thread 0 (tensor
+// maps in the same 128-byte swizzle, zeros outside), completing on the stage's mbarrier
+// (cuda/tma.cuh); the scales by cp.async either way. Same shared-memory bytes, so the same bits.
+//
 // Configurations (template <kWG warpgroups, kBN columns, kStages>): CTA kWG * 64 rows x kBN columns,
-// K in stages of 128 bytes (4 scale blocks) by cp.async (16-byte chunks, zero-filled outside the
-// matrix) into the 128-byte swizzle, kStages deep (kStages - 2 stages in flight while one computes):
+// K in stages of 128 bytes (4 scale blocks) into the 128-byte swizzle, kStages deep (kStages - 2
+// stages in flight while one computes):
 //   prefill (T > 64): 2 warpgroups, 128 x 128, 6 stages (211 KB), one CTA per SM, M tiles fastest;
 //   decode (T <= 64): 1 warpgroup, 64 rows, so the grid has one CTA per column tile and all SMs
 //   stream the weight: 128 columns, 4 stages (2 CTAs an SM) where out / 128 fills the SMs, else
 //   64 columns, 8 stages (more of the weight in flight per CTA).
+#include <cudaTypedefs.h>
+
+#include <climits>
+#include <cstdint>
+
 #include "cuda/bf16_storage.cuh"
 #include "cuda/common.cuh"
 #include "cuda/fp8_async.cuh"
 #include "cuda/fp8_wgmma.cuh"
 #include "cuda/kernels.h"
 #include "cuda/tensor_core.cuh"
+#include "cuda/tma.cuh"
 #include "formats/minifloat.h"
 
 namespace dsv41::gpu {
@@ -59,7 +70,8 @@ struct Config {
   static constexpr int kTileB = kBN * kBK;  // bytes: [kBN][128] codes
   static constexpr int kScaleBytes = (kBM * kKb + (kBN / kBlock) * kKb) * 4;
   static constexpr int kStageBytes = ((kTileA + kTileB + kScaleBytes + 1023) / 1024) * 1024;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slack
+  static constexpr int kBarOffset = kStages * kStageBytes;  // the stages' mbarriers (the TMA loads)
+  static constexpr int kSmemBytes = kBarOffset + 8 * kStages + 1024;  // + alignment slack
   static_assert(kStages >= 3, "the stage barrier waits for stage kt + 1 with kStages - 3 groups pending");
   static_assert(kBM % (kThreads / 8) == 0 && kBN % (kThreads / 8) == 0 && (kThreads / 8) % 8 == 0,
                 "whole rows of chunks a thread; row steps of whole 8-row swizzle groups");
@@ -88,7 +100,13 @@ __device__ inline Stage stage_at(uint8_t* base, int slot) {
 // every such row has the same place in its swizzled 8-row group: sw128(r0 + it * kRowStep, ch) =
 // sw128(r0, ch) + it * kRowStep * 128. Only the offsets move with the stage: less address work
 // per cp.async than recomputing each chunk's row and column.
-template <class C, int kBN>
+// The tensor maps of the TMA loads (x codes [T, in], box kBM x 128; w codes [out, in], box kBN x
+// 128; both in the 128-byte swizzle); unused by the cp.async loads.
+struct TmaMaps {
+  CUtensorMap a, b;
+};
+
+template <class C, int kBN, bool kTma>
 struct Loader {
   static constexpr int kRowStep = C::kThreads / 8;
   int64_t a_off, b_off;    // bytes: row m0 + r0 (n0 + r0) of x (w), column ch * 16
@@ -106,31 +124,42 @@ struct Loader {
     b_rows = out - n0 - r0;
     step = kRowStep * in;
   }
-  // Stage kt's codes and scales into s (zero outside the matrices), as the serial kernel's load.
-  __device__ void load(const Stage& s, const uint8_t* __restrict__ xa, const float* __restrict__ xs,
-                       const uint8_t* __restrict__ wb, const float* __restrict__ wsc, int64_t T, int64_t out,
-                       int64_t in, int64_t m0, int64_t n0, int64_t kt) const {
+  // Stage kt's codes and scales into s (zero outside the matrices), as the serial kernel's load:
+  // the codes by cp.async from every thread, or (kTma) by two bulk tensor copies from thread 0 that
+  // complete on bar; the scales by cp.async.
+  __device__ void load(const Stage& s, uint64_t* bar, const TmaMaps& maps, const uint8_t* __restrict__ xa,
+                       const float* __restrict__ xs, const uint8_t* __restrict__ wb, const float* __restrict__ wsc,
+                       int64_t T, int64_t out, int64_t in, int64_t m0, int64_t n0, int64_t kt) const {
     const int64_t k0 = kt * kBK;
-    const bool kin = k0 + col < in;
+    if constexpr (kTma) {
+      if (threadIdx.x == 0) {
+        tma::mbar_arrive_expect_tx(bar, C::kTileA + C::kTileB);
+        tma::load_2d(s.a, &maps.a, static_cast<int>(k0), static_cast<int>(m0), bar);
+        tma::load_2d(s.b, &maps.b, static_cast<int>(k0), static_cast<int>(n0), bar);
+      }
+    } else {
+      const bool kin = k0 + col < in;
 #pragma unroll
-    for (int it = 0; it < C::kBM / kRowStep; ++it) {
-      const bool ok = kin && it * kRowStep < a_rows;
-      cp_async16(s.a + dst + it * kRowStep * 128, ok ? xa + a_off + it * step + k0 : xa, ok ? 16 : 0);
-    }
+      for (int it = 0; it < C::kBM / kRowStep; ++it) {
+        const bool ok = kin && it * kRowStep < a_rows;
+        cp_async16(s.a + dst + it * kRowStep * 128, ok ? xa + a_off + it * step + k0 : xa, ok ? 16 : 0);
+      }
 #pragma unroll
-    for (int it = 0; it < kBN / kRowStep; ++it) {
-      const bool ok = kin && it * kRowStep < b_rows;
-      cp_async16(s.b + dst + it * kRowStep * 128, ok ? wb + b_off + it * step + k0 : wb, ok ? 16 : 0);
+      for (int it = 0; it < kBN / kRowStep; ++it) {
+        const bool ok = kin && it * kRowStep < b_rows;
+        cp_async16(s.b + dst + it * kRowStep * 128, ok ? wb + b_off + it * step + k0 : wb, ok ? 16 : 0);
+      }
     }
     fp8::load_stage_scales<C::kBM, kBN, kKb, kBlock, C::kThreads>(s.as, s.ws, xs, wsc, m0, n0, kt * kKb, in / kBlock,
                                                                  T, out, static_cast<int>(threadIdx.x));
   }
 };
 
-template <int kWG, int kBN, int kStages>
+template <int kWG, int kBN, int kStages, bool kTma>
 __global__ void __launch_bounds__(128 * kWG, 1)
-    fp8_wgmma_pipe_kernel(const uint8_t* __restrict__ xa, const float* __restrict__ xs, const uint8_t* __restrict__ wb,
-                          const float* __restrict__ wsc, int64_t T, int64_t in, int64_t out, float* __restrict__ y) {
+    fp8_wgmma_pipe_kernel(const __grid_constant__ TmaMaps maps, const uint8_t* __restrict__ xa,
+                          const float* __restrict__ xs, const uint8_t* __restrict__ wb, const float* __restrict__ wsc,
+                          int64_t T, int64_t in, int64_t out, float* __restrict__ y) {
   using C = Config<kWG, kBN, kStages>;
   constexpr int kN = kBN / 2;  // result registers a thread: kBN / 8 chunks of 4
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -145,10 +174,19 @@ __global__ void __launch_bounds__(128 * kWG, 1)
 #pragma unroll
   for (int i = 0; i < kN; ++i) acc[i] = d0[i] = d1[i] = 0.0f;  // d0, d1: in-out operands, values unused
 
-  const Loader<C, kBN> loader(T, out, in, m0, n0);
+  const Loader<C, kBN, kTma> loader(T, out, in, m0, n0);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + C::kBarOffset);  // [kStages]: stage slot s's codes landed
+  uint32_t phases = 0;  // bit s: the parity of the next wait on bars[s]
   const auto wrap = [](int slot) { return slot >= kStages ? slot - kStages : slot; };  // slot < 2 kStages
   const auto load = [&](int64_t kt, int slot) {
-    loader.load(stage_at<C>(smem, slot), xa, xs, wb, wsc, T, out, in, m0, n0, kt);
+    loader.load(stage_at<C>(smem, slot), bars + slot, maps, xa, xs, wb, wsc, T, out, in, m0, n0, kt);
+  };
+  // Stage slot's codes landed (kTma; with cp.async, each thread's cp.async wait and fence do it).
+  const auto wait_codes = [&](int slot) {
+    if constexpr (kTma) {
+      tma::mbar_wait(bars + slot, (phases >> slot) & 1u);
+      phases ^= 1u << slot;
+    }
   };
   // Block ks of stage st into d (a fresh wgmma group).
   const auto issue = [&](const Stage& st, int ks, float (&d)[kN]) {
@@ -181,6 +219,7 @@ __global__ void __launch_bounds__(128 * kWG, 1)
       // Stage kt + 1 landed for everyone; every wgmma on stage kt - 1 is done (each warpgroup
       // waited for block ks - 1 of stage kt), so its buffer takes stage kt + kStages - 1.
       cp_async_wait<kStages - 3>();
+      wait_codes(wrap(slot + 1));
       fence_proxy_async();  // this thread's cp.async bytes -> visible to the tensor cores
       __syncthreads();
       if (kt + kStages - 1 < nkt) load(kt + kStages - 1, wrap(slot + kStages - 1));
@@ -198,12 +237,18 @@ __global__ void __launch_bounds__(128 * kWG, 1)
     promote(st, ks, cur);
   };
 
+  if (kTma && threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) tma::mbar_init(bars + s, 1);
+    tma::mbar_init_fence();
+  }
+  if (kTma) __syncthreads();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < nkt) load(s, s);
     cp_async_commit();
   }
   cp_async_wait<kStages - 2>();
+  if (nkt > 0) wait_codes(0);
   fence_proxy_async();
   __syncthreads();  // stage 0 landed for everyone
   if (nkt > 0) {  // else (in 0) zeros, as the serial kernel; one region, so ptxas sees every wait
@@ -260,37 +305,84 @@ __global__ void __launch_bounds__(128 * kWG, 1)
   }
 }
 
-template <int kWG, int kBN, int kStages>
+// A 2-D tensor map of E4M3 codes [rows, in] (row-major), box box_rows x 128 bytes, 128-byte swizzle
+// (the layout sw128 names), zeros outside. cuTensorMapEncodeTiled through the runtime's entry
+// point (no link against the driver library).
+CUtensorMap codes_map(const uint8_t* base, int64_t rows, int64_t in, int box_rows) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    DSV41_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    DSV41_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr,
+                "fp8_wgmma_pipelined_linear: the driver has no cuTensorMapEncodeTiled (the TMA loads need it)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(in), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(in)};  // bytes between rows
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  DSV41_CHECK(r == CUDA_SUCCESS, "fp8_wgmma_pipelined_linear: cuTensorMapEncodeTiled failed (error ", static_cast<int>(r),
+              ") for codes [", rows, ", ", in, "] at ", static_cast<const void*>(base));
+  return map;
+}
+
+template <int kWG, int kBN, int kStages, bool kTma>
 void launch(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in, const uint8_t* w_codes,
             const float* w_scales, int64_t out, float* y) {
   using C = Config<kWG, kBN, kStages>;
   static const bool attr = [] {
-    DSV41_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma_pipe_kernel<kWG, kBN, kStages>,
+    DSV41_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma_pipe_kernel<kWG, kBN, kStages, kTma>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     return true;
   }();
   (void)attr;
   DSV41_CHECK((out + kBN - 1) / kBN <= 65535, "fp8_wgmma_pipelined_linear: out ", out, " needs more than 65535 ",
               kBN, "-column tiles");
+  TmaMaps maps{};
+  if (kTma) {
+    maps.a = codes_map(x_codes, T, in, C::kBM);
+    maps.b = codes_map(w_codes, out, in, kBN);
+  }
   const dim3 grid(static_cast<unsigned>((T + C::kBM - 1) / C::kBM), static_cast<unsigned>((out + kBN - 1) / kBN));
-  fp8_wgmma_pipe_kernel<kWG, kBN, kStages>
-      <<<grid, C::kThreads, C::kSmemBytes>>>(x_codes, x_scales, w_codes, w_scales, T, in, out, y);
+  fp8_wgmma_pipe_kernel<kWG, kBN, kStages, kTma>
+      <<<grid, C::kThreads, C::kSmemBytes>>>(maps, x_codes, x_scales, w_codes, w_scales, T, in, out, y);
   DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+template <bool kTma>
+void pipelined(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in, const uint8_t* w_codes,
+               const float* w_scales, int64_t out, float* y) {
+  if (T == 0 || out == 0) return;
+  DSV41_CHECK(in % kBlock == 0, "fp8_wgmma_pipelined_linear: in ", in, " is not a multiple of ", kBlock);
+  if (kTma) {  // the copy engine's coordinates are 32-bit; its global addresses 16-byte aligned
+    DSV41_CHECK(T <= INT32_MAX && in <= INT32_MAX && out <= INT32_MAX, "fp8_wgmma_pipelined_linear (TMA): T ", T,
+                ", in ", in, ", out ", out, " past 2^31");
+    DSV41_CHECK(reinterpret_cast<uintptr_t>(x_codes) % 16 == 0 && reinterpret_cast<uintptr_t>(w_codes) % 16 == 0,
+                "fp8_wgmma_pipelined_linear (TMA): codes not 16-byte aligned");
+  }
+  if (T > 64) {
+    launch<2, 128, 6, kTma>(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+  } else if ((out + 127) / 128 >= int64_t{sm_count()}) {
+    launch<1, 128, 4, kTma>(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+  } else {
+    launch<1, 64, 8, kTma>(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+  }
 }
 
 }  // namespace
 
 void fp8_wgmma_pipelined_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
                                       const uint8_t* w_codes, const float* w_scales, int64_t out, float* y) {
-  if (T == 0 || out == 0) return;
-  DSV41_CHECK(in % kBlock == 0, "fp8_wgmma_pipelined_linear: in ", in, " is not a multiple of ", kBlock);
-  if (T > 64) {
-    launch<2, 128, 6>(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
-  } else if ((out + 127) / 128 >= int64_t{sm_count()}) {
-    launch<1, 128, 4>(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
-  } else {
-    launch<1, 64, 8>(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
-  }
+  pipelined<false>(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+}
+
+void fp8_wgmma_pipelined_tma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
+                                          const uint8_t* w_codes, const float* w_scales, int64_t out, float* y) {
+  pipelined<true>(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
 }
 
 }  // namespace dsv41::gpu

@@ -1,5 +1,6 @@
 // tests/cuda/linear_pipelined_test.cc (in cuda_linear_production_test): the pipelined fp8 GEMM
-// (cuda/linear_fp8_wgmma_pipe.cu) against the serial one (cuda/linear_fp8_wgmma.cu), bit for bit.
+// (cuda/linear_fp8_wgmma_pipe.cu; code tiles by cp.async, and by TMA) against the serial one
+// (cuda/linear_fp8_wgmma.cu), bit for bit.
 // The two run the same block dots (one wgmma e4m3 from a zero accumulator per 32 of K, same tile
 // layout and descriptors) and the same promotion in the same K order; only the schedule differs,
 // so every output must be the same fp32 bit pattern. Shapes cover each configuration the pipelined
@@ -8,6 +9,7 @@
 // off the tiles (out odd: the scalar stores), and random power-of-two scales per block.
 // Then the switch: DSV41_FP8_LINEAR_KERNEL picks the kernel of fp8_mma_linear_codes, a bad value throws.
 // Random data: DSV41_SEED=<n> reproduces a run (the seed is printed).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -84,26 +86,34 @@ TEST(PipelinedLinear, SameBitsAsTheSerialKernel) {
   for (const Shape s : shapes) {
     const Gemm gemm(s.T, s.out, s.in);
     const std::vector<float> serial = gemm.run(gpu::fp8_wgmma_serial_linear_codes);
-    const std::vector<float> piped = gemm.run(gpu::fp8_wgmma_pipelined_linear_codes);
-    ASSERT_EQ(serial.size(), piped.size());
-    int64_t differ = 0, nonzero = 0, first = -1;
+    int64_t nonzero = 0;
     for (size_t i = 0; i < serial.size(); ++i) {
       ASSERT_TRUE(std::isfinite(serial[i]))
           << "serial output " << i << " of shape " << s.T << "x" << s.out << "x" << s.in;
       nonzero += serial[i] != 0.0f;
-      if (std::memcmp(&serial[i], &piped[i], sizeof(float)) != 0) {
-        if (first < 0) first = static_cast<int64_t>(i);
-        ++differ;
-      }
     }
     EXPECT_GT(nonzero, 0) << "all outputs zero";
-    EXPECT_EQ(differ, 0) << "shape T " << s.T << " out " << s.out << " in " << s.in << ": first differing output t "
-                         << first / s.out << " o " << first % s.out << ": serial " << serial[first] << " pipelined "
-                         << piped[first];
-    std::printf("shape T %lld, out %lld, in %lld: %lld of %zu outputs differ between the serial and pipelined "
-                "kernels (%lld nonzero)\n", static_cast<long long>(s.T), static_cast<long long>(s.out),
-                static_cast<long long>(s.in), static_cast<long long>(differ), serial.size(),
-                static_cast<long long>(nonzero));
+    for (const bool tma : {false, true}) {
+      const char* name = tma ? "pipelined-tma" : "pipelined";
+      const std::vector<float> piped =
+          gemm.run(tma ? gpu::fp8_wgmma_pipelined_tma_linear_codes : gpu::fp8_wgmma_pipelined_linear_codes);
+      ASSERT_EQ(serial.size(), piped.size());
+      int64_t differ = 0, first = -1;
+      for (size_t i = 0; i < serial.size(); ++i) {
+        if (std::memcmp(&serial[i], &piped[i], sizeof(float)) != 0) {
+          if (first < 0) first = static_cast<int64_t>(i);
+          ++differ;
+        }
+      }
+      EXPECT_EQ(differ, 0) << name << ", shape T " << s.T << " out " << s.out << " in " << s.in
+                           << ": first differing output t " << first / s.out << " o " << first % s.out << ": serial "
+                           << serial[std::max<int64_t>(first, 0)] << " " << name << " "
+                           << piped[std::max<int64_t>(first, 0)];
+      std::printf("shape T %lld, out %lld, in %lld: %lld of %zu outputs differ between the serial and %s kernels "
+                  "(%lld nonzero)\n", static_cast<long long>(s.T), static_cast<long long>(s.out),
+                  static_cast<long long>(s.in), static_cast<long long>(differ), serial.size(), name,
+                  static_cast<long long>(nonzero));
+    }
   }
 }
 
@@ -131,6 +141,9 @@ TEST(PipelinedLinear, TheSwitchPicksTheKernel) {
   const std::vector<float> piped = gemm.run(gpu::fp8_wgmma_pipelined_linear_codes);
   env.set("pipelined");
   EXPECT_EQ(gpu::fp8_linear_kernel(), gpu::Fp8LinearKernel::kPipelined);
+  EXPECT_EQ(std::memcmp(gemm.run(gpu::fp8_mma_linear_codes).data(), piped.data(), piped.size() * sizeof(float)), 0);
+  env.set("pipelined-tma");
+  EXPECT_EQ(gpu::fp8_linear_kernel(), gpu::Fp8LinearKernel::kPipelinedTma);
   EXPECT_EQ(std::memcmp(gemm.run(gpu::fp8_mma_linear_codes).data(), piped.data(), piped.size() * sizeof(float)), 0);
   env.set("serial");
   EXPECT_EQ(gpu::fp8_linear_kernel(), gpu::Fp8LinearKernel::kSerial);

@@ -6,7 +6,7 @@
 //      2^(E - kFp8MmaKeptBits) next to the largest (E its exponent) is kept, wherever the small
 //      product sits in the 32; and |d - p| <= delta on random, mixed-magnitude and cancelling
 //      blocks (the measured bits and err/delta are printed).
-//   2. The linear (each GEMM kernel: serial and pipelined) on released-like shapes (K 5120 and a K not a multiple of the 128-wide stage,
+//   2. The linear (each GEMM kernel: serial, pipelined, pipelined-tma) on released-like shapes (K 5120 and a K not a multiple of the 128-wide stage,
 //      T not a multiple of the 128-row tile), random data: every output finite, not all zero,
 //      within the bound of its exact value; err/bound, the bound in bf16 ulps and the share of
 //      outputs that differ from the exact reference's are printed.
@@ -285,13 +285,13 @@ struct Shape {
   int64_t T, out, in;
 };
 
-// Once per GEMM kernel (DSV41_FP8_LINEAR_KERNEL: the serial one and the pipelined one).
+// Once per GEMM kernel (DSV41_FP8_LINEAR_KERNEL: serial, pipelined, pipelined-tma).
 TEST(ProductionLinear, WithinTheDerivedBoundOfTheExactValue) {
   DSV41_SKIP_WITHOUT_DEVICE();
   const char* kEnv = "DSV41_FP8_LINEAR_KERNEL";
   const char* was = std::getenv(kEnv);
   const std::string old = was != nullptr ? was : "";
-  for (const char* kernel : {"serial", "pipelined"}) {
+  for (const char* kernel : {"serial", "pipelined", "pipelined-tma"}) {
     setenv(kEnv, kernel, 1);
     for (const Shape s : {Shape{1, 256, 512}, Shape{64, 768, 5120}, Shape{200, 1000, 4192}}) {
       const LinearWeight w = checkpoint_like_weight(s.out, s.in);
