@@ -67,8 +67,13 @@ struct Shape {
   int64_t T, out, in;
 };
 
-TEST(PipelinedLinear, SameBitsAsTheSerialKernel) {
+// Per pipelined variant: cp.async code loads (false) or TMA (true); --gtest_filter can pick one.
+class PipelinedLinear : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PipelinedLinear, SameBitsAsTheSerialKernel) {
   DSV41_SKIP_WITHOUT_DEVICE();
+  const bool tma = GetParam();
+  const char* name = tma ? "pipelined-tma" : "pipelined";
   const Shape shapes[] = {
       {1, 256, 512},      // decode, 64 columns; whole stages
       {33, 1000, 4192},   // decode, 64 columns; last stage 3 blocks (131), out off the tiles
@@ -93,27 +98,24 @@ TEST(PipelinedLinear, SameBitsAsTheSerialKernel) {
       nonzero += serial[i] != 0.0f;
     }
     EXPECT_GT(nonzero, 0) << "all outputs zero";
-    for (const bool tma : {false, true}) {
-      const char* name = tma ? "pipelined-tma" : "pipelined";
-      const std::vector<float> piped =
-          gemm.run(tma ? gpu::fp8_wgmma_pipelined_tma_linear_codes : gpu::fp8_wgmma_pipelined_linear_codes);
-      ASSERT_EQ(serial.size(), piped.size());
-      int64_t differ = 0, first = -1;
-      for (size_t i = 0; i < serial.size(); ++i) {
-        if (std::memcmp(&serial[i], &piped[i], sizeof(float)) != 0) {
-          if (first < 0) first = static_cast<int64_t>(i);
-          ++differ;
-        }
+    const std::vector<float> piped =
+        gemm.run(tma ? gpu::fp8_wgmma_pipelined_tma_linear_codes : gpu::fp8_wgmma_pipelined_linear_codes);
+    ASSERT_EQ(serial.size(), piped.size());
+    int64_t differ = 0, first = -1;
+    for (size_t i = 0; i < serial.size(); ++i) {
+      if (std::memcmp(&serial[i], &piped[i], sizeof(float)) != 0) {
+        if (first < 0) first = static_cast<int64_t>(i);
+        ++differ;
       }
-      EXPECT_EQ(differ, 0) << name << ", shape T " << s.T << " out " << s.out << " in " << s.in
-                           << ": first differing output t " << first / s.out << " o " << first % s.out << ": serial "
-                           << serial[std::max<int64_t>(first, 0)] << " " << name << " "
-                           << piped[std::max<int64_t>(first, 0)];
-      std::printf("shape T %lld, out %lld, in %lld: %lld of %zu outputs differ between the serial and %s kernels "
-                  "(%lld nonzero)\n", static_cast<long long>(s.T), static_cast<long long>(s.out),
-                  static_cast<long long>(s.in), static_cast<long long>(differ), serial.size(), name,
-                  static_cast<long long>(nonzero));
     }
+    EXPECT_EQ(differ, 0) << name << ", shape T " << s.T << " out " << s.out << " in " << s.in
+                         << ": first differing output t " << first / s.out << " o " << first % s.out << ": serial "
+                         << serial[std::max<int64_t>(first, 0)] << " " << name << " "
+                         << piped[std::max<int64_t>(first, 0)];
+    std::printf("shape T %lld, out %lld, in %lld: %lld of %zu outputs differ between the serial and %s kernels "
+                "(%lld nonzero)\n", static_cast<long long>(s.T), static_cast<long long>(s.out),
+                static_cast<long long>(s.in), static_cast<long long>(differ), serial.size(), name,
+                static_cast<long long>(nonzero));
   }
 }
 
@@ -134,7 +136,10 @@ class KernelEnv {
   std::string old_;
 };
 
-TEST(PipelinedLinear, TheSwitchPicksTheKernel) {
+INSTANTIATE_TEST_SUITE_P(Loads, PipelinedLinear, ::testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "tma" : "cp_async"); });
+
+TEST(PipelinedLinearSwitch, TheSwitchPicksTheKernel) {
   DSV41_SKIP_WITHOUT_DEVICE();
   const KernelEnv env;
   const Gemm gemm(100, 200, 256);

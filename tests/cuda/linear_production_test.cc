@@ -6,8 +6,9 @@
 //      2^(E - kFp8MmaKeptBits) next to the largest (E its exponent) is kept, wherever the small
 //      product sits in the 32; and |d - p| <= delta on random, mixed-magnitude and cancelling
 //      blocks (the measured bits and err/delta are printed).
-//   2. The linear (each GEMM kernel: serial, pipelined, pipelined-tma) on released-like shapes (K 5120 and a K not a multiple of the 128-wide stage,
-//      T not a multiple of the 128-row tile), random data: every output finite, not all zero,
+//   2. The linear (each GEMM kernel: serial, pipelined, pipelined-tma) on released-like shapes
+//      (K 5120 and a K not a multiple of the 128-wide stage, T not a multiple of the 128-row
+//      tile), random data: every output finite, not all zero,
 //      within the bound of its exact value; err/bound, the bound in bf16 ulps and the share of
 //      outputs that differ from the exact reference's are printed.
 // Random data: DSV41_SEED=<n> reproduces a run (the seed is printed).
@@ -285,77 +286,87 @@ struct Shape {
   int64_t T, out, in;
 };
 
-// Once per GEMM kernel (DSV41_FP8_LINEAR_KERNEL: serial, pipelined, pipelined-tma).
-TEST(ProductionLinear, WithinTheDerivedBoundOfTheExactValue) {
+// Once per GEMM kernel (the DSV41_FP8_LINEAR_KERNEL value; --gtest_filter can pick one).
+class ProductionLinearKernels : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ProductionLinearKernels, WithinTheDerivedBoundOfTheExactValue) {
   DSV41_SKIP_WITHOUT_DEVICE();
-  const char* kEnv = "DSV41_FP8_LINEAR_KERNEL";
-  const char* was = std::getenv(kEnv);
-  const std::string old = was != nullptr ? was : "";
-  for (const char* kernel : {"serial", "pipelined", "pipelined-tma"}) {
-    setenv(kEnv, kernel, 1);
-    for (const Shape s : {Shape{1, 256, 512}, Shape{64, 768, 5120}, Shape{200, 1000, 4192}}) {
-      const LinearWeight w = checkpoint_like_weight(s.out, s.in);
-      reference::Tensor<float> x = random_bf16({s.T, s.in}, 1.0f);
-      for (int64_t k = 0; k < std::min<int64_t>(s.in, 64); ++k) {  // blocks of other scales
-        x.at(0, k) = formats::round_to_bf16(x.at(0, k) * 1e3f);
-      }
-      const reference::Tensor<float> got = production_ops().download(production_ops().linear(x, w));
-      const reference::Tensor<float> ref = reference::linear(x, w);
-      ASSERT_EQ(got.shape(), ref.shape());
-      const int64_t nb = s.in / 32, tc = nb;
-      std::vector<float> codes(static_cast<size_t>(s.in)), ascale(static_cast<size_t>(nb));
-      double worst = 0, ulps_sum = 0, worst_ref_ulps = 0;
-      int64_t nonzero = 0, differ_ref = 0, tight = 0;
-      std::vector<scenarios::judge::Fp8Block> blocks(static_cast<size_t>(nb));
-      for (int64_t t = 0; t < s.T; ++t) {
-        reference::act_quant_row(x.row(t), s.in, codes.data(), ascale.data());
-        std::vector<double> exact(static_cast<size_t>(s.out)), bound(static_cast<size_t>(s.out));
-        double row_max = 0;
-        for (int64_t o = 0; o < s.out; ++o) {
-          double y = 0;
-          for (int64_t b = 0; b < nb; ++b) {
-            const float* a = codes.data() + b * 32;
-            const float* wv = w.w.data() + o * s.in + b * 32;
-            double p = 0;
-            for (int i = 0; i < 32; ++i) p += static_cast<double>(a[i]) * wv[i];
-            const double sc = static_cast<double>(ascale[b]) * w.scale[(o / 32) * tc + b];
-            blocks[b] = {sc, p, fp8_mma_block_error(a, wv, 32)};
-            y += sc * p;
-          }
-          exact[o] = y;
-          bound[o] = scenarios::judge::fp8_mma_linear_bound(blocks, y);
-          row_max = std::max(row_max, std::fabs(y));
-        }
-        for (int64_t o = 0; o < s.out; ++o) {
-          const float g = got.at(t, o);
-          ASSERT_TRUE(std::isfinite(g)) << "T=" << t << " o=" << o;
-          nonzero += g != 0.0f;
-          // + the double evaluation of the exact value: nb blocks summed in double
-          const double slack = 0x1p-50 * static_cast<double>(nb) * std::fabs(exact[o]);
-          const double err = std::fabs(static_cast<double>(g) - exact[o]);
-          EXPECT_LE(err, bound[o] + slack) << "shape " << s.T << "x" << s.out << "x" << s.in << " t " << t << " o " << o
-                                           << ": got " << g << " exact " << exact[o] << " bound " << bound[o];
-          worst = std::max(worst, err / bound[o]);
-          const double ulp_row = std::ldexp(1.0, std::ilogb(row_max) - 7);
-          ulps_sum += bound[o] / ulp_row;
-          tight += bound[o] <= 1.5 * ulp_row;
-          if (g != ref.at(t, o)) {
-            ++differ_ref;
-            worst_ref_ulps = std::max(worst_ref_ulps, std::fabs(g - ref.at(t, o)) / ulp_row);
-          }
-        }
-      }
-      const double n = static_cast<double>(s.T * s.out);
-      EXPECT_GT(nonzero, 0) << "all outputs zero";
-      std::printf("%s kernel, shape T %lld, out %lld, in %lld: max err/bound %.3f; bound mean %.3f bf16 ulps of the "
-                  "row max, %.1f%% of outputs within 1.5 ulps; %.2f%% of outputs differ from the reference's (max %.2f "
-                  "ulps of the row max)\n",
-                  kernel, static_cast<long long>(s.T), static_cast<long long>(s.out), static_cast<long long>(s.in), worst,
-                  ulps_sum / n, 100.0 * tight / n, 100.0 * differ_ref / n, worst_ref_ulps);
+  struct KernelEnv {  // DSV41_FP8_LINEAR_KERNEL = kernel for this test, restored after it
+    const char* name = "DSV41_FP8_LINEAR_KERNEL";
+    const char* was = std::getenv(name);
+    std::string old = was != nullptr ? was : "";
+    explicit KernelEnv(const char* kernel) { setenv(name, kernel, 1); }
+    ~KernelEnv() { was != nullptr ? setenv(name, old.c_str(), 1) : unsetenv(name); }
+  };
+  const char* kernel = GetParam();
+  const KernelEnv env(kernel);
+  for (const Shape s : {Shape{1, 256, 512}, Shape{64, 768, 5120}, Shape{200, 1000, 4192}}) {
+    const LinearWeight w = checkpoint_like_weight(s.out, s.in);
+    reference::Tensor<float> x = random_bf16({s.T, s.in}, 1.0f);
+    for (int64_t k = 0; k < std::min<int64_t>(s.in, 64); ++k) {  // blocks of other scales
+      x.at(0, k) = formats::round_to_bf16(x.at(0, k) * 1e3f);
     }
+    const reference::Tensor<float> got = production_ops().download(production_ops().linear(x, w));
+    const reference::Tensor<float> ref = reference::linear(x, w);
+    ASSERT_EQ(got.shape(), ref.shape());
+    const int64_t nb = s.in / 32, tc = nb;
+    std::vector<float> codes(static_cast<size_t>(s.in)), ascale(static_cast<size_t>(nb));
+    double worst = 0, ulps_sum = 0, worst_ref_ulps = 0;
+    int64_t nonzero = 0, differ_ref = 0, tight = 0;
+    std::vector<scenarios::judge::Fp8Block> blocks(static_cast<size_t>(nb));
+    for (int64_t t = 0; t < s.T; ++t) {
+      reference::act_quant_row(x.row(t), s.in, codes.data(), ascale.data());
+      std::vector<double> exact(static_cast<size_t>(s.out)), bound(static_cast<size_t>(s.out));
+      double row_max = 0;
+      for (int64_t o = 0; o < s.out; ++o) {
+        double y = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          const float* a = codes.data() + b * 32;
+          const float* wv = w.w.data() + o * s.in + b * 32;
+          double p = 0;
+          for (int i = 0; i < 32; ++i) p += static_cast<double>(a[i]) * wv[i];
+          const double sc = static_cast<double>(ascale[b]) * w.scale[(o / 32) * tc + b];
+          blocks[b] = {sc, p, fp8_mma_block_error(a, wv, 32)};
+          y += sc * p;
+        }
+        exact[o] = y;
+        bound[o] = scenarios::judge::fp8_mma_linear_bound(blocks, y);
+        row_max = std::max(row_max, std::fabs(y));
+      }
+      for (int64_t o = 0; o < s.out; ++o) {
+        const float g = got.at(t, o);
+        ASSERT_TRUE(std::isfinite(g)) << "T=" << t << " o=" << o;
+        nonzero += g != 0.0f;
+        // + the double evaluation of the exact value: nb blocks summed in double
+        const double slack = 0x1p-50 * static_cast<double>(nb) * std::fabs(exact[o]);
+        const double err = std::fabs(static_cast<double>(g) - exact[o]);
+        EXPECT_LE(err, bound[o] + slack) << "shape " << s.T << "x" << s.out << "x" << s.in << " t " << t << " o " << o
+                                         << ": got " << g << " exact " << exact[o] << " bound " << bound[o];
+        worst = std::max(worst, err / bound[o]);
+        const double ulp_row = std::ldexp(1.0, std::ilogb(row_max) - 7);
+        ulps_sum += bound[o] / ulp_row;
+        tight += bound[o] <= 1.5 * ulp_row;
+        if (g != ref.at(t, o)) {
+          ++differ_ref;
+          worst_ref_ulps = std::max(worst_ref_ulps, std::fabs(g - ref.at(t, o)) / ulp_row);
+        }
+      }
+    }
+    const double n = static_cast<double>(s.T * s.out);
+    EXPECT_GT(nonzero, 0) << "all outputs zero";
+    std::printf("%s kernel, shape T %lld, out %lld, in %lld: max err/bound %.3f; bound mean %.3f bf16 ulps of the "
+                "row max, %.1f%% of outputs within 1.5 ulps; %.2f%% of outputs differ from the reference's (max %.2f "
+                "ulps of the row max)\n",
+                kernel, static_cast<long long>(s.T), static_cast<long long>(s.out), static_cast<long long>(s.in), worst,
+                ulps_sum / n, 100.0 * tight / n, 100.0 * differ_ref / n, worst_ref_ulps);
   }
-  was != nullptr ? setenv(kEnv, old.c_str(), 1) : unsetenv(kEnv);
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, ProductionLinearKernels, ::testing::Values("serial", "pipelined", "pipelined-tma"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           return n == "pipelined-tma" ? std::string("pipelined_tma") : n;
+                         });
 
 TEST(ProductionLinear, RaisesTheReferenceErrorOnANonBf16Input) {
   DSV41_SKIP_WITHOUT_DEVICE();
