@@ -188,10 +188,17 @@ __global__ void __launch_bounds__(128 * kWG, 1)
       phases ^= 1u << slot;
     }
   };
-  // Block ks of stage st into d (a fresh wgmma group).
-  const auto issue = [&](const Stage& st, int ks, float (&d)[kN]) {
+  // Block ks of the stage in slot into d (a fresh wgmma group).
+  // The descriptors are sw128_desc of the tiles' addresses, made by adding the tile's offset / 16 to
+  // the base's (the start address field holds address / 16 and every offset here is a multiple of
+  // 16; shared addresses stay below 2^18, inside the field's 14 bits): the same values, fewer
+  // instructions a block.
+  const uint64_t desc0 = sw128_desc(smem);
+  const auto issue = [&](int slot, int ks, float (&d)[kN]) {
+    const uint32_t a_off = static_cast<uint32_t>(slot * C::kStageBytes + wg * 64 * kBK + ks * kBlock);
+    const uint32_t b_off = static_cast<uint32_t>(slot * C::kStageBytes + C::kTileA + ks * kBlock);
     wgmma_fence();  // d's registers were read by the previous promotion
-    fp8::wgmma_e4m3_inout<kBN>(d, sw128_desc(st.a + wg * 64 * kBK + ks * kBlock), sw128_desc(st.b + ks * kBlock));
+    fp8::wgmma_e4m3_inout<kBN>(d, desc0 + (a_off >> 4), desc0 + (b_off >> 4));
     wgmma_commit();
   };
   // acc += d * (a_s w_s) for block ks of stage st, in the serial kernel's operation order.
@@ -224,9 +231,9 @@ __global__ void __launch_bounds__(128 * kWG, 1)
       __syncthreads();
       if (kt + kStages - 1 < nkt) load(kt + kStages - 1, wrap(slot + kStages - 1));
       cp_async_commit();
-      issue(stage_at<C>(smem, wrap(slot + 1)), 0, nxt);
+      issue(wrap(slot + 1), 0, nxt);
     } else {
-      issue(st, ks + 1, nxt);
+      issue(slot, ks + 1, nxt);
     }
     tc::wgmma_wait<1>();
     promote(st, ks, cur);
@@ -252,7 +259,7 @@ __global__ void __launch_bounds__(128 * kWG, 1)
   fence_proxy_async();
   __syncthreads();  // stage 0 landed for everyone
   if (nkt > 0) {  // else (in 0) zeros, as the serial kernel; one region, so ptxas sees every wait
-    issue(stage_at<C>(smem, 0), 0, d0);
+    issue(0, 0, d0);
     int slot = 0;  // kt % kStages
     // The stages before the last: whole, each block has a successor.
     for (int64_t kt = 0; kt + 1 < nkt; ++kt, slot = wrap(slot + 1)) {
