@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# bench/fp8_linear.sh: the production fp8 linear (backend `cuda`, cuda/linear_fp8_mma.cu) at
+# bench/fp8_linear.sh: the production fp8 linear's GEMM kernels (backend `cuda`: the serial wgmma
+# kernel cuda/linear_fp8_wgmma.cu and the pipelined one cuda/linear_fp8_wgmma_pipe.cu, cp.async and
+# TMA code loads; FP8_KERNELS picks, e.g. serial,pipelined,pipelined_tma,mma_sync) at
 # released-class shapes beside torch eager (bench/fp8_linear_torch.py), on a GPU machine in one call.
 # Builds dsv41_fp8_linear_bench (into build/, configured as scripts/gpu_check.sh does), then runs
-# torch first and the kernel after (never at the same time). Output: $OUT/fp8_linear.log.
-# Usage: [DSV41_CMAKE_ARGS=...] bench/fp8_linear.sh
+# torch first and the kernels after (never at the same time). Output: $OUT/fp8_linear.log.
+# Usage: [DSV41_CMAKE_ARGS=...] [FP8_KERNELS=serial,pipelined,pipelined_tma] [FP8_BUDGET_MS=2000] \
+#          bench/fp8_linear.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-$PWD/bench_out}
@@ -18,7 +21,8 @@ LOG=$OUT/fp8_linear.log
   > "$OUT/fp8_build.log" 2>&1
 cmake --build build -j"$(nproc)" --target dsv41_fp8_linear_bench >> "$OUT/fp8_build.log" 2>&1 || { echo "build failed" >> "$LOG"; tail -20 "$OUT/fp8_build.log"; exit 1; }
 python3 bench/fp8_linear_torch.py >> "$LOG" 2>&1
-./build/bench/dsv41_fp8_linear_bench >> "$LOG" 2>&1
+./build/bench/dsv41_fp8_linear_bench --kernels "${FP8_KERNELS:-serial,pipelined,pipelined_tma}" --budget-ms "${FP8_BUDGET_MS:-2000}" \
+  >> "$LOG" 2>&1
 rc=$?
 cat "$LOG"
 exit $rc

@@ -61,10 +61,26 @@ void encode_e4m3(const float* values, int64_t n, uint8_t* codes);
 // scales [T, in/32] E8M0 values. Returns status (nonzero: a non-bf16 value or a non-finite block).
 int act_quant_codes(const float* x, int64_t T, int64_t in, uint8_t* codes, float* scales);
 // y [T, out] bf16 = the block-scaled F8 linear on the fp8 tensor cores: per 32-wide K block one
-// wgmma m64n128k32 e4m3 (fresh accumulator), promoted to an fp32 CUDA-core accumulator per block
+// wgmma m64nNk32 e4m3 (fresh accumulator), promoted to an fp32 CUDA-core accumulator per block
 // in K order. x_codes [T, in], x_scales [T, in/32], w_codes [out, in], w_scales [ceil(out/32), in/32].
+// The kernel named by fp8_linear_kernel() (DSV41_FP8_LINEAR_KERNEL); both give the same bits.
 void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
                           const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);
+// The two GEMM kernels: serial (cuda/linear_fp8_wgmma.cu: wgmma, wait, promote, one block at a
+// time) and pipelined (cuda/linear_fp8_wgmma_pipe.cu: block b + 1's wgmma in flight while block b
+// is promoted; 64-row tiles for T <= 64).
+// pipelined-tma: the pipelined kernel with its code tiles loaded by the bulk tensor copy (TMA) from
+// one thread instead of cp.async from all (same bits).
+enum class Fp8LinearKernel { kSerial, kPipelined, kPipelinedTma };
+// DSV41_FP8_LINEAR_KERNEL = serial | pipelined | pipelined-tma (unset: serial), read at each call;
+// another value throws.
+Fp8LinearKernel fp8_linear_kernel();
+void fp8_wgmma_serial_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
+                                   const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);
+void fp8_wgmma_pipelined_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
+                                      const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);
+void fp8_wgmma_pipelined_tma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
+                                          const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);
 // The same with mma.sync m16n8k32 e4m3 (the first kernel, kept for comparison: bench/).
 void fp8_mma_sync_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
                                const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);

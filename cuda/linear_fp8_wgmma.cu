@@ -22,8 +22,14 @@
 // written by cp.async, then fence.proxy.async before the barrier (HOPPER.md: the tensor cores read
 // through the async proxy). Each k32 step: wgmma, commit, wait, promote (a warpgroup's promotion
 // overlaps the other's wgmma).
+// fp8_mma_linear_codes (the backend's entry, below) runs this kernel or the pipelined one
+// (cuda/linear_fp8_wgmma_pipe.cu, same bits) as DSV41_FP8_LINEAR_KERNEL says.
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/common.cuh"
 #include "cuda/fp8_async.cuh"
+#include "cuda/fp8_wgmma.cuh"
 #include "cuda/kernels.h"
 #include "cuda/tensor_core.cuh"
 #include "formats/minifloat.h"
@@ -36,6 +42,10 @@ using fp8::cp_async4;
 using fp8::cp_async_commit;
 using fp8::cp_async_wait;
 using fp8::smem_addr;
+using fp8::sw128;
+using fp8::sw128_desc;
+using fp8::wgmma_m64n128k32_e4m3;
+using fp8::wgmma_m64n8k32_e4m3;
 using tc::fence_proxy_async;
 using tc::pin;
 using tc::wgmma_commit;
@@ -51,33 +61,6 @@ constexpr int kTile = kBM * kBK;   // bytes of one operand tile
 constexpr int kScaleBytes = (kBM * kKb + (kBN / kBlock) * kKb) * 4;
 constexpr int kStageBytes = ((2 * kTile + kScaleBytes + 1023) / 1024) * 1024;
 constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slack
-
-// The wgmma shared-memory descriptor of a K-major tile in the 128-byte swizzle: start address,
-// leading offset 16 bytes (unused by this layout), stride 1024 bytes between 8-row groups.
-__device__ inline uint64_t sw128_desc(const void* p) {
-  const uint64_t addr = smem_addr(p);
-  return ((addr >> 4) & 0x3FFFull) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
-}
-// Byte offset of 16-byte chunk c of row r in a [rows][128] 128-byte-swizzled tile.
-__device__ inline int sw128(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
-
-
-// d = a b (scale-d = 0: no accumulator input): 64 x 128 x 32, e4m3, fp32 out.
-__device__ inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, 0, 1, 1;\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
-      : "l"(desc_a), "l"(desc_b));
-}
-// d = a b: 64 x 8 x 32 (the probe).
-__device__ inline void wgmma_m64n8k32_e4m3(float (&d)[4], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, 0, 1, 1;\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "l"(desc_a), "l"(desc_b));
-}
 
 struct Stage {
   uint8_t* a;  // [kBM][128] activation codes, swizzled
@@ -217,7 +200,7 @@ __global__ void wgmma_probe_kernel(const uint8_t* __restrict__ a, const uint8_t*
 
 }  // namespace
 
-void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in, const uint8_t* w_codes,
+void fp8_wgmma_serial_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in, const uint8_t* w_codes,
                           const float* w_scales, int64_t out, float* y) {
   if (T == 0 || out == 0) return;
   DSV41_CHECK(in % kBlock == 0, "fp8_mma_linear: in ", in, " is not a multiple of ", kBlock);
@@ -231,6 +214,27 @@ void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t
   const dim3 grid(static_cast<unsigned>((T + kBM - 1) / kBM), static_cast<unsigned>((out + kBN - 1) / kBN));
   fp8_wgmma_linear_kernel<<<grid, kThreads, kSmemBytes>>>(x_codes, x_scales, w_codes, w_scales, T, in, out, y);
   DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
+Fp8LinearKernel fp8_linear_kernel() {
+  const char* env = std::getenv("DSV41_FP8_LINEAR_KERNEL");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "serial") == 0) return Fp8LinearKernel::kSerial;
+  if (std::strcmp(env, "pipelined") == 0) return Fp8LinearKernel::kPipelined;
+  if (std::strcmp(env, "pipelined-tma") == 0) return Fp8LinearKernel::kPipelinedTma;
+  DSV41_FAIL("DSV41_FP8_LINEAR_KERNEL=", env, " names no fp8 linear kernel (serial, pipelined or pipelined-tma)");
+}
+
+void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in, const uint8_t* w_codes,
+                          const float* w_scales, int64_t out, float* y) {
+  switch (fp8_linear_kernel()) {
+    case Fp8LinearKernel::kPipelined:
+      return fp8_wgmma_pipelined_linear_codes(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+    case Fp8LinearKernel::kPipelinedTma:
+      return fp8_wgmma_pipelined_tma_linear_codes(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+    case Fp8LinearKernel::kSerial:
+      break;
+  }
+  fp8_wgmma_serial_linear_codes(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
 }
 
 void fp8_wgmma_probe(const uint8_t* a, const uint8_t* b, float* d) {

@@ -6,14 +6,17 @@
 //      2^(E - kFp8MmaKeptBits) next to the largest (E its exponent) is kept, wherever the small
 //      product sits in the 32; and |d - p| <= delta on random, mixed-magnitude and cancelling
 //      blocks (the measured bits and err/delta are printed).
-//   2. The linear on released-like shapes (K 5120 and a K not a multiple of the 128-wide stage,
-//      T not a multiple of the 128-row tile), random data: every output finite, not all zero,
+//   2. The linear (each GEMM kernel: serial, pipelined, pipelined-tma) on released-like shapes
+//      (K 5120 and a K not a multiple of the 128-wide stage, T not a multiple of the 128-row
+//      tile), random data: every output finite, not all zero,
 //      within the bound of its exact value; err/bound, the bound in bf16 ulps and the share of
 //      outputs that differ from the exact reference's are printed.
 // Random data: DSV41_SEED=<n> reproduces a run (the seed is printed).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cuda/kernels.h"
@@ -283,12 +286,26 @@ struct Shape {
   int64_t T, out, in;
 };
 
-TEST(ProductionLinear, WithinTheDerivedBoundOfTheExactValue) {
+// Once per GEMM kernel (the DSV41_FP8_LINEAR_KERNEL value; --gtest_filter can pick one).
+class ProductionLinearKernels : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ProductionLinearKernels, WithinTheDerivedBoundOfTheExactValue) {
   DSV41_SKIP_WITHOUT_DEVICE();
+  struct KernelEnv {  // DSV41_FP8_LINEAR_KERNEL = kernel for this test, restored after it
+    const char* name = "DSV41_FP8_LINEAR_KERNEL";
+    const char* was = std::getenv(name);
+    std::string old = was != nullptr ? was : "";
+    explicit KernelEnv(const char* kernel) { setenv(name, kernel, 1); }
+    ~KernelEnv() { was != nullptr ? setenv(name, old.c_str(), 1) : unsetenv(name); }
+  };
+  const char* kernel = GetParam();
+  const KernelEnv env(kernel);
   for (const Shape s : {Shape{1, 256, 512}, Shape{64, 768, 5120}, Shape{200, 1000, 4192}}) {
     const LinearWeight w = checkpoint_like_weight(s.out, s.in);
     reference::Tensor<float> x = random_bf16({s.T, s.in}, 1.0f);
-    for (int64_t k = 0; k < std::min<int64_t>(s.in, 64); ++k) x.at(0, k) = formats::round_to_bf16(x.at(0, k) * 1e3f);  // blocks of other scales
+    for (int64_t k = 0; k < std::min<int64_t>(s.in, 64); ++k) {  // blocks of other scales
+      x.at(0, k) = formats::round_to_bf16(x.at(0, k) * 1e3f);
+    }
     const reference::Tensor<float> got = production_ops().download(production_ops().linear(x, w));
     const reference::Tensor<float> ref = reference::linear(x, w);
     ASSERT_EQ(got.shape(), ref.shape());
@@ -337,13 +354,19 @@ TEST(ProductionLinear, WithinTheDerivedBoundOfTheExactValue) {
     }
     const double n = static_cast<double>(s.T * s.out);
     EXPECT_GT(nonzero, 0) << "all outputs zero";
-    std::printf("shape T %lld, out %lld, in %lld: max err/bound %.3f; bound mean %.3f bf16 ulps of the row max, "
-                "%.1f%% of outputs within 1.5 ulps; %.2f%% of outputs differ from the reference's (max %.2f ulps of "
-                "the row max)\n",
-                static_cast<long long>(s.T), static_cast<long long>(s.out), static_cast<long long>(s.in), worst,
+    std::printf("%s kernel, shape T %lld, out %lld, in %lld: max err/bound %.3f; bound mean %.3f bf16 ulps of the "
+                "row max, %.1f%% of outputs within 1.5 ulps; %.2f%% of outputs differ from the reference's (max %.2f "
+                "ulps of the row max)\n",
+                kernel, static_cast<long long>(s.T), static_cast<long long>(s.out), static_cast<long long>(s.in), worst,
                 ulps_sum / n, 100.0 * tight / n, 100.0 * differ_ref / n, worst_ref_ulps);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, ProductionLinearKernels, ::testing::Values("serial", "pipelined", "pipelined-tma"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           return n == "pipelined-tma" ? std::string("pipelined_tma") : n;
+                         });
 
 TEST(ProductionLinear, RaisesTheReferenceErrorOnANonBf16Input) {
   DSV41_SKIP_WITHOUT_DEVICE();
