@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-$PWD/bench_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
+mkdir -p "$OUT/attn" "$OUT/index" "$OUT/linear"
 lap() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 # shellcheck disable=SC2086

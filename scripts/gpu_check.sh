@@ -8,7 +8,8 @@
 #      (bitexact expected) and --sides ref,cuda (the production path: tolerance, judged by the
 #      order-variant claim with the accumulation fp8-tensor-core, docs/conform.md "Accumulation");
 #      then the production path as a port: forward --backend cuda --dump judged by conform (its
-#      manifest's claim), and the small-bug zoo planted in it (selftest --small-bugs --base cuda)
+#      manifest's claim), the small-bug zoo planted in it (selftest --small-bugs --base cuda) and
+#      the calibration with cuda as its member (selftest --calibration --variants cuda: no alarm)
 #   4. dsv41 exact --backend ref,cuda-exact and ref,cuda (every op against its derived bound)
 #   5. compute-sanitizer memcheck on the component tests (when the tool exists and time is left)
 # --runs-only: skip the test binaries and the sanitizer (build dsv41 alone: steps 3-4).
@@ -53,6 +54,10 @@ if ./build/dsv41 forward --config tiny --weights golden/oracle/weights.safetenso
 else RESULT[conform_cuda_dump]="FAIL (rc $?)"; fi
 if ./build/dsv41 selftest --small-bugs --base cuda -q > "$OUT/small_bugs_cuda.log" 2>&1; then RESULT[small_bugs_cuda]=ok
 else RESULT[small_bugs_cuda]="rc $? ($(grep -o 'located [0-9]* of [0-9]*' "$OUT/small_bugs_cuda.log" | head -1))"; fi
+# The production path as a member of the order-variant calibration (docs/selftest.md): its dumps of
+# the four calibration scenarios judged under its claim must raise no alarm.
+if ./build/dsv41 selftest --calibration --variants cuda --no-official > "$OUT/calibration_cuda.log" 2>&1; then
+  RESULT[calibration_cuda]=ok; else RESULT[calibration_cuda]="FAIL (rc $?)"; fi
 for b in cuda-exact cuda; do
   if ./build/dsv41 exact --backend "ref,$b" --seed 1 > "$OUT/exact_$b.log" 2>&1; then RESULT[exact_$b]=ok
   else RESULT[exact_$b]="FAIL (rc $?)"; fi
