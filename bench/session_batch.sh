@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 # shellcheck disable=SC2086
 { [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_REQUIRE_CUDA=ON ${DSV41_CMAKE_ARGS:-}; } > "$OUT/configure.log" 2>&1
 cmake --build build -j"$(nproc)" --target cuda_sparse_attn_production_test dsv41_sparse_attn_bench \
-  cuda_index_select_production_test dsv41_index_select_bench cuda_linear_production_test dsv41_fp8_linear_bench \
+  cuda_index_select_production_test dsv41_index_select_bench cuda_linear_production_test dsv41_fp8_linear_bench dsv41 \
   > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 lap build
 tests() {  # name binary limit [gtest filter]
@@ -30,12 +30,23 @@ tests linear_test_tma cuda_linear_production_test 60 '*tma*:PipelinedLinearSwitc
 lap tests
 OUT=$OUT/attn timeout 90 bench/sparse_attn.sh > /dev/null 2>&1; grep -vE '^\s*$' "$OUT/attn/sparse_attn.log" | tail -14
 lap attention
-OUT=$OUT/index timeout 100 bench/index_select.sh --splits 8192:4,4096:2,2048:1 --reps 20 > /dev/null 2>&1
+OUT=$OUT/index timeout 100 bench/index_select.sh --splits 8192:4,2048:1 --reps 10 > /dev/null 2>&1
 timeout 40 ./build/bench/dsv41_index_select_bench --only long --reps 5 --splits 32768:8 >> "$OUT/index/index_select.log" 2>&1
 tail -40 "$OUT/index/index_select.log"
 lap index
-FP8_KERNELS=serial,pipelined FP8_BUDGET_MS=600 OUT=$OUT/linear timeout 120 bench/fp8_linear.sh > "$OUT/linear/stdout.log" 2>&1
+FP8_KERNELS=serial,pipelined FP8_BUDGET_MS=400 OUT=$OUT/linear timeout 120 bench/fp8_linear.sh > "$OUT/linear/stdout.log" 2>&1
 tail -25 "$OUT/linear/stdout.log"
-timeout 60 ./build/bench/dsv41_fp8_linear_bench --kernels pipelined,pipelined_tma --budget-ms 600 > "$OUT/linear/tma.log" 2>&1
+timeout 60 ./build/bench/dsv41_fp8_linear_bench --kernels pipelined,pipelined_tma --budget-ms 400 > "$OUT/linear/tma.log" 2>&1
 tail -14 "$OUT/linear/tma.log"
 lap linear
+# With the time left (one call is 600 s): the production path over the suite, teacher-forced, and the
+# calibration with cuda as its member.
+if (( $(date +%s) - t0 < 470 )); then
+  timeout 60 ./build/dsv41 run --sides ref,cuda --mode teacher-forced -q > "$OUT/suite_cuda_tf.log" 2>&1
+  echo "suite ref,cuda teacher-forced: rc $? $(grep -E '^[0-9]+ results:' "$OUT/suite_cuda_tf.log")"
+fi
+if (( $(date +%s) - t0 < 520 )); then
+  timeout 60 ./build/dsv41 selftest --calibration --variants cuda --no-official > "$OUT/calibration_cuda.log" 2>&1
+  echo "calibration cuda: rc $?"; tail -7 "$OUT/calibration_cuda.log"
+fi
+lap end

@@ -72,7 +72,8 @@ void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t
 // pipelined-tma: the pipelined kernel with its code tiles loaded by the bulk tensor copy (TMA) from
 // one thread instead of cp.async from all (same bits).
 enum class Fp8LinearKernel { kSerial, kPipelined, kPipelinedTma };
-// DSV41_FP8_LINEAR_KERNEL = serial | pipelined | pipelined-tma (unset: serial), read at each call;
+// DSV41_FP8_LINEAR_KERNEL = serial | pipelined | pipelined-tma (unset: pipelined-tma, the fastest on
+// the H100 in session 19, bench/RESULTS.md), read at each call;
 // another value throws.
 Fp8LinearKernel fp8_linear_kernel();
 void fp8_wgmma_serial_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,

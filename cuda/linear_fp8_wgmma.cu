@@ -218,7 +218,8 @@ void fp8_wgmma_serial_linear_codes(const uint8_t* x_codes, const float* x_scales
 
 Fp8LinearKernel fp8_linear_kernel() {
   const char* env = std::getenv("DSV41_FP8_LINEAR_KERNEL");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "serial") == 0) return Fp8LinearKernel::kSerial;
+  if (env == nullptr || *env == '\0') return Fp8LinearKernel::kPipelinedTma;  // the default (session 19)
+  if (std::strcmp(env, "serial") == 0) return Fp8LinearKernel::kSerial;
   if (std::strcmp(env, "pipelined") == 0) return Fp8LinearKernel::kPipelined;
   if (std::strcmp(env, "pipelined-tma") == 0) return Fp8LinearKernel::kPipelinedTma;
   DSV41_FAIL("DSV41_FP8_LINEAR_KERNEL=", env, " names no fp8 linear kernel (serial, pipelined or pipelined-tma)");

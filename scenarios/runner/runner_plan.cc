@@ -124,6 +124,12 @@ ScenarioPlan plan_scenario(const Scenario& sc, const reference::ModelConfig& c, 
     for (const Pair& q : sc.pairs) {
       if (q.a.text() == p.a.text() && q.b.text() == p.b.text()) p = q;
     }
+    // A scenario that samples its steps (a scale scenario, docs/scale.md) samples them whatever the
+    // sides: its size is the scenario's, and a full comparison of every step would capture and
+    // compare the [chunk, keys] index scores of every step on the host.
+    for (const Pair& q : sc.pairs) {
+      if (!p.replay && q.replay) p.replay = q.replay;
+    }
     plan.pairs = {p};
   }
   DSV41_CHECK(!plan.pairs.empty(), "scenario '", sc.name, "' declares no pairs: give --sides A,B");

@@ -129,6 +129,7 @@ class KernelEnv {
   }
   ~KernelEnv() { had_ ? setenv(kName, old_.c_str(), 1) : unsetenv(kName); }
   void set(const char* v) const { setenv(kName, v, 1); }
+  void clear() const { unsetenv(kName); }
 
  private:
   static constexpr const char* kName = "DSV41_FP8_LINEAR_KERNEL";
@@ -152,6 +153,9 @@ TEST(PipelinedLinearSwitch, TheSwitchPicksTheKernel) {
   EXPECT_EQ(std::memcmp(gemm.run(gpu::fp8_mma_linear_codes).data(), piped.data(), piped.size() * sizeof(float)), 0);
   env.set("serial");
   EXPECT_EQ(gpu::fp8_linear_kernel(), gpu::Fp8LinearKernel::kSerial);
+  env.clear();  // the default: the pipelined kernel on TMA loads
+  EXPECT_EQ(gpu::fp8_linear_kernel(), gpu::Fp8LinearKernel::kPipelinedTma);
+  EXPECT_EQ(std::memcmp(gemm.run(gpu::fp8_mma_linear_codes).data(), piped.data(), piped.size() * sizeof(float)), 0);
   env.set("fastest");
   EXPECT_THROW(gpu::fp8_linear_kernel(), Error);
   EXPECT_THROW(gemm.run(gpu::fp8_mma_linear_codes), Error);

@@ -63,6 +63,23 @@ TEST(SampledReplay, SampleIsDeterministicAndHoldsTheRequiredSteps) {
   EXPECT_EQ(static_cast<int64_t>(sample_of(s, spec).steps.size()), 14);
 }
 
+// --sides names another pair: the scenario's sampled replay still holds (a scale scenario's steps
+// are sampled whatever the sides; without it every step's index scores would be captured).
+TEST(SampledReplay, SidesFromTheCommandLineKeepTheScenariosReplay) {
+  RunOptions o;
+  o.sides = {"ref", "ref-order:splitk"};
+  const ScenarioPlan plan = plan_scenario(scenario(), test::oracle_resources().config, o);
+  ASSERT_EQ(plan.pairs.size(), 1u);
+  ASSERT_TRUE(plan.pairs[0].replay.has_value());
+  EXPECT_EQ(plan.pairs[0].replay->extra, 1);
+  ASSERT_EQ(plan.replay.size(), 1u);
+  ASSERT_TRUE(plan.replay[0].has_value());
+  EXPECT_LT(plan.replay[0]->steps.size(), 14u);
+  const ScenarioPlan full = plan_scenario(scenario(""), test::oracle_resources().config, o);  // no replay declared
+  ASSERT_EQ(full.pairs.size(), 1u);
+  EXPECT_FALSE(full.pairs[0].replay.has_value());
+}
+
 const ScenarioResult& twin_run() {
   static const ScenarioResult r = run_scenario(scenario(), test::oracle_resources(), RunOptions{});
   return r;
