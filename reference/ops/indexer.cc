@@ -88,8 +88,32 @@ std::vector<int64_t> compressed_reach(int64_t start_pos, int64_t seqlen, int rat
   return reach;
 }
 
+namespace {
+
+// index_scores and index_scores_in_pool: pool null scores every reachable key.
+Tensor<float> scores_where(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
+                           const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool);
+
+}  // namespace
+
 Tensor<float> index_scores(const Tensor<float>& q, const Tensor<float>& keys,
                            const Tensor<float>& weights, const std::vector<int64_t>& reach) {
+  return scores_where(q, keys, weights, reach, nullptr);
+}
+
+Tensor<float> index_scores_in_pool(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
+                                   const std::vector<int64_t>& reach, const Tensor<uint8_t>& pool) {
+  DSV41_CHECK(pool.rank() == 2 && q.rank() == 3 && keys.rank() == 2 && pool.dim(0) == q.dim(0) &&
+                  pool.dim(1) == keys.dim(0),
+              "index_scores_in_pool: the pool ", shape_string(pool.shape()), " must be [T, N] = [",
+              q.rank() == 3 ? q.dim(0) : -1, ", ", keys.rank() == 2 ? keys.dim(0) : -1, "]");
+  return scores_where(q, keys, weights, reach, &pool);
+}
+
+namespace {
+
+Tensor<float> scores_where(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
+                           const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool) {
   DSV41_CHECK(q.rank() == 3 && keys.rank() == 2 && weights.rank() == 2,
               "index_scores: q [T, Hi, Di], keys [N, Di], weights [T, Hi]; got ranks ", q.rank(),
               ", ", keys.rank(), ", ", weights.rank());
@@ -114,14 +138,23 @@ Tensor<float> index_scores(const Tensor<float>& q, const Tensor<float>& keys,
     const float* w = weights.row(t);  // [Hi]
     float* out = scores.row(t);
     // score of key j: bf16(sum over heads in head order of bf16(relu(bf16(q.k)) * w)), 16 keys at once.
+    const uint8_t* in_pool = pool != nullptr ? pool->row(t) : nullptr;  // [N] or null: every key
     for (int64_t g = 0; g * 16 < reach_t; ++g) {
+      const int64_t width = std::min<int64_t>(16, reach_t - g * 16);
+      if (in_pool != nullptr && std::none_of(in_pool + g * 16, in_pool + g * 16 + width, [](uint8_t m) { return m != 0; })) {
+        continue;  // the whole group outside the pool: -inf as apply_score_mask leaves it
+      }
       float s16[16];
       scores16(heads > 0 ? q.row(t, 0) : nullptr, w, kt.data() + g * d * 16, heads, d, s16);
-      for (int64_t l = 0; l < 16 && g * 16 + l < reach_t; ++l) out[g * 16 + l] = s16[l];
+      for (int64_t l = 0; l < width; ++l) {
+        out[g * 16 + l] = in_pool == nullptr || in_pool[g * 16 + l] != 0 ? s16[l] : -kInf;
+      }
     }
   });
   return scores;
 }
+
+}  // namespace
 
 const Tensor<int32_t>& PublishedTopk::idxs_for(int expected_owner, int expected_ratio,
                                                int64_t expected_offset) const {

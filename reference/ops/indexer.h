@@ -60,6 +60,12 @@ std::vector<int64_t> compressed_reach(int64_t start_pos, int64_t seqlen, int rat
 Tensor<float> index_scores(const Tensor<float>& q, const Tensor<float>& keys,
                            const Tensor<float>& weights, const std::vector<int64_t>& reach);
 
+// The same scores where pool [T, N] uint8 is set, -inf elsewhere: bit for bit index_scores then
+// apply_score_mask(pool), but a group of 16 keys with no pool byte set in a row is not scored (a
+// layer inside the candidate pool scores at most topk_blocks x block_size keys per query).
+Tensor<float> index_scores_in_pool(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
+                                   const std::vector<int64_t>& reach, const Tensor<uint8_t>& pool);
+
 // ---- what an index source publishes, with explicit ownership ----
 
 // The compressed-position top-k of an index source (the official shared_attn.topk_idxs), which

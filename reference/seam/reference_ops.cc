@@ -198,6 +198,21 @@ class ReferenceOps final : public Ops {
     const OpTime time("index_scores");
     return reference::index_scores(q, read_all_entries(keys), weights, reach);
   }
+  // A layer inside the candidate pool scores only the pool's keys (index_scores_in_pool: the bits
+  // of the composition's index_scores then mask_scores; at most topk_blocks x block_size keys a
+  // query instead of every reachable key); any other layer is the composition (Ops::index_select).
+  IndexSelection index_select(const Tensor<float>& q, const CacheRows& keys, const Tensor<float>& weights,
+                              const std::vector<int64_t>& reach, const IndexSelectSpec& spec) const override {
+    if (spec.pool == nullptr || spec.candidate_topk_blocks > 0) return Ops::index_select(q, keys, weights, reach, spec);
+    Tensor<float> scores;
+    {
+      const OpTime time("index_scores");
+      scores = reference::index_scores_in_pool(q, read_all_entries(keys), weights, reach, *spec.pool);
+    }
+    IndexSelection out;
+    out.topk = index_topk(scores, reach, spec.index_topk);
+    return out;
+  }
   Tensor<uint8_t> candidate_blocks(const Tensor<float>& scores, const std::vector<int64_t>& reach, int topk_blocks,
                                    int block_size) const override {
     const OpTime time("candidate_blocks");

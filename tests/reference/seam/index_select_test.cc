@@ -8,7 +8,10 @@
 //     are the ones used), and one that overrides index_scores changes the default fused op too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -17,6 +20,7 @@
 
 #include "formats/cache_format.h"
 #include "reference/model/model.h"
+#include "reference/ops/indexer.h"
 #include "reference/ops/kv_quant.h"
 #include "reference/seam/forwarding_ops.h"
 #include "reference/seam/ops.h"
@@ -160,6 +164,64 @@ model::Model oracle_on(const Ops& ops) {
   const test::OracleModel& o = test::oracle_model();
   return model::Model(o.config, checkpoint::ModelWeights::load(test::kOracleDir + "weights.safetensors", o.config),
                       o.token_map, ops);
+}
+
+// A candidate pool as the source publishes it: whole blocks of 8, few of them, so that most groups
+// of 16 keys hold no pool byte (the groups index_scores_in_pool does not score); one row empty.
+Tensor<uint8_t> block_pool(int64_t T, int64_t n, std::mt19937_64& rng) {
+  Tensor<uint8_t> m({T, n}, "pool");
+  std::bernoulli_distribution keep(0.08);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t b = 0; b * 8 < n; ++b) {
+      if (t == 1 || !keep(rng)) continue;  // row 1: nothing in the pool
+      for (int64_t j = b * 8; j < std::min<int64_t>(n, b * 8 + 8); ++j) m.at(t, j) = 1;
+    }
+  }
+  return m;
+}
+
+// The reference scores a layer inside the pool only where the pool is set (reference_ops'
+// index_select): the same scores as index_scores then mask_scores, bit for bit, and so the same top-k.
+TEST(IndexSelect, InsideThePoolOnlyThePoolsKeysAreScoredWithTheSameBits) {
+  std::mt19937_64 rng(test::seed_for("index_select/pool"));
+  const Ops& ops = reference_ops();
+  int64_t skipped_groups = 0, scored = 0;
+  for (int levels : {0, 1}) {
+    for (const auto& [T, heads, dim, n] : std::vector<std::array<int64_t, 4>>{{4, 8, 64, 301}, {3, 32, 128, 2000}}) {
+      const Case c = make_case(T, heads, dim, n, levels, rng);
+      const Tensor<float> keys = read_all_entries(c.keys);
+      for (const Tensor<uint8_t>& pool : {block_pool(T, n, rng), random_pool(T, n, rng)}) {
+        Tensor<float> masked = index_scores(c.q, keys, c.w, c.reach);
+        apply_score_mask(masked, pool);
+        const Tensor<float> sparse = index_scores_in_pool(c.q, keys, c.w, c.reach, pool);
+        ASSERT_EQ(sparse.shape(), masked.shape());
+        for (int64_t i = 0; i < masked.numel(); ++i) {
+          ASSERT_EQ(std::memcmp(&sparse.data()[static_cast<size_t>(i)], &masked.data()[static_cast<size_t>(i)], 4), 0)
+              << "levels " << levels << " n " << n << " element " << i;
+          scored += std::isfinite(masked.data()[static_cast<size_t>(i)]) ? 1 : 0;
+        }
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t g = 0; g * 16 < c.reach[static_cast<size_t>(t)]; ++g) {
+            bool any = false;
+            for (int64_t j = g * 16; j < std::min<int64_t>(n, g * 16 + 16); ++j) any = any || pool.at(t, j) != 0;
+            skipped_groups += any ? 0 : 1;
+          }
+        }
+        for (int k : {4, 64}) {
+          IndexSelectSpec inside;
+          inside.index_topk = k;
+          inside.pool = &pool;
+          expect_same(ops.index_select(c.q, c.keys, c.w, c.reach, inside).topk, ops.index_topk(masked, c.reach, k),
+                      "pool top-k, n " + std::to_string(n));
+        }
+      }
+    }
+  }
+  EXPECT_GT(scored, 0) << "no finite score: the cases test nothing";
+  EXPECT_GT(skipped_groups, 100) << "the block pools must leave whole groups of 16 keys unscored";
+  const Case c = make_case(2, 8, 64, 40, 0, rng);
+  EXPECT_THROW(index_scores_in_pool(c.q, read_all_entries(c.keys), c.w, c.reach, Tensor<uint8_t>({2, 39}, "pool")),
+               Error);
 }
 
 TEST(IndexSelect, TheModelFusesExactlyWhenIndexScoresAreNotCaptured) {
