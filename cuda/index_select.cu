@@ -60,8 +60,6 @@ int64_t wabs_offset(int64_t T) { return codes_offset() + T * kHeads * kSlotD; }
 int64_t wsign_offset(int64_t T) { return wabs_offset(T) + T * kHeads * 2; }
 int64_t cand_offset(int64_t T) { return wsign_offset(T) + T * kHeads * 4; }
 
-
-
 // The four 8 x 16-byte matrices whose row addresses lanes 8m .. 8m + 7 give, as mma A fragments:
 // lane l gets bytes 4 (l % 4) .. 4 (l % 4) + 3 of row l / 4 of matrix m in a[m].
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], const int8_t* row) {
