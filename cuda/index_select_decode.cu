@@ -7,8 +7,9 @@
 // bench/RESULTS.md session 18, 25% occupancy, latency-bound). Here a CTA (512 threads, a cluster of
 // S per range as there) decodes its L <= 1024 keys once into shared memory (int8 rows of 144 bytes,
 // 2^ek per key) and scores kDecodeRows = 16 query rows (grid.y) against all of them, then selects
-// per group of 4 rows with the shared select_group (the same block maxima, candidate top-k, mask and
-// position top-k, or the range's candidates for the merge).
+// the 16 rows at once, a warp per row (DecodeShared), with the shared select_group (the same block
+// maxima, candidate top-k, mask and position top-k, or the range's candidates for the merge: the
+// selection is exact whatever threads run it).
 //
 // Scoring: the queries are the mma A operand (m16n8k32: 16 (query, head) rows x 32 channels), the
 // keys the B operand (8 keys x 32 channels). Warp w takes the pair of query rows 2 (w % 8),
@@ -32,21 +33,21 @@ constexpr int kPairs = kDecodeRows / 2;      // query-row pairs per CTA
 constexpr int kPairWarps = kThreads / 32 / kPairs;  // warps per pair (2)
 static_assert(kDecodeRows % kRows == 0 && kPairWarps * kPairs * 32 == kThreads, "the warps split the rows");
 
-// Shared memory: [Shared][codes L x kRowBytes][kscale L fp32][sc kDecodeRows x L u16][blk kRows x Lb
-// u16][kept kRows x Lb].
-size_t codes_at() { return (sizeof(Shared) + 15) / 16 * 16; }
+// Shared memory: [DecodeShared][codes L x kRowBytes][kscale L fp32][sc kDecodeRows x L u16][blk
+// kDecodeRows x Lb u16][kept kDecodeRows x Lb].
+constexpr size_t kCodesAt = (sizeof(DecodeShared) + 15) / 16 * 16;
 
 template <bool kWarpHist>
 __global__ void __launch_bounds__(kThreads, 1) index_select_decode_kernel(const Params p) {
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) uint8_t smem[];
-  Shared& sh = *reinterpret_cast<Shared*>(smem);
+  DecodeShared& sh = *reinterpret_cast<DecodeShared*>(smem);
   const int L = p.L, Lb = p.topk_blocks > 0 ? L / p.block_size : 0;
-  int8_t* codes = reinterpret_cast<int8_t*>(smem + (sizeof(Shared) + 15) / 16 * 16);  // [L][kRowBytes]
+  int8_t* codes = reinterpret_cast<int8_t*>(smem + kCodesAt);                          // [L][kRowBytes]
   float* kscale = reinterpret_cast<float*>(codes + static_cast<size_t>(L) * kRowBytes);  // [L]
   uint16_t* sc = reinterpret_cast<uint16_t*>(kscale + L);                              // [kDecodeRows][L]
-  uint16_t* blk = sc + kDecodeRows * L;                                                // [kRows][Lb]
-  uint8_t* kept = reinterpret_cast<uint8_t*>(blk + kRows * Lb);                        // [kRows][Lb]
+  uint16_t* blk = sc + kDecodeRows * L;                                                // [kDecodeRows][Lb]
+  uint8_t* kept = reinterpret_cast<uint8_t*>(blk + kDecodeRows * Lb);                  // [kDecodeRows][Lb]
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, q4 = lane % 4, qa = g / 4, qq = g % 4;  // qa: the lane's query of the pair
@@ -128,14 +129,12 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_decode_kernel(const 
   __syncthreads();
   if (threadIdx.x == 0 && sh.flag) atomicOr(p.flag, 1);
 
-  // The selection, a group of kRows rows at a time (the cluster shares blockIdx.y: uniform exits).
-  const int r = warp / kTeamWarps;
-  for (int gi = 0; gi < kDecodeRows / kRows && t0 + gi * kRows < p.T; ++gi) {
-    const int64_t tg = t0 + gi * kRows + r;
-    const bool live_g = tg < p.T;
-    select_group<kWarpHist>(cluster, sh, p, sc + gi * kRows * L, blk, kept, tg, live_g, live_g ? p.reach[tg] : 0, rg,
-                            range0, range_n, local0, m_local);
-  }
+  // The selection of the 16 rows, warp w's row t0 + w.
+  static_assert(DecodeShared::kTW == 1, "a warp per row");
+  const int64_t tw = t0 + warp;
+  const bool live_w = tw < p.T;
+  select_group<kWarpHist>(cluster, sh, p, sc, blk, kept, tw, live_w, live_w ? p.reach[tw] : 0, rg, range0, range_n,
+                          local0, m_local);
 }
 
 }  // namespace
@@ -145,7 +144,7 @@ ScoreKernel decode_kernel(bool warp_hist) {
 }
 
 size_t decode_smem_bytes(int L, int Lb) {
-  return codes_at() + static_cast<size_t>(L) * (kRowBytes + 4 + 2 * kDecodeRows) + static_cast<size_t>(kRows) * Lb * 3;
+  return kCodesAt + static_cast<size_t>(L) * (kRowBytes + 4 + 2 * kDecodeRows) + static_cast<size_t>(kDecodeRows) * Lb * 3;
 }
 
 }  // namespace dsv41::gpu::index_select_detail

@@ -92,8 +92,9 @@ __device__ __forceinline__ void load_block(const Params& p, int64_t key0, RawBlo
   }
 }
 
+template <class Sh>
 __device__ __forceinline__ void expand_chunk(const Params& p, int64_t key0, const RawBlock& raw, int8_t* codes,
-                                             float* kscale, Shared& sh) {
+                                             float* kscale, Sh& sh) {
   const int j = static_cast<int>(threadIdx.x) / 4, b = static_cast<int>(threadIdx.x) % 4;
   const int64_t key = key0 + j;
   const bool live = key < p.n && b < p.dim / 32;
@@ -117,18 +118,19 @@ __device__ __forceinline__ void expand_chunk(const Params& p, int64_t key0, cons
 }
 
 
-// After the scoring: the selection of this CTA's group of kRows rows (row r = warp / kTeamWarps is
+// After the scoring: the selection of this CTA's group of Sh::kR rows (row r = warp / Sh::kTW is
 // query row t, sc[r * p.L + i] the order key of its local key i, m_local of them, local keys
 // [local0, local0 + m_local) of range rg = [range0, range0 + range_n)). The candidate source's
-// block maxima, block top-k and mask (blk, kept: [kRows][L / block_size] of shared memory), then the
+// block maxima, block top-k and mask (blk, kept: [Sh::kR][L / block_size] of shared memory), then the
 // position top-k: the final picks with one range, the range's candidates otherwise. Every thread of
 // the cluster calls it, after a barrier that made sc visible; it ends with a cluster barrier.
-template <bool kWarpHist>
-__device__ void select_group(cg::cluster_group& cluster, Shared& sh, const Params& p, const uint16_t* sc,
+template <bool kWarpHist, class Sh>
+__device__ void select_group(cg::cluster_group& cluster, Sh& sh, const Params& p, const uint16_t* sc,
                              uint16_t* blk, uint8_t* kept, int64_t t, bool live, int64_t reach, int rg, int64_t range0,
                              int64_t range_n, int local0, int m_local) {
+  constexpr int kTeamT = Sh::kTW * 32;  // the row's threads
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int r = warp / kTeamWarps, tt = (warp % kTeamWarps) * 32 + lane;
+  const int r = warp / Sh::kTW, tt = (warp % Sh::kTW) * 32 + lane;
   const int L = p.L, Lb = p.topk_blocks > 0 ? L / p.block_size : 0;
   const int64_t base = range0 + local0;
   if (p.topk_blocks > 0) {  // the candidate source: block maxima, the block top-k, the mask
@@ -136,7 +138,7 @@ __device__ void select_group(cg::cluster_group& cluster, Shared& sh, const Param
     const int64_t nblocks = (range_n + bs - 1) / bs, b0 = local0 / bs;  // the range's blocks, this CTA's first
     const int mb = static_cast<int>(clamp64(nblocks - b0, 0, Lb));
     const int64_t pinned = reach > 0 ? (reach - 1) / bs - range0 / bs : -1;  // the newest reachable block
-    for (int i = tt; i < mb; i += kTeam) {
+    for (int i = tt; i < mb; i += kTeamT) {
       uint32_t m = 0;
       for (int j = 0; j < bs && i * bs + j < m_local; ++j) m = max(m, static_cast<uint32_t>(sc[r * L + i * bs + j]));
       blk[r * Lb + i] = static_cast<uint16_t>(b0 + i == pinned ? kPosInfKey : m);
@@ -153,7 +155,7 @@ __device__ void select_group(cg::cluster_group& cluster, Shared& sh, const Param
     });
     __syncthreads();
     if (live && p.G == 1) {
-      for (int i = tt; i < m_local; i += kTeam) p.mask[t * p.n + base + i] = kept[r * Lb + i / bs];
+      for (int i = tt; i < m_local; i += kTeamT) p.mask[t * p.n + base + i] = kept[r * Lb + i / bs];
     }
   }
   const uint32_t k = live ? static_cast<uint32_t>(min(p.k, range_n)) : 0u;
@@ -168,9 +170,10 @@ __device__ void select_group(cg::cluster_group& cluster, Shared& sh, const Param
 }
 
 // The decode-shaped scoring kernel (cuda/index_select_decode.cu, IndexSelectArgs::decode): kDecodeRows
-// query rows per CTA (grid.y), at most kDecodeMaxLocal keys per CTA (grid.x and clusters as the
-// streaming kernel's), shared memory decode_smem_bytes.
+// query rows per CTA (grid.y; selected together, a warp per row), at most kDecodeMaxLocal keys per
+// CTA (grid.x and clusters as the streaming kernel's), shared memory decode_smem_bytes.
 constexpr int kDecodeRows = 16;
+using DecodeShared = SelectShared<kDecodeRows, kThreads / 32 / kDecodeRows>;
 constexpr int kDecodeMaxLocal = 1024;
 using ScoreKernel = void (*)(Params);
 ScoreKernel decode_kernel(bool warp_hist);
