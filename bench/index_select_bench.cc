@@ -18,7 +18,9 @@
 // (IndexSelectArgs::range_keys, cluster; the default split is timed as "fused"), each without and
 // with the three kernel switches (IndexSelectArgs::prefetch, ldmatrix, warp_hist); the default split
 // is always also timed with each switch alone, fit_wave alone (halve the cluster until its clusters
-// fit one wave), the three switches, and all four.
+// fit one wave), the three switches, all four, and the decode-shaped kernel (IndexSelectArgs::decode)
+// without and with warp_hist; each --splits split also with the decode kernel (where its split does
+// not fit that kernel the streaming one runs: the line's description says which).
 // Each is checked to give the default's picks and mask bit for bit, and prints its clusters and how
 // many the device holds at once (split "0:0" = the default).
 // Usage: dsv41_index_select_bench [--only decode|prefill|long] [--reps N] [--splits R:S,...]
@@ -113,9 +115,9 @@ struct Split {
 std::string describe(const gpu::IndexSelectArgs& a) {
   const gpu::IndexSelectSplit s = gpu::index_select_split(a);
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%d range(s) x cluster %d x %d keys/CTA, %ld clusters (device holds %d at once)%s",
-                s.ranges, s.cluster, s.keys_per_cta, static_cast<long>(s.clusters), s.max_active_clusters,
-                s.merge_cluster > 0 ? ", merge" : "");
+  std::snprintf(buf, sizeof buf, "%s%d range(s) x cluster %d x %d keys/CTA, %ld clusters (device holds %d at once)%s",
+                s.decode ? "decode kernel: " : "", s.ranges, s.cluster, s.keys_per_cta, static_cast<long>(s.clusters),
+                s.max_active_clusters, s.merge_cluster > 0 ? ", merge" : "");
   return buf;
 }
 
@@ -176,19 +178,22 @@ void run_shape(const char* name, int64_t T, int64_t n, bool prefill, int reps, c
     std::printf("         default split: %s\n", describe(a).c_str());
     struct Variant {
       Split s;
-      bool prefetch, ldmatrix, warp_hist, fit_wave;
+      bool prefetch, ldmatrix, warp_hist, fit_wave, decode;
     };
-    std::vector<Variant> variants = {{Split{}, true, false, false, false}, {Split{}, false, true, false, false},
-                                     {Split{}, false, false, true, false}, {Split{}, false, false, false, true},
-                                     {Split{}, true, true, true, false},   {Split{}, true, true, true, true}};
+    std::vector<Variant> variants = {
+        {Split{}, true, false, false, false, false}, {Split{}, false, true, false, false, false},
+        {Split{}, false, false, true, false, false}, {Split{}, false, false, false, true, false},
+        {Split{}, true, true, true, false, false},   {Split{}, true, true, true, true, false},
+        {Split{}, false, false, false, false, true}, {Split{}, false, false, true, false, true}};
     for (const Split& s : splits) {
-      variants.push_back({s, false, false, false, false});
-      variants.push_back({s, true, true, true, false});
+      variants.push_back({s, false, false, false, false, false});
+      variants.push_back({s, true, true, true, false, false});
+      variants.push_back({s, false, false, false, false, true});
     }
-    for (const auto& [s, prefetch, ldmatrix, warp_hist, fit_wave] : variants) {  // the same picks, cut otherwise
+    for (const auto& [s, prefetch, ldmatrix, warp_hist, fit_wave, decode] : variants) {  // the same picks, cut otherwise
       gpu::IndexSelectArgs b = a;
       b.range_keys = s.range_keys, b.cluster = s.cluster, b.prefetch = prefetch, b.ldmatrix = ldmatrix;
-      b.warp_hist = warp_hist, b.fit_wave = fit_wave;
+      b.warp_hist = warp_hist, b.fit_wave = fit_wave, b.decode = decode;
       b.topk = topk_split.get(), b.mask = source ? mask_split.get() : nullptr;
       int64_t bytes = 0;
       try {
@@ -204,9 +209,10 @@ void run_shape(const char* name, int64_t T, int64_t n, bool prefill, int reps, c
       const bool same = topk_split.download() == got && (!source || mask_split.download() == mask.download());
       const std::vector<double> ts = time_ms(3, reps, 1, [&](int) { gpu::index_select(b); });
       const double ms = ts[ts.size() / 2] * 1e3;
-      std::printf("         split %ld:%ld%s%s%s%s  fused %9.1f us  x%.2f vs the default  %s  %s\n",
+      std::printf("         split %ld:%ld%s%s%s%s%s  fused %9.1f us  x%.2f vs the default  %s  %s\n",
                   static_cast<long>(s.range_keys), static_cast<long>(s.cluster), prefetch ? " prefetch" : "",
-                  ldmatrix ? " ldmatrix" : "", warp_hist ? " warp_hist" : "", fit_wave ? " fit_wave" : "", ms, mf / ms,
+                  ldmatrix ? " ldmatrix" : "", warp_hist ? " warp_hist" : "", fit_wave ? " fit_wave" : "",
+                  decode ? " decode" : "", ms, mf / ms,
                   same ? "same picks" : "PICKS DIFFER FROM THE DEFAULT", describe(b).c_str());
     }
   }

@@ -28,23 +28,22 @@
 // over the cluster's CTAs through distributed shared memory, then the ties at the threshold taken
 // lowest position first, and each pick's slot from scans within the CTA and counts across it
 // (cuda/index_select_select.cuh). With several ranges the picks go to the workspace as candidates
-// and cuda/index_select_merge.cu selects among them.
+// and cuda/index_select_merge.cu selects among them. The key decoding, the head sum and the
+// selection after the scores are shared with the decode-shaped kernel (IndexSelectArgs::decode,
+// cuda/index_select_decode.cu) in cuda/index_select_score.cuh.
 #include "cuda/index_select.h"
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "base/error.h"
 #include "cuda/common.cuh"
-#include "cuda/index_key_codes.h"
-#include "cuda/index_select_select.cuh"
-#include "cuda/indexer_mma.cuh"
+#include "cuda/index_select_score.cuh"
 
 namespace dsv41::gpu {
 namespace {
@@ -52,8 +51,6 @@ namespace {
 using namespace indexer_mma;
 using namespace index_select_detail;
 
-constexpr int kHeads = 32;                   // head slots (zero codes and weights past heads)
-constexpr int kRowBytes = 144;               // one decoded key in shared memory (128 codes + pad)
 constexpr int kKeysPerCta = 2048;            // the cluster grows until a CTA holds at most this
 
 // Workspace: [flag int, pad to 16][q codes T x 32 x 128][|w'| T x 32 bf16][sign(w') T x 32 fp32]
@@ -63,28 +60,6 @@ int64_t wabs_offset(int64_t T) { return codes_offset() + T * kHeads * kSlotD; }
 int64_t wsign_offset(int64_t T) { return wabs_offset(T) + T * kHeads * 2; }
 int64_t cand_offset(int64_t T) { return wsign_offset(T) + T * kHeads * 4; }
 
-struct Params {
-  const int8_t* q_codes;    // [T][32][128]
-  const uint32_t* w_abs;    // [T][16]: |w'| of heads 2i (low half) and 2i + 1, bf16x2
-  const float* w_sign;      // [T][32]
-  const uint8_t* keys;
-  int64_t entry_bytes;
-  int dim;
-  const int64_t* reach;
-  const uint8_t* pool;
-  int64_t T, n, k, topk_blocks;
-  int block_size;
-  int L;                    // keys per CTA (a multiple of kChunk)
-  int64_t R;                // keys per range (= S L; a cluster per range and group of rows)
-  int G, kc, kbc;           // ranges; candidate slots per range (positions, blocks)
-  int32_t* topk;            // one range (G == 1): the final top-k and mask
-  uint8_t* mask;
-  uint32_t* cand;           // G > 1: the ranges' candidates (index_select_select.cuh MergeParams)
-  uint32_t* bcand;
-  int* flag;
-};
-
-
 // The four 8 x 16-byte matrices whose row addresses lanes 8m .. 8m + 7 give, as mma A fragments:
 // lane l gets bytes 4 (l % 4) .. 4 (l % 4) + 3 of row l / 4 of matrix m in a[m].
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], const int8_t* row) {
@@ -92,21 +67,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], const int8_t* row)
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                : "r"(addr));
-}
-
-// sum += sign(w'_h) bf16(relu(bf16(I_h)) |w'_h|) for the two heads of accumulators i0, i1 (one key).
-__device__ __forceinline__ void add_heads(int i0, int i1, uint32_t wabs2, float s0, float s1, float& sum) {
-  const float x0 = __fsub_rn(__int_as_float(i0), 12582912.0f), x1 = __fsub_rn(__int_as_float(i1), 12582912.0f);
-  const __nv_bfloat162 b = __floats2bfloat162_rn(x0, x1);  // low half: head 2i
-  __nv_bfloat162 w2, zero;
-  const uint32_t zbits = 0;
-  memcpy(&w2, &wabs2, 4);
-  memcpy(&zero, &zbits, 4);
-  const __nv_bfloat162 p = __hfma2_relu(b, w2, zero);  // exact 8 x 8-bit products, one rounding each
-  uint32_t u;
-  memcpy(&u, &p, 4);
-  sum = __fmaf_rn(__uint_as_float(u << 16), s0, sum);
-  sum = __fmaf_rn(__uint_as_float(u & 0xFFFF0000u), s1, sum);
 }
 
 // One warp per (query, head slot): codes, |w'| and sign(w') (cuda/indexer.cu's index_encode_kernel
@@ -135,63 +95,6 @@ __global__ void __launch_bounds__(256) encode_queries_kernel(const float* __rest
   }
 }
 
-// Decodes keys [key0, key0 + kChunk) into codes (rows of kRowBytes) and sh.kscale: thread 4 j + b
-// takes 32-channel block b of key j (kThreads = 4 kChunk). The key's exponent is its smallest E8M0
-// scale over the blocks holding a nonzero code (an all-zero block contributes 0 at any scale); a key
-// it cannot encode (scales spanning more than x8, a NaN scale, |exponent| > kEBound) sets sh.flag.
-// Keys >= n and channels >= dim are zero. In two steps: load_block reads the thread's packed bytes
-// (issued a chunk ahead when the kernel prefetches), expand_chunk writes the codes.
-struct RawBlock {
-  uint32_t w[4];  // the block's 32 E2M1 nibbles
-  int s;          // its E8M0 scale
-};
-
-__device__ __forceinline__ void load_block(const Params& p, int64_t key0, RawBlock& raw) {
-  static_assert(kThreads == 4 * kChunk, "one thread per (key, block) of a chunk");
-  const int j = static_cast<int>(threadIdx.x) / 4, b = static_cast<int>(threadIdx.x) % 4;
-  const int64_t key = key0 + j;
-  const bool live = key < p.n && b < p.dim / 32;
-  uint32_t* w = raw.w;
-  w[0] = w[1] = w[2] = w[3] = 0;
-  raw.s = 0;
-  if (live) {
-    const uint8_t* e = p.keys + key * p.entry_bytes;
-    const uint8_t* nib = e + b * 16;  // the block's 16 nibble bytes
-    if ((reinterpret_cast<uintptr_t>(nib) & 3u) == 0) {  // entry_bytes % 4 == 0 (Di 128: 68 bytes)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(nib + i * 4);
-    } else {  // Di 32, 64, 96: 17, 34, 51-byte entries, not 4-byte aligned: byte loads
-#pragma unroll
-      for (int i = 0; i < 16; ++i) w[i / 4] |= static_cast<uint32_t>(nib[i]) << (8 * (i % 4));
-    }
-    raw.s = e[p.dim / 2 + b];
-  }
-}
-
-__device__ __forceinline__ void expand_chunk(const Params& p, int64_t key0, const RawBlock& raw, int8_t* codes,
-                                             float* kscale, Shared& sh) {
-  const int j = static_cast<int>(threadIdx.x) / 4, b = static_cast<int>(threadIdx.x) % 4;
-  const int64_t key = key0 + j;
-  const bool live = key < p.n && b < p.dim / 32;
-  const uint32_t(&w)[4] = raw.w;
-  const int s = raw.s;
-  const bool nonzero = index_key_codes::block_nonzero(w);
-  int smin = nonzero ? s : 255, smax = nonzero ? s : 0, nan = live && s == 255;
-#pragma unroll
-  for (int o = 1; o < 4; o <<= 1) {  // over the key's 4 lanes
-    smin = min(smin, __shfl_xor_sync(~0u, smin, o));
-    smax = max(smax, __shfl_xor_sync(~0u, smax, o));
-    nan |= __shfl_xor_sync(~0u, nan, o);
-  }
-  if (!index_key_codes::key_encodable(smin, smax, nan != 0) && key < p.n) sh.flag = 1;
-  uint32_t out[8];
-  index_key_codes::expand_block(w, nonzero ? min(3, max(0, s - smin)) : 0, out);
-  uint4* dst = reinterpret_cast<uint4*>(codes + j * kRowBytes + b * 32);
-  dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
-  dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
-  if (b == 0) kscale[j] = key < p.n ? exp2i(smin - 128) : 0.0f;
-}
-
 // kPrefetch: a pipeline of two code buffers and one barrier per chunk; while the warps score chunk
 // c they expand chunk c + 1 (its packed bytes loaded into registers an iteration earlier) into the
 // other buffer and load chunk c + 2's bytes. kLdmatrix: a tile's A fragments by 4 ldmatrix.x4
@@ -210,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
   uint8_t* kept = reinterpret_cast<uint8_t*>(blk + kRows * Lb);                       // [kRows][Lb]
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int r = warp / kTeamWarps, wi = warp % kTeamWarps, tt = wi * 32 + lane, g = lane / 4, q4 = lane % 4;
+  const int r = warp / kTeamWarps, wi = warp % kTeamWarps, g = lane / 4, q4 = lane % 4;
   const int64_t t = static_cast<int64_t>(blockIdx.y) * kRows + r;
   const bool live = t < p.T;
   // Range rg holds keys [range0, range0 + range_n); this CTA its keys [base, base + m_local).
@@ -313,40 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1) index_select_kernel(const Params 
   __syncthreads();
   if (threadIdx.x == 0 && sh.flag) atomicOr(p.flag, 1);
 
-  if (p.topk_blocks > 0) {  // the candidate source: block maxima, the block top-k, the mask
-    const int bs = p.block_size;  // divides kChunk, so blocks never straddle CTAs or ranges
-    const int64_t nblocks = (range_n + bs - 1) / bs, b0 = local0 / bs;  // the range's blocks, this CTA's first
-    const int mb = static_cast<int>(clamp64(nblocks - b0, 0, Lb));
-    const int64_t pinned = reach > 0 ? (reach - 1) / bs - range0 / bs : -1;  // the newest reachable block
-    for (int i = tt; i < mb; i += kTeam) {
-      uint32_t m = 0;
-      for (int j = 0; j < bs && i * bs + j < m_local; ++j) m = max(m, static_cast<uint32_t>(sc[r * L + i * bs + j]));
-      blk[r * Lb + i] = static_cast<uint16_t>(b0 + i == pinned ? kPosInfKey : m);
-      kept[r * Lb + i] = 0;
-    }
-    __syncthreads();
-    const uint32_t kb = live ? static_cast<uint32_t>(clamp64(p.topk_blocks, 0, nblocks)) : 0u;
-    cluster_select<kWarpHist>(cluster, sh, blk, Lb, mb, kb, [&](int i, uint32_t slot) {
-      if (p.G > 1) {  // a candidate for the merge, -inf fillers included
-        p.bcand[(t * p.G + rg) * p.kbc + slot] = static_cast<uint32_t>(blk[r * Lb + i]) << 16 | static_cast<uint32_t>(b0 + i);
-      } else if (blk[r * Lb + i] > kNegInfKey) {
-        kept[r * Lb + i] = 1;  // a -inf block picked as filler is dropped
-      }
-    });
-    __syncthreads();
-    if (live && p.G == 1) {
-      for (int i = tt; i < m_local; i += kTeam) p.mask[t * p.n + base + i] = kept[r * Lb + i / bs];
-    }
-  }
-  const uint32_t k = live ? static_cast<uint32_t>(min(p.k, range_n)) : 0u;
-  cluster_select<kWarpHist>(cluster, sh, sc, L, m_local, k, [&](int i, uint32_t slot) {
-    if (p.G > 1) {
-      p.cand[(t * p.G + rg) * p.kc + slot] = static_cast<uint32_t>(sc[r * L + i]) << 16 | static_cast<uint32_t>(local0 + i);
-    } else {
-      const int64_t pos = base + i;
-      p.topk[t * p.k + slot] = pos < reach ? static_cast<int32_t>(pos) : -1;
-    }
-  });
+  select_group<kWarpHist>(cluster, sh, p, sc, blk, kept, t, live, reach, rg, range0, range_n, local0, m_local);
 }
 
 // The cluster size and the keys per CTA for n keys (one range).
@@ -358,15 +228,32 @@ void split_keys(int64_t n, int* S, int* L) {
 
 // How a call is cut: G ranges of R = S L keys, a cluster of S CTAs of L keys per range and group of
 // 4 rows; G > 1 adds the merge (a cluster of Sm CTAs per group of rows). ok: the kernels cover it.
+// decode: the decode-shaped kernel (kDecodeRows rows per CTA, at most kDecodeMaxLocal keys per CTA).
 struct Plan {
-  bool ok = false;
+  bool ok = false, decode = false;
   int S = 1, L = kChunk, G = 1, Sm = 0, kc = 0, kbc = 0;
   int64_t R = 0;
 };
 
-Plan plan_for(int64_t n, int64_t k, int64_t topk_blocks, int64_t block_size, int64_t range_keys, int64_t cluster) {
+// The decode kernel's default keys per CTA: 512 (decode T 64 x N 16384: 4 ranges of 8 CTAs x 4
+// blocks of 16 rows = 128 CTAs, each key decoded by 4 CTAs instead of 16).
+constexpr int kDecodeKeys = 512;
+
+Plan plan_for(int64_t n, int64_t k, int64_t topk_blocks, int64_t block_size, int64_t range_keys, int64_t cluster,
+              bool decode) {
   Plan pl;
-  if (range_keys == 0 && cluster == 0) {
+  pl.decode = decode;
+  const int64_t most_local = decode ? kDecodeMaxLocal : kMaxLocal;
+  if (range_keys == 0 && cluster == 0 && decode) {  // ranges of clusters of 8 CTAs of kDecodeKeys keys
+    if (n <= kMaxCluster * kDecodeKeys) {  // one range: the cluster grows until a CTA holds at most kDecodeKeys
+      pl.S = static_cast<int>(std::clamp<int64_t>((n + kDecodeKeys - 1) / kDecodeKeys, 1, kMaxCluster));
+      const int64_t per = (n + pl.S - 1) / pl.S;
+      pl.L = static_cast<int>((per + kChunk - 1) / kChunk * kChunk);
+    } else {
+      pl.S = kMaxCluster, pl.L = kDecodeKeys;
+    }
+    pl.R = static_cast<int64_t>(pl.S) * pl.L;
+  } else if (range_keys == 0 && cluster == 0) {
     if (n <= kMaxRange) {  // one range: the cluster grows until a CTA holds at most kKeysPerCta keys
       split_keys(n, &pl.S, &pl.L);
       pl.R = static_cast<int64_t>(pl.S) * pl.L;
@@ -375,12 +262,12 @@ Plan plan_for(int64_t n, int64_t k, int64_t topk_blocks, int64_t block_size, int
     }
   } else {  // chosen (tests, the bench): S CTAs of range_keys / S keys
     if (!(cluster >= 1 && cluster <= kMaxCluster && range_keys >= 1 && range_keys % (cluster * kChunk) == 0 &&
-          range_keys / cluster <= kMaxLocal)) {
+          range_keys / cluster <= most_local)) {
       return pl;
     }
     pl.S = static_cast<int>(cluster), pl.L = static_cast<int>(range_keys / cluster), pl.R = range_keys;
   }
-  if (pl.L > kMaxLocal) return pl;
+  if (pl.L > most_local) return pl;
   const int64_t G = (n + pl.R - 1) / pl.R;
   if (G > 1) {
     pl.kc = static_cast<int>(std::min(k, pl.R));
@@ -395,18 +282,22 @@ Plan plan_for(int64_t n, int64_t k, int64_t topk_blocks, int64_t block_size, int
 
 size_t select_smem(const Plan& pl, int block_size, bool source, bool prefetch) {
   const int Lb = source ? pl.L / block_size : 0;
+  if (pl.decode) return decode_smem_bytes(pl.L, Lb);
   return (sizeof(Shared) + 15) / 16 * 16 + (prefetch ? 2 : 1) * kChunk * kRowBytes + static_cast<size_t>(kRows) * pl.L * 2 +
          static_cast<size_t>(kRows) * Lb * 3;
 }
 
-// The scoring kernel's launch: S G CTAs of 512 threads per group of 4 rows, clusters of S.
+// The scoring kernel's launch: S G CTAs of 512 threads per group of 4 rows (the decode kernel: of
+// kDecodeRows rows), clusters of S.
 struct SelectLaunch {
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
   void (*kernel)(Params);
-  SelectLaunch(const Plan& pl, int64_t T, size_t smem, const IndexSelectArgs& a) : kernel(pick(a)) {
+  SelectLaunch(const Plan& pl, int64_t T, size_t smem, const IndexSelectArgs& a)
+      : kernel(pl.decode ? decode_kernel(a.warp_hist) : pick(a)) {
     DSV41_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    cfg.gridDim = dim3(static_cast<unsigned>(pl.S * pl.G), static_cast<unsigned>((T + kRows - 1) / kRows), 1);
+    const int rows = pl.decode ? kDecodeRows : kRows;
+    cfg.gridDim = dim3(static_cast<unsigned>(pl.S * pl.G), static_cast<unsigned>((T + rows - 1) / rows), 1);
     cfg.blockDim = dim3(kThreads, 1, 1);
     cfg.dynamicSmemBytes = smem;
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -450,14 +341,18 @@ int max_active_clusters(const Plan& pl, int64_t T, size_t smem, const IndexSelec
 
 Plan plan_for(const IndexSelectArgs& a) {
   const int bs = static_cast<int>(a.topk_blocks > 0 ? a.block_size : 1);
-  Plan pl = plan_for(a.n, a.k, a.topk_blocks, bs, a.range_keys, a.cluster);
+  if (a.decode) {  // the decode kernel where its split fits, else the streaming kernel
+    const Plan d = plan_for(a.n, a.k, a.topk_blocks, bs, a.range_keys, a.cluster, true);
+    if (d.ok) return d;
+  }
+  Plan pl = plan_for(a.n, a.k, a.topk_blocks, bs, a.range_keys, a.cluster, false);
   if (!(pl.ok && a.fit_wave && a.range_keys == 0 && a.cluster == 0 && pl.G == 1)) return pl;
   // One range whose clusters the device cannot hold at once (decode T 64 x N 16384: 16 clusters of
   // 8 where an H100 holds 15): halve the cluster, same keys per CTA, more ranges, while that helps.
   const int64_t groups = (a.T + kRows - 1) / kRows;
   while (pl.S > 1 &&
          groups * pl.G > max_active_clusters(pl, a.T, select_smem(pl, bs, a.topk_blocks > 0, a.prefetch), a)) {
-    Plan half = plan_for(a.n, a.k, a.topk_blocks, bs, static_cast<int64_t>(pl.S / 2) * pl.L, pl.S / 2);
+    Plan half = plan_for(a.n, a.k, a.topk_blocks, bs, static_cast<int64_t>(pl.S / 2) * pl.L, pl.S / 2, false);
     if (!half.ok) break;
     pl = half;
   }
@@ -469,7 +364,7 @@ Plan plan_for(const IndexSelectArgs& a) {
 bool index_select_fits(int64_t heads, int64_t dim, int64_t n, int64_t k, int64_t topk_blocks, int64_t block_size) {
   if (heads < 1 || heads > kHeads || dim < 32 || dim > kSlotD || dim % 32 != 0 || n < 1 || k < 1 || k > n) return false;
   if (topk_blocks > 0 && (block_size < 1 || kChunk % block_size != 0)) return false;
-  return plan_for(n, k, topk_blocks, topk_blocks > 0 ? block_size : 1, 0, 0).ok;
+  return plan_for(n, k, topk_blocks, topk_blocks > 0 ? block_size : 1, 0, 0, false).ok;
 }
 
 // Query rows per launch: all of them with one range; with several, chunks of kRowChunk rows, so that
@@ -546,8 +441,9 @@ IndexSelectSplit index_select_split(const IndexSelectArgs& a) {
   DSV41_CHECK(pl.ok, "index_select_split: n ", a.n, ", k ", a.k, ", range_keys ", a.range_keys, ", cluster ",
               a.cluster, " not covered");
   IndexSelectSplit s;
-  s.cluster = pl.S, s.keys_per_cta = pl.L, s.ranges = pl.G, s.merge_cluster = pl.Sm;
-  s.clusters = static_cast<int64_t>(pl.G) * ((a.T + kRows - 1) / kRows);
+  s.cluster = pl.S, s.keys_per_cta = pl.L, s.ranges = pl.G, s.merge_cluster = pl.Sm, s.decode = pl.decode;
+  const int rows = pl.decode ? kDecodeRows : kRows;
+  s.clusters = static_cast<int64_t>(pl.G) * ((a.T + rows - 1) / rows);
   const size_t smem =
       select_smem(pl, static_cast<int>(a.topk_blocks > 0 ? a.block_size : 1), a.topk_blocks > 0, a.prefetch);
   s.max_active_clusters = max_active_clusters(pl, a.T, smem, a);

@@ -15,6 +15,8 @@
 //      keys whose pool byte is set (a 16-key tile outside the pool costs no mma), and the top-k
 //      is a radix select over the cluster (histograms exchanged through distributed shared
 //      memory), lower position first among equal scores, written in ascending order.
+//      (IndexSelectArgs::decode: the decode-shaped kernel instead, 16 rows per CTA over its
+//      resident keys, cuda/index_select_decode.cu.)
 //   3. merge (n > 65536 keys, or a chosen split): the keys are cut into ranges of R <= 65536, a
 //      cluster each; a range writes its own top-min(k, its keys) positions (and the candidate
 //      source its top blocks) as (score key, position) candidates to the workspace, and a merge
@@ -61,6 +63,14 @@ struct IndexSelectArgs {
   // clusters at once (cudaOccupancyMaxActiveClusters), halve the cluster (ranges of S/2 CTAs of the
   // same keys, and the merge). The same picks; off until a device run settles it.
   bool fit_wave = false;
+  // The decode-shaped scoring kernel (cuda/index_select_decode.cu): each CTA decodes its keys (at
+  // most 1024; by default clusters of 8 CTAs of 512 keys, ranges of 4096 and the merge) ONCE into
+  // shared memory and scores 16 query rows against them (the queries as the mma A operand), instead
+  // of streaming 2048 keys for 4 rows. The same integer dots and the same head-sum order, so the
+  // same picks. Ignores prefetch, ldmatrix and fit_wave; where its split does not fit (more than
+  // 1024 keys per CTA chosen, or more candidates than the merge holds) the streaming kernel runs.
+  // Off until a device run settles it.
+  bool decode = false;
 };
 
 // Whether the kernels cover these shapes: heads <= 32, dim a multiple of 32 up to 128, 1 <= k <= n,
@@ -73,6 +83,7 @@ int64_t index_select_workspace_bytes(const IndexSelectArgs& args);  // uses T, n
 // clusters the device holds at once (cudaOccupancyMaxActiveClusters): for the bench.
 struct IndexSelectSplit {
   int cluster = 0, keys_per_cta = 0, ranges = 0, merge_cluster = 0;
+  bool decode = false;           // the decode-shaped kernel runs
   int64_t clusters = 0;          // of the scoring kernel
   int max_active_clusters = 0;
 };

@@ -27,14 +27,20 @@ constexpr uint32_t kNegInfKey = 0x007Fu;     // ordered key of bf16 -inf
 constexpr uint32_t kPosInfKey = 0xFF80u;     // ordered key of bf16 +inf
 constexpr uint32_t kNone = 0x10000u;         // a threshold no key reaches (a row with k = 0)
 
-struct Shared {
-  uint32_t hist[2][kRows][256];  // the two radix passes (read by the whole cluster)
-  uint32_t cnt[kRows];           // this CTA's {above << 16 | ties} at the threshold (read by the cluster)
-  uint32_t scan[kRows][kTeamWarps];
-  uint32_t bin[kRows], before[kRows], thr[kRows], need[kRows];
-  float kscale[2][kChunk];       // 2^ek of the chunk's keys (two buffers when the kernel prefetches)
+// The selection's shared state for R rows of TW warps each (R TW 32 = kThreads): Shared, 4 rows of
+// 4 warps, for the streaming kernel and the merge; the decode kernel selects 16 rows of one warp.
+template <int R, int TW>
+struct SelectShared {
+  static constexpr int kR = R, kTW = TW;
+  static_assert(R * TW * 32 == kThreads, "the CTA's threads are R rows of TW warps");
+  uint32_t hist[2][R][256];  // the two radix passes (read by the whole cluster)
+  uint32_t cnt[R];           // this CTA's {above << 16 | ties} at the threshold (read by the cluster)
+  uint32_t scan[R][TW];
+  uint32_t bin[R], before[R], thr[R], need[R];
+  float kscale[2][kChunk];   // 2^ek of the chunk's keys (two buffers when the kernel prefetches)
   int flag;
 };
+using Shared = SelectShared<kRows, kTeamWarps>;
 
 __device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
@@ -44,9 +50,10 @@ __device__ __forceinline__ uint32_t order_key(__nv_bfloat16 v) {  // a > b <=> k
   return (b & 0x8000u) ? (~b & 0xFFFFu) : (b | 0x8000u);
 }
 
-// Exclusive scan of v over the row's team (kTeam threads, in thread order); total = the team's sum.
+// Exclusive scan of v over the row's team (Sh::kTW warps, in thread order); total = the team's sum.
 // Every thread of the CTA calls it.
-__device__ inline uint32_t team_scan(uint32_t v, Shared& sh, int r, int wi, int lane, uint32_t& total) {
+template <class Sh>
+__device__ inline uint32_t team_scan(uint32_t v, Sh& sh, int r, int wi, int lane, uint32_t& total) {
   uint32_t x = v;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -57,7 +64,7 @@ __device__ inline uint32_t team_scan(uint32_t v, Shared& sh, int r, int wi, int 
   __syncthreads();
   uint32_t base = 0, tot = 0;
 #pragma unroll
-  for (int i = 0; i < kTeamWarps; ++i) {
+  for (int i = 0; i < Sh::kTW; ++i) {
     const uint32_t s = sh.scan[r][i];
     base += i < wi ? s : 0;
     tot += s;
@@ -70,7 +77,8 @@ __device__ inline uint32_t team_scan(uint32_t v, Shared& sh, int r, int wi, int 
 // One warp: over bins 255 .. 0, the bin at which the count from the top reaches k (1 <= k <= the
 // total), summed over the cluster's histograms hist[pass][r]; writes sh.bin[r] and sh.before[r]
 // (the count in the bins above it).
-__device__ inline void find_bin(cg::cluster_group& cluster, Shared& sh, int pass, int r, uint32_t k, int lane) {
+template <class Sh>
+__device__ inline void find_bin(cg::cluster_group& cluster, Sh& sh, int pass, int r, uint32_t k, int lane) {
   uint32_t c[8], sum = 0;
   const unsigned ranks = cluster.num_blocks();
 #pragma unroll
@@ -119,21 +127,22 @@ __device__ __forceinline__ void hist_add(uint32_t* hist, uint32_t bin, bool in) 
 // elements [q m_cap, q m_cap + m_cap), m_local of them here, ordered keys a[r * stride + i]), by
 // key descending and lower element first; emit(i, slot) for each pick here, slot = its rank among
 // the row's picks in element order. Every thread of the cluster calls it.
-template <bool kWarpHist, class Emit>
-__device__ void cluster_select(cg::cluster_group& cluster, Shared& sh, const uint16_t* a, int stride, int m_local,
+template <bool kWarpHist, class Sh, class Emit>
+__device__ void cluster_select(cg::cluster_group& cluster, Sh& sh, const uint16_t* a, int stride, int m_local,
                                uint32_t k_r, const Emit& emit) {
+  constexpr int kTW = Sh::kTW, kTeamT = kTW * 32;  // the row's warps and threads
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int r = warp / kTeamWarps, wi = warp % kTeamWarps, tt = wi * 32 + lane;
+  const int r = warp / kTW, wi = warp % kTW, tt = wi * 32 + lane;
   const uint16_t* row = a + static_cast<int64_t>(r) * stride;
-  for (int i = static_cast<int>(threadIdx.x); i < 2 * kRows * 256; i += kThreads) (&sh.hist[0][0][0])[i] = 0;
+  for (int i = static_cast<int>(threadIdx.x); i < 2 * Sh::kR * 256; i += kThreads) (&sh.hist[0][0][0])[i] = 0;
   __syncthreads();
-  for (int i = tt; i < m_local; i += kTeam) hist_add<kWarpHist>(&sh.hist[0][r][0], row[i] >> 8, true);
+  for (int i = tt; i < m_local; i += kTeamT) hist_add<kWarpHist>(&sh.hist[0][r][0], row[i] >> 8, true);
   cluster.sync();
   if (wi == 0 && k_r > 0) find_bin(cluster, sh, 0, r, k_r, lane);
   __syncthreads();
   const uint32_t b1 = sh.bin[r], above1 = sh.before[r];
   if (k_r > 0) {
-    for (int i = tt; i < m_local; i += kTeam) {
+    for (int i = tt; i < m_local; i += kTeamT) {
       hist_add<kWarpHist>(&sh.hist[1][r][0], row[i] & 0xFFu, (row[i] >> 8) == b1);
     }
   }
@@ -147,7 +156,7 @@ __device__ void cluster_select(cg::cluster_group& cluster, Shared& sh, const uin
   __syncthreads();
   // This thread's contiguous share of the CTA's elements (thread order = element order).
   const uint32_t thr = sh.thr[r], need = sh.need[r];
-  const int per = (m_local + kTeam - 1) / kTeam, lo = min(m_local, tt * per), hi = min(m_local, lo + per);
+  const int per = (m_local + kTeamT - 1) / kTeamT, lo = min(m_local, tt * per), hi = min(m_local, lo + per);
   uint32_t above_t = 0, ties_t = 0;
   for (int i = lo; i < hi; ++i) {
     above_t += row[i] > thr;

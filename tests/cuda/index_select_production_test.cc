@@ -20,7 +20,8 @@
 //      every chosen split (ranges of 256 to 8192 keys in clusters of 1 to 8 CTAs, fewer candidates
 //      per range than k included) gives the default split's top-k and mask bit for bit (the scores
 //      are the same bits whatever CTA computes them, and the merge is exact under the same order);
-//      so do the switches (IndexSelectArgs::prefetch, ldmatrix, warp_hist, fit_wave), and a ranged call
+//      so do the switches (IndexSelectArgs::prefetch, ldmatrix, warp_hist, fit_wave), the decode-shaped
+//      kernel (IndexSelectArgs::decode, its default and chosen splits), and a ranged call
 //      of more than 1024 rows (launched in row chunks that share the workspace).
 //   0. On the CPU (no device): the kernel's key encoding (cuda/index_key_codes.h) reproduces the
 //      reference's unpacked values from the packed entries bit for bit.
@@ -449,7 +450,8 @@ struct Picks {
   std::vector<uint8_t> mask;
 };
 Picks select_split(const Case& c, const IndexSelectSpec& spec, int64_t range_keys, int64_t cluster,
-                   bool prefetch = false, bool fit_wave = false, bool ldmatrix = false, bool warp_hist = false) {
+                   bool prefetch = false, bool fit_wave = false, bool ldmatrix = false, bool warp_hist = false,
+                   bool decode = false) {
   const int64_t k = std::min<int64_t>(spec.index_topk, c.n);
   const bool source = spec.candidate_topk_blocks > 0;
   const Tensor<float> q = cuda_ops().upload(c.q), w = cuda_ops().upload(c.w);
@@ -466,7 +468,11 @@ Picks select_split(const Case& c, const IndexSelectSpec& spec, int64_t range_key
   a.topk_blocks = source ? spec.candidate_topk_blocks : 0, a.block_size = source ? spec.candidate_block_size : 0;
   a.topk = topk.get(), a.mask = source ? mask.get() : nullptr;
   a.range_keys = range_keys, a.cluster = cluster, a.prefetch = prefetch, a.fit_wave = fit_wave, a.ldmatrix = ldmatrix;
-  a.warp_hist = warp_hist;
+  a.warp_hist = warp_hist, a.decode = decode;
+  // The decode kernel must really run (its splits here all fit it), not the streaming fallback.
+  if (decode) {
+    EXPECT_TRUE(gpu::index_select_split(a).decode) << "range_keys " << range_keys << ", cluster " << cluster;
+  }
   gpu::DeviceBuffer<uint8_t> ws(static_cast<size_t>(gpu::index_select_workspace_bytes(a)));
   a.workspace = ws.get();
   gpu::index_select(a);
@@ -514,6 +520,17 @@ TEST(IndexSelectProduction, EverySplitGivesTheSamePicks) {
         EXPECT_EQ(got.topk, want.topk) << what << ", ranges of " << R << " keys in clusters of " << S;
         EXPECT_EQ(got.mask, want.mask) << what << " (mask), ranges of " << R << " keys in clusters of " << S;
       }
+      // The decode-shaped kernel (keys resident per CTA, 16 rows per CTA): its default split and
+      // chosen ones (128 to 1024 keys per CTA), with and without warp_hist.
+      for (const auto& [R, S] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {256, 1}, {1024, 1}, {2048, 4},
+                                                                         {1024, 8}, {4096, 4}, {8192, 8}}) {
+        const Picks got = select_split(c, spec, R, S, false, false, false, R == 2048 || R == 256, true);
+        EXPECT_EQ(got.topk, want.topk) << what << ", decode kernel, ranges of " << R << " keys in clusters of " << S;
+        EXPECT_EQ(got.mask, want.mask) << what << " (mask), decode kernel, ranges of " << R << " keys in clusters of " << S;
+      }
+      const Picks dec_hist = select_split(c, spec, 0, 0, false, false, false, true, true);
+      EXPECT_EQ(dec_hist.topk, want.topk) << what << ", decode kernel + warp_hist";
+      EXPECT_EQ(dec_hist.mask, want.mask) << what << " (mask), decode kernel + warp_hist";
     }
   }
   // A split the kernels cannot run is refused with an error.
