@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/bf16_storage.cuh"  // sm_count
 #include "cuda/common.cuh"
 #include "cuda/fp8_async.cuh"
 #include "cuda/kernels.h"
@@ -66,6 +67,19 @@ struct Layout {
   static constexpr int kAlloc = kBytes + 1024;         // + alignment slack
 };
 static_assert(Layout<512>::kAlloc <= 232448, "shared memory of one CTA");
+
+// The split's workspace (fp32, S slices): m [T][H][S] (each slice's running max, base-2 units),
+// l [T][H][S] (its sum of probabilities, no sink), then from a 16-byte boundary o [T][H][S][D] (its
+// unnormalised output).
+struct SplitPart {
+  float* base;
+  int64_t T, H, S, D;
+  __host__ __device__ int64_t stats() const { return (2 * T * H * S + 3) / 4 * 4; }
+  __host__ __device__ int64_t floats() const { return stats() + T * H * S * D; }
+  __device__ float* m(int64_t t, int64_t h) const { return base + (t * H + h) * S; }
+  __device__ float* l(int64_t t, int64_t h) const { return base + T * H * S + (t * H + h) * S; }
+  __device__ float* o(int64_t t, int64_t h, int64_t s) const { return base + stats() + ((t * H + h) * S + s) * D; }
+};
 
 // Byte offset of 16-byte chunk ch (of D/8) of row r in a swizzled [rows][D] tile.
 __device__ inline int sw_off(int r, int ch) { return (ch >> 3) * kAtom + r * 128 + (((ch & 7) ^ (r & 7)) << 4); }
@@ -157,11 +171,13 @@ __device__ inline void hold(const uint32_t (&a)[4][4]) {
 // shared memory by ordinary stores: no async-proxy fence while the next block's copies are in
 // flight); else from a shared K-major tile (fence.proxy.async after the P stores).
 // kCoalesced: the gather of whole rows per warp (see the header); else the row-per-thread gather.
-template <int D, typename OutT, bool kRegP, bool kCoalesced>
+// kSplit: this CTA runs blocks blockIdx.z * slice_blocks .. of its row's index list only and writes
+// its partial (running max, l, unnormalised O) to `part` (SplitPart below) instead of `out`.
+template <int D, typename OutT, bool kRegP, bool kCoalesced, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_wgmma_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
                              const int32_t* __restrict__ idxs, const float* __restrict__ sink, int64_t H, int64_t K,
-                             float c2, OutT* __restrict__ out) {
+                             float c2, OutT* __restrict__ out, int64_t slice_blocks, float* __restrict__ part) {
   using L = Layout<D>;
   constexpr int DH = D / 2, kChunks = D / 8;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -176,7 +192,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane >> 2, c = lane & 3;
   const int64_t t = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * kHeads;
   const int32_t* const idx = idxs + t * K;
-  const int64_t nblocks = (K + kKeys - 1) / kKeys;
+  // This CTA's blocks: b_lo .. b_lo + nblocks - 1 (all of them unless kSplit).
+  const int64_t all_blocks = (K + kKeys - 1) / kKeys, b_lo = kSplit ? blockIdx.z * slice_blocks : 0;
+  const int64_t nblocks = !kSplit ? all_blocks : all_blocks - b_lo < slice_blocks ? all_blocks - b_lo : slice_blocks;
 
   for (int i = tid; i < kHeads * kChunks; i += kThreads) {  // the Q tile (zero rows past H)
     const int r = i / kChunks, ch = i % kChunks;
@@ -195,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kRowsPerWarp % kRowsPerStep == 0 && kChunks % kLanesPerRow == 0, "the coalesced gather's split");
   const int lr = kCoalesced ? w * kRowsPerWarp + (lane & (kRowsPerWarp - 1)) : tid & 63;
   const auto row_index = [&](int64_t b) -> int32_t {
-    const int64_t j = b * kKeys + lr;
+    const int64_t j = (b_lo + b) * kKeys + lr;  // b: the block within this CTA's slice
     return b < nblocks && j < K ? __ldg(idx + j) : -1;
   };
   const auto load_kv = [&](int stage, int32_t ix) {
@@ -378,6 +396,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (h >= H) continue;
     const float other = rl[(dh ^ 1) * kHeads + row];
     float l = dh == 0 ? __fadd_rn(l_run[k], other) : __fadd_rn(other, l_run[k]);
+    if constexpr (kSplit) {  // the partial, unnormalised: sparse_attn_split_combine_kernel finishes it
+      const SplitPart pp{part, static_cast<int64_t>(gridDim.x), H, static_cast<int64_t>(gridDim.z), D};
+      const int64_t s = blockIdx.z;
+      if (dh == 0 && c == 0) {
+        pp.m(t, h)[s] = m_run[k];
+        pp.l(t, h)[s] = l;
+      }
+      float* const prow = pp.o(t, h, s) + dh * DH + 2 * c;
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n) {
+        *reinterpret_cast<float2*>(prow + n * 8) = make_float2(o[4 * n + 2 * k], o[4 * n + 2 * k + 1]);
+      }
+      continue;
+    }
     l = __fadd_rn(l, exp2f(__fsub_rn(__fmul_rn(sink[h], kLog2e), m_run[k])));
     const float inv = __frcp_rn(l);
     OutT* const orow = out + (t * H + h) * D + dh * DH + 2 * c;
@@ -388,26 +420,80 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// The split's combine, one CTA of D/4 threads per (query, head) row, 4 channels a thread, the slices
+// in order (deterministic): M = max_s m_s, f_s = exp2f(m_s - M), l = sum_s fl(l_s f_s) + the sink's
+// term, o = sum_s fl(o_s f_s), out = bf16(fl(o fl(1/l))). The sums start at slice 0's term, so one
+// slice gives the unsplit kernel's statements and bits (f = exp2f(0) = 1).
+template <typename OutT>
+__global__ void sparse_attn_split_combine_kernel(SplitPart pp, const float* __restrict__ sink, OutT* __restrict__ out) {
+  const int64_t row = blockIdx.x, h = row % pp.H, t = row / pp.H;
+  const int ch = 4 * static_cast<int>(threadIdx.x);
+  const float* const m = pp.m(t, h);
+  const float* const ls = pp.l(t, h);
+  float mx = m[0];
+  for (int64_t s = 1; s < pp.S; ++s) mx = fmaxf(mx, m[s]);
+  float l = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t s = 0; s < pp.S; ++s) {
+    const float f = exp2f(__fsub_rn(m[s], mx));
+    const float4 v = *reinterpret_cast<const float4*>(pp.o(t, h, s) + ch);
+    const float vs[4] = {v.x, v.y, v.z, v.w};
+    const float ll = __fmul_rn(ls[s], f);
+    l = s == 0 ? ll : __fadd_rn(l, ll);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[i] = s == 0 ? __fmul_rn(vs[i], f) : __fadd_rn(o[i], __fmul_rn(vs[i], f));
+  }
+  l = __fadd_rn(l, exp2f(__fsub_rn(__fmul_rn(sink[h], kLog2e), mx)));
+  const float inv = __frcp_rn(l);
+  OutT* const orow = out + row * pp.D + ch;
+  store2(orow, bf16_value(__fmul_rn(o[0], inv)), bf16_value(__fmul_rn(o[1], inv)));
+  store2(orow + 2, bf16_value(__fmul_rn(o[2], inv)), bf16_value(__fmul_rn(o[3], inv)));
+}
+
+int64_t split_slices(int64_t K, int64_t slice_blocks) {
+  const int64_t blocks = (K + kKeys - 1) / kKeys;
+  return blocks <= slice_blocks ? 1 : (blocks + slice_blocks - 1) / slice_blocks;
+}
+
 template <int D, typename OutT, bool kRegP, bool kCoalesced>
 void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
-            int64_t K, float scale, OutT* out) {
+            int64_t K, float scale, OutT* out, int64_t slice_blocks = 0, float* workspace = nullptr) {
   const int64_t hb = (H + kHeads - 1) / kHeads;
   DSV41_CHECK(T <= 0x7fffffff && hb <= 65535, "sparse_attn_wgmma: ", T, " queries x ", H, " heads exceed the grid");
-  const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP, kCoalesced>;
+  const float c2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634074);
+  if (slice_blocks <= 0) {
+    const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP, kCoalesced, false>;
+    DSV41_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::kAlloc)));
+    kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(hb)), kThreads, Layout<D>::kAlloc>>>(
+        q, kv, idxs, sink, H, K, c2, out, 0, nullptr);
+    DSV41_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  if constexpr (kRegP && kCoalesced) {  // the split exists for the production default only
+  const int64_t S = split_slices(K, slice_blocks);
+  DSV41_CHECK(S <= 65535 && T * H <= 0x7fffffff, "sparse_attn_wgmma split: ", S, " slices of ", T, " x ", H,
+              " rows exceed the grid");
+  DSV41_CHECK(workspace != nullptr, "sparse_attn_wgmma split: no workspace");
+  const SplitPart pp{workspace, T, H, S, D};
+  const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP, kCoalesced, true>;
   DSV41_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::kAlloc)));
-  const float c2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634074);
-  kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(hb)), kThreads, Layout<D>::kAlloc>>>(q, kv, idxs, sink,
-                                                                                                    H, K, c2, out);
+  kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(hb), static_cast<unsigned>(S)), kThreads,
+           Layout<D>::kAlloc>>>(q, kv, idxs, sink, H, K, c2, out, slice_blocks, workspace);
   DSV41_CUDA_CHECK(cudaGetLastError());
+  sparse_attn_split_combine_kernel<OutT><<<static_cast<unsigned>(T * H), D / 4>>>(pp, sink, out);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+  } else {
+    DSV41_CHECK(false, "sparse_attn_wgmma: the split runs the kCoalesced kernel only");
+  }
 }
 
 template <typename OutT, bool kRegP, bool kCoalesced>
 void dispatch_d(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
-                int64_t D, int64_t K, float scale, OutT* out) {
-  if (D == 512) launch<512, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out);
-  else if (D == 256) launch<256, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out);
-  else launch<128, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out);
+                int64_t D, int64_t K, float scale, OutT* out, int64_t slice_blocks = 0, float* workspace = nullptr) {
+  if (D == 512) launch<512, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out, slice_blocks, workspace);
+  else if (D == 256) launch<256, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out, slice_blocks, workspace);
+  else launch<128, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out, slice_blocks, workspace);
 }
 
 template <typename OutT>
@@ -421,6 +507,15 @@ void dispatch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const 
     case AttnWgmmaVariant::kSharedP: return dispatch_d<OutT, false, false>(q, kv, idxs, sink, T, H, D, K, scale, out);
   }
   DSV41_CHECK(false, "sparse_attn_wgmma: unknown variant ", static_cast<int>(variant));
+}
+
+template <typename OutT>
+void dispatch_split(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
+                    int64_t H, int64_t D, int64_t K, float scale, OutT* out, int64_t slice_blocks, float* workspace) {
+  DSV41_CHECK(sparse_attn_mma_supported(D), "sparse_attn_wgmma split: head dim ", D, " not supported (128, 256, 512)");
+  DSV41_CHECK(slice_blocks >= 1, "sparse_attn_wgmma split: slice_blocks ", slice_blocks, " must be >= 1");
+  if (T * H == 0) return;
+  dispatch_d<OutT, true, true>(q, kv, idxs, sink, T, H, D, K, scale, out, slice_blocks, workspace);
 }
 
 __device__ inline unsigned pack16(uint16_t lo, uint16_t hi) {
@@ -482,6 +577,28 @@ void sparse_attn_wgmma(const uint16_t* q, const uint16_t* kv, const int32_t* idx
 void sparse_attn_wgmma_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
                             int64_t H, int64_t D, int64_t K, float scale, uint16_t* out, AttnWgmmaVariant variant) {
   dispatch<uint16_t>(q, kv, idxs, sink, T, H, D, K, scale, out, variant);
+}
+int64_t sparse_attn_wgmma_split_pick(int64_t T, int64_t H, int64_t K) {
+  const int64_t ctas = T * ((H + kHeads - 1) / kHeads), blocks = (K + kKeys - 1) / kKeys;
+  const int64_t sms = sm_count();
+  if (ctas <= 0 || blocks <= 1 || 2 * ctas > sms) return 0;  // half the SMs busy already: no split
+  const int64_t want = (sms + ctas - 1) / ctas;               // slices for about one CTA per SM
+  const int64_t per = (blocks + want - 1) / want;
+  return per >= blocks ? 0 : per;
+}
+int64_t sparse_attn_wgmma_split_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t K, int64_t slice_blocks) {
+  if (slice_blocks <= 0) return 0;
+  return SplitPart{nullptr, T, H, split_slices(K, slice_blocks), D}.floats() * static_cast<int64_t>(sizeof(float));
+}
+void sparse_attn_wgmma_split(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
+                             int64_t H, int64_t D, int64_t K, float scale, float* out, int64_t slice_blocks,
+                             float* workspace) {
+  dispatch_split<float>(q, kv, idxs, sink, T, H, D, K, scale, out, slice_blocks, workspace);
+}
+void sparse_attn_wgmma_split_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink,
+                                  int64_t T, int64_t H, int64_t D, int64_t K, float scale, uint16_t* out,
+                                  int64_t slice_blocks, float* workspace) {
+  dispatch_split<uint16_t>(q, kv, idxs, sink, T, H, D, K, scale, out, slice_blocks, workspace);
 }
 void bf16_wgmma_probe(const uint16_t* a, const uint16_t* b, const float* c, float* d) {
   bf16_wgmma_probe_kernel<<<1, 128>>>(a, b, c, d);
