@@ -30,12 +30,19 @@
 // 8 KiB between atom columns, SBO 1024 between 8-row groups). Written by cp.async, made visible to
 // the tensor cores by fence.proxy.async before the barrier (HOPPER.md). Shared memory at D = 512:
 // Q 64 KiB, two KV stages 128 KiB, P 8 KiB: 207,360 bytes, one CTA per SM.
+// Split (flash-decoding, off by default: sparse_attn_wgmma_split*, DSV41_CUDA_ATTN_SPLIT=1 on the op
+// path): decode rows (T x 64-head tiles CTAs) leave most SMs idle (decode B 1: 4 CTAs on 132 SMs),
+// so grid z cuts each row's index list into slices of slice_blocks 64-blocks; each CTA runs the
+// loop above on its slice from its own running max and writes (m, l, unnormalised O) to a
+// workspace (SplitPart), and sparse_attn_split_combine_kernel merges the slices in order. Another
+// rounding order than the unsplit kernel's (the bound's slice_blocks); one slice: the same bits.
 // Error model: each wgmma k16 is one step of scenarios/judge/sparse_attn_mma_bound.h (16 products
 // and the accumulator), probed on the device by tests/cuda/sparse_attn_production_test.cc
 // (bf16_wgmma_probe, this file's layout and descriptors).
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/attention_split.h"
 #include "cuda/bf16_storage.cuh"  // sm_count
 #include "cuda/common.cuh"
 #include "cuda/fp8_async.cuh"
@@ -423,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // The split's combine, one CTA of D/4 threads per (query, head) row, 4 channels a thread, the slices
 // in order (deterministic): M = max_s m_s, f_s = exp2f(m_s - M), l = sum_s fl(l_s f_s) + the sink's
 // term, o = sum_s fl(o_s f_s), out = bf16(fl(o fl(1/l))). The sums start at slice 0's term, so one
-// slice gives the unsplit kernel's statements and bits (f = exp2f(0) = 1).
+// slice gives the unsplit kernel's statements and bits (f = 1 where m_s = M).
 template <typename OutT>
 __global__ void sparse_attn_split_combine_kernel(SplitPart pp, const float* __restrict__ sink, OutT* __restrict__ out) {
   const int64_t row = blockIdx.x, h = row % pp.H, t = row / pp.H;
@@ -434,7 +441,7 @@ __global__ void sparse_attn_split_combine_kernel(SplitPart pp, const float* __re
   for (int64_t s = 1; s < pp.S; ++s) mx = fmaxf(mx, m[s]);
   float l = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int64_t s = 0; s < pp.S; ++s) {
-    const float f = exp2f(__fsub_rn(m[s], mx));
+    const float f = m[s] == mx ? 1.0f : exp2f(__fsub_rn(m[s], mx));  // (exactly 1 for the largest)
     const float4 v = *reinterpret_cast<const float4*>(pp.o(t, h, s) + ch);
     const float vs[4] = {v.x, v.y, v.z, v.w};
     const float ll = __fmul_rn(ls[s], f);
@@ -470,19 +477,19 @@ void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const fl
     return;
   }
   if constexpr (kRegP && kCoalesced) {  // the split exists for the production default only
-  const int64_t S = split_slices(K, slice_blocks);
-  DSV41_CHECK(S <= 65535 && T * H <= 0x7fffffff, "sparse_attn_wgmma split: ", S, " slices of ", T, " x ", H,
-              " rows exceed the grid");
-  DSV41_CHECK(workspace != nullptr, "sparse_attn_wgmma split: no workspace");
-  const SplitPart pp{workspace, T, H, S, D};
-  const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP, kCoalesced, true>;
-  DSV41_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::kAlloc)));
-  kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(hb), static_cast<unsigned>(S)), kThreads,
-           Layout<D>::kAlloc>>>(q, kv, idxs, sink, H, K, c2, out, slice_blocks, workspace);
-  DSV41_CUDA_CHECK(cudaGetLastError());
-  sparse_attn_split_combine_kernel<OutT><<<static_cast<unsigned>(T * H), D / 4>>>(pp, sink, out);
-  DSV41_CUDA_CHECK(cudaGetLastError());
+    const int64_t S = split_slices(K, slice_blocks);
+    DSV41_CHECK(S <= 65535 && T * H <= 0x7fffffff, "sparse_attn_wgmma split: ", S, " slices of ", T, " x ", H,
+                " rows exceed the grid");
+    DSV41_CHECK(workspace != nullptr, "sparse_attn_wgmma split: no workspace");
+    const SplitPart pp{workspace, T, H, S, D};
+    const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP, kCoalesced, true>;
+    DSV41_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::kAlloc)));
+    kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(hb), static_cast<unsigned>(S)), kThreads,
+             Layout<D>::kAlloc>>>(q, kv, idxs, sink, H, K, c2, out, slice_blocks, workspace);
+    DSV41_CUDA_CHECK(cudaGetLastError());
+    sparse_attn_split_combine_kernel<OutT><<<static_cast<unsigned>(T * H), D / 4>>>(pp, sink, out);
+    DSV41_CUDA_CHECK(cudaGetLastError());
   } else {
     DSV41_CHECK(false, "sparse_attn_wgmma: the split runs the kCoalesced kernel only");
   }
