@@ -41,6 +41,8 @@
 // (bf16_wgmma_probe, this file's layout and descriptors).
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/attention_split.h"
 #include "cuda/bf16_storage.cuh"  // sm_count
@@ -199,6 +201,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane >> 2, c = lane & 3;
   const int64_t t = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * kHeads;
   const int32_t* const idx = idxs + t * K;
+  if constexpr (kSplit) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the combine may launch
   // This CTA's blocks: b_lo .. b_lo + nblocks - 1 (all of them unless kSplit).
   const int64_t all_blocks = (K + kKeys - 1) / kKeys, b_lo = kSplit ? blockIdx.z * slice_blocks : 0;
   const int64_t nblocks = !kSplit ? all_blocks : all_blocks - b_lo < slice_blocks ? all_blocks - b_lo : slice_blocks;
@@ -431,8 +434,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 // in order (deterministic): M = max_s m_s, f_s = exp2f(m_s - M), l = sum_s fl(l_s f_s) + the sink's
 // term, o = sum_s fl(o_s f_s), out = bf16(fl(o fl(1/l))). The sums start at slice 0's term, so one
 // slice gives the unsplit kernel's statements and bits (f = 1 where m_s = M).
+// Launched as a programmatic dependent of the split kernel (PDL, unless DSV41_CUDA_ATTN_SPLIT_PDL=0):
+// its CTAs may start while the split's run; griddepcontrol.wait holds them until the split grid has
+// completed and its writes are visible (without PDL a no-op).
 template <typename OutT>
 __global__ void sparse_attn_split_combine_kernel(SplitPart pp, const float* __restrict__ sink, OutT* __restrict__ out) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   const int64_t row = blockIdx.x, h = row % pp.H, t = row / pp.H;
   const int ch = 4 * static_cast<int>(threadIdx.x);
   const float* const m = pp.m(t, h);
@@ -454,6 +461,15 @@ __global__ void sparse_attn_split_combine_kernel(SplitPart pp, const float* __re
   OutT* const orow = out + row * pp.D + ch;
   store2(orow, bf16_value(__fmul_rn(o[0], inv)), bf16_value(__fmul_rn(o[1], inv)));
   store2(orow + 2, bf16_value(__fmul_rn(o[2], inv)), bf16_value(__fmul_rn(o[3], inv)));
+}
+
+// DSV41_CUDA_ATTN_SPLIT_PDL=0: the combine launched after the split grid the ordinary way.
+bool split_pdl() {
+  static const bool on = [] {
+    const char* env = std::getenv("DSV41_CUDA_ATTN_SPLIT_PDL");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
 }
 
 int64_t split_slices(int64_t K, int64_t slice_blocks) {
@@ -488,8 +504,15 @@ void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const fl
     kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(hb), static_cast<unsigned>(S)), kThreads,
              Layout<D>::kAlloc>>>(q, kv, idxs, sink, H, K, c2, out, slice_blocks, workspace);
     DSV41_CUDA_CHECK(cudaGetLastError());
-    sparse_attn_split_combine_kernel<OutT><<<static_cast<unsigned>(T * H), D / 4>>>(pp, sink, out);
-    DSV41_CUDA_CHECK(cudaGetLastError());
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(T * H), 1, 1);
+    cfg.blockDim = dim3(D / 4, 1, 1);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = split_pdl() ? 1 : 0;
+    DSV41_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_attn_split_combine_kernel<OutT>, pp, sink, out));
   } else {
     DSV41_CHECK(false, "sparse_attn_wgmma: the split runs the kCoalesced kernel only");
   }
