@@ -34,16 +34,15 @@
 // path): decode rows (T x 64-head tiles CTAs) leave most SMs idle (decode B 1: 4 CTAs on 132 SMs),
 // so grid z cuts each row's index list into slices of slice_blocks 64-blocks; each CTA runs the
 // loop above on its slice from its own running max and writes (m, l, unnormalised O) to a
-// workspace (SplitPart), and sparse_attn_split_combine_kernel merges the slices in order. Another
+// workspace, and a combine kernel merges the slices in order (cuda/attention_split.cuh). Another
 // rounding order than the unsplit kernel's (the bound's slice_blocks); one slice: the same bits.
 // Error model: each wgmma k16 is one step of scenarios/judge/sparse_attn_mma_bound.h (16 products
 // and the accumulator), probed on the device by tests/cuda/sparse_attn_production_test.cc
 // (bf16_wgmma_probe, this file's layout and descriptors).
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
+#include "cuda/attention_split.cuh"
 #include "cuda/attention_split.h"
 #include "cuda/bf16_storage.cuh"  // sm_count
 #include "cuda/common.cuh"
@@ -76,19 +75,6 @@ struct Layout {
   static constexpr int kAlloc = kBytes + 1024;         // + alignment slack
 };
 static_assert(Layout<512>::kAlloc <= 232448, "shared memory of one CTA");
-
-// The split's workspace (fp32, S slices): m [T][H][S] (each slice's running max, base-2 units),
-// l [T][H][S] (its sum of probabilities, no sink), then from a 16-byte boundary o [T][H][S][D] (its
-// unnormalised output).
-struct SplitPart {
-  float* base;
-  int64_t T, H, S, D;
-  __host__ __device__ int64_t stats() const { return (2 * T * H * S + 3) / 4 * 4; }
-  __host__ __device__ int64_t floats() const { return stats() + T * H * S * D; }
-  __device__ float* m(int64_t t, int64_t h) const { return base + (t * H + h) * S; }
-  __device__ float* l(int64_t t, int64_t h) const { return base + T * H * S + (t * H + h) * S; }
-  __device__ float* o(int64_t t, int64_t h, int64_t s) const { return base + stats() + ((t * H + h) * S + s) * D; }
-};
 
 // Byte offset of 16-byte chunk ch (of D/8) of row r in a swizzled [rows][D] tile.
 __device__ inline int sw_off(int r, int ch) { return (ch >> 3) * kAtom + r * 128 + (((ch & 7) ^ (r & 7)) << 4); }
@@ -181,7 +167,7 @@ __device__ inline void hold(const uint32_t (&a)[4][4]) {
 // flight); else from a shared K-major tile (fence.proxy.async after the P stores).
 // kCoalesced: the gather of whole rows per warp (see the header); else the row-per-thread gather.
 // kSplit: this CTA runs blocks blockIdx.z * slice_blocks .. of its row's index list only and writes
-// its partial (running max, l, unnormalised O) to `part` (SplitPart below) instead of `out`.
+// its partial (running max, l, unnormalised O) to `part` (attn_split::SplitPart) instead of `out`.
 template <int D, typename OutT, bool kRegP, bool kCoalesced, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_wgmma_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
@@ -406,8 +392,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (h >= H) continue;
     const float other = rl[(dh ^ 1) * kHeads + row];
     float l = dh == 0 ? __fadd_rn(l_run[k], other) : __fadd_rn(other, l_run[k]);
-    if constexpr (kSplit) {  // the partial, unnormalised: sparse_attn_split_combine_kernel finishes it
-      const SplitPart pp{part, static_cast<int64_t>(gridDim.x), H, static_cast<int64_t>(gridDim.z), D};
+    if constexpr (kSplit) {  // the partial, unnormalised: attn_split::combine_kernel finishes it
+      const attn_split::SplitPart pp{part, static_cast<int64_t>(gridDim.x), H, static_cast<int64_t>(gridDim.z), D};
       const int64_t s = blockIdx.z;
       if (dh == 0 && c == 0) {
         pp.m(t, h)[s] = m_run[k];
@@ -430,53 +416,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// The split's combine, one CTA of D/4 threads per (query, head) row, 4 channels a thread, the slices
-// in order (deterministic): M = max_s m_s, f_s = exp2f(m_s - M), l = sum_s fl(l_s f_s) + the sink's
-// term, o = sum_s fl(o_s f_s), out = bf16(fl(o fl(1/l))). The sums start at slice 0's term, so one
-// slice gives the unsplit kernel's statements and bits (f = 1 where m_s = M).
-// Launched as a programmatic dependent of the split kernel (PDL, unless DSV41_CUDA_ATTN_SPLIT_PDL=0):
-// its CTAs may start while the split's run; griddepcontrol.wait holds them until the split grid has
-// completed and its writes are visible (without PDL a no-op).
-template <typename OutT>
-__global__ void sparse_attn_split_combine_kernel(SplitPart pp, const float* __restrict__ sink, OutT* __restrict__ out) {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  const int64_t row = blockIdx.x, h = row % pp.H, t = row / pp.H;
-  const int ch = 4 * static_cast<int>(threadIdx.x);
-  const float* const m = pp.m(t, h);
-  const float* const ls = pp.l(t, h);
-  float mx = m[0];
-  for (int64_t s = 1; s < pp.S; ++s) mx = fmaxf(mx, m[s]);
-  float l = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int64_t s = 0; s < pp.S; ++s) {
-    const float f = m[s] == mx ? 1.0f : exp2f(__fsub_rn(m[s], mx));  // (exactly 1 for the largest)
-    const float4 v = *reinterpret_cast<const float4*>(pp.o(t, h, s) + ch);
-    const float vs[4] = {v.x, v.y, v.z, v.w};
-    const float ll = __fmul_rn(ls[s], f);
-    l = s == 0 ? ll : __fadd_rn(l, ll);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) o[i] = s == 0 ? __fmul_rn(vs[i], f) : __fadd_rn(o[i], __fmul_rn(vs[i], f));
-  }
-  l = __fadd_rn(l, exp2f(__fsub_rn(__fmul_rn(sink[h], kLog2e), mx)));
-  const float inv = __frcp_rn(l);
-  OutT* const orow = out + row * pp.D + ch;
-  store2(orow, bf16_value(__fmul_rn(o[0], inv)), bf16_value(__fmul_rn(o[1], inv)));
-  store2(orow + 2, bf16_value(__fmul_rn(o[2], inv)), bf16_value(__fmul_rn(o[3], inv)));
-}
-
-// DSV41_CUDA_ATTN_SPLIT_PDL=0: the combine launched after the split grid the ordinary way.
-bool split_pdl() {
-  static const bool on = [] {
-    const char* env = std::getenv("DSV41_CUDA_ATTN_SPLIT_PDL");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  return on;
-}
-
-int64_t split_slices(int64_t K, int64_t slice_blocks) {
-  const int64_t blocks = (K + kKeys - 1) / kKeys;
-  return blocks <= slice_blocks ? 1 : (blocks + slice_blocks - 1) / slice_blocks;
-}
-
 template <int D, typename OutT, bool kRegP, bool kCoalesced>
 void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
             int64_t K, float scale, OutT* out, int64_t slice_blocks = 0, float* workspace = nullptr) {
@@ -493,11 +432,11 @@ void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const fl
     return;
   }
   if constexpr (kRegP && kCoalesced) {  // the split exists for the production default only
-    const int64_t S = split_slices(K, slice_blocks);
+    const int64_t S = attn_split::slices(K, slice_blocks);
     DSV41_CHECK(S <= 65535 && T * H <= 0x7fffffff, "sparse_attn_wgmma split: ", S, " slices of ", T, " x ", H,
                 " rows exceed the grid");
     DSV41_CHECK(workspace != nullptr, "sparse_attn_wgmma split: no workspace");
-    const SplitPart pp{workspace, T, H, S, D};
+    const attn_split::SplitPart pp{workspace, T, H, S, D};
     const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP, kCoalesced, true>;
     DSV41_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::kAlloc)));
@@ -511,8 +450,8 @@ void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const fl
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = split_pdl() ? 1 : 0;
-    DSV41_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_attn_split_combine_kernel<OutT>, pp, sink, out));
+    cfg.numAttrs = attn_split::pdl() ? 1 : 0;
+    DSV41_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_split::combine_kernel<OutT>, pp, sink, out));
   } else {
     DSV41_CHECK(false, "sparse_attn_wgmma: the split runs the kCoalesced kernel only");
   }
@@ -612,13 +551,14 @@ int64_t sparse_attn_wgmma_split_pick(int64_t T, int64_t H, int64_t K) {
   const int64_t ctas = T * ((H + kHeads - 1) / kHeads), blocks = (K + kKeys - 1) / kKeys;
   const int64_t sms = sm_count();
   if (ctas <= 0 || blocks <= 1 || 2 * ctas > sms) return 0;  // half the SMs busy already: no split
-  const int64_t want = (sms + ctas - 1) / ctas;               // slices for about one CTA per SM
+  const int64_t want = sms / ctas;                            // slices: at most one wave of CTAs
   const int64_t per = (blocks + want - 1) / want;
   return per >= blocks ? 0 : per;
 }
 int64_t sparse_attn_wgmma_split_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t K, int64_t slice_blocks) {
   if (slice_blocks <= 0) return 0;
-  return SplitPart{nullptr, T, H, split_slices(K, slice_blocks), D}.floats() * static_cast<int64_t>(sizeof(float));
+  const attn_split::SplitPart pp{nullptr, T, H, attn_split::slices(K, slice_blocks), D};
+  return pp.floats() * static_cast<int64_t>(sizeof(float));
 }
 void sparse_attn_wgmma_split(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
                              int64_t H, int64_t D, int64_t K, float scale, float* out, int64_t slice_blocks,
