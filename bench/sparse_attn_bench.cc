@@ -18,8 +18,13 @@
 // (P from registers, the row-per-thread gather: session 15's production kernel), 3 wgmma coal (P from
 // registers, each warp gathering whole rows: the production default). Kernel 3's output is also
 // compared bit for bit with kernel 2's (the same arithmetic): "bits = rP" or "bits DIFFER".
-// Usage: dsv41_sparse_attn_bench [--peak TFLOPS] [--exact] [--only decode|prefill|B64|B1] [--kernel 0|1|2|3]
-//        [--reps N]   (--exact: also time the exact stages)
+// Kernel 4, wgmma split: kernel 3 with each row's index list split over CTAs (flash-decoding, the
+// partials combined by a second kernel; cuda/attention_wgmma.cu "Split"), slices of
+// --slice-blocks N 64-blocks, else sparse_attn_wgmma_split_pick's (decode B 1: 1 block, 10 slices),
+// else (the pick does not split, e.g. B 64) 5 blocks (2 slices); checked against the split's bound
+// (slice_blocks), timed with its combine.
+// Usage: dsv41_sparse_attn_bench [--peak TFLOPS] [--exact] [--only decode|prefill|B64|B1] [--kernel 0|1|2|3|4]
+//        [--reps N] [--slice-blocks N]   (--exact: also time the exact stages)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -31,6 +36,7 @@
 
 #include "bench/bench_device.h"
 #include "cuda/device.h"
+#include "cuda/attention_split.h"
 #include "cuda/kernels.h"
 #include "formats/minifloat.h"
 #include "scenarios/judge/sparse_attn_mma_bound.h"
@@ -55,6 +61,7 @@ std::vector<float> bf16_values(const std::vector<uint16_t>& b) {
 }
 
 int only_kernel = -1, reps_override = 0;
+int64_t slice_override = 0;
 
 void run(const Shape& sh, double peak, bool exact) {
   const bool prefill = sh.B == 0;
@@ -87,12 +94,19 @@ void run(const Shape& sh, double peak, bool exact) {
   const auto wgmma = [&](gpu::AttnWgmmaVariant v) {
     gpu::sparse_attn_wgmma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get(), v);
   };
-  constexpr int kKernels = 4;
+  const int64_t picked = gpu::sparse_attn_wgmma_split_pick(T, H, K);
+  const int64_t slice_blocks = slice_override > 0 ? slice_override : picked > 0 ? picked : 5;
+  DeviceBuffer<float> ws(static_cast<size_t>(gpu::sparse_attn_wgmma_split_workspace_bytes(T, H, D, K, slice_blocks) / 4));
+  constexpr int kKernels = 5;
   const std::function<void(int)> kernels[kKernels] = {
       [&](int) { gpu::sparse_attn_mma_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get()); },
       [&](int) { wgmma(gpu::AttnWgmmaVariant::kSharedP); }, [&](int) { wgmma(gpu::AttnWgmmaVariant::kRowGather); },
-      [&](int) { wgmma(gpu::AttnWgmmaVariant::kCoalesced); }};
-  static const char* const names[kKernels] = {"mma.sync", "wgmma sP", "wgmma rP", "wgmma coal"};
+      [&](int) { wgmma(gpu::AttnWgmmaVariant::kCoalesced); },
+      [&](int) {
+        gpu::sparse_attn_wgmma_split_bf16(q.get(), kv.get(), idxs.get(), sink.get(), T, H, D, K, scale, out.get(),
+                                          slice_blocks, ws.get());
+      }};
+  static const char* const names[kKernels] = {"mma.sync", "wgmma sP", "wgmma rP", "wgmma coal", "wgmma split"};
   std::vector<uint16_t> row_gather_bits;  // kernel 2's output, for kernel 3's bit comparison
   const std::vector<float> hq = bf16_values(q.download()), hkv = bf16_values(kv.download()), hs = sink.download();
   for (int kernel = 0; kernel < kKernels; ++kernel) {
@@ -112,7 +126,12 @@ void run(const Shape& sh, double peak, bool exact) {
       }
       row_gather_bits = kernel == 2 ? hbits : out.download();
     }
-    const std::string same = kernel != 3 ? "" : hbits == row_gather_bits ? ", bits = rP" : ", bits DIFFER from rP";
+    std::string same = kernel != 3 ? "" : hbits == row_gather_bits ? ", bits = rP" : ", bits DIFFER from rP";
+    if (kernel == 4) {
+      same = ", slices of " + std::to_string(slice_blocks) + " blocks: " +
+             std::to_string((K + 64 * slice_blocks - 1) / (64 * slice_blocks)) + " slices" +
+             (picked > 0 ? " (picked)" : " (forced: the pick does not split)");
+    }
     if (kernel == 3 && hbits != row_gather_bits) check = "FAIL bits differ from the row gather's";
     for (const int64_t t : {int64_t{0}, int64_t{1}, T - 2, T - 1}) {
       std::vector<const float*> rows(static_cast<size_t>(K));
@@ -122,7 +141,8 @@ void run(const Shape& sh, double peak, bool exact) {
       }
       for (int64_t h = 0; h < H; ++h) {
         const auto bd = scenarios::judge::sparse_attn_row_bound(hq.data() + (t * H + h) * D, rows, D, hs[h], scale,
-                                                                scenarios::judge::AttnArith::kMma);
+                                                                scenarios::judge::AttnArith::kMma,
+                                                                kernel == 4 ? slice_blocks : 0);
         for (int64_t d = 0; d < D; ++d) {
           const double g = ho[static_cast<size_t>((t * H + h) * D + d)], e = bd.exact[static_cast<size_t>(d)];
           const double b = bd.bound[static_cast<size_t>(d)] + 0x1p-40 * std::fabs(e);
@@ -165,6 +185,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--kernel") && i + 1 < argc) dsv41::bench::only_kernel = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) dsv41::bench::reps_override = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--slice-blocks") && i + 1 < argc) dsv41::bench::slice_override = std::atoll(argv[++i]);
+    else {
+      std::fprintf(stderr, "dsv41_sparse_attn_bench: unknown or incomplete argument '%s'\n", argv[i]);
+      return 2;
+    }
   }
   if (dsv41::gpu::device_count() == 0) {
     std::printf("no CUDA device\n");

@@ -30,12 +30,21 @@
 // 8 KiB between atom columns, SBO 1024 between 8-row groups). Written by cp.async, made visible to
 // the tensor cores by fence.proxy.async before the barrier (HOPPER.md). Shared memory at D = 512:
 // Q 64 KiB, two KV stages 128 KiB, P 8 KiB: 207,360 bytes, one CTA per SM.
+// Split (flash-decoding, off by default: sparse_attn_wgmma_split*, DSV41_CUDA_ATTN_SPLIT=1 on the op
+// path): decode rows (T x 64-head tiles CTAs) leave most SMs idle (decode B 1: 4 CTAs on 132 SMs),
+// so grid z cuts each row's index list into slices of slice_blocks 64-blocks; each CTA runs the
+// loop above on its slice from its own running max and writes (m, l, unnormalised O) to a
+// workspace, and a combine kernel merges the slices in order (cuda/attention_split.cuh). Another
+// rounding order than the unsplit kernel's (the bound's slice_blocks); one slice: the same bits.
 // Error model: each wgmma k16 is one step of scenarios/judge/sparse_attn_mma_bound.h (16 products
 // and the accumulator), probed on the device by tests/cuda/sparse_attn_production_test.cc
 // (bf16_wgmma_probe, this file's layout and descriptors).
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/attention_split.cuh"
+#include "cuda/attention_split.h"
+#include "cuda/bf16_storage.cuh"  // sm_count
 #include "cuda/common.cuh"
 #include "cuda/fp8_async.cuh"
 #include "cuda/kernels.h"
@@ -157,11 +166,13 @@ __device__ inline void hold(const uint32_t (&a)[4][4]) {
 // shared memory by ordinary stores: no async-proxy fence while the next block's copies are in
 // flight); else from a shared K-major tile (fence.proxy.async after the P stores).
 // kCoalesced: the gather of whole rows per warp (see the header); else the row-per-thread gather.
-template <int D, typename OutT, bool kRegP, bool kCoalesced>
+// kSplit: this CTA runs blocks blockIdx.z * slice_blocks .. of its row's index list only and writes
+// its partial (running max, l, unnormalised O) to `part` (attn_split::SplitPart) instead of `out`.
+template <int D, typename OutT, bool kRegP, bool kCoalesced, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_wgmma_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
                              const int32_t* __restrict__ idxs, const float* __restrict__ sink, int64_t H, int64_t K,
-                             float c2, OutT* __restrict__ out) {
+                             float c2, OutT* __restrict__ out, int64_t slice_blocks, float* __restrict__ part) {
   using L = Layout<D>;
   constexpr int DH = D / 2, kChunks = D / 8;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -176,7 +187,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane >> 2, c = lane & 3;
   const int64_t t = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * kHeads;
   const int32_t* const idx = idxs + t * K;
-  const int64_t nblocks = (K + kKeys - 1) / kKeys;
+  if constexpr (kSplit) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the combine may launch
+  // This CTA's blocks: b_lo .. b_lo + nblocks - 1 (all of them unless kSplit).
+  const int64_t all_blocks = (K + kKeys - 1) / kKeys, b_lo = kSplit ? blockIdx.z * slice_blocks : 0;
+  const int64_t nblocks = !kSplit ? all_blocks : all_blocks - b_lo < slice_blocks ? all_blocks - b_lo : slice_blocks;
 
   for (int i = tid; i < kHeads * kChunks; i += kThreads) {  // the Q tile (zero rows past H)
     const int r = i / kChunks, ch = i % kChunks;
@@ -195,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kRowsPerWarp % kRowsPerStep == 0 && kChunks % kLanesPerRow == 0, "the coalesced gather's split");
   const int lr = kCoalesced ? w * kRowsPerWarp + (lane & (kRowsPerWarp - 1)) : tid & 63;
   const auto row_index = [&](int64_t b) -> int32_t {
-    const int64_t j = b * kKeys + lr;
+    const int64_t j = (b_lo + b) * kKeys + lr;  // b: the block within this CTA's slice
     return b < nblocks && j < K ? __ldg(idx + j) : -1;
   };
   const auto load_kv = [&](int stage, int32_t ix) {
@@ -378,6 +392,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (h >= H) continue;
     const float other = rl[(dh ^ 1) * kHeads + row];
     float l = dh == 0 ? __fadd_rn(l_run[k], other) : __fadd_rn(other, l_run[k]);
+    if constexpr (kSplit) {  // the partial, unnormalised: attn_split::combine_kernel finishes it
+      const attn_split::SplitPart pp{part, static_cast<int64_t>(gridDim.x), H, static_cast<int64_t>(gridDim.z), D};
+      const int64_t s = blockIdx.z;
+      if (dh == 0 && c == 0) {
+        pp.m(t, h)[s] = m_run[k];
+        pp.l(t, h)[s] = l;
+      }
+      float* const prow = pp.o(t, h, s) + dh * DH + 2 * c;
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n) {
+        *reinterpret_cast<float2*>(prow + n * 8) = make_float2(o[4 * n + 2 * k], o[4 * n + 2 * k + 1]);
+      }
+      continue;
+    }
     l = __fadd_rn(l, exp2f(__fsub_rn(__fmul_rn(sink[h], kLog2e), m_run[k])));
     const float inv = __frcp_rn(l);
     OutT* const orow = out + (t * H + h) * D + dh * DH + 2 * c;
@@ -390,24 +418,51 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int D, typename OutT, bool kRegP, bool kCoalesced>
 void launch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
-            int64_t K, float scale, OutT* out) {
+            int64_t K, float scale, OutT* out, int64_t slice_blocks = 0, float* workspace = nullptr) {
   const int64_t hb = (H + kHeads - 1) / kHeads;
   DSV41_CHECK(T <= 0x7fffffff && hb <= 65535, "sparse_attn_wgmma: ", T, " queries x ", H, " heads exceed the grid");
-  const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP, kCoalesced>;
-  DSV41_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::kAlloc)));
   const float c2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634074);
-  kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(hb)), kThreads, Layout<D>::kAlloc>>>(q, kv, idxs, sink,
-                                                                                                    H, K, c2, out);
-  DSV41_CUDA_CHECK(cudaGetLastError());
+  if (slice_blocks <= 0) {
+    const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP, kCoalesced, false>;
+    DSV41_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::kAlloc)));
+    kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(hb)), kThreads, Layout<D>::kAlloc>>>(
+        q, kv, idxs, sink, H, K, c2, out, 0, nullptr);
+    DSV41_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  if constexpr (kRegP && kCoalesced) {  // the split exists for the production default only
+    const int64_t S = attn_split::slices(K, slice_blocks);
+    DSV41_CHECK(S <= 65535 && T * H <= 0x7fffffff, "sparse_attn_wgmma split: ", S, " slices of ", T, " x ", H,
+                " rows exceed the grid");
+    DSV41_CHECK(workspace != nullptr, "sparse_attn_wgmma split: no workspace");
+    const attn_split::SplitPart pp{workspace, T, H, S, D};
+    const auto kernel = sparse_attn_wgmma_kernel<D, OutT, kRegP, kCoalesced, true>;
+    DSV41_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::kAlloc)));
+    kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(hb), static_cast<unsigned>(S)), kThreads,
+             Layout<D>::kAlloc>>>(q, kv, idxs, sink, H, K, c2, out, slice_blocks, workspace);
+    DSV41_CUDA_CHECK(cudaGetLastError());
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(T * H), 1, 1);
+    cfg.blockDim = dim3(D / 4, 1, 1);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = attn_split::pdl() ? 1 : 0;
+    DSV41_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_split::combine_kernel<OutT>, pp, sink, out));
+  } else {
+    DSV41_CHECK(false, "sparse_attn_wgmma: the split runs the kCoalesced kernel only");
+  }
 }
 
 template <typename OutT, bool kRegP, bool kCoalesced>
 void dispatch_d(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T, int64_t H,
-                int64_t D, int64_t K, float scale, OutT* out) {
-  if (D == 512) launch<512, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out);
-  else if (D == 256) launch<256, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out);
-  else launch<128, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out);
+                int64_t D, int64_t K, float scale, OutT* out, int64_t slice_blocks = 0, float* workspace = nullptr) {
+  if (D == 512) launch<512, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out, slice_blocks, workspace);
+  else if (D == 256) launch<256, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out, slice_blocks, workspace);
+  else launch<128, OutT, kRegP, kCoalesced>(q, kv, idxs, sink, T, H, K, scale, out, slice_blocks, workspace);
 }
 
 template <typename OutT>
@@ -421,6 +476,15 @@ void dispatch(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const 
     case AttnWgmmaVariant::kSharedP: return dispatch_d<OutT, false, false>(q, kv, idxs, sink, T, H, D, K, scale, out);
   }
   DSV41_CHECK(false, "sparse_attn_wgmma: unknown variant ", static_cast<int>(variant));
+}
+
+template <typename OutT>
+void dispatch_split(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
+                    int64_t H, int64_t D, int64_t K, float scale, OutT* out, int64_t slice_blocks, float* workspace) {
+  DSV41_CHECK(sparse_attn_mma_supported(D), "sparse_attn_wgmma split: head dim ", D, " not supported (128, 256, 512)");
+  DSV41_CHECK(slice_blocks >= 1, "sparse_attn_wgmma split: slice_blocks ", slice_blocks, " must be >= 1");
+  if (T * H == 0) return;
+  dispatch_d<OutT, true, true>(q, kv, idxs, sink, T, H, D, K, scale, out, slice_blocks, workspace);
 }
 
 __device__ inline unsigned pack16(uint16_t lo, uint16_t hi) {
@@ -482,6 +546,29 @@ void sparse_attn_wgmma(const uint16_t* q, const uint16_t* kv, const int32_t* idx
 void sparse_attn_wgmma_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
                             int64_t H, int64_t D, int64_t K, float scale, uint16_t* out, AttnWgmmaVariant variant) {
   dispatch<uint16_t>(q, kv, idxs, sink, T, H, D, K, scale, out, variant);
+}
+int64_t sparse_attn_wgmma_split_pick(int64_t T, int64_t H, int64_t K) {
+  const int64_t ctas = T * ((H + kHeads - 1) / kHeads), blocks = (K + kKeys - 1) / kKeys;
+  const int64_t sms = sm_count();
+  if (ctas <= 0 || blocks <= 1 || 2 * ctas > sms) return 0;  // half the SMs busy already: no split
+  const int64_t want = sms / ctas;                            // slices: at most one wave of CTAs
+  const int64_t per = (blocks + want - 1) / want;
+  return per >= blocks ? 0 : per;
+}
+int64_t sparse_attn_wgmma_split_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t K, int64_t slice_blocks) {
+  if (slice_blocks <= 0) return 0;
+  const attn_split::SplitPart pp{nullptr, T, H, attn_split::slices(K, slice_blocks), D};
+  return pp.floats() * static_cast<int64_t>(sizeof(float));
+}
+void sparse_attn_wgmma_split(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink, int64_t T,
+                             int64_t H, int64_t D, int64_t K, float scale, float* out, int64_t slice_blocks,
+                             float* workspace) {
+  dispatch_split<float>(q, kv, idxs, sink, T, H, D, K, scale, out, slice_blocks, workspace);
+}
+void sparse_attn_wgmma_split_bf16(const uint16_t* q, const uint16_t* kv, const int32_t* idxs, const float* sink,
+                                  int64_t T, int64_t H, int64_t D, int64_t K, float scale, uint16_t* out,
+                                  int64_t slice_blocks, float* workspace) {
+  dispatch_split<uint16_t>(q, kv, idxs, sink, T, H, D, K, scale, out, slice_blocks, workspace);
 }
 void bf16_wgmma_probe(const uint16_t* a, const uint16_t* b, const float* c, float* d) {
   bf16_wgmma_probe_kernel<<<1, 128>>>(a, b, c, d);

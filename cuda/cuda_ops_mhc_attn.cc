@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "cuda/attention_rows.h"
+#include "cuda/attention_split.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
@@ -47,6 +48,15 @@ bool read_named_entries() {
     return env == nullptr || std::string(env) != "0";
   }();
   return on;
+}
+// DSV41_CUDA_ATTN_SPLIT=1: the production sparse attention splits each row's index list over
+// several CTAs where its rows leave most SMs idle (cuda/attention_wgmma.cu "Split"); unset or "0":
+// never (the default until a device has timed and checked it). Read at every call.
+bool attn_split_enabled() {
+  const char* env = std::getenv("DSV41_CUDA_ATTN_SPLIT");
+  if (env == nullptr || std::string(env) == "0") return false;
+  DSV41_CHECK(std::string(env) == "1", "DSV41_CUDA_ATTN_SPLIT: '", env, "' is not 0 or 1");
+  return true;
 }
 }  // namespace
 
@@ -183,6 +193,14 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
     gpu::to_bf16_bits(dkv.get(), kv->numel(), bkv.get(), flag.get());
     if (flag.download()[0] == 0) {
       DevIn<float> dsink(sink);
+      const int64_t slice_blocks = attn_split_enabled() ? gpu::sparse_attn_wgmma_split_pick(T, H, K) : 0;
+      if (slice_blocks > 0) {
+        const int64_t bytes = gpu::sparse_attn_wgmma_split_workspace_bytes(T, H, D, K, slice_blocks);
+        DeviceBuffer<float> ws(static_cast<size_t>(bytes / static_cast<int64_t>(sizeof(float))));
+        gpu::sparse_attn_wgmma_split(bq.get(), bkv.get(), di.get(), dsink.get(), T, H, D, K, softmax_scale, dev(out),
+                                     slice_blocks, ws.get());
+        return out;
+      }
       gpu::sparse_attn_wgmma(bq.get(), bkv.get(), di.get(), dsink.get(), T, H, D, K, softmax_scale, dev(out));
       return out;
     }

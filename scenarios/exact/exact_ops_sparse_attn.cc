@@ -18,9 +18,12 @@
 // The numerator is a sum of K products with at most K + 2 B roundings; the denominator a sum of
 // positive terms, relative error eps_l; then one division and bf16.
 // OpCase::tensor_core_bound (the `cuda` backend's): the larger of this bound and the production
-// kernel's (scenarios/judge/sparse_attn_mma_bound.h: tensor-core steps, exp2f, its own order).
+// kernel's (scenarios/judge/sparse_attn_mma_bound.h: tensor-core steps, exp2f, its own order);
+// with DSV41_CUDA_ATTN_SPLIT=1 (the kernel may split each row's list over CTAs, slices picked by
+// the device's SM count) also the split's bound for every slice length 1 .. B - 1.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,8 @@ OpCase sparse_attn_case(const std::string& inputs, const Tensor<float>& q, const
   const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2), K = idxs.dim(1);
   const int64_t B = (K + reference::kSparseAttnBlock - 1) / reference::kSparseAttnBlock;
   const double u = kU32, gD = gamma(D, u);
+  const char* split_env = std::getenv("DSV41_CUDA_ATTN_SPLIT");
+  const bool split = split_env != nullptr && std::string(split_env) == "1";
   OpCase c;
   c.op = "sparse_attn";
   c.inputs = inputs;
@@ -168,9 +173,15 @@ OpCase sparse_attn_case(const std::string& inputs, const Tensor<float>& q, const
       const judge::SparseAttnRowBound tc = judge::sparse_attn_row_bound(
           q.row(t, h), rows, D, sink.data()[static_cast<size_t>(h)], scale, judge::AttnArith::kMma);
       const size_t first = c.bound.size() - static_cast<size_t>(D);
+      std::vector<double> widest = tc.bound;
+      for (int64_t per = 1; split && per < B; ++per) {
+        const judge::SparseAttnRowBound ts = judge::sparse_attn_row_bound(
+            q.row(t, h), rows, D, sink.data()[static_cast<size_t>(h)], scale, judge::AttnArith::kMma, per);
+        for (size_t k = 0; k < widest.size(); ++k) widest[k] = std::max(widest[k], ts.bound[k]);
+      }
       for (int64_t dd = 0; dd < D; ++dd) {
         const size_t i = first + static_cast<size_t>(dd);
-        const double mma = tc.bound[static_cast<size_t>(dd)] + 0x1p-40 * std::fabs(tc.exact[static_cast<size_t>(dd)]);
+        const double mma = widest[static_cast<size_t>(dd)] + 0x1p-40 * std::fabs(tc.exact[static_cast<size_t>(dd)]);
         c.tensor_core_bound.push_back(std::max(c.bound[i], mma));
       }
     }

@@ -68,9 +68,13 @@ double mma_dot_error(const float* q, const float* k, int64_t D, double& dot, dou
 }  // namespace
 
 SparseAttnRowBound sparse_attn_row_bound(const float* q, const std::vector<const float*>& rows, int64_t D, float sink,
-                                         float scale, AttnArith arith) {
+                                         float scale, AttnArith arith, int64_t slice_blocks) {
   const bool mma = arith == AttnArith::kMma;
   const int64_t K = static_cast<int64_t>(rows.size()), B = (K + kBlock - 1) / kBlock;
+  // The split: slices of `per` blocks (one slice: the unsplit kernel), S of them.
+  const int64_t per = mma && slice_blocks > 0 && slice_blocks < B ? slice_blocks : std::max<int64_t>(B, 1);
+  const int64_t S = (B + per - 1) / per;
+  const bool split = S > 1;
   const double u = kU, sc = static_cast<double>(scale);
   // expf / exp2f relative error (1 ulp glibc, 2 ulp CUDA exp2f), plus the double evaluation's
   const double e_exp = (mma ? 4 * u : 2 * u) + 8 * kU64;
@@ -79,10 +83,16 @@ SparseAttnRowBound sparse_attn_row_bound(const float* q, const std::vector<const
   out.bound.assign(static_cast<size_t>(D), 0.0);
   // Scores, their bounds sigma_j, the running maxima m_b and their bounds mu_b.
   std::vector<double> s(static_cast<size_t>(K), -std::numeric_limits<double>::infinity());
-  std::vector<double> sigma(static_cast<size_t>(K), 0.0), m(static_cast<size_t>(B)), mu(static_cast<size_t>(B));
-  double run = kInitMax, run_mu = 0;
+  // m: the kernel's running max (of its slice), m_spec the spec's (of the whole list: the same unsplit)
+  std::vector<double> sigma(static_cast<size_t>(K), 0.0), m(static_cast<size_t>(B)), mu(static_cast<size_t>(B)),
+      m_spec(static_cast<size_t>(B));
+  double run = kInitMax, run_mu = 0, run_spec = kInitMax;
   bool any = false;
   for (int64_t j = 0; j < K; ++j) {
+    if (j % (per * kBlock) == 0) {  // a slice's first index: its running max starts over
+      run = kInitMax;
+      run_mu = 0;
+    }
     if (rows[static_cast<size_t>(j)] != nullptr) {
       const float* k = rows[static_cast<size_t>(j)];
       double dot = 0, mag = 0, sj = 0, sg = 0;
@@ -104,32 +114,44 @@ SparseAttnRowBound sparse_attn_row_bound(const float* q, const std::vector<const
       s[static_cast<size_t>(j)] = sj;
       sigma[static_cast<size_t>(j)] = sg;
       run = std::max(run, sj);
+      run_spec = std::max(run_spec, sj);
       run_mu = std::max(run_mu, sg);
       out.max_score_error = std::max(out.max_score_error, sg);
       any = true;
     }
     if (j % kBlock == kBlock - 1 || j == K - 1) {
       m[static_cast<size_t>(j / kBlock)] = run;
+      m_spec[static_cast<size_t>(j / kBlock)] = run_spec;
       mu[static_cast<size_t>(j / kBlock)] = run_mu;
     }
   }
   if (!any) return out;  // the output is exactly 0 on both sides
-  const double M = m.back(), mu_last = mu.back();
+  // M: the largest slice max (unsplit: the last running max), mu_last its bound.
+  const double M = *std::max_element(m.begin(), m.end()), mu_last = *std::max_element(mu.begin(), mu.end());
   // rho_b: the roundings of the rescale product after block b (argument, exp, and for the kernel
-  // the fl(O * r) multiply), its exact part telescoping to exp(m^_b - m^_B).
+  // the fl(O * r) multiply), its exact part telescoping to exp(m^_b - m^_e) (e: the last block of
+  // b's slice), and with a split the combine's factor fl(O_s * exp2f(fl(m^_e - M^))) (one more
+  // argument, exp and multiply), telescoping to exp(m^_b - M^).
   std::vector<double> rho(static_cast<size_t>(B), 0.0);
   const double per_block = mma ? (1 + e_exp) * (1 + u) : (1 + e_exp);
   for (int64_t b = 0; b < B; ++b) {
+    const int64_t e = std::min(B, (b / per + 1) * per) - 1;
     double arg = 0;
     int later = 0;
-    for (int64_t b2 = b + 1; b2 < B; ++b2, ++later) {
+    for (int64_t b2 = b + 1; b2 <= e; ++b2, ++later) {
       const double dm = m[static_cast<size_t>(b2)] - m[static_cast<size_t>(b2 - 1)];
       arg += u * (dm + mu[static_cast<size_t>(b2)] + mu[static_cast<size_t>(b2 - 1)]);
     }
+    if (split) {
+      arg += u * (M - m[static_cast<size_t>(e)] + mu[static_cast<size_t>(e)] + mu_last);
+      ++later;
+    }
     rho[static_cast<size_t>(b)] = std::exp(arg) * std::pow(per_block, later) - 1;
   }
-  // Weights over the common factor C = exp(M - m^_B): exact w_j = p_j exp(m_b - M); the computed
-  // one within w_dev_j (the probability's interval through bf16, exp(+-mu_b), rho_b).
+  // Weights over the common factor C = exp(M - m^_B): exact w_j = p_j exp(m_b - M) (the spec's
+  // running max m_b); the computed one within w_dev_j (the probability's interval through bf16,
+  // exp(+-mu_b), rho_b) of the kernel's ideal bf16(exp(s_j - mk_b)) exp(mk_b - M) (mk_b its slice's
+  // running max), which with a split differs from w_j by the other place of the bf16 rounding.
   std::vector<double> w(static_cast<size_t>(K), 0.0), w_dev(static_cast<size_t>(K), 0.0),
       w_max(static_cast<size_t>(K), 0.0);
   double l = std::exp(static_cast<double>(sink) - M);
@@ -148,22 +170,29 @@ SparseAttnRowBound sparse_attn_row_bound(const float* q, const std::vector<const
     double dev = 0;
     for (const double pe : {p_lo, p_hi}) dev = std::max({dev, std::fabs(pe * up - p), std::fabs(pe * down - p)});
     const double resc = std::exp(m[b] - M), r = rho[b];
-    w[static_cast<size_t>(j)] = p * resc;
-    w_dev[static_cast<size_t>(j)] = resc * (dev * (1 + r) + p * r);
+    w[static_cast<size_t>(j)] = bf16_round(std::exp(s[static_cast<size_t>(j)] - m_spec[b])) * std::exp(m_spec[b] - M);
+    w_dev[static_cast<size_t>(j)] = resc * (dev * (1 + r) + p * r) + std::fabs(p * resc - w[static_cast<size_t>(j)]);
     w_max[static_cast<size_t>(j)] = resc * (p + dev) * (1 + r);
     l += std::exp(s[static_cast<size_t>(j)] - M);
     const double eq = std::exp(sigma[static_cast<size_t>(j)] + u * (std::fabs(a) + spread)) * (1 + e_exp) - 1;
     eps_terms = std::max(eps_terms, (1 + eq) * (1 + r) - 1);
   }
-  const double eps_l = mma ? (1 + eps_terms) * (1 + gamma(2 * B + 16, u)) - 1
+  // (a split: per slice one multiply by its factor and one add more)
+  const double eps_l = mma ? (1 + eps_terms) * (1 + gamma(2 * B + 16 + (split ? 2 * S : 0), u)) - 1
                            : (1 + eps_terms) * (1 + gamma(2 * B + 2, u)) * (1 + u + gamma(kBlock, kU64)) - 1;
   const double g_acc = gamma(K + 2 * B, u);
   const double out_round = mma ? (1 + u) * (1 + u) - 1 : u;
   for (int64_t d = 0; d < D; ++d) {
     double num = 0, e_num = 0;
-    if (mma) {  // the kernel's steps of 16 indices, the accumulator the running O
-      double e_mma = 0, devsum = 0;
+    if (mma) {  // the kernel's steps of 16 indices, the accumulator the running O of the slice
+      double e_mma = 0, devsum = 0, part = 0, part_mag = 0;
       for (int64_t j0 = 0; j0 < B * kBlock; j0 += kSparseAttnMmaStep) {
+        if (j0 % (per * kBlock) == 0 && j0 > 0) {  // the next slice: a new accumulator
+          e_num += devsum + e_mma;
+          part_mag += std::fabs(part) + devsum + e_mma;
+          num += part;
+          part = devsum = e_mma = 0;
+        }
         double prod = 0, step = 0, stepdev = 0;
         for (int64_t j = j0; j < std::min(K, j0 + kSparseAttnMmaStep); ++j) {
           const float* row = rows[static_cast<size_t>(j)];
@@ -173,12 +202,15 @@ SparseAttnRowBound sparse_attn_row_bound(const float* q, const std::vector<const
           prod += av * w_max[static_cast<size_t>(j)];
           stepdev += av * w_dev[static_cast<size_t>(j)];
         }
-        const double mk = std::fabs(num) + devsum + e_mma + prod;
-        if (mk > 0) e_mma += bf16_mma_step_error(std::fabs(num) + devsum + e_mma, prod) * (1 + rho[static_cast<size_t>(j0 / kBlock)]);
-        num += step;
+        const double mk = std::fabs(part) + devsum + e_mma + prod;
+        if (mk > 0) e_mma += bf16_mma_step_error(std::fabs(part) + devsum + e_mma, prod) * (1 + rho[static_cast<size_t>(j0 / kBlock)]);
+        part += step;
         devsum += stepdev;
       }
-      e_num = devsum + e_mma;
+      e_num += devsum + e_mma;
+      part_mag += std::fabs(part) + devsum + e_mma;
+      num += part;
+      if (split) e_num += gamma(S, u) * part_mag;  // the combine's S - 1 adds of the rescaled partials
     } else {
       for (int64_t j = 0; j < K; ++j) {
         const float* row = rows[static_cast<size_t>(j)];

@@ -33,6 +33,14 @@
 //   numerator: O = fl(O * r) per block (folded into the rescale's rho), then per block 4 steps of 16
 //     indices accumulating into O (the step model, c = the running O);
 //   out = bf16(fl(O * fl(1 / l))).
+// THE SPLIT (slice_blocks > 0, kMma only: cuda/attention_wgmma.cu's flash-decoding variant): the
+//   index list in slices of slice_blocks 64-blocks, each slice the order above from its own running
+//   max (from -1e30), l and O = 0, giving (m_s, l_s, O_s); then M = max m_s, f_s = exp2f(fl(m_s - M)),
+//   l = sum_s fl(l_s f_s) + the sink's term, O = sum_s fl(O_s f_s) (slice order), out as above.
+//   Bounded as the unsplit order with each block's rescale chain ending at its slice's last block
+//   and then one more factor f_s (argument, exp2f, multiply: in rho_b), the slice's accumulator its
+//   own partial sum in the step model, 2 S more roundings on l and gamma_S of the partials' sum of
+//   magnitudes for the combine's adds. slice_blocks 0 or >= the row's blocks: the unsplit bound.
 // THE REFERENCE: the fp32 FMA chain score gamma_D(u) S_j; glibc expf (1 ulp: 2u); the numerator a
 // sum of K products with K + 2B roundings (gamma_{K+2B}(u)); l with a double sum per block;
 // out = bf16(fl(acc / l)): the bound of scenarios/exact/exact_ops_sparse_attn.cc.
@@ -71,6 +79,6 @@ struct SparseAttnRowBound {
 
 // One (query, head) row: q [D] and the K gathered rows (each [D], nullptr = index -1), bf16 values.
 SparseAttnRowBound sparse_attn_row_bound(const float* q, const std::vector<const float*>& rows, int64_t D, float sink,
-                                         float scale, AttnArith arith);
+                                         float scale, AttnArith arith, int64_t slice_blocks = 0);
 
 }  // namespace dsv41::scenarios::judge

@@ -17,6 +17,9 @@
 //   3. The wgmma kernel's coalesced gather (the default) against session 15's row gather
 //      (AttnWgmmaVariant::kRowGather): both fill the same tiles, so the outputs must be the same
 //      bits (fp32 and bf16 outputs; d 512, 256, 128; two head tiles; K not a multiple of 64; -1s).
+//   3b. The split (flash-decoding) kernel: within the split bound (slices of 1, 2, 3 blocks; through
+//      CudaOps with DSV41_CUDA_ATTN_SPLIT=1 on decode shapes, and directly); one slice gives the
+//      unsplit kernel's bits.
 //   4. DSV41_CUDA_PRODUCTION_OPS: with only `linear`, sparse_attn is the exact kernel (the
 //      reference's bits); an unknown name is refused.
 // Random data: DSV41_SEED=<n> reproduces a run (the seed is printed).
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "cuda/kernels.h"
+#include "cuda/attention_split.h"
 #include "formats/cache_format.h"
 #include "formats/minifloat.h"
 #include "reference/ops/attention.h"
@@ -184,7 +188,8 @@ struct Case {
   float q_scale;
   bool prefill;     // window columns: row t reads window rows 0 .. t (-1 after); else all window rows
   double minus_one; // share of -1 among the compressed columns
-  int kernel = 0;  // 0: CudaOps (wgmma, P in registers); 1: mma.sync (cuda/attention_mma.cu); 2: wgmma, P in shared
+  int kernel = 0;  // 0: CudaOps (wgmma, P in registers); 1: mma.sync (cuda/attention_mma.cu); 2: wgmma, P in shared;
+                   // 3: CudaOps with DSV41_CUDA_ATTN_SPLIT=1 (the split where its pick splits; the bound's slice_blocks)
 };
 
 // A kernel variant directly (1: mma.sync, 2: wgmma with P in shared memory) on bf16 copies of q and the KV rows.
@@ -246,9 +251,17 @@ void run_case(const Case& c, Stats& st) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
   const reference::Tensor<float> want = ref_ops().sparse_attn(q, window, rows, sink, idxs, scale);
   const reference::Tensor<float> kv = reference::concat_kv_rows(window, reference::read_all_entries(rows));
+  int64_t slice_blocks = 0;  // the split's, for the bound (kernel 3)
+  if (c.kernel == 3) {
+    slice_blocks = gpu::sparse_attn_wgmma_split_pick(c.T, c.H, K);
+    EXPECT_GT(slice_blocks, 0) << c.name << ": the pick does not split this shape";
+    setenv("DSV41_CUDA_ATTN_SPLIT", "1", 1);
+  }
   const reference::Tensor<float> got =
-      c.kernel != 0 ? run_variant(c.kernel, q, kv, sink, idxs, scale)
-                 : production_ops().download(production_ops().sparse_attn(q, window, rows, sink, idxs, scale));
+      c.kernel == 1 || c.kernel == 2
+          ? run_variant(c.kernel, q, kv, sink, idxs, scale)
+          : production_ops().download(production_ops().sparse_attn(q, window, rows, sink, idxs, scale));
+  unsetenv("DSV41_CUDA_ATTN_SPLIT");
   ASSERT_EQ(got.shape(), want.shape());
   Stats local;
   for (int64_t t = 0; t < c.T; ++t) {
@@ -256,7 +269,8 @@ void run_case(const Case& c, Stats& st) {
     for (int64_t j = 0; j < K; ++j) r[static_cast<size_t>(j)] = idxs.at(t, j) < 0 ? nullptr : kv.row(idxs.at(t, j));
     for (int64_t h = 0; h < c.H; ++h) {
       const float sk = sink.data()[static_cast<size_t>(h)];
-      const auto bm = scenarios::judge::sparse_attn_row_bound(q.row(t, h), r, c.D, sk, scale, AttnArith::kMma);
+      const auto bm =
+          scenarios::judge::sparse_attn_row_bound(q.row(t, h), r, c.D, sk, scale, AttnArith::kMma, slice_blocks);
       const auto br = scenarios::judge::sparse_attn_row_bound(q.row(t, h), r, c.D, sk, scale, AttnArith::kReference);
       double row_max = 0;
       for (int64_t d = 0; d < c.D; ++d) row_max = std::max(row_max, std::fabs(bm.exact[static_cast<size_t>(d)]));
@@ -314,6 +328,9 @@ TEST(ProductionSparseAttn, WithinTheDerivedBound) {
       {"mma.sync: tiny", 4, 4, 128, 16, 64, 16, 40, 1.0f, true, 0.2, 1},
       {"wgmma sP: decode", 4, 64, 512, 128, 1024, 128, 512, 1.0f, false, 0.05, 2},
       {"wgmma sP: 72 heads", 3, 72, 256, 64, 128, 1, 64, 2.0f, false, 0.5, 2},
+      {"split: decode B 1", 4, 64, 512, 128, 2048, 128, 512, 1.0f, false, 0.02, 3},
+      {"split: sharp, -1s", 2, 64, 512, 128, 512, 128, 512, 8.0f, false, 0.5, 3},
+      {"split: tiny config", 4, 4, 128, 16, 64, 16, 240, 1.0f, true, 0.2, 3},
   };
   Stats st;
   for (const Case& c : cases) run_case(c, st);
@@ -383,6 +400,104 @@ TEST(ProductionSparseAttn, CoalescedGatherSameBitsAsRowGather) {
                          << (first >= 0 ? nf[static_cast<size_t>(first)] : 0.0f) << ")";
     EXPECT_GT(nonzero, 0) << "T " << sh.T << " D " << sh.D << ": all outputs zero";
   }
+}
+
+// The split (flash-decoding) kernel directly: slices of 1, 2, 3 blocks within the split bound
+// (scenarios/judge/sparse_attn_mma_bound.h, slice_blocks), fp32 and bf16 outputs the same values,
+// and one slice (slice_blocks >= the row's blocks) the unsplit kernel's bits.
+TEST(ProductionSparseAttn, SplitWithinItsBoundOneSliceSameBits) {
+  DSV41_SKIP_WITHOUT_DEVICE();
+  struct Shape {
+    int64_t T, H, D, N, K, slice_blocks;
+    double minus_one;
+    float q_scale;
+  };
+  const Shape shapes[] = {{4, 64, 512, 1200, 640, 1, 0.02, 1.0f}, {4, 64, 512, 1200, 640, 3, 0.02, 1.0f},
+                          {3, 72, 256, 300, 130, 1, 0.3, 4.0f},   {6, 4, 128, 80, 200, 2, 0.9, 1.0f},
+                          {4, 64, 512, 1200, 640, 10, 0.02, 1.0f}, {3, 72, 256, 300, 130, 64, 0.3, 4.0f},
+                          {2, 64, 512, 50, 1, 1, 0.0, 1.0f}};
+  for (const Shape& sh : shapes) {
+    const auto bits16 = [](const reference::Tensor<float>& t) {
+      std::vector<uint16_t> v(static_cast<size_t>(t.numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_bits(t.data()[i]);
+      return v;
+    };
+    reference::Tensor<int32_t> idx({sh.T, sh.K}, "idxs");
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(sh.N) - 1);
+    std::bernoulli_distribution none(sh.minus_one);
+    for (int32_t& v : idx.data()) v = none(rng()) ? -1 : pick(rng());
+    if (sh.T > 2) std::fill(idx.row(sh.T - 1), idx.row(sh.T - 1) + sh.K, -1);  // a row of only -1
+    const reference::Tensor<float> q = random_bf16({sh.T, sh.H, sh.D}, sh.q_scale, "q");
+    const reference::Tensor<float> kv = random_bf16({sh.N, sh.D}, 1.0f, "kv");
+    const reference::Tensor<float> sink = random_bf16({sh.H}, 2.0f, "sink");
+    gpu::DeviceBuffer<uint16_t> dq(static_cast<size_t>(q.numel())), dkv(static_cast<size_t>(kv.numel()));
+    dq.upload(bits16(q));
+    dkv.upload(bits16(kv));
+    gpu::DeviceBuffer<int32_t> di(static_cast<size_t>(idx.numel()));
+    di.upload(idx.data());
+    gpu::DeviceBuffer<float> ds(static_cast<size_t>(sh.H));
+    ds.upload(sink.data());
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sh.D));
+    const size_t n = static_cast<size_t>(sh.T * sh.H * sh.D);
+    const int64_t ws_bytes = gpu::sparse_attn_wgmma_split_workspace_bytes(sh.T, sh.H, sh.D, sh.K, sh.slice_blocks);
+    gpu::DeviceBuffer<float> ws(static_cast<size_t>(ws_bytes / 4)), split_f(n), plain_f(n);
+    gpu::DeviceBuffer<uint16_t> split_b(n), plain_b(n);
+    ws.poison();
+    split_f.poison();
+    split_b.poison();
+    plain_f.poison();
+    plain_b.poison();
+    gpu::sparse_attn_wgmma_split(dq.get(), dkv.get(), di.get(), ds.get(), sh.T, sh.H, sh.D, sh.K, scale,
+                                 split_f.get(), sh.slice_blocks, ws.get());
+    gpu::sparse_attn_wgmma_split_bf16(dq.get(), dkv.get(), di.get(), ds.get(), sh.T, sh.H, sh.D, sh.K, scale,
+                                      split_b.get(), sh.slice_blocks, ws.get());
+    gpu::sparse_attn_wgmma(dq.get(), dkv.get(), di.get(), ds.get(), sh.T, sh.H, sh.D, sh.K, scale, plain_f.get());
+    gpu::sparse_attn_wgmma_bf16(dq.get(), dkv.get(), di.get(), ds.get(), sh.T, sh.H, sh.D, sh.K, scale,
+                                plain_b.get());
+    const std::vector<float> sf = split_f.download(), pf = plain_f.download();
+    const std::vector<uint16_t> sb = split_b.download(), pb = plain_b.download();
+    const int64_t blocks = (sh.K + 63) / 64;
+    const bool one_slice = sh.slice_blocks >= blocks;
+    int64_t outside = 0, nonzero = 0, differ_plain = 0, differ_bf16 = 0;
+    double worst = 0;
+    for (int64_t t = 0; t < sh.T; ++t) {
+      std::vector<const float*> rows(static_cast<size_t>(sh.K));
+      for (int64_t j = 0; j < sh.K; ++j) rows[static_cast<size_t>(j)] = idx.at(t, j) < 0 ? nullptr : kv.row(idx.at(t, j));
+      for (int64_t h = 0; h < sh.H; ++h) {
+        const auto bm = scenarios::judge::sparse_attn_row_bound(q.row(t, h), rows, sh.D, sink.data()[static_cast<size_t>(h)],
+                                                                scale, AttnArith::kMma, sh.slice_blocks);
+        for (int64_t d = 0; d < sh.D; ++d) {
+          const size_t i = static_cast<size_t>((t * sh.H + h) * sh.D + d), k = static_cast<size_t>(d);
+          ASSERT_TRUE(std::isfinite(sf[i])) << "split, T " << sh.T << " D " << sh.D << " output " << i;
+          const double err = std::fabs(static_cast<double>(sf[i]) - bm.exact[k]);
+          const double b = bm.bound[k] + 0x1p-40 * std::fabs(bm.exact[k]);
+          if (err > b && ++outside <= 5) {
+            ADD_FAILURE() << "split " << sh.slice_blocks << ", T " << sh.T << " H " << sh.H << " D " << sh.D << " t "
+                          << t << " h " << h << " d " << d << ": got " << sf[i] << " exact " << bm.exact[k]
+                          << " bound " << bm.bound[k];
+          }
+          if (bm.bound[k] > 0) worst = std::max(worst, err / bm.bound[k]);
+          nonzero += sf[i] != 0.0f;
+          differ_bf16 += bf16_bits(sf[i]) != sb[i];
+          differ_plain += bits(sf[i]) != bits(pf[i]) || sb[i] != pb[i];
+        }
+      }
+    }
+    std::printf("split, slices of %lld blocks, T %lld H %lld D %lld K %lld: max err/bound %.3f; %lld of %zu outputs "
+                "differ from the unsplit kernel's%s\n",
+                static_cast<long long>(sh.slice_blocks), static_cast<long long>(sh.T), static_cast<long long>(sh.H),
+                static_cast<long long>(sh.D), static_cast<long long>(sh.K), worst, static_cast<long long>(differ_plain),
+                n, one_slice ? " (one slice: must be 0)" : "");
+    EXPECT_EQ(outside, 0) << "split outside its bound";
+    EXPECT_GT(nonzero, 0) << "split: all outputs zero";
+    EXPECT_EQ(differ_bf16, 0) << "split: the fp32 and bf16 outputs disagree";
+    if (one_slice) {
+      EXPECT_EQ(differ_plain, 0) << "one slice: not the unsplit kernel's bits";
+    }
+  }
+  EXPECT_THROW(gpu::sparse_attn_wgmma_split(nullptr, nullptr, nullptr, nullptr, 1, 64, 512, 64, 1.0f, nullptr, 0,
+                                            nullptr),
+               Error);
 }
 
 TEST(ProductionSparseAttn, RowsOfOnlyMinusOneGiveZero) {

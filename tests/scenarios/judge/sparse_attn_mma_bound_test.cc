@@ -5,6 +5,8 @@
 //   2. an emulation of the kernels' arithmetic (cuda/attention_wgmma.cu's order on half the rows,
 //      cuda/attention_mma.cu's on the others; each tensor-core step one instance of the model: the
 //      exact sum truncated toward zero below 2^(E - 23), then fp32) is within the kMma bound;
+//   2b. the same for the split kernel (slices of 1, 2, 3 blocks, combined in order; the bound's
+//      slice_blocks), and one slice gives the unsplit bound and emulation;
 //   3. the kMma bound is not vacuous on random data (>= 90% of the outputs within 1.5 bf16 ulps of
 //      their row's largest value), and 2 bf16 ulps (of the output's own binade) added to the
 //      emulated output exceed it on most outputs (on every output whose bound is below one ulp).
@@ -40,15 +42,25 @@ float step(float c, const std::vector<double>& p) {
   return static_cast<float>(std::trunc(sum / q) * q);
 }
 
-// The kernels' arithmetic for one (query, head) row (cuda/attention_wgmma.cu's header): the score
-// as one chain of D/16 steps (wgmma, single) or two channel halves then one add (mma.sync).
-std::vector<float> emulate(const float* q, const std::vector<const float*>& rows, int64_t D, float sink, float scale,
-                           bool single) {
-  const int64_t K = static_cast<int64_t>(rows.size()), B = (K + 63) / 64;
-  const float c2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634074);
-  std::vector<float> o(static_cast<size_t>(D), 0.0f);
+// One slice's partial: the running max m (base 2), l (no sink), the unnormalised O.
+struct Partial {
   float m = -1e30f, l = 0.0f;
-  for (int64_t b = 0; b < B; ++b) {
+  std::vector<float> o;
+};
+
+// The kernels' arithmetic for one (query, head) row (cuda/attention_wgmma.cu's header) over blocks
+// b_lo .. b_hi - 1: the score as one chain of D/16 steps (wgmma, single) or two channel halves then
+// one add (mma.sync).
+Partial emulate_blocks(const float* q, const std::vector<const float*>& rows, int64_t D, float scale, bool single,
+                       int64_t b_lo, int64_t b_hi) {
+  const int64_t K = static_cast<int64_t>(rows.size());
+  const float c2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634074);
+  Partial part;
+  part.o.assign(static_cast<size_t>(D), 0.0f);
+  std::vector<float>& o = part.o;
+  float& m = part.m;
+  float& l = part.l;
+  for (int64_t b = b_lo; b < b_hi; ++b) {
     float x[64], p[64];
     float bmax = -INFINITY;
     for (int j = 0; j < 64; ++j) {
@@ -94,6 +106,26 @@ std::vector<float> emulate(const float* q, const std::vector<const float*>& rows
       o[static_cast<size_t>(d)] = acc;
     }
   }
+  return part;
+}
+
+// The whole row: slices of `per` blocks (0: one slice, the unsplit kernel), combined in slice order
+// as the split's combine kernel does (the sums start at slice 0's term), then the sink and 1 / l.
+std::vector<float> emulate(const float* q, const std::vector<const float*>& rows, int64_t D, float sink, float scale,
+                           bool single, int64_t per = 0) {
+  const int64_t B = (static_cast<int64_t>(rows.size()) + 63) / 64, step = per > 0 ? per : std::max<int64_t>(B, 1);
+  std::vector<Partial> parts;
+  for (int64_t b = 0; b < std::max<int64_t>(B, 1); b += step)
+    parts.push_back(emulate_blocks(q, rows, D, scale, single, b, std::min(B, b + step)));
+  float m = parts[0].m;
+  for (const Partial& p : parts) m = std::max(m, p.m);
+  float l = 0.0f;
+  std::vector<float> o(static_cast<size_t>(D), 0.0f);
+  for (size_t s = 0; s < parts.size(); ++s) {
+    const float f = std::exp2(parts[s].m - m);
+    l = s == 0 ? parts[s].l * f : l + parts[s].l * f;
+    for (size_t d = 0; d < o.size(); ++d) o[d] = s == 0 ? parts[s].o[d] * f : o[d] + parts[s].o[d] * f;
+  }
   l += std::exp2(sink * 1.44269504f - m);
   const float inv = 1.0f / l;
   for (float& v : o) v = bf16(v * inv);
@@ -111,7 +143,8 @@ struct Stats {
   int64_t n = 0, tight = 0, flagged = 0, sub_ulp = 0;
 };
 
-void run(const Case& c, uint64_t seed, Stats& st) {
+// per: the split's slice_blocks for the kMma bound and the emulation (0: unsplit).
+void run(const Case& c, uint64_t seed, Stats& st, int64_t per = 0) {
   std::mt19937_64 g(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   Tensor<float> q({c.T, c.H, c.D}, "q"), kv({c.N, c.D}, "kv");
@@ -132,8 +165,8 @@ void run(const Case& c, uint64_t seed, Stats& st) {
     for (int64_t h = 0; h < c.H; ++h) {
       const float sk = sink[static_cast<size_t>(h)];
       const SparseAttnRowBound br = sparse_attn_row_bound(q.row(t, h), rows, c.D, sk, scale, AttnArith::kReference);
-      const SparseAttnRowBound bm = sparse_attn_row_bound(q.row(t, h), rows, c.D, sk, scale, AttnArith::kMma);
-      const std::vector<float> em = emulate(q.row(t, h), rows, c.D, sk, scale, (t + h) % 2 == 0);
+      const SparseAttnRowBound bm = sparse_attn_row_bound(q.row(t, h), rows, c.D, sk, scale, AttnArith::kMma, per);
+      const std::vector<float> em = emulate(q.row(t, h), rows, c.D, sk, scale, per > 0 || (t + h) % 2 == 0, per);
       double row_max = 0;
       for (const double e : bm.exact) row_max = std::max(row_max, std::fabs(e));
       const double ulp = std::ldexp(1.0, std::ilogb(std::max(row_max, 0x1p-100)) - 7);
@@ -177,6 +210,48 @@ TEST(SparseAttnMmaBound, ReferenceAndEmulatedKernelWithinTheirBounds) {
   EXPECT_GE(static_cast<double>(st.tight), 0.9 * static_cast<double>(st.n)) << "vacuous";
   EXPECT_GE(st.flagged, st.sub_ulp) << "a 2-ulp move of an output with a sub-ulp bound not flagged";
   EXPECT_GE(static_cast<double>(st.flagged), 0.5 * static_cast<double>(st.n)) << "2-ulp moves mostly unseen";
+}
+
+// The split (flash-decoding) kernel: slices of 1, 2 and 3 blocks (the decode shape k 640: 10, 5, 4
+// slices), the emulation within the split bound, the bound as tight as the unsplit one's test asks;
+// and a slice count of one is the unsplit bound itself.
+TEST(SparseAttnMmaBound, SplitEmulationWithinItsBound) {
+  for (const int64_t per : {1, 2, 3}) {
+    Stats st;
+    const Case cases[] = {
+        {3, 4, 128, 300, 200, 1.0f, 0.1},   // partial last block, a partial last slice
+        {2, 3, 256, 200, 130, 6.0f, 0.3},   // sharp softmax: slices whose max is far below M
+        {2, 2, 512, 700, 640, 1.0f, 0.02},  // the released width and k
+        {2, 2, 128, 100, 256, 1.0f, 0.9},   // mostly -1: slices of only -1
+    };
+    uint64_t seed = 17;
+    for (const Case& c : cases) run(c, seed++, st, per);
+    std::printf("split, %lld block(s) a slice: emulated max err/bound %.3f; bound within 1.5 bf16 ulps of the row max "
+                "on %.1f%% of %lld outputs; +2 own ulps flagged on %lld (sub-ulp bounds %lld)\n",
+                static_cast<long long>(per), st.worst_mma, 100.0 * static_cast<double>(st.tight) / static_cast<double>(st.n),
+                static_cast<long long>(st.n), static_cast<long long>(st.flagged), static_cast<long long>(st.sub_ulp));
+    EXPECT_GE(static_cast<double>(st.tight), 0.9 * static_cast<double>(st.n)) << "vacuous, slices of " << per;
+    EXPECT_GE(st.flagged, st.sub_ulp) << "slices of " << per;
+    EXPECT_GE(static_cast<double>(st.flagged), 0.5 * static_cast<double>(st.n)) << "slices of " << per;
+  }
+  // one slice (slice_blocks >= the row's blocks) is the unsplit bound, bit for bit
+  std::mt19937_64 g(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> q(128), kv(200 * 128);
+  for (float& v : q) v = bf16(nd(g));
+  for (float& v : kv) v = bf16(nd(g));
+  std::vector<const float*> rows(150);
+  for (size_t j = 0; j < rows.size(); ++j) rows[j] = j % 7 == 3 ? nullptr : kv.data() + (j * 37 % 200) * 128;
+  const SparseAttnRowBound a = sparse_attn_row_bound(q.data(), rows, 128, 0.5f, 0.088f, AttnArith::kMma);
+  const SparseAttnRowBound b = sparse_attn_row_bound(q.data(), rows, 128, 0.5f, 0.088f, AttnArith::kMma, 3);
+  const SparseAttnRowBound s = sparse_attn_row_bound(q.data(), rows, 128, 0.5f, 0.088f, AttnArith::kMma, 1);
+  EXPECT_EQ(a.bound, b.bound);
+  EXPECT_EQ(a.exact, s.exact);
+  int64_t wider = 0;
+  for (size_t d = 0; d < a.bound.size(); ++d) wider += s.bound[d] > a.bound[d];
+  EXPECT_GT(wider, 0) << "the split's extra roundings not in its bound";
+  const std::vector<float> one = emulate(q.data(), rows, 128, 0.5f, 0.088f, true, 3);
+  EXPECT_EQ(one, emulate(q.data(), rows, 128, 0.5f, 0.088f, true)) << "one slice is the unsplit arithmetic";
 }
 
 TEST(SparseAttnMmaBound, StepModel) {
