@@ -28,7 +28,7 @@ tests index_test cuda_index_select_production_test 120
 tests linear_test cuda_linear_production_test 120 '-*tma*:PipelinedLinearSwitch.*'
 tests linear_test_tma cuda_linear_production_test 60 '*tma*:PipelinedLinearSwitch.*'
 lap tests
-OUT=$OUT/attn timeout 90 bench/sparse_attn.sh > /dev/null 2>&1; grep -vE '^\s*$' "$OUT/attn/sparse_attn.log" | tail -14
+OUT=$OUT/attn timeout 90 bench/sparse_attn.sh > /dev/null 2>&1; grep -vE '^\s*$' "$OUT/attn/sparse_attn.log" | tail -24
 lap attention
 OUT=$OUT/index timeout 100 bench/index_select.sh --splits 8192:4,2048:1 --reps 10 > /dev/null 2>&1
 timeout 40 ./build/bench/dsv41_index_select_bench --only long --reps 5 --splits 32768:8 >> "$OUT/index/index_select.log" 2>&1

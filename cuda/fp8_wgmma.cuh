@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/fp8_async.cuh"
+#include "formats/minifloat.h"
 
 namespace dsv41::gpu::fp8 {
 
@@ -73,6 +74,31 @@ __device__ inline void wgmma_e4m3_inout(float (&d)[N / 2], uint64_t desc_a, uint
     wgmma_m64n128k32_e4m3_inout(d, desc_a, desc_b);
   } else {
     wgmma_m64n64k32_e4m3_inout(d, desc_a, desc_b);
+  }
+}
+
+// The GEMMs' epilogue: a thread's wgmma m64nN accumulator fragment acc [N / 2] (rows t0 and t0 + 8,
+// columns c0 + 8 j + {0, 1}) as bf16 values into y [T, out] (the backend's bf16 tensors are fp32
+// storage); rows past T and columns past out are not written.
+template <int N>
+__device__ __forceinline__ void store_bf16_fragment(const float (&acc)[N / 2], float* y, int64_t T, int64_t out,
+                                                    int64_t t0, int64_t c0) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t t = t0 + h * 8;
+    if (t >= T) continue;
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+      const int64_t o = c0 + j * 8;
+      const float v0 = formats::round_to_bf16(acc[4 * j + 2 * h]), v1 = formats::round_to_bf16(acc[4 * j + 2 * h + 1]);
+      float* dst = y + t * out + o;
+      if (o + 1 < out && out % 2 == 0) {
+        *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+      } else {
+        if (o < out) dst[0] = v0;
+        if (o + 1 < out) dst[1] = v1;
+      }
+    }
   }
 }
 

@@ -42,7 +42,6 @@
 #include "cuda/kernels.h"
 #include "cuda/tensor_core.cuh"
 #include "cuda/tma.cuh"
-#include "formats/minifloat.h"
 
 namespace dsv41::gpu {
 namespace {
@@ -292,24 +291,8 @@ __global__ void __launch_bounds__(128 * kWG, 1)
   }
   cp_async_wait<0>();
 
-  // Epilogue: bf16 values (the backend's bf16 tensors are fp32 storage), as the serial kernel.
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t t = m0 + row0 + h * 8;
-    if (t >= T) continue;
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const int64_t o = n0 + j * 8 + tq * 2;
-      const float v0 = formats::round_to_bf16(acc[4 * j + 2 * h]), v1 = formats::round_to_bf16(acc[4 * j + 2 * h + 1]);
-      float* dst = y + t * out + o;
-      if (o + 1 < out && out % 2 == 0) {
-        *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-      } else {
-        if (o < out) dst[0] = v0;
-        if (o + 1 < out) dst[1] = v1;
-      }
-    }
-  }
+  // Epilogue: bf16 values (the backend's bf16 tensors are fp32 storage).
+  fp8::store_bf16_fragment<kBN>(acc, y, T, out, m0 + row0, n0 + tq * 2);
 }
 
 // A 2-D tensor map of E4M3 codes [rows, in] (row-major), box box_rows x 128 bytes, 128-byte swizzle

@@ -324,6 +324,28 @@ TEST(IndexSelectProduction, RandomSelectionsAreTheReferencesUpToTies) {
   EXPECT_EQ(kernel_calls() - before, 18) << "every call ran the fused kernel";
 }
 
+// The candidate source (top-k 512, `blocks` blocks of 8) on c: the production op's top-k and mask
+// equal the exact op's bit for bit (zero queries: every score ties, so the picks are the tie rule's).
+void expect_source_picks_of_the_exact_op(const Case& c, int blocks, int64_t T, int64_t n) {
+  IndexSelectSpec source = plain_spec(512);
+  source.candidate_topk_blocks = blocks;
+  source.candidate_block_size = 8;
+  const IndexSelection want = cuda_ops().index_select(c.q, c.keys, c.w, c.reach, source);
+  const IndexSelection got = production_ops().index_select(c.q, c.keys, c.w, c.reach, source);
+  EXPECT_TRUE(same_bits(cuda_ops().download(want.topk), got.topk)) << "T " << T << " n " << n;
+  EXPECT_TRUE(same_bits(cuda_ops().download(want.candidates), got.candidates)) << "T " << T << " n " << n;
+}
+
+// A layer inside a random pool on c: the production op's top-k equals the exact op's bit for bit.
+void expect_pool_picks_of_the_exact_op(const Case& c, int64_t T, int64_t n) {
+  const Tensor<uint8_t> pool = random_pool(T, n);
+  IndexSelectSpec inside = plain_spec(512);
+  inside.pool = &pool;
+  EXPECT_TRUE(same_bits(cuda_ops().download(cuda_ops().index_select(c.q, c.keys, c.w, c.reach, inside).topk),
+                        production_ops().index_select(c.q, c.keys, c.w, c.reach, inside).topk))
+      << "pool, T " << T << " n " << n;
+}
+
 TEST(IndexSelectProduction, TiesFollowTheTieRule) {
   DSV41_SKIP_WITHOUT_DEVICE();
   // Zero queries: every reachable score is 0, so the picks are exactly the reference's (the tie
@@ -332,19 +354,8 @@ TEST(IndexSelectProduction, TiesFollowTheTieRule) {
     Case c = make_case(T, 32, 128, n, false, 0);
     for (float& v : c.q.data()) v = 0.0f;
     for (int blocks : {6, 2048}) {
-      IndexSelectSpec source = plain_spec(512);
-      source.candidate_topk_blocks = blocks;
-      source.candidate_block_size = 8;
-      const IndexSelection want = cuda_ops().index_select(c.q, c.keys, c.w, c.reach, source);
-      const IndexSelection got = production_ops().index_select(c.q, c.keys, c.w, c.reach, source);
-      EXPECT_TRUE(same_bits(cuda_ops().download(want.topk), got.topk)) << "T " << T << " n " << n;
-      EXPECT_TRUE(same_bits(cuda_ops().download(want.candidates), got.candidates)) << "T " << T << " n " << n;
-      const Tensor<uint8_t> pool = random_pool(T, n);
-      IndexSelectSpec inside = plain_spec(512);
-      inside.pool = &pool;
-      EXPECT_TRUE(same_bits(cuda_ops().download(cuda_ops().index_select(c.q, c.keys, c.w, c.reach, inside).topk),
-                            production_ops().index_select(c.q, c.keys, c.w, c.reach, inside).topk))
-          << "pool, T " << T << " n " << n;
+      expect_source_picks_of_the_exact_op(c, blocks, T, n);
+      expect_pool_picks_of_the_exact_op(c, T, n);
     }
   }
   // A 3-level grid: scores full of exact ties (and the set rule still holds).
@@ -426,21 +437,8 @@ TEST(IndexSelectProduction, MoreThan65536KeysAreRangedAndMerged) {
                                                                                       {4, 131075, true}}) {
     Case c = make_case(T, 32, 128, n, prefill, 0);
     for (float& v : c.q.data()) v = 0.0f;
-    for (int blocks : {6, 2048}) {
-      IndexSelectSpec source = plain_spec(512);
-      source.candidate_topk_blocks = blocks;
-      source.candidate_block_size = 8;
-      const IndexSelection want = cuda_ops().index_select(c.q, c.keys, c.w, c.reach, source);
-      const IndexSelection got = production_ops().index_select(c.q, c.keys, c.w, c.reach, source);
-      EXPECT_TRUE(same_bits(cuda_ops().download(want.topk), got.topk)) << "T " << T << " n " << n;
-      EXPECT_TRUE(same_bits(cuda_ops().download(want.candidates), got.candidates)) << "T " << T << " n " << n;
-    }
-    const Tensor<uint8_t> pool = random_pool(T, n);
-    IndexSelectSpec inside = plain_spec(512);
-    inside.pool = &pool;
-    EXPECT_TRUE(same_bits(cuda_ops().download(cuda_ops().index_select(c.q, c.keys, c.w, c.reach, inside).topk),
-                          production_ops().index_select(c.q, c.keys, c.w, c.reach, inside).topk))
-        << "pool, T " << T << " n " << n;
+    for (int blocks : {6, 2048}) expect_source_picks_of_the_exact_op(c, blocks, T, n);
+    expect_pool_picks_of_the_exact_op(c, T, n);
   }
 }
 
