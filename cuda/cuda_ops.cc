@@ -18,6 +18,7 @@
 #include <sstream>
 #include <utility>
 
+#include "cuda/deferred_checks.h"
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"
 #include "cuda/device.h"
@@ -43,6 +44,12 @@ struct CudaOps::State {
   std::string last_op;
   std::chrono::steady_clock::time_point last;
   std::map<std::string, double> seconds;
+  // DSV41_CUDA_DEFER_CHECKS=1: the deferred checks' slots (made on first use) and what each holds.
+  // check_mu is held across a whole synchronizing copy (stage, copy, settle).
+  static constexpr int kCheckSlots = 1024;
+  std::mutex check_mu;
+  std::unique_ptr<CheckSlots> slots;
+  PendingChecks pending{kCheckSlots};
 };
 
 CudaOps::CudaOps(CudaMode mode) : mode_(mode), s_(std::make_unique<State>()) {
@@ -131,6 +138,38 @@ void CudaOps::time_mark(const char* op) const {
   s_->last = now;
 }
 
+// ---- deferred checks ----
+
+bool CudaOps::defers_checks() const { return defer_checks(); }
+
+int* CudaOps::check_slot(std::string what) const {
+  std::lock_guard<std::mutex> l(s_->check_mu);
+  if (!s_->slots) s_->slots = std::make_unique<CheckSlots>(State::kCheckSlots);
+  if (s_->pending.full()) {  // resolve the full span first (a synchronization: the event's wait)
+    s_->slots->stage(s_->pending.pending());
+    s_->pending.resolve(s_->slots->settle(), s_->pending.pending());
+  }
+  return s_->slots->slot(s_->pending.add(std::move(what)));
+}
+
+int CudaOps::stage_checks() const {
+  if (!defers_checks()) return 0;
+  const int n = s_->pending.pending();
+  if (n > 0) s_->slots->stage(n);
+  return n;
+}
+
+void CudaOps::settle_checks(int staged) const {
+  if (staged == 0) return;
+  s_->pending.resolve(s_->slots->settle(), staged);
+}
+
+void CudaOps::resolve_checks() const {
+  if (!defers_checks()) return;
+  std::lock_guard<std::mutex> l(s_->check_mu);
+  settle_checks(stage_checks());  // no copy in between: settle waits for the staged one
+}
+
 CudaOps::Mirror CudaOps::mirror(const float* host, size_t n) const {
   Mirror m;
   {
@@ -208,8 +247,8 @@ namespace {
 
 // Every host array prepare() mirrors: the dense weights the ported ops read, then the RoPE tables
 // ([max_seq_len, rd/2] fp32 each), the MoE gate and routed experts, the Engram tables (bytes) and
-// q/k weights. Of the mHC weights only hc_fn is read on the device (scale and base serve the
-// host-side Sinkhorn); the MoE gate bias serves the host-side routing.
+// q/k weights. The mHC weights fn, scale and base (the device Sinkhorn reads the last two; mirrored
+// they cost no upload per call); the MoE gate bias serves the host-side routing.
 void for_each_mirrored(const reference::checkpoint::ModelWeights& wt, const std::vector<reference::RopeTable>& rope,
                        const std::function<void(const float*, size_t)>& f,
                        const std::function<void(const uint8_t*, size_t)>& bytes) {
@@ -236,8 +275,11 @@ void for_each_mirrored(const reference::checkpoint::ModelWeights& wt, const std:
     for (const std::vector<reference::LinearWeight>* ws : {&b.ffn.w1, &b.ffn.w2, &b.ffn.w3}) {
       for (const reference::LinearWeight& w : *ws) lin(w);
     }
-    v(b.hc_attn.fn.data());
-    v(b.hc_ffn.fn.data());
+    for (const reference::HcWeights* hw : {&b.hc_attn, &b.hc_ffn}) {
+      v(hw->fn.data());
+      v(hw->scale.data());
+      v(hw->base.data());
+    }
     if (b.has_engram) {
       v(b.engram.q_weight.data());
       v(b.engram.k_weight.data());
@@ -288,14 +330,6 @@ Tensor<T> upload_any(Tensor<T> host) {
 }
 
 template <typename T>
-Tensor<T> download_any(Tensor<T> t) {
-  if (t.on_host()) return t;
-  Tensor<T> h(t.shape(), t.name());
-  if (t.numel() > 0) copy_to_host(h.data().data(), dev(t), static_cast<size_t>(t.numel()) * sizeof(T));
-  return h;
-}
-
-template <typename T>
 Tensor<T> slice_any(const Tensor<T>& x, int64_t first, int64_t count) {
   if (x.on_host()) return upload_any(reference::slice_rows(x, first, count));
   DSV41_CHECK(x.rank() >= 1 && first >= 0 && count >= 0 && first + count <= x.dim(0), "rows [", first, ", ",
@@ -310,11 +344,17 @@ Tensor<T> slice_any(const Tensor<T>& x, int64_t first, int64_t count) {
 
 }  // namespace
 
+// Every copy to the host resolves the pending deferred checks: their flags travel (asynchronously)
+// just before it, and are read once it has synchronized.
 template <typename T>
 Tensor<T> CudaOps::host_copy(const Tensor<T>& t) const {
   if (t.on_host()) return t;
+  std::unique_lock<std::mutex> l(s_->check_mu, std::defer_lock);
+  if (defers_checks()) l.lock();
+  const int staged = stage_checks();
   Tensor<T> h(t.shape(), t.name());
   if (t.numel() > 0) copy_to_host(h.data().data(), dev(t), static_cast<size_t>(t.numel()) * sizeof(T));
+  settle_checks(staged);
   return h;
 }
 template Tensor<float> CudaOps::host_copy(const Tensor<float>&) const;
@@ -326,10 +366,10 @@ Tensor<float> CudaOps::upload(Tensor<float> h) const { return upload_any(std::mo
 Tensor<int32_t> CudaOps::upload(Tensor<int32_t> h) const { return upload_any(std::move(h)); }
 Tensor<int64_t> CudaOps::upload(Tensor<int64_t> h) const { return upload_any(std::move(h)); }
 Tensor<uint8_t> CudaOps::upload(Tensor<uint8_t> h) const { return upload_any(std::move(h)); }
-Tensor<float> CudaOps::download(Tensor<float> t) const { return download_any(std::move(t)); }
-Tensor<int32_t> CudaOps::download(Tensor<int32_t> t) const { return download_any(std::move(t)); }
-Tensor<int64_t> CudaOps::download(Tensor<int64_t> t) const { return download_any(std::move(t)); }
-Tensor<uint8_t> CudaOps::download(Tensor<uint8_t> t) const { return download_any(std::move(t)); }
+Tensor<float> CudaOps::download(Tensor<float> t) const { return t.on_host() ? std::move(t) : host_copy(t); }
+Tensor<int32_t> CudaOps::download(Tensor<int32_t> t) const { return t.on_host() ? std::move(t) : host_copy(t); }
+Tensor<int64_t> CudaOps::download(Tensor<int64_t> t) const { return t.on_host() ? std::move(t) : host_copy(t); }
+Tensor<uint8_t> CudaOps::download(Tensor<uint8_t> t) const { return t.on_host() ? std::move(t) : host_copy(t); }
 Tensor<float> CudaOps::slice_rows(const Tensor<float>& x, int64_t first, int64_t count) const {
   return slice_any(x, first, count);
 }

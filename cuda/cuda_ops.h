@@ -29,6 +29,9 @@
 //                    (the device synchronized at every op: slower, for finding where time goes)
 // An input the reference rejects (a non-bf16 linear input, a non-finite cache row) is detected on
 // the device; the op then re-runs the reference on the host, which raises its exact error.
+// DSV41_CUDA_DEFER_CHECKS=1 (cuda/deferred_checks.h): such a check whose failure can only be an
+// error is not read back (no synchronization); it is resolved at the next download / host copy
+// (every forward ends with one: the logits), which then throws naming the op and the thing.
 // docs/cuda.md lists which ported ops are bit-exact (all of them in kExact) and why, and the production ops.
 //
 // Example:
@@ -86,6 +89,11 @@ class CudaOps final : public reference::seam::Ops {
   // then, and marks `op` (an op whose count() comes after its launches marks its start with it;
   // the scenario backend marks "(outside the forward)" after each forward). Otherwise nothing.
   void time_mark(const char* op) const;
+  // DSV41_CUDA_DEFER_CHECKS (read once per process): whether checks are deferred.
+  bool defers_checks() const;
+  // Resolves the pending deferred checks now (one synchronization when any is pending): throws a
+  // dsv41::Error naming the first that failed. download() and host copies do this on their own.
+  void resolve_checks() const;
 
   // ---- memory ----
   void prepare(const reference::checkpoint::ModelWeights& weights, const std::vector<reference::RopeTable>& rope) const override;
@@ -198,6 +206,18 @@ class CudaOps final : public reference::seam::Ops {
   void register_mirror(const float* host, size_t n) const;
   void register_mirror(const uint8_t* host, size_t n) const;
   void count(const char* op, bool on_gpu) const;  // also time_mark(op)
+  // With deferred checks on: a zeroed device int for a check of `what` (the op, the thing, what a
+  // set flag means), resolved at the next synchronizing call; nullptr when off (the op reads its
+  // own status back). `what` is built only when on.
+  template <typename F>
+  int* deferred_check(F&& what) const {
+    return defers_checks() ? check_slot(what()) : nullptr;
+  }
+  int* check_slot(std::string what) const;
+  // Around a synchronizing copy: stage_checks() copies the pending flags asynchronously before it,
+  // settle_checks(n) reads them after it and throws for a set one (cuda/deferred_checks.h).
+  int stage_checks() const;
+  void settle_checks(int staged) const;
   // The host copy of a tensor wherever it lives (no device clone).
   template <typename T>
   reference::Tensor<T> host_copy(const reference::Tensor<T>& t) const;

@@ -128,7 +128,13 @@ Tensor<int32_t> CudaOps::index_topk(const Tensor<float>& scores, const std::vect
   if (rows * kk > 0) {
     DevIn<float> s(scores);
     const auto dr = to_device(reach);
-    if (!gpu::index_topk(s.get(), dr->get(), rows, n, kk, dev(out))) return host();  // a NaN score
+    int* check = deferred_check(
+        [&] { return detail::concat("index_topk of '", scores.name(), "': a score is NaN"); });
+    if (check != nullptr) {
+      gpu::index_topk_async(s.get(), nullptr, dr->get(), rows, n, kk, dev(out), check);
+    } else if (!gpu::index_topk(s.get(), dr->get(), rows, n, kk, dev(out))) {
+      return host();  // a NaN score: the reference raises its error
+    }
   }
   count("index_topk", true);
   return out;

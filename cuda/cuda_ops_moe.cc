@@ -98,7 +98,7 @@ Tensor<float> CudaOps::moe_experts(const Tensor<float>& x, const reference::MoeW
   const int64_t k = experts.dim(1);
   DevIn<float> dx(x);
   Tensor<float> acc = device_tensor<float>({T, dim}, "moe.acc");  // fp32, +0
-  if (T * dim > 0) fill_device(dev(acc), 0, static_cast<size_t>(T * dim) * sizeof(float));
+  if (T * dim > 0) fill_device_async(dev(acc), 0, static_cast<size_t>(T * dim) * sizeof(float));
   for (int e = 0; e < static_cast<int>(w.w1.size()); ++e) {
     std::vector<int64_t> tokens;
     std::vector<float> weights;

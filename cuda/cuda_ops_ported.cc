@@ -4,7 +4,8 @@
 // formats (qdq, write_entries, read_entries: the bit-exact packers of cuda/kv_quant.cu), mHC's
 // hc_pre / hc_post / hc_identity_pre, and the DSpark helpers. Shapes are checked on the host; any
 // input the reference would reject makes the op re-run the reference on host copies, so the
-// error is the reference's own (and is counted as a host call).
+// error is the reference's own (and is counted as a host call); with DSV41_CUDA_DEFER_CHECKS=1 the
+// value checks (bf16 inputs, finite rows) are deferred instead (cuda/deferred_checks.h).
 #include <algorithm>
 #include <numeric>
 #include <utility>
@@ -83,15 +84,32 @@ Tensor<float> CudaOps::linear_path(const char* op, const Tensor<float>& x, const
   const Mirror sm = quantized ? mirror(w.scale) : Mirror{};
   const float* wv = unpacked ? unpacked->get() : wm.get();
   const float* ws = quantized ? sm.get() : nullptr;
+  // DSV41_CUDA_DEFER_CHECKS=1: the input check (bf16 values; finite act_quant blocks) goes to a
+  // deferred slot instead of being read back; its failure is only ever the reference's error.
+  const bool to_bf16 = !fp32 && w.dtype == DType::kBF16;
+  int* check = (!fp32 && (quantized || to_bf16)) ? deferred_check([&] {
+    return detail::concat(op, " '", w.name, "' (", reference::dtype_name(w.dtype), "): an input is not a bf16 value",
+                          quantized ? " or an act_quant block is not finite" : "");
+  })
+                                                 : nullptr;
   int status = 0;
   if (production("linear") && !fp32 && tile && !w.is_packed()) {
     // The production linear (order-variant): fp8 tensor cores, cuda/linear_fp8_mma.cu.
     const MirrorOf<uint8_t> codes = e4m3_codes(w, wv);
-    status = gpu::fp8_mma_linear(in.get(), x.dim(0), w.in, codes.get(), ws, w.out, dev(y));
+    if (check != nullptr) {
+      gpu::fp8_mma_linear_async(in.get(), x.dim(0), w.in, codes.get(), ws, w.out, dev(y), check);
+    } else {
+      status = gpu::fp8_mma_linear(in.get(), x.dim(0), w.in, codes.get(), ws, w.out, dev(y));
+    }
   } else if (!fp32 && quantized) {
-    status = gpu::block_scaled_linear(in.get(), x.dim(0), w.in, wv, ws, tile, w.out, dev(y));
+    if (check != nullptr) {
+      gpu::block_scaled_linear_async(in.get(), x.dim(0), w.in, wv, ws, tile, w.out, dev(y), check);
+    } else {
+      status = gpu::block_scaled_linear(in.get(), x.dim(0), w.in, wv, ws, tile, w.out, dev(y));
+    }
+  } else if (check != nullptr) {
+    gpu::plain_linear_async(in.get(), x.dim(0), w.in, wv, nullptr, tile, w.out, true, dev(y), check);
   } else {
-    const bool to_bf16 = !fp32 && w.dtype == DType::kBF16;
     status = gpu::plain_linear(in.get(), x.dim(0), w.in, wv, fp32 ? ws : nullptr, tile, w.out, to_bf16, dev(y));
   }
   if (status != 0) return host();
@@ -142,7 +160,14 @@ Tensor<float> CudaOps::qdq(formats::CacheFormat format, const Tensor<float>& x) 
   Tensor<float> y = device_tensor<float>(x.shape(), x.name() + "_qdq");
   if (rows > 0) {
     gpu::pack_rows(format, in.get(), rows, static_cast<int>(d), packed.get(), finite.get());
-    if (!all_set(finite)) return host();  // the reference raises its error
+    int* check = deferred_check([&] {
+      return detail::concat("qdq of '", x.name(), "' through ", formats::info(format).name, ": a row is not finite");
+    });
+    if (check != nullptr) {
+      gpu::flag_unless_all_set(finite.get(), rows, check);
+    } else if (!all_set(finite)) {
+      return host();  // the reference raises its error
+    }
     gpu::unpack_rows(format, packed.get(), rows, static_cast<int>(d), dev(y));
   }
   count("qdq", true);
@@ -171,7 +196,15 @@ void CudaOps::write_entries(Tensor<uint8_t>& storage, formats::CacheFormat forma
   DevIn<float> in(rows);
   DeviceBuffer<uint8_t> packed(static_cast<size_t>(n * eb)), finite(static_cast<size_t>(n));
   gpu::pack_rows(format, in.get(), n, static_cast<int>(d), packed.get(), finite.get());
-  if (!all_set(finite)) return host();
+  int* check = deferred_check([&] {
+    return detail::concat("write_entries into '", storage.name(), "' (", formats::info(format).name, "): row '",
+                          rows.name(), "' is not finite");
+  });
+  if (check != nullptr) {
+    gpu::flag_unless_all_set(finite.get(), n, check);
+  } else if (!all_set(finite)) {
+    return host();  // the reference raises its error
+  }
   auto dst = to_device(entries);
   gpu::copy_rows(packed.get(), nullptr, dev(storage), dst->get(), n, eb);
   count("write_entries", true);

@@ -57,10 +57,30 @@ DeviceMemoryStats device_memory_stats();
 void reset_device_alloc_peak();         // the high-water mark restarts at what is held now
 void* pinned_alloc(std::size_t bytes);  // page-locked host memory
 void pinned_free(void* p) noexcept;
-void copy_to_device(void* dst, const void* src, std::size_t bytes);  // synchronous
-void copy_to_host(void* dst, const void* src, std::size_t bytes);    // synchronous
-void fill_device(void* dst, uint8_t byte, std::size_t bytes);        // synchronous
+// The synchronous helpers (each counted below, cuda/host_sync.cu):
+void copy_to_device(void* dst, const void* src, std::size_t bytes);  // waits for the device first
+void copy_to_host(void* dst, const void* src, std::size_t bytes);    // waits for the copy
+void fill_device(void* dst, uint8_t byte, std::size_t bytes);        // waits for the device after
 void synchronize();                                                  // whole device
+// Asynchronous on the default stream (no host wait, not counted): dst of copy_to_host_async must be
+// pinned (pinned_alloc) and is valid once a later synchronization has passed.
+void fill_device_async(void* dst, uint8_t byte, std::size_t bytes);
+void copy_to_host_async(void* dst, const void* src, std::size_t bytes);
+
+// ---- host synchronizations ----
+// Every helper of this library that makes the host wait for the device counts itself here
+// (process-wide relaxed atomics: cheap, always on; docs/cuda.md "Host synchronizations of a decode
+// step"): d2h = a device-to-host cudaMemcpy (waits for the stream and the copy); h2d = a
+// host-to-device cudaMemcpy from pageable memory (the runtime waits for the stream before the
+// copy); device = cudaDeviceSynchronize, cudaEventSynchronize, or cudaFree (DSV41_CUDA_ALLOC_POOL=0).
+enum class HostSync : uint8_t { kD2H, kH2D, kDevice };
+void note_host_sync(HostSync kind);
+struct HostSyncCounts {
+  int64_t d2h = 0, h2d = 0, device = 0;
+  int64_t total() const { return d2h + h2d + device; }
+};
+HostSyncCounts host_sync_counts();
+int64_t host_sync_count();  // host_sync_counts().total()
 
 // Owns `n` elements of device memory.
 template <typename T>

@@ -43,6 +43,7 @@
 
 #include "base/error.h"
 #include "cuda/common.cuh"
+#include "cuda/device.h"
 #include "cuda/index_select_score.cuh"
 
 namespace dsv41::gpu {
@@ -452,7 +453,7 @@ IndexSelectSplit index_select_split(const IndexSelectArgs& a) {
 
 bool index_select_flagged(const uint8_t* workspace) {
   int flag = 0;
-  DSV41_CUDA_CHECK(cudaMemcpy(&flag, workspace, sizeof flag, cudaMemcpyDeviceToHost));
+  copy_to_host(&flag, workspace, sizeof flag);
   return flag != 0;
 }
 

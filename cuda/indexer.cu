@@ -58,6 +58,7 @@
 #include <mutex>
 
 #include "cuda/common.cuh"
+#include "cuda/device.h"
 #include "cuda/indexer_mma.cuh"
 #include "cuda/kernels.h"
 #include "formats/minifloat.h"
@@ -412,7 +413,7 @@ void index_scores(const float* q, const float* keys, const float* w, const int64
     ds.resident_ctas = std::max(1, per_sm) * std::max(1, sms);
   }
   if (ds.bytes < total) {
-    DSV41_CUDA_CHECK(cudaDeviceSynchronize());  // earlier calls may still use the old scratch
+    synchronize();  // earlier calls may still use the old scratch
     if (ds.p != nullptr) DSV41_CUDA_CHECK(cudaFree(ds.p));
     ds.p = nullptr;
     ds.bytes = 0;
@@ -449,9 +450,9 @@ IndexScoresPath index_scores_last_path() {
   Scratch& s = scratch();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.last_counts != nullptr) {  // the counts stay valid until the call after next
-    DSV41_CUDA_CHECK(cudaDeviceSynchronize());
+    synchronize();
     int c[2];
-    DSV41_CUDA_CHECK(cudaMemcpy(c, s.last_counts, sizeof(c), cudaMemcpyDeviceToHost));
+    copy_to_host(c, s.last_counts, sizeof(c));
     s.last.slow_queries = c[0];
     s.last.slow_keys = c[1];
     s.last_counts = nullptr;

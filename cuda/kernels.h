@@ -22,6 +22,9 @@ void copy_rows(const uint8_t* src, const int64_t* src_row, uint8_t* dst, const i
 void copy_cols(const float* x, int64_t T, int64_t w, float* y, int64_t width, int64_t off);
 // y[i] += b[i], i < n (fp32, one add each: add_markov_bias).
 void add_in_place(float* y, const float* b, int64_t n);
+// *status = 1 (device int) when some flags[i] != 1, i < n (the finite flags of pack_rows: a
+// deferred check, cuda/deferred_checks.h); no synchronization.
+void flag_unless_all_set(const uint8_t* flags, int64_t n, int* status);
 
 // ---- fp4_unpack.cu ----
 // packed [n/2] bytes (two E2M1 codes each, low nibble first; n even) -> values [n] fp32 (exact).
@@ -51,8 +54,16 @@ int block_scaled_linear(const float* x, int64_t T, int64_t in, const float* w, c
 // (linear_fp32 of F8/F4 weights; tile_scales as above).
 int plain_linear(const float* x, int64_t T, int64_t in, const float* w, const float* wscale, bool tile_scales,
                  int64_t out, bool to_bf16, float* y);
-// grouped_linear: x [T, G * width], w [out, width] bf16 -> y [T, out] bf16.
-int grouped_linear(const float* x, int64_t T, int64_t groups, int64_t width, const float* w, int64_t out, float* y);
+// The two without a synchronization (DSV41_CUDA_DEFER_CHECKS): an invalid input sets *status (a
+// device int the caller zeroed; never cleared here) and the kernels still run on what they got.
+// status may be nullptr only for plain_linear_async with to_bf16 false (it checks nothing).
+void block_scaled_linear_async(const float* x, int64_t T, int64_t in, const float* w, const float* wscale,
+                               bool tile_scales, int64_t out, float* y, int* status);
+void plain_linear_async(const float* x, int64_t T, int64_t in, const float* w, const float* wscale, bool tile_scales,
+                        int64_t out, bool to_bf16, float* y, int* status);
+// grouped_linear: x [T, G * width], w [out, width] bf16 -> y [T, out] bf16 (checks nothing, as the
+// reference's grouped_linear).
+void grouped_linear(const float* x, int64_t T, int64_t groups, int64_t width, const float* w, int64_t out, float* y);
 
 // ---- linear_fp8_mma.cu, linear_fp8_wgmma.cu (PRODUCTION, order-variant: backend `cuda`; docs/cuda.md) ----
 // E4M3 values [n] (exact) -> their codes [n].
@@ -88,6 +99,11 @@ void fp8_mma_sync_linear_codes(const uint8_t* x_codes, const float* x_scales, in
 // act_quant_codes then fp8_mma_linear_codes; returns act_quant's status (y unwritten when nonzero).
 int fp8_mma_linear(const float* x, int64_t T, int64_t in, const uint8_t* w_codes, const float* w_scales,
                    int64_t out, float* y);
+// The two without a synchronization (DSV41_CUDA_DEFER_CHECKS): act_quant's status goes to *status (a
+// device int the caller zeroed; set, never cleared) and the GEMM runs on whatever act_quant gave.
+void act_quant_codes_async(const float* x, int64_t T, int64_t in, uint8_t* codes, float* scales, int* status);
+void fp8_mma_linear_async(const float* x, int64_t T, int64_t in, const uint8_t* w_codes, const float* w_scales,
+                          int64_t out, float* y, int* status);
 // The tensor-core probes of tests/cuda/linear_production_test.cc: a [64, 32], b [8, 32] E4M3 codes
 // (device, K contiguous) -> d [64, 8] fp32, each 32-wide dot in one instruction with a zero
 // accumulator: 4 mma.sync m16n8k32, or one wgmma m64n8k32 (the production kernel's layout).

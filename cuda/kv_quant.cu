@@ -384,6 +384,7 @@ void device_free(void* p) noexcept {
       b.sizes.erase(it);
     }
   }
+  if (!alloc_pool()) note_host_sync(HostSync::kDevice);  // cudaFree waits for the device
   const cudaError_t e = alloc_pool() ? cudaFreeAsync(p, 0) : cudaFree(p);
   if (e != cudaSuccess) std::fprintf(stderr, "dsv41: cudaFree failed: %s\n", cudaGetErrorString(e));
 }
@@ -424,21 +425,6 @@ void pinned_free(void* p) noexcept {
   if (e != cudaSuccess)
     std::fprintf(stderr, "dsv41: cudaFreeHost failed: %s\n", cudaGetErrorString(e));
 }
-
-void copy_to_device(void* dst, const void* src, std::size_t bytes) {
-  if (bytes != 0) DSV41_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-}
-
-void copy_to_host(void* dst, const void* src, std::size_t bytes) {
-  if (bytes != 0) DSV41_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
-}
-
-void fill_device(void* dst, uint8_t byte, std::size_t bytes) {
-  if (bytes != 0) DSV41_CUDA_CHECK(cudaMemset(dst, byte, bytes));
-  DSV41_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-void synchronize() { DSV41_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 // ---------------------------------------------------------------------------------------------
 // Launchers.

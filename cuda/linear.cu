@@ -109,7 +109,7 @@ class Status {
   int* get() const { return p_; }
   int result() const {
     int v = 0;
-    DSV41_CUDA_CHECK(cudaMemcpy(&v, p_, sizeof(int), cudaMemcpyDeviceToHost));
+    copy_to_host(&v, p_, sizeof(int));
     return v;
   }
 
@@ -117,48 +117,62 @@ class Status {
   int* p_ = nullptr;
 };
 
-void check_bf16(const float* x, int64_t n, const Status& s) {
+void check_bf16(const float* x, int64_t n, int* status) {
   if (n == 0) return;
-  check_bf16_kernel<<<grid_for(n, kThreads), kThreads>>>(x, n, s.get());
+  check_bf16_kernel<<<grid_for(n, kThreads), kThreads>>>(x, n, status);
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
-int block_scaled_linear(const float* x, int64_t T, int64_t in, const float* w, const float* wscale, bool tile_scales,
-                        int64_t out, float* y) {
-  if (T == 0) return 0;
+void block_scaled_linear_async(const float* x, int64_t T, int64_t in, const float* w, const float* wscale,
+                               bool tile_scales, int64_t out, float* y, int* status) {
+  if (T == 0) return;
   const int64_t nkb = in / kBlock;
   float* xq = static_cast<float*>(device_alloc(static_cast<size_t>(T * in) * sizeof(float)));
   float* xs = static_cast<float*>(device_alloc(static_cast<size_t>(T * nkb) * sizeof(float)));
-  Status s;
-  act_quant_kernel<<<grid_for(T * nkb, kThreads), kThreads>>>(x, T, in, xq, xs, s.get());
+  act_quant_kernel<<<grid_for(T * nkb, kThreads), kThreads>>>(x, T, in, xq, xs, status);
   DSV41_CUDA_CHECK(cudaGetLastError());
   block_scaled_kernel<<<grid_for(T * out, kThreads), kThreads>>>(xq, xs, T, in, w, wscale, tile_scales, out, y);
   DSV41_CUDA_CHECK(cudaGetLastError());
-  const int r = s.result();
-  device_free(xq);
+  device_free(xq);  // stream-ordered: after the kernels
   device_free(xs);
-  return r;
+}
+
+int block_scaled_linear(const float* x, int64_t T, int64_t in, const float* w, const float* wscale, bool tile_scales,
+                        int64_t out, float* y) {
+  if (T == 0) return 0;
+  Status s;
+  block_scaled_linear_async(x, T, in, w, wscale, tile_scales, out, y, s.get());
+  return s.result();
+}
+
+void plain_linear_async(const float* x, int64_t T, int64_t in, const float* w, const float* wscale, bool tile_scales,
+                        int64_t out, bool to_bf16, float* y, int* status) {
+  if (T == 0) return;
+  DSV41_CHECK(!to_bf16 || status != nullptr, "plain_linear: a bf16 linear needs a status for its input check");
+  if (to_bf16) check_bf16(x, T * in, status);
+  plain_kernel<<<grid_for(T * out, kThreads), kThreads>>>(x, T, in, in, 0, w, wscale, tile_scales, out, to_bf16, y);
+  DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
 int plain_linear(const float* x, int64_t T, int64_t in, const float* w, const float* wscale, bool tile_scales,
                  int64_t out, bool to_bf16, float* y) {
   if (T == 0) return 0;
+  if (!to_bf16) {  // the fp32 product checks nothing: no status to read
+    plain_linear_async(x, T, in, w, wscale, tile_scales, out, false, y, nullptr);
+    return 0;
+  }
   Status s;
-  if (to_bf16) check_bf16(x, T * in, s);
-  plain_kernel<<<grid_for(T * out, kThreads), kThreads>>>(x, T, in, in, 0, w, wscale, tile_scales, out, to_bf16, y);
-  DSV41_CUDA_CHECK(cudaGetLastError());
+  plain_linear_async(x, T, in, w, wscale, tile_scales, out, true, y, s.get());
   return s.result();
 }
 
-int grouped_linear(const float* x, int64_t T, int64_t groups, int64_t width, const float* w, int64_t out, float* y) {
-  if (T == 0) return 0;
-  Status s;
+void grouped_linear(const float* x, int64_t T, int64_t groups, int64_t width, const float* w, int64_t out, float* y) {
+  if (T == 0) return;
   plain_kernel<<<grid_for(T * out, kThreads), kThreads>>>(x, T, width, groups * width, out / groups, w, nullptr, false,
                                                           out, /*to_bf16=*/true, y);
   DSV41_CUDA_CHECK(cudaGetLastError());
-  return s.result();
 }
 
 }  // namespace dsv41::gpu

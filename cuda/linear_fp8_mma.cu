@@ -214,14 +214,19 @@ void encode_e4m3(const float* values, int64_t n, uint8_t* codes) {
   DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
+void act_quant_codes_async(const float* x, int64_t T, int64_t in, uint8_t* codes, float* scales, int* status) {
+  if (T == 0) return;
+  act_quant_codes_kernel<<<grid_for(T * (in / kBlock), 128), 128>>>(x, T, in, codes, scales, status);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
+
 int act_quant_codes(const float* x, int64_t T, int64_t in, uint8_t* codes, float* scales) {
   if (T == 0) return 0;
   int* status = static_cast<int*>(device_alloc(sizeof(int)));
   DSV41_CUDA_CHECK(cudaMemsetAsync(status, 0, sizeof(int)));
-  act_quant_codes_kernel<<<grid_for(T * (in / kBlock), 128), 128>>>(x, T, in, codes, scales, status);
-  DSV41_CUDA_CHECK(cudaGetLastError());
+  act_quant_codes_async(x, T, in, codes, scales, status);
   int r = 0;
-  DSV41_CUDA_CHECK(cudaMemcpy(&r, status, sizeof(int), cudaMemcpyDeviceToHost));
+  copy_to_host(&r, status, sizeof(int));
   device_free(status);
   return r;
 }
@@ -251,6 +256,17 @@ int fp8_mma_linear(const float* x, int64_t T, int64_t in, const uint8_t* w_codes
   device_free(codes);
   device_free(scales);
   return status;
+}
+
+void fp8_mma_linear_async(const float* x, int64_t T, int64_t in, const uint8_t* w_codes, const float* w_scales,
+                          int64_t out, float* y, int* status) {
+  if (T == 0) return;
+  uint8_t* codes = static_cast<uint8_t*>(device_alloc(static_cast<size_t>(T * in)));
+  float* scales = static_cast<float*>(device_alloc(static_cast<size_t>(T * (in / kBlock)) * sizeof(float)));
+  act_quant_codes_async(x, T, in, codes, scales, status);
+  fp8_mma_linear_codes(codes, scales, T, in, w_codes, w_scales, out, y);
+  device_free(codes);  // stream-ordered: after the GEMM
+  device_free(scales);
 }
 
 // The mma.sync side of the probe of tests/cuda/linear_production_test.cc: per 16 rows of a, one

@@ -1,8 +1,8 @@
 // cuda/memory.cu
 //
 // Memory ops of the CUDA ops table (cuda/kernels.h): device-to-device copies, row gathers and
-// scatters (cache entries, slices), column placement (concat_cols) and the in-place add of
-// add_markov_bias. Pure data movement except add_in_place (one fp32 add per element: bit-exact).
+// scatters (cache entries, slices), column placement (concat_cols), the in-place add of
+// add_markov_bias, and flag_unless_all_set (a deferred check). Pure data movement except add_in_place (one fp32 add per element: bit-exact).
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
@@ -36,7 +36,18 @@ __global__ void add_kernel(float* __restrict__ y, const float* __restrict__ b, i
   if (k < n) y[k] = __fadd_rn(y[k], b[k]);
 }
 
+__global__ void flag_unless_all_set_kernel(const uint8_t* __restrict__ flags, int64_t n, int* __restrict__ status) {
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k < n && flags[k] != 1) atomicExch(status, 1);
+}
+
 }  // namespace
+
+void flag_unless_all_set(const uint8_t* flags, int64_t n, int* status) {
+  if (n == 0) return;
+  flag_unless_all_set_kernel<<<grid_for(n, kThreads), kThreads>>>(flags, n, status);
+  DSV41_CUDA_CHECK(cudaGetLastError());
+}
 
 void copy_on_device(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;

@@ -377,7 +377,7 @@ bool index_topk(const float* scores, const int64_t* reach, int64_t rows, int64_t
   DSV41_CUDA_CHECK(cudaMemsetAsync(nan.get(), 0, sizeof(int), 0));
   index_topk_async(scores, nullptr, reach, rows, n, k, out, nan.get());
   int seen = 0;
-  DSV41_CUDA_CHECK(cudaMemcpy(&seen, nan.get(), sizeof(int), cudaMemcpyDeviceToHost));
+  copy_to_host(&seen, nan.get(), sizeof(int));
   return seen == 0;
 }
 
