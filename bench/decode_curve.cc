@@ -12,7 +12,8 @@
 // the selections stay where they are) and they must be finite and not all zero, else exit 2.
 // Reported per context: step ms median / p10 / p90 / mean, the ratio of the median to the 4096
 // step's (to the first context's when 4096 is not run), the state's bytes (allocated and held,
-// where they live), the device's allocations (a device backend) and the process's peak RSS. A
+// where they live), the device's allocations and host synchronizations per step (a device backend:
+// gpu::host_sync_counts; DSV41_CUDA_DEFER_CHECKS=1 defers the input checks) and the process's peak RSS. A
 // table on stdout; --out PREFIX writes PREFIX.csv and PREFIX.json (atomically, after every
 // context: a run cut short keeps what it measured).
 //
@@ -79,7 +80,16 @@ struct Point {
   int64_t device_alloc_after_state = -1;  // bytes device_alloc held after the state was built (-1: host)
   int64_t device_peak_alloc = -1;         // their high-water mark over the model, the state and the steps
   int64_t peak_rss = 0;                   // the process's (VmHWM), bytes
+  // Host synchronizations per timed step (gpu::host_sync_counts over the timed steps; -1: host
+  // backend): all, and device-to-host copies, host-to-device copies, device waits.
+  double syncs = -1, syncs_d2h = -1, syncs_h2d = -1, syncs_device = -1;
 };
+
+// DSV41_CUDA_DEFER_CHECKS as set ("unset": off; cuda/deferred_checks.h).
+std::string defer_checks_env() {
+  const char* env = std::getenv("DSV41_CUDA_DEFER_CHECKS");
+  return env == nullptr ? "unset" : env;
+}
 
 // The q-quantile of sorted values (nearest rank on [0, n-1]).
 double quantile(const std::vector<double>& sorted, double q) {
@@ -175,13 +185,29 @@ Point run_context(const Args& a, const reference::ModelConfig& base, const refer
   std::uniform_int_distribution<int64_t> token(0, c.vocab_size - 1);
   reference::model::StepOptions opt;
   opt.logits_only = true;
+#if defined(DSV41_HAVE_CUDA)
+  gpu::HostSyncCounts sync0;
+#endif
   for (int64_t s = 0; s < steps; ++s) {
+#if defined(DSV41_HAVE_CUDA)
+    if (s == a.warmup) sync0 = gpu::host_sync_counts();
+#endif
     const auto s0 = Clock::now();
     const reference::model::StepRecord r = model.forward_chunk(state, {token(rng)}, opt);
     const double ms = 1e3 * seconds_since(s0);
     check_logits(r.logits, context, s);
     if (s >= a.warmup) p.step_ms.push_back(ms);
   }
+#if defined(DSV41_HAVE_CUDA)
+  if (bm.device()) {
+    const gpu::HostSyncCounts sync1 = gpu::host_sync_counts();
+    const auto per_step = [&](int64_t n) { return static_cast<double>(n) / static_cast<double>(a.steps); };
+    p.syncs = per_step(sync1.total() - sync0.total());
+    p.syncs_d2h = per_step(sync1.d2h - sync0.d2h);
+    p.syncs_h2d = per_step(sync1.h2d - sync0.h2d);
+    p.syncs_device = per_step(sync1.device - sync0.device);
+  }
+#endif
   std::vector<double> sorted = p.step_ms;
   std::sort(sorted.begin(), sorted.end());
   p.median = quantile(sorted, 0.5);
@@ -213,17 +239,20 @@ const Point& base_point(const std::vector<Point>& pts) {
 
 void print_table(const std::vector<Point>& pts) {
   const Point& b = base_point(pts);
-  std::printf("\n%9s %10s %10s %10s %10s %9s %11s %11s %11s %10s\n", "context", "median ms", "p10 ms", "p90 ms",
-              "mean ms", "ratio", "state MiB", "held MiB", "dev peak", "state s");
+  std::printf("\n%9s %10s %10s %10s %10s %9s %11s %11s %11s %10s %11s\n", "context", "median ms", "p10 ms", "p90 ms",
+              "mean ms", "ratio", "state MiB", "held MiB", "dev peak", "state s", "syncs/step");
   for (const Point& p : pts) {
     const std::string dev_peak =
         p.device_peak_alloc < 0 ? "-" : std::to_string(static_cast<int64_t>(mib(p.device_peak_alloc))) + " MiB";
-    std::printf("%9lld %10.3f %10.3f %10.3f %10.3f %9.3f %11.1f %11.1f %11s %10.2f\n", static_cast<long long>(p.context),
+    char syncs[32] = "-";
+    if (p.syncs >= 0) std::snprintf(syncs, sizeof syncs, "%.1f", p.syncs);
+    std::printf("%9lld %10.3f %10.3f %10.3f %10.3f %9.3f %11.1f %11.1f %11s %10.2f %11s\n", static_cast<long long>(p.context),
                 p.median, p.p10, p.p90, p.mean, p.median / b.median, mib(p.bytes.allocated), mib(p.bytes.held),
-                dev_peak.c_str(), p.build_s);
+                dev_peak.c_str(), p.build_s, syncs);
   }
   std::printf("(ratio: the median over the median at context %lld; state: allocated caches, rings and compressors, "
-              "on the %s; held: their valid part)\n",
+              "on the %s; held: their valid part; syncs/step: host synchronizations per timed step, "
+              "gpu::host_sync_counts)\n",
               static_cast<long long>(b.context), pts.front().state_where.c_str());
 }
 
@@ -241,6 +270,7 @@ nlohmann::json to_json(const Args& a, const reference::ModelConfig& c, const std
   j["warmup"] = a.warmup;
   j["max_seq_len_policy"] = a.max_seq_len;
   j["cuda_production_ops_env"] = production_ops_env();
+  j["cuda_defer_checks_env"] = defer_checks_env();
   j["reference_threads"] = reference::reference_threads();
   j["ratio_base_context"] = b.context;
   nlohmann::json rows = nlohmann::json::array();
@@ -252,7 +282,9 @@ nlohmann::json to_json(const Args& a, const reference::ModelConfig& c, const std
                     {"state_host_metadata_bytes", p.bytes.host_metadata},
                     {"device_alloc_after_state_bytes", p.device_alloc_after_state},
                     {"device_peak_alloc_bytes", p.device_peak_alloc}, {"peak_rss_bytes", p.peak_rss},
-                    {"state_build_s", p.build_s}});
+                    {"state_build_s", p.build_s},
+                    {"host_syncs_per_step", {{"total", p.syncs}, {"d2h", p.syncs_d2h}, {"h2d", p.syncs_h2d},
+                                             {"device", p.syncs_device}}}});
   }
   j["points"] = rows;
   const auto at = [&](int64_t ctx) -> const Point* {
@@ -273,12 +305,12 @@ std::string to_csv(const std::vector<Point>& pts) {
   std::ostringstream o;
   o << "context,max_seq_len,median_ms,p10_ms,p90_ms,mean_ms,ratio,state_where,state_allocated_bytes,"
        "state_held_bytes,state_host_metadata_bytes,device_alloc_after_state_bytes,device_peak_alloc_bytes,"
-       "peak_rss_bytes,state_build_s\n";
+       "peak_rss_bytes,state_build_s,host_syncs_per_step\n";
   for (const Point& p : pts) {
     o << p.context << ',' << p.max_seq_len << ',' << p.median << ',' << p.p10 << ',' << p.p90 << ',' << p.mean << ','
       << p.median / b.median << ',' << p.state_where << ',' << p.bytes.allocated << ',' << p.bytes.held << ','
       << p.bytes.host_metadata << ',' << p.device_alloc_after_state << ',' << p.device_peak_alloc << ','
-      << p.peak_rss << ',' << p.build_s << '\n';
+      << p.peak_rss << ',' << p.build_s << ',' << p.syncs << '\n';
   }
   return o.str();
 }
@@ -336,17 +368,23 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(a.seed), static_cast<unsigned long long>(a.seed + 1),
                 static_cast<long long>(a.warmup), static_cast<long long>(a.steps), a.max_seq_len.c_str(),
                 reference::reference_threads());
-    std::printf("DSV41_CUDA_PRODUCTION_OPS=%s (the cuda backend's production kernels; docs/cuda.md)\n",
-                production_ops_env().c_str());
+    std::printf("DSV41_CUDA_PRODUCTION_OPS=%s (the cuda backend's production kernels; docs/cuda.md), "
+                "DSV41_CUDA_DEFER_CHECKS=%s\n",
+                production_ops_env().c_str(), defer_checks_env().c_str());
     std::fflush(stdout);
 
     std::vector<Point> pts;
     for (int64_t ctx : contexts) {
       pts.push_back(run_context(a, c, w, map, ctx));
       const Point& p = pts.back();
-      std::printf("context %lld: state built in %.2f s (%.1f MiB on the %s), step median %.3f ms (p10 %.3f, p90 %.3f)\n",
+      std::printf("context %lld: state built in %.2f s (%.1f MiB on the %s), step median %.3f ms (p10 %.3f, p90 %.3f)",
                   static_cast<long long>(ctx), p.build_s, mib(p.bytes.allocated), p.state_where.c_str(), p.median,
                   p.p10, p.p90);
+      if (p.syncs >= 0) {
+        std::printf(", host syncs per step %.1f (d2h %.1f, h2d %.1f, device %.1f)", p.syncs, p.syncs_d2h, p.syncs_h2d,
+                    p.syncs_device);
+      }
+      std::printf("\n");
       std::fflush(stdout);
       if (!a.out.empty()) write_outputs(a.out, to_json(a, c, weights_desc, pts).dump(2) + "\n", to_csv(pts));
     }

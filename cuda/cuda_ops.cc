@@ -47,6 +47,7 @@ struct CudaOps::State {
   // DSV41_CUDA_DEFER_CHECKS=1: the deferred checks' slots (made on first use) and what each holds.
   // check_mu is held across a whole synchronizing copy (stage, copy, settle).
   static constexpr int kCheckSlots = 1024;
+  bool defer = false;
   std::mutex check_mu;
   std::unique_ptr<CheckSlots> slots;
   PendingChecks pending{kCheckSlots};
@@ -56,6 +57,7 @@ CudaOps::CudaOps(CudaMode mode) : mode_(mode), s_(std::make_unique<State>()) {
   DSV41_CHECK(device_count() > 0, "backend ", name(), ": no CUDA device (gpu::device_count() == 0)");
   const char* t = std::getenv("DSV41_CUDA_OP_TIMES");
   s_->timing = t != nullptr && std::string(t) == "1";
+  s_->defer = defer_checks();
   std::vector<std::string> names;
   for (const std::string& op : production_ops()) names.push_back(op.substr(0, op.find(' ')));
   const char* env = std::getenv("DSV41_CUDA_PRODUCTION_OPS");
@@ -140,7 +142,12 @@ void CudaOps::time_mark(const char* op) const {
 
 // ---- deferred checks ----
 
-bool CudaOps::defers_checks() const { return defer_checks(); }
+bool CudaOps::defers_checks() const { return s_->defer; }
+
+void CudaOps::set_defer_checks(bool on) const {
+  resolve_checks();
+  s_->defer = on;
+}
 
 int* CudaOps::check_slot(std::string what) const {
   std::lock_guard<std::mutex> l(s_->check_mu);

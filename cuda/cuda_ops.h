@@ -89,8 +89,10 @@ class CudaOps final : public reference::seam::Ops {
   // then, and marks `op` (an op whose count() comes after its launches marks its start with it;
   // the scenario backend marks "(outside the forward)" after each forward). Otherwise nothing.
   void time_mark(const char* op) const;
-  // DSV41_CUDA_DEFER_CHECKS (read once per process): whether checks are deferred.
+  // Whether this backend defers its input checks: DSV41_CUDA_DEFER_CHECKS (read once per process)
+  // at construction; set_defer_checks (tests) resolves what is pending, then switches.
   bool defers_checks() const;
+  void set_defer_checks(bool on) const;
   // Resolves the pending deferred checks now (one synchronization when any is pending): throws a
   // dsv41::Error naming the first that failed. download() and host copies do this on their own.
   void resolve_checks() const;
