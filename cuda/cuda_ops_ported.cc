@@ -87,11 +87,11 @@ Tensor<float> CudaOps::linear_path(const char* op, const Tensor<float>& x, const
   // DSV41_CUDA_DEFER_CHECKS=1: the input check (bf16 values; finite act_quant blocks) goes to a
   // deferred slot instead of being read back; its failure is only ever the reference's error.
   const bool to_bf16 = !fp32 && w.dtype == DType::kBF16;
-  int* check = (!fp32 && (quantized || to_bf16)) ? deferred_check([&] {
+  const auto what = [&] {
     return detail::concat(op, " '", w.name, "' (", reference::dtype_name(w.dtype), "): an input is not a bf16 value",
                           quantized ? " or an act_quant block is not finite" : "");
-  })
-                                                 : nullptr;
+  };
+  int* check = !fp32 && (quantized || to_bf16) ? deferred_check(what) : nullptr;  // fp32 checks nothing
   int status = 0;
   if (production("linear") && !fp32 && tile && !w.is_packed()) {
     // The production linear (order-variant): fp8 tensor cores, cuda/linear_fp8_mma.cu.
