@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/fp8_linear.sh: the production fp8 linear's GEMM kernels (backend `cuda`: the serial wgmma
-# kernel cuda/linear_fp8_wgmma.cu and the pipelined one cuda/linear_fp8_wgmma_pipe.cu, cp.async and
-# TMA code loads; FP8_KERNELS picks, e.g. serial,pipelined,pipelined_tma,mma_sync) at
+# kernel cuda/linear_fp8_wgmma.cu, the pipelined one cuda/linear_fp8_wgmma_pipe.cu (cp.async and
+# TMA code loads) and the warp-specialized one cuda/linear_fp8_wgmma_ws.cu; FP8_KERNELS picks, e.g.
+# serial,pipelined,pipelined_tma,ws,mma_sync) at
 # released-class shapes beside torch eager (bench/fp8_linear_torch.py), on a GPU machine in one call.
 # Builds dsv41_fp8_linear_bench (into build/, configured as scripts/gpu_check.sh does), then runs
 # torch first and the kernels after (never at the same time). Output: $OUT/fp8_linear.log.

@@ -1,7 +1,7 @@
 // bench/fp8_linear_bench.cc: dsv41_fp8_linear_bench, the production fp8 linear's GEMM kernels (backend
 // `cuda`: the serial wgmma kernel cuda/linear_fp8_wgmma.cu, the pipelined one
-// cuda/linear_fp8_wgmma_pipe.cu with cp.async or TMA code loads, and on request the first kernel,
-// mma.sync, cuda/linear_fp8_mma.cu)
+// cuda/linear_fp8_wgmma_pipe.cu with cp.async or TMA code loads, the warp-specialized one
+// cuda/linear_fp8_wgmma_ws.cu, and on request the first kernel, mma.sync, cuda/linear_fp8_mma.cu)
 // at released-class shapes (dim 5120; 5120 -> 24576 and 24576 -> 5120, M = 64 decode-like rows and
 // M = 4096 prefill rows). bench/fp8_linear.sh runs it beside bench/fp8_linear_torch.py (torch eager
 // baselines of the same shapes, in the same call).
@@ -14,10 +14,10 @@
 // The GEMM alone (act_quant is separate: "aq" rows). Before timing, 2 rows of each case are checked
 // on the host against their derived bound (scenarios/judge/fp8_mma_bound.h): a FAIL replaces the time;
 // and every kernel after the first is compared with the first bit for bit over all M x N outputs
-// (serial and both pipelined must agree: "same bits" / "DIFFER").
+// (serial, both pipelined and ws must agree: "same bits" / "DIFFER").
 //
 // Usage: dsv41_fp8_linear_bench [--budget-ms 2000] [--only "M4096 K5120 N24576"]
-//                               [--kernels serial,pipelined,pipelined_tma[,mma_sync]]
+//                               [--kernels serial,pipelined,pipelined_tma[,ws][,mma_sync]]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -53,8 +53,9 @@ Kernel kernel_named(const std::string& name) {
   if (name == "serial") return {"wgmma serial", gpu::fp8_wgmma_serial_linear_codes};
   if (name == "pipelined") return {"wgmma pipelined", gpu::fp8_wgmma_pipelined_linear_codes};
   if (name == "pipelined_tma") return {"wgmma pipelined tma", gpu::fp8_wgmma_pipelined_tma_linear_codes};
+  if (name == "ws") return {"wgmma warp-specialized", gpu::fp8_wgmma_ws_linear_codes};
   if (name == "mma_sync") return {"mma.sync", gpu::fp8_mma_sync_linear_codes};
-  throw Error("--kernels: unknown kernel '" + name + "' (serial, pipelined, pipelined_tma, mma_sync)");
+  throw Error("--kernels: unknown kernel '" + name + "' (serial, pipelined, pipelined_tma, ws, mma_sync)");
 }
 
 // 2 rows of y against the bound of their exact values (scales 1).

@@ -25,8 +25,9 @@ tests() {  # name binary limit [gtest filter]
 }
 tests attn_test cuda_sparse_attn_production_test 60
 tests index_test cuda_index_select_production_test 120
-tests linear_test cuda_linear_production_test 120 '-*tma*:PipelinedLinearSwitch.*'
+tests linear_test cuda_linear_production_test 120 '-*tma*:*/ws:PipelinedLinearSwitch.*'
 tests linear_test_tma cuda_linear_production_test 60 '*tma*:PipelinedLinearSwitch.*'
+tests linear_test_ws cuda_linear_production_test 60 '*/ws'
 lap tests
 OUT=$OUT/attn timeout 90 bench/sparse_attn.sh > /dev/null 2>&1; grep -vE '^\s*$' "$OUT/attn/sparse_attn.log" | tail -24
 lap attention
@@ -36,8 +37,8 @@ tail -40 "$OUT/index/index_select.log"
 lap index
 FP8_KERNELS=serial,pipelined FP8_BUDGET_MS=400 OUT=$OUT/linear timeout 120 bench/fp8_linear.sh > "$OUT/linear/stdout.log" 2>&1
 tail -25 "$OUT/linear/stdout.log"
-timeout 60 ./build/bench/dsv41_fp8_linear_bench --kernels pipelined,pipelined_tma --budget-ms 400 > "$OUT/linear/tma.log" 2>&1
-tail -14 "$OUT/linear/tma.log"
+timeout 60 ./build/bench/dsv41_fp8_linear_bench --kernels pipelined,pipelined_tma,ws --budget-ms 400 > "$OUT/linear/tma.log" 2>&1
+tail -18 "$OUT/linear/tma.log"
 lap linear
 # With the time left (one call is 600 s): the production path over the suite, teacher-forced, and the
 # calibration with cuda as its member.

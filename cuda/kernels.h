@@ -74,7 +74,7 @@ int act_quant_codes(const float* x, int64_t T, int64_t in, uint8_t* codes, float
 // y [T, out] bf16 = the block-scaled F8 linear on the fp8 tensor cores: per 32-wide K block one
 // wgmma m64nNk32 e4m3 (fresh accumulator), promoted to an fp32 CUDA-core accumulator per block
 // in K order. x_codes [T, in], x_scales [T, in/32], w_codes [out, in], w_scales [ceil(out/32), in/32].
-// The kernel named by fp8_linear_kernel() (DSV41_FP8_LINEAR_KERNEL); both give the same bits.
+// The kernel named by fp8_linear_kernel() (DSV41_FP8_LINEAR_KERNEL); all give the same bits.
 void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
                           const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);
 // The two GEMM kernels: serial (cuda/linear_fp8_wgmma.cu: wgmma, wait, promote, one block at a
@@ -82,9 +82,11 @@ void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t
 // is promoted; 64-row tiles for T <= 64).
 // pipelined-tma: the pipelined kernel with its code tiles loaded by the bulk tensor copy (TMA) from
 // one thread instead of cp.async from all (same bits).
-enum class Fp8LinearKernel { kSerial, kPipelined, kPipelinedTma };
-// DSV41_FP8_LINEAR_KERNEL = serial | pipelined | pipelined-tma (unset: pipelined-tma, the fastest on
-// the H100 in session 19, bench/RESULTS.md), read at each call;
+// ws: warp-specialized (cuda/linear_fp8_wgmma_ws.cu: a producer warpgroup's TMA copies and scale
+// products feed one or two consumer warpgroups through an mbarrier ring; same bits).
+enum class Fp8LinearKernel { kSerial, kPipelined, kPipelinedTma, kWs };
+// DSV41_FP8_LINEAR_KERNEL = serial | pipelined | pipelined-tma | ws (unset: pipelined-tma, the
+// fastest on the H100 in session 19, bench/RESULTS.md), read at each call;
 // another value throws.
 Fp8LinearKernel fp8_linear_kernel();
 void fp8_wgmma_serial_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
@@ -93,6 +95,8 @@ void fp8_wgmma_pipelined_linear_codes(const uint8_t* x_codes, const float* x_sca
                                       const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);
 void fp8_wgmma_pipelined_tma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
                                           const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);
+void fp8_wgmma_ws_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
+                               const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);
 // The same with mma.sync m16n8k32 e4m3 (the first kernel, kept for comparison: bench/).
 void fp8_mma_sync_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in,
                                const uint8_t* w_codes, const float* w_scales, int64_t out, float* y);

@@ -22,8 +22,9 @@
 // written by cp.async, then fence.proxy.async before the barrier (HOPPER.md: the tensor cores read
 // through the async proxy). Each k32 step: wgmma, commit, wait, promote (a warpgroup's promotion
 // overlaps the other's wgmma).
-// fp8_mma_linear_codes (the backend's entry, below) runs this kernel or the pipelined one
-// (cuda/linear_fp8_wgmma_pipe.cu, same bits) as DSV41_FP8_LINEAR_KERNEL says.
+// fp8_mma_linear_codes (the backend's entry, below) runs this kernel, the pipelined one
+// (cuda/linear_fp8_wgmma_pipe.cu) or the warp-specialized one (cuda/linear_fp8_wgmma_ws.cu), same
+// bits, as DSV41_FP8_LINEAR_KERNEL says.
 #include <cstdlib>
 #include <cstring>
 
@@ -205,7 +206,8 @@ Fp8LinearKernel fp8_linear_kernel() {
   if (std::strcmp(env, "serial") == 0) return Fp8LinearKernel::kSerial;
   if (std::strcmp(env, "pipelined") == 0) return Fp8LinearKernel::kPipelined;
   if (std::strcmp(env, "pipelined-tma") == 0) return Fp8LinearKernel::kPipelinedTma;
-  DSV41_FAIL("DSV41_FP8_LINEAR_KERNEL=", env, " names no fp8 linear kernel (serial, pipelined or pipelined-tma)");
+  if (std::strcmp(env, "ws") == 0) return Fp8LinearKernel::kWs;
+  DSV41_FAIL("DSV41_FP8_LINEAR_KERNEL=", env, " names no fp8 linear kernel (serial, pipelined, pipelined-tma or ws)");
 }
 
 void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t T, int64_t in, const uint8_t* w_codes,
@@ -215,6 +217,8 @@ void fp8_mma_linear_codes(const uint8_t* x_codes, const float* x_scales, int64_t
       return fp8_wgmma_pipelined_linear_codes(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
     case Fp8LinearKernel::kPipelinedTma:
       return fp8_wgmma_pipelined_tma_linear_codes(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
+    case Fp8LinearKernel::kWs:
+      return fp8_wgmma_ws_linear_codes(x_codes, x_scales, T, in, w_codes, w_scales, out, y);
     case Fp8LinearKernel::kSerial:
       break;
   }

@@ -30,8 +30,6 @@
 //   decode (T <= 64): 1 warpgroup, 64 rows, so the grid has one CTA per column tile and all SMs
 //   stream the weight: 128 columns, 4 stages (2 CTAs an SM) where out / 128 fills the SMs, else
 //   64 columns, 8 stages (more of the weight in flight per CTA).
-#include <cudaTypedefs.h>
-
 #include <climits>
 #include <cstdint>
 
@@ -296,28 +294,10 @@ __global__ void __launch_bounds__(128 * kWG, 1)
 }
 
 // A 2-D tensor map of E4M3 codes [rows, in] (row-major), box box_rows x 128 bytes, 128-byte swizzle
-// (the layout sw128 names), zeros outside. cuTensorMapEncodeTiled through the runtime's entry
-// point (no link against the driver library).
+// (the layout sw128 names), zeros outside.
 CUtensorMap codes_map(const uint8_t* base, int64_t rows, int64_t in, int box_rows) {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    DSV41_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-    DSV41_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr,
-                "fp8_wgmma_pipelined_linear: the driver has no cuTensorMapEncodeTiled (the TMA loads need it)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(in), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(in)};  // bytes between rows
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  DSV41_CHECK(r == CUDA_SUCCESS, "fp8_wgmma_pipelined_linear: cuTensorMapEncodeTiled failed (error ", static_cast<int>(r),
-              ") for codes [", rows, ", ", in, "] at ", static_cast<const void*>(base));
-  return map;
+  return tma::encode_2d(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, rows, in, box_rows, kBK, CU_TENSOR_MAP_SWIZZLE_128B,
+                        "fp8_wgmma_pipelined_linear (codes)");
 }
 
 template <int kWG, int kBN, int kStages, bool kTma>

@@ -24,6 +24,18 @@ __device__ inline void pin(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// Warp specialization (cuda/linear_fp8_wgmma_ws.cu): a whole warpgroup gives back registers to the
+// CTA's pool down to N a thread, or takes them up to N (waiting until the pool has them). N is a
+// multiple of 8 in 24 .. 256; ptxas allocates the code after each to its N.
+template <int N>
+__device__ inline void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ inline void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 // Named barrier 1 + hg over 64 threads (the two warps of head group hg).
 __device__ inline void pair_sync(int hg) { asm volatile("bar.sync %0, 64;\n" ::"r"(1 + hg) : "memory"); }
 // Two fp32 values rounded to bf16 (RNE), lo in the low half.

@@ -1,12 +1,13 @@
 // tests/cuda/linear_pipelined_test.cc (in cuda_linear_production_test): the pipelined fp8 GEMM
-// (cuda/linear_fp8_wgmma_pipe.cu; code tiles by cp.async, and by TMA) against the serial one
-// (cuda/linear_fp8_wgmma.cu), bit for bit.
-// The two run the same block dots (one wgmma e4m3 from a zero accumulator per 32 of K, same tile
-// layout and descriptors) and the same promotion in the same K order; only the schedule differs,
-// so every output must be the same fp32 bit pattern. Shapes cover each configuration the pipelined
-// kernel picks (T > 64: 2 warpgroups x 128 columns; T <= 64: 1 warpgroup x 128 or 64 columns), a
-// last stage of 1, 2, 3 and 4 blocks, one stage only, more stages than the ring holds, T and out
-// off the tiles (out odd: the scalar stores), and random power-of-two scales per block.
+// (cuda/linear_fp8_wgmma_pipe.cu; code tiles by cp.async, and by TMA) and the warp-specialized one
+// (cuda/linear_fp8_wgmma_ws.cu) against the serial one (cuda/linear_fp8_wgmma.cu), bit for bit.
+// They run the same block dots (one wgmma e4m3 from a zero accumulator per 32 of K, same tile
+// layout and descriptors) and the same promotion in the same K order (ws: the scale products from
+// a shared table, the same fp32 multiply); only the schedule differs, so every output must be the
+// same fp32 bit pattern. Shapes cover each configuration the kernels pick (T > 64: 128 rows x 128
+// columns; T <= 64: 64 rows x 128 or 64 columns), a last stage of 1, 2, 3 and 4 blocks, one stage
+// only, more stages than the rings hold, T and out off the tiles (out odd: the scalar stores), ws's
+// two scale loads (TMA where in / 32 % 4 == 0, else cp.async), and random power-of-two scales per block.
 // Then the switch: DSV41_FP8_LINEAR_KERNEL picks the kernel of fp8_mma_linear_codes, a bad value throws.
 // Random data: DSV41_SEED=<n> reproduces a run (the seed is printed).
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ostream>
 #include <vector>
 
 #include "cuda/kernels.h"
@@ -67,13 +69,25 @@ struct Shape {
   int64_t T, out, in;
 };
 
-// Per pipelined variant: cp.async code loads (false) or TMA (true); --gtest_filter can pick one.
-class PipelinedLinear : public ::testing::TestWithParam<bool> {};
+// The kernels compared with the serial one (test names cp_async, tma, ws; --gtest_filter can pick one).
+struct Variant {
+  const char* name;  // DSV41_FP8_LINEAR_KERNEL's
+  const char* test;  // the test's
+  Gemm::Fn fn;
+};
+const Variant kVariants[] = {
+    {"pipelined", "cp_async", gpu::fp8_wgmma_pipelined_linear_codes},
+    {"pipelined-tma", "tma", gpu::fp8_wgmma_pipelined_tma_linear_codes},
+    {"ws", "ws", gpu::fp8_wgmma_ws_linear_codes},
+};
+
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
+class PipelinedLinear : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(PipelinedLinear, SameBitsAsTheSerialKernel) {
   DSV41_SKIP_WITHOUT_DEVICE();
-  const bool tma = GetParam();
-  const char* name = tma ? "pipelined-tma" : "pipelined";
+  const char* name = GetParam().name;
   const Shape shapes[] = {
       {1, 256, 512},      // decode, 64 columns; whole stages
       {33, 1000, 4192},   // decode, 64 columns; last stage 3 blocks (131), out off the tiles
@@ -87,6 +101,8 @@ TEST_P(PipelinedLinear, SameBitsAsTheSerialKernel) {
       {128, 128, 32},     // prefill; one block
       {130, 384, 8192},   // prefill; 64 stages through the 6-deep ring
       {257, 520, 1088},   // prefill; last stage 2 blocks (34)
+      {1000, 200, 640},   // prefill, 8 row tiles, T and out off the tiles; ws: scales by TMA
+      {64, 520, 1056},    // decode, 64 columns; last stage 1 block (33); ws: scales by cp.async
   };
   for (const Shape s : shapes) {
     const Gemm gemm(s.T, s.out, s.in);
@@ -98,8 +114,7 @@ TEST_P(PipelinedLinear, SameBitsAsTheSerialKernel) {
       nonzero += serial[i] != 0.0f;
     }
     EXPECT_GT(nonzero, 0) << "all outputs zero";
-    const std::vector<float> piped =
-        gemm.run(tma ? gpu::fp8_wgmma_pipelined_tma_linear_codes : gpu::fp8_wgmma_pipelined_linear_codes);
+    const std::vector<float> piped = gemm.run(GetParam().fn);
     ASSERT_EQ(serial.size(), piped.size());
     int64_t differ = 0, first = -1;
     for (size_t i = 0; i < serial.size(); ++i) {
@@ -137,8 +152,8 @@ class KernelEnv {
   std::string old_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Loads, PipelinedLinear, ::testing::Values(false, true),
-                         [](const auto& info) { return std::string(info.param ? "tma" : "cp_async"); });
+INSTANTIATE_TEST_SUITE_P(Loads, PipelinedLinear, ::testing::ValuesIn(kVariants),
+                         [](const auto& info) { return std::string(info.param.test); });
 
 TEST(PipelinedLinearSwitch, TheSwitchPicksTheKernel) {
   DSV41_SKIP_WITHOUT_DEVICE();
@@ -150,6 +165,9 @@ TEST(PipelinedLinearSwitch, TheSwitchPicksTheKernel) {
   EXPECT_EQ(std::memcmp(gemm.run(gpu::fp8_mma_linear_codes).data(), piped.data(), piped.size() * sizeof(float)), 0);
   env.set("pipelined-tma");
   EXPECT_EQ(gpu::fp8_linear_kernel(), gpu::Fp8LinearKernel::kPipelinedTma);
+  EXPECT_EQ(std::memcmp(gemm.run(gpu::fp8_mma_linear_codes).data(), piped.data(), piped.size() * sizeof(float)), 0);
+  env.set("ws");
+  EXPECT_EQ(gpu::fp8_linear_kernel(), gpu::Fp8LinearKernel::kWs);
   EXPECT_EQ(std::memcmp(gemm.run(gpu::fp8_mma_linear_codes).data(), piped.data(), piped.size() * sizeof(float)), 0);
   env.set("serial");
   EXPECT_EQ(gpu::fp8_linear_kernel(), gpu::Fp8LinearKernel::kSerial);

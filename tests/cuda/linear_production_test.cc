@@ -6,7 +6,7 @@
 //      2^(E - kFp8MmaKeptBits) next to the largest (E its exponent) is kept, wherever the small
 //      product sits in the 32; and |d - p| <= delta on random, mixed-magnitude and cancelling
 //      blocks (the measured bits and err/delta are printed).
-//   2. The linear (each GEMM kernel: serial, pipelined, pipelined-tma) on released-like shapes
+//   2. The linear (each GEMM kernel: serial, pipelined, pipelined-tma, ws) on released-like shapes
 //      (K 5120 and a K not a multiple of the 128-wide stage, T not a multiple of the 128-row
 //      tile), random data: every output finite, not all zero,
 //      within the bound of its exact value; err/bound, the bound in bf16 ulps and the share of
@@ -362,7 +362,7 @@ TEST_P(ProductionLinearKernels, WithinTheDerivedBoundOfTheExactValue) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, ProductionLinearKernels, ::testing::Values("serial", "pipelined", "pipelined-tma"),
+INSTANTIATE_TEST_SUITE_P(Kernels, ProductionLinearKernels, ::testing::Values("serial", "pipelined", "pipelined-tma", "ws"),
                          [](const auto& info) {
                            std::string n = info.param;
                            return n == "pipelined-tma" ? std::string("pipelined_tma") : n;
