@@ -83,11 +83,18 @@ struct Point {
   // Host synchronizations per timed step (gpu::host_sync_counts over the timed steps; -1: host
   // backend): all, and device-to-host copies, host-to-device copies, device waits.
   double syncs = -1, syncs_d2h = -1, syncs_h2d = -1, syncs_device = -1;
+  double staged_uploads = -1;  // uploads per timed step sent from the pinned ring (no host wait)
 };
 
 // DSV41_CUDA_DEFER_CHECKS as set ("unset": off; cuda/deferred_checks.h).
 std::string defer_checks_env() {
   const char* env = std::getenv("DSV41_CUDA_DEFER_CHECKS");
+  return env == nullptr ? "unset" : env;
+}
+
+// DSV41_CUDA_ASYNC_UPLOADS as set ("unset": on; cuda/upload_staging.cu).
+std::string async_uploads_env() {
+  const char* env = std::getenv("DSV41_CUDA_ASYNC_UPLOADS");
   return env == nullptr ? "unset" : env;
 }
 
@@ -187,10 +194,14 @@ Point run_context(const Args& a, const reference::ModelConfig& base, const refer
   opt.logits_only = true;
 #if defined(DSV41_HAVE_CUDA)
   gpu::HostSyncCounts sync0;
+  gpu::UploadStagingStats staged0;
 #endif
   for (int64_t s = 0; s < steps; ++s) {
 #if defined(DSV41_HAVE_CUDA)
-    if (s == a.warmup) sync0 = gpu::host_sync_counts();
+    if (s == a.warmup) {
+      sync0 = gpu::host_sync_counts();
+      staged0 = gpu::upload_staging_stats();
+    }
 #endif
     const auto s0 = Clock::now();
     const reference::model::StepRecord r = model.forward_chunk(state, {token(rng)}, opt);
@@ -206,6 +217,7 @@ Point run_context(const Args& a, const reference::ModelConfig& base, const refer
     p.syncs_d2h = per_step(sync1.d2h - sync0.d2h);
     p.syncs_h2d = per_step(sync1.h2d - sync0.h2d);
     p.syncs_device = per_step(sync1.device - sync0.device);
+    p.staged_uploads = per_step(gpu::upload_staging_stats().staged - staged0.staged);
   }
 #endif
   std::vector<double> sorted = p.step_ms;
@@ -271,6 +283,7 @@ nlohmann::json to_json(const Args& a, const reference::ModelConfig& c, const std
   j["max_seq_len_policy"] = a.max_seq_len;
   j["cuda_production_ops_env"] = production_ops_env();
   j["cuda_defer_checks_env"] = defer_checks_env();
+  j["cuda_async_uploads_env"] = async_uploads_env();
   j["reference_threads"] = reference::reference_threads();
   j["ratio_base_context"] = b.context;
   nlohmann::json rows = nlohmann::json::array();
@@ -284,7 +297,8 @@ nlohmann::json to_json(const Args& a, const reference::ModelConfig& c, const std
                     {"device_peak_alloc_bytes", p.device_peak_alloc}, {"peak_rss_bytes", p.peak_rss},
                     {"state_build_s", p.build_s},
                     {"host_syncs_per_step", {{"total", p.syncs}, {"d2h", p.syncs_d2h}, {"h2d", p.syncs_h2d},
-                                             {"device", p.syncs_device}}}});
+                                             {"device", p.syncs_device}}},
+                    {"staged_uploads_per_step", p.staged_uploads}});
   }
   j["points"] = rows;
   const auto at = [&](int64_t ctx) -> const Point* {
@@ -369,8 +383,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(a.warmup), static_cast<long long>(a.steps), a.max_seq_len.c_str(),
                 reference::reference_threads());
     std::printf("DSV41_CUDA_PRODUCTION_OPS=%s (the cuda backend's production kernels; docs/cuda.md), "
-                "DSV41_CUDA_DEFER_CHECKS=%s\n",
-                production_ops_env().c_str(), defer_checks_env().c_str());
+                "DSV41_CUDA_DEFER_CHECKS=%s, DSV41_CUDA_ASYNC_UPLOADS=%s\n",
+                production_ops_env().c_str(), defer_checks_env().c_str(), async_uploads_env().c_str());
     std::fflush(stdout);
 
     std::vector<Point> pts;
@@ -381,8 +395,8 @@ int main(int argc, char** argv) {
                   static_cast<long long>(ctx), p.build_s, mib(p.bytes.allocated), p.state_where.c_str(), p.median,
                   p.p10, p.p90);
       if (p.syncs >= 0) {
-        std::printf(", host syncs per step %.1f (d2h %.1f, h2d %.1f, device %.1f)", p.syncs, p.syncs_d2h, p.syncs_h2d,
-                    p.syncs_device);
+        std::printf(", host syncs per step %.1f (d2h %.1f, h2d %.1f, device %.1f; %.1f uploads staged)", p.syncs,
+                    p.syncs_d2h, p.syncs_h2d, p.syncs_device, p.staged_uploads);
       }
       std::printf("\n");
       std::fflush(stdout);

@@ -57,8 +57,24 @@ DeviceMemoryStats device_memory_stats();
 void reset_device_alloc_peak();         // the high-water mark restarts at what is held now
 void* pinned_alloc(std::size_t bytes);  // page-locked host memory
 void pinned_free(void* p) noexcept;
+// Host to device. An upload of at most kStagedUploadMaxBytes is staged (DSV41_CUDA_ASYNC_UPLOADS,
+// the default; cuda/upload_staging.cu): `src` is copied into a pinned ring right away (so the
+// caller may change or free it on return) and the copy to `dst` is queued on the legacy default
+// stream, after every kernel queued before it; no host wait unless the ring wraps onto a region
+// whose copy is still in flight (counted as a device sync). `dst` must stay allocated until the
+// copy ran: device_free is stream-ordered (or synchronizes with DSV41_CUDA_ALLOC_POOL=0).
+// Larger uploads, or any with DSV41_CUDA_ASYNC_UPLOADS=0: a cudaMemcpy from pageable memory, which
+// waits for the device first (counted as h2d).
+void copy_to_device(void* dst, const void* src, std::size_t bytes);
+inline constexpr std::size_t kStagedUploadMaxBytes = std::size_t{1} << 20;
+bool async_uploads();  // DSV41_CUDA_ASYNC_UPLOADS != "0" (read once)
+// What the staging ring did since the process started (process-wide): uploads staged, their bytes,
+// and the host waits for a region still in flight (each also counted as a HostSync::kDevice).
+struct UploadStagingStats {
+  int64_t staged = 0, staged_bytes = 0, waits = 0;
+};
+UploadStagingStats upload_staging_stats();
 // The synchronous helpers (each counted below, cuda/host_sync.cu):
-void copy_to_device(void* dst, const void* src, std::size_t bytes);  // waits for the device first
 void copy_to_host(void* dst, const void* src, std::size_t bytes);    // waits for the copy
 void fill_device(void* dst, uint8_t byte, std::size_t bytes);        // waits for the device after
 void synchronize();                                                  // whole device
@@ -66,6 +82,9 @@ void synchronize();                                                  // whole de
 // pinned (pinned_alloc) and is valid once a later synchronization has passed.
 void fill_device_async(void* dst, uint8_t byte, std::size_t bytes);
 void copy_to_host_async(void* dst, const void* src, std::size_t bytes);
+// For tests and benches: one thread that keeps the default stream busy for about `ns` nanoseconds
+// (the device's global timer), so that what is queued after it is still in flight.
+void spin_device(uint64_t ns);
 
 // ---- host synchronizations ----
 // Every helper of this library that makes the host wait for the device counts itself here

@@ -1,8 +1,8 @@
 // cuda/host_sync.cu
 //
 // The synchronous memory helpers of cuda/device.h and their count (every host wait this library
-// makes goes through note_host_sync), the asynchronous ones, and CheckSlots (cuda/deferred_checks.h:
-// the device side of the deferred checks).
+// makes goes through note_host_sync; copy_to_device is cuda/upload_staging.cu), the asynchronous
+// ones, and CheckSlots (cuda/deferred_checks.h: the device side of the deferred checks).
 #include <atomic>
 
 #include "cuda/common.cuh"
@@ -24,12 +24,6 @@ HostSyncCounts host_sync_counts() {
   return c;
 }
 int64_t host_sync_count() { return host_sync_counts().total(); }
-
-void copy_to_device(void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
-  note_host_sync(HostSync::kH2D);
-  DSV41_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-}
 
 void copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
@@ -54,6 +48,22 @@ void fill_device_async(void* dst, uint8_t byte, std::size_t bytes) {
 
 void copy_to_host_async(void* dst, const void* src, std::size_t bytes) {
   if (bytes != 0) DSV41_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, 0));
+}
+
+namespace {
+__global__ void spin_kernel(uint64_t ns) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+}  // namespace
+
+void spin_device(uint64_t ns) {
+  spin_kernel<<<1, 1>>>(ns);
+  DSV41_CUDA_CHECK(cudaGetLastError());
 }
 
 // ---- CheckSlots ----
