@@ -45,11 +45,11 @@ echo "gpu_check: rc $?"; tail -44 "$OUT/gc.txt"
 lap gpu_check
 
 # 3. With the time left: the decode step with the deferred checks, then the kernels' benches.
-for d in 0 1; do
+for v in 0:0 0:1 1:1; do  # DSV41_CUDA_DEFER_CHECKS:DSV41_CUDA_ASYNC_UPLOADS
   (( $(left) > 40 )) || break
-  DSV41_CUDA_DEFER_CHECKS=$d timeout "$(limit 40)" ./build/bench/dsv41_decode_curve --backend cuda --contexts 4096 \
-    --steps 20 --warmup 3 > "$OUT/curve_defer$d.log" 2>&1
-  echo "decode 4096, DSV41_CUDA_DEFER_CHECKS=$d: rc $?"; tail -4 "$OUT/curve_defer$d.log"
+  DSV41_CUDA_DEFER_CHECKS=${v%:*} DSV41_CUDA_ASYNC_UPLOADS=${v#*:} timeout "$(limit 40)" ./build/bench/dsv41_decode_curve \
+    --backend cuda --contexts 4096 --steps 20 --warmup 3 > "$OUT/curve_$v.log" 2>&1
+  echo "decode 4096, DSV41_CUDA_DEFER_CHECKS=${v%:*} DSV41_CUDA_ASYNC_UPLOADS=${v#*:}: rc $?"; tail -5 "$OUT/curve_$v.log"
 done
 if (( $(left) > 30 )); then
   timeout "$(limit 40)" ./build/bench/dsv41_fp8_linear_bench --kernels pipelined_tma,ws --budget-ms 300 > "$OUT/fp8.log" 2>&1
