@@ -37,7 +37,7 @@ cmake --build build -j"$JOBS" --target $TESTS dsv41 > "$OUT/build.log" 2>&1 && R
 tb=$(date +%s)
 
 for t in $TESTS; do
-  if timeout 150 ./build/tests/cuda/$t > "$OUT/$t.log" 2>&1; then RESULT[$t]="ok ($(grep -c '^\[       OK' "$OUT/$t.log") passed)"
+  if timeout 90 ./build/tests/cuda/$t > "$OUT/$t.log" 2>&1; then RESULT[$t]="ok ($(grep -c '^\[       OK' "$OUT/$t.log") passed)"
   else RESULT[$t]="FAIL ($(grep -c '^\[  FAILED' "$OUT/$t.log") failed lines)"; fi
 done
 tt=$(date +%s)
