@@ -30,7 +30,7 @@ lap build
 # 1. The million-token session, the cuda side (side B replays the sampled steps from A's state).
 ( while true; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader,nounits >> "$OUT/million_smi.txt"; sleep 1; done ) &
 smi=$!
-GLIBC_TUNABLES=glibc.malloc.hugetlb=1 /usr/bin/time -v timeout "$(limit 200)" ./build/dsv41 run \
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 /usr/bin/time -v timeout "$(limit 160)" ./build/dsv41 run \
   scenarios/scale/million_tokens.json --config scenarios/configs/million.json --sides cuda@global,cuda@global \
   --time-sides -o "$OUT/million.h5" > "$OUT/million.log" 2>&1
 echo "million: rc $?"
