@@ -92,7 +92,7 @@ std::string defer_checks_env() {
   return env == nullptr ? "unset" : env;
 }
 
-// DSV41_CUDA_ASYNC_UPLOADS as set ("unset": on; cuda/upload_staging.cu).
+// DSV41_CUDA_ASYNC_UPLOADS as set ("unset": off; cuda/upload_staging.cu).
 std::string async_uploads_env() {
   const char* env = std::getenv("DSV41_CUDA_ASYNC_UPLOADS");
   return env == nullptr ? "unset" : env;

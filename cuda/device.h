@@ -57,17 +57,17 @@ DeviceMemoryStats device_memory_stats();
 void reset_device_alloc_peak();         // the high-water mark restarts at what is held now
 void* pinned_alloc(std::size_t bytes);  // page-locked host memory
 void pinned_free(void* p) noexcept;
-// Host to device. An upload of at most kStagedUploadMaxBytes is staged (DSV41_CUDA_ASYNC_UPLOADS,
-// the default; cuda/upload_staging.cu): `src` is copied into a pinned ring right away (so the
+// Host to device. An upload of at most kStagedUploadMaxBytes is staged with DSV41_CUDA_ASYNC_UPLOADS=1
+// (off by default until a device run settles it; cuda/upload_staging.cu): `src` is copied into a pinned ring right away (so the
 // caller may change or free it on return) and the copy to `dst` is queued on the legacy default
 // stream, after every kernel queued before it; no host wait unless the ring wraps onto a region
 // whose copy is still in flight (counted as a device sync). `dst` must stay allocated until the
 // copy ran: device_free is stream-ordered (or synchronizes with DSV41_CUDA_ALLOC_POOL=0).
-// Larger uploads, or any with DSV41_CUDA_ASYNC_UPLOADS=0: a cudaMemcpy from pageable memory, which
+// Larger uploads, or any without DSV41_CUDA_ASYNC_UPLOADS=1: a cudaMemcpy from pageable memory, which
 // waits for the device first (counted as h2d).
 void copy_to_device(void* dst, const void* src, std::size_t bytes);
 inline constexpr std::size_t kStagedUploadMaxBytes = std::size_t{1} << 20;
-bool async_uploads();  // DSV41_CUDA_ASYNC_UPLOADS != "0" (read once)
+bool async_uploads();  // DSV41_CUDA_ASYNC_UPLOADS == "1" (read once)
 // What the staging ring did since the process started (process-wide): uploads staged, their bytes,
 // and the host waits for a region still in flight (each also counted as a HostSync::kDevice).
 struct UploadStagingStats {

@@ -103,7 +103,7 @@ void stage_upload(void* dst, const void* src, std::size_t bytes) {
 bool async_uploads() {
   static const bool on = [] {
     const char* env = std::getenv("DSV41_CUDA_ASYNC_UPLOADS");
-    return env == nullptr || std::string(env) != "0";
+    return env != nullptr && std::string(env) == "1";  // off until a device run settles it
   }();
   return on;
 }

@@ -40,6 +40,10 @@ for t in $TESTS; do
   if timeout 90 ./build/tests/cuda/$t > "$OUT/$t.log" 2>&1; then RESULT[$t]="ok ($(grep -c '^\[       OK' "$OUT/$t.log") passed)"
   else RESULT[$t]="FAIL ($(grep -c '^\[  FAILED' "$OUT/$t.log") failed lines)"; fi
 done
+# The staged uploads (off by default) on: their device test again with the switch set.
+if [[ -n "$TESTS" ]] && DSV41_CUDA_ASYNC_UPLOADS=1 timeout 90 ./build/tests/cuda/cuda_upload_staging_test > "$OUT/upload_staging_async.log" 2>&1; then
+  RESULT[upload_staging_async]="ok ($(grep -c '^\[       OK' "$OUT/upload_staging_async.log") passed)"
+elif [[ -n "$TESTS" ]]; then RESULT[upload_staging_async]="FAIL (rc $?)"; fi
 tt=$(date +%s)
 
 for b in cuda-exact cuda; do  # the whole built-in suite, both modes
