@@ -95,10 +95,8 @@ bool encode_row(const float* v, int64_t d, int16_t* codes, double* scale) {
 
 // ---- the per-lane fp32 steps (step 4 of the header) ----
 
-#define DSV41_LANES inline __attribute__((always_inline))
-
 // x = bf16(x) in every lane: formats::bf16_encode then bf16_decode (NaN -> the canonical 0x7FC0).
-DSV41_LANES void bf16_lanes(v16f& x) {
+inline __attribute__((always_inline)) void bf16_lanes(v16f& x) {
   v16u b;
   std::memcpy(&b, &x, sizeof b);
   const v16u rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
@@ -116,8 +114,8 @@ DSV41_LANES void bf16_lanes(v16f& x) {
 #if DSV41_INDEXER_X86 && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
-void scores_from_dots(const int32_t* dots, const double* q_scale, const double* ks,
-                                        const float* w, int64_t heads, float* out) {
+void scores_from_dots(const int32_t* dots, const double* q_scale, const double* ks, const float* w, int64_t heads,
+                      float* out) {
   v16d k_scale;
   std::memcpy(&k_scale, ks, sizeof k_scale);
   const v16f zero = {};
