@@ -3,10 +3,11 @@
 // keys are), at one shape: the seconds of the best of --repeat calls, the (query, key) pairs per
 // second, and an FNV-1a hash of the scores' bits, so that two builds of the reference can be timed
 // side by side and shown to give the same bits (the long-context replays of docs/scale.md spend
-// most of their time here).
+// most of their time here). --path double times the double path (the readable specification) in
+// place of the default integer path: the hash must not change.
 //
 // Usage: dsv41_index_scores_speed [--t 512] [--n 65536] [--heads 4] [--dim 32] [--threads 1]
-//          [--repeat 3] [--seed 1]
+//          [--repeat 3] [--seed 1] [--path integer|double]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
   int64_t t_count = 512, n = 65536, heads = 4, dim = 32;
   int threads = 1, repeat = 3;
   uint64_t seed = 1;
+  std::string path = "integer";
   app.add_option("--t", t_count, "queries")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--n", n, "keys (every query reaches all of them)")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--heads", heads, "index heads")->check(CLI::Range(int64_t{1}, int64_t{128}));
@@ -36,6 +39,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "reference threads")->check(CLI::Range(1, 1024));
   app.add_option("--repeat", repeat, "calls (the best is printed)")->check(CLI::Range(1, 100));
   app.add_option("--seed", seed, "input seed (printed)");
+  app.add_option("--path", path, "integer (the default) or double (every dot in double)")
+      ->check(CLI::IsMember({"integer", "double"}));
   CLI11_PARSE(app, argc, argv);
   try {
     dsv41::reference::set_reference_threads(threads);
@@ -59,11 +64,14 @@ int main(int argc, char** argv) {
     }
     for (int64_t j = 0; j < n; ++j) fill(keys.row(j));
     const std::vector<int64_t> reach(static_cast<size_t>(t_count), n);
+    const dsv41::reference::IndexScoresPath which =
+        path == "double" ? dsv41::reference::IndexScoresPath::kDouble : dsv41::reference::IndexScoresPath::kInteger;
+    dsv41::reference::IndexScoresTally tally;
     double best = 1e300;
     uint64_t hash = 0;
     for (int r = 0; r < repeat; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      const Tensor<float> s = dsv41::reference::index_scores(q, keys, w, reach);
+      const Tensor<float> s = dsv41::reference::index_scores(q, keys, w, reach, which, &tally);
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       best = std::min(best, sec);
       uint64_t h = 0xcbf29ce484222325ull;
@@ -78,10 +86,11 @@ int main(int argc, char** argv) {
       DSV41_CHECK(r == 0 || h == hash, "index_scores_speed: two calls gave different bits");
       hash = h;
     }
-    std::printf("index_scores T %lld x N %lld x %lld heads x %lld, %d thread(s), seed %llu: best of %d %.3f s, "
-                "%.1f M pairs/s, bits fnv1a %016llx\n",
+    std::printf("index_scores T %lld x N %lld x %lld heads x %lld, %d thread(s), seed %llu, %s path (%lld integer "
+                "+ %lld double groups): best of %d %.3f s, %.1f M pairs/s, bits fnv1a %016llx\n",
                 static_cast<long long>(t_count), static_cast<long long>(n), static_cast<long long>(heads),
-                static_cast<long long>(dim), threads, static_cast<unsigned long long>(seed), repeat, best,
+                static_cast<long long>(dim), threads, static_cast<unsigned long long>(seed), path.c_str(),
+                static_cast<long long>(tally.integer_groups), static_cast<long long>(tally.double_groups), repeat, best,
                 static_cast<double>(t_count) * static_cast<double>(n) / best / 1e6,
                 static_cast<unsigned long long>(hash));
   } catch (const std::exception& e) {

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "formats/minifloat.h"
 #include "formats/qdq.h"
+#include "reference/ops/indexer_fast.h"
 #include "reference/ops/numerics.h"
 #include "reference/ops/topk.h"
 
@@ -29,6 +30,10 @@ void check_reach(const std::vector<int64_t>& reach, int64_t rows, int64_t n, con
 
 // Python's floor division for a possibly negative numerator (the official `(reach - 1) // bs`).
 int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+}  // namespace
+
+namespace indexer_detail {
 
 // The scores of 16 keys for one query (index_scores' formula, below): q [heads, d] and w [heads]
 // of the query, kt the 16 keys transposed (kt[i * 16 + lane] = key lane's value i). Every lane is
@@ -60,7 +65,7 @@ DSV41_SIMD_CLONES void scores16(const float* q, const float* w, const float* kt,
   for (int l = 0; l < 16; ++l) out[l] = formats::round_to_bf16(sum[l]);
 }
 
-}  // namespace
+}  // namespace indexer_detail
 
 float index_weight_scale(int index_head_dim, int index_n_heads) {
   DSV41_CHECK(index_head_dim > 0 && index_n_heads > 0, "index_weight_scale: Di ", index_head_dim,
@@ -92,28 +97,32 @@ namespace {
 
 // index_scores and index_scores_in_pool: pool null scores every reachable key.
 Tensor<float> scores_where(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
-                           const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool);
+                           const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool, IndexScoresPath path,
+                           IndexScoresTally* tally);
 
 }  // namespace
 
 Tensor<float> index_scores(const Tensor<float>& q, const Tensor<float>& keys,
-                           const Tensor<float>& weights, const std::vector<int64_t>& reach) {
-  return scores_where(q, keys, weights, reach, nullptr);
+                           const Tensor<float>& weights, const std::vector<int64_t>& reach,
+                           IndexScoresPath path, IndexScoresTally* tally) {
+  return scores_where(q, keys, weights, reach, nullptr, path, tally);
 }
 
 Tensor<float> index_scores_in_pool(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
-                                   const std::vector<int64_t>& reach, const Tensor<uint8_t>& pool) {
+                                   const std::vector<int64_t>& reach, const Tensor<uint8_t>& pool,
+                                   IndexScoresPath path, IndexScoresTally* tally) {
   DSV41_CHECK(pool.rank() == 2 && q.rank() == 3 && keys.rank() == 2 && pool.dim(0) == q.dim(0) &&
                   pool.dim(1) == keys.dim(0),
               "index_scores_in_pool: the pool ", shape_string(pool.shape()), " must be [T, N] = [",
               q.rank() == 3 ? q.dim(0) : -1, ", ", keys.rank() == 2 ? keys.dim(0) : -1, "]");
-  return scores_where(q, keys, weights, reach, &pool);
+  return scores_where(q, keys, weights, reach, &pool, path, tally);
 }
 
 namespace {
 
 Tensor<float> scores_where(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
-                           const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool) {
+                           const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool, IndexScoresPath path,
+                           IndexScoresTally* tally) {
   DSV41_CHECK(q.rank() == 3 && keys.rank() == 2 && weights.rank() == 2,
               "index_scores: q [T, Hi, Di], keys [N, Di], weights [T, Hi]; got ranks ", q.rank(),
               ", ", keys.rank(), ", ", weights.rank());
@@ -123,7 +132,13 @@ Tensor<float> scores_where(const Tensor<float>& q, const Tensor<float>& keys, co
               keys.dim(1), "], weights [", weights.dim(0), ", ", weights.dim(1), "]");
   check_reach(reach, t_count, n, "index_scores");
   Tensor<float> scores({t_count, n}, "index_score", -kInf);
-  // The keys any query reaches, in groups of 16 transposed for scores16 (zeros past the last).
+  IndexScoresTally count;
+  if (path == IndexScoresPath::kInteger && indexer_detail::integer_path_fits(d)) {
+    indexer_detail::integer_path_scores(q, keys, weights, reach, pool, scores, count);  // the same bits
+    if (tally != nullptr) *tally = count;
+    return scores;
+  }
+  // The double path. The keys any query reaches, in groups of 16 transposed for scores16 (zeros past the last).
   const int64_t reached = reach.empty() ? 0 : *std::max_element(reach.begin(), reach.end());
   const int64_t groups = (reached + 15) / 16;
   std::vector<float> kt(static_cast<size_t>(groups * d * 16), 0.0f);  // [groups, d, 16]
@@ -133,6 +148,7 @@ Tensor<float> scores_where(const Tensor<float>& q, const Tensor<float>& keys, co
       for (int64_t i = 0; i < d; ++i) kt[static_cast<size_t>((g * d + i) * 16 + l)] = k[i];
     }
   });
+  std::vector<int64_t> scored(static_cast<size_t>(t_count), 0);  // [T] groups scored per query
   parallel_for(t_count, [&](int64_t t) {
     const int64_t reach_t = reach[static_cast<size_t>(t)];
     const float* w = weights.row(t);  // [Hi]
@@ -141,16 +157,17 @@ Tensor<float> scores_where(const Tensor<float>& q, const Tensor<float>& keys, co
     const uint8_t* in_pool = pool != nullptr ? pool->row(t) : nullptr;  // [N] or null: every key
     for (int64_t g = 0; g * 16 < reach_t; ++g) {
       const int64_t width = std::min<int64_t>(16, reach_t - g * 16);
-      if (in_pool != nullptr && std::none_of(in_pool + g * 16, in_pool + g * 16 + width, [](uint8_t m) { return m != 0; })) {
+      if (indexer_detail::group_outside_pool(in_pool, g * 16, width)) {
         continue;  // the whole group outside the pool: -inf as apply_score_mask leaves it
       }
       float s16[16];
-      scores16(heads > 0 ? q.row(t, 0) : nullptr, w, kt.data() + g * d * 16, heads, d, s16);
-      for (int64_t l = 0; l < width; ++l) {
-        out[g * 16 + l] = in_pool == nullptr || in_pool[g * 16 + l] != 0 ? s16[l] : -kInf;
-      }
+      indexer_detail::scores16(heads > 0 ? q.row(t, 0) : nullptr, w, kt.data() + g * d * 16, heads, d, s16);
+      indexer_detail::store_group(s16, in_pool, g * 16, width, out);
+      scored[static_cast<size_t>(t)] += 1;
     }
   });
+  for (const int64_t c : scored) count.double_groups += c;
+  if (tally != nullptr) *tally = count;
   return scores;
 }
 

@@ -55,16 +55,33 @@ Tensor<float> index_weights(const Tensor<float>& proj, int index_head_dim);
 // reach[t] = (start_pos + t + 1) / ratio for t in [0, seqlen). Non-decreasing.
 std::vector<int64_t> compressed_reach(int64_t start_pos, int64_t seqlen, int ratio);
 
+// How index_scores computes its dots. Both paths give the same bits (reference/ops/indexer_fast.cc
+// proves it); the choice only changes the speed.
+enum class IndexScoresPath {
+  kInteger,  // exact integer dots for the (query, key) pairs whose rows encode as small integer codes
+             // times a power of two (every FP4-QDQ row of realistic scales), the double path for the rest
+  kDouble,   // every dot a double sum in index order (indexer.cc's scores16): the readable specification
+};
+
+// What one call did, in groups of 16 keys of one query (tests: that the integer path really ran).
+struct IndexScoresTally {
+  int64_t integer_groups = 0;
+  int64_t double_groups = 0;
+};
+
 // The index scores above. q: [T, Hi, Di] QDQ bf16, keys: [N, Di] QDQ bf16, weights: [T, Hi]
 // bf16, reach: [T] with reach[t] <= N -> [T, N] bf16 (-inf where unreachable).
 Tensor<float> index_scores(const Tensor<float>& q, const Tensor<float>& keys,
-                           const Tensor<float>& weights, const std::vector<int64_t>& reach);
+                           const Tensor<float>& weights, const std::vector<int64_t>& reach,
+                           IndexScoresPath path = IndexScoresPath::kInteger, IndexScoresTally* tally = nullptr);
 
 // The same scores where pool [T, N] uint8 is set, -inf elsewhere: bit for bit index_scores then
 // apply_score_mask(pool), but a group of 16 keys with no pool byte set in a row is not scored (a
 // layer inside the candidate pool scores at most topk_blocks x block_size keys per query).
 Tensor<float> index_scores_in_pool(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
-                                   const std::vector<int64_t>& reach, const Tensor<uint8_t>& pool);
+                                   const std::vector<int64_t>& reach, const Tensor<uint8_t>& pool,
+                                   IndexScoresPath path = IndexScoresPath::kInteger,
+                                   IndexScoresTally* tally = nullptr);
 
 // ---- what an index source publishes, with explicit ownership ----
 
