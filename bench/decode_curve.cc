@@ -20,7 +20,9 @@
 // Usage:
 //   dsv41_decode_curve [--backend ref|cuda-exact|cuda|ref-order:V] [--config tiny|FILE]
 //       [--weights FILE] [--weight-seed S] [--contexts 4096,16384,...] [--steps 20] [--warmup 3]
-//       [--seed S] [--max-seq-len fit|config|N] [--threads N] [--out PREFIX]
+//       [--seed S] [--max-seq-len fit|config|N] [--threads N] [--out PREFIX] [--chunk T] [--full-record]
+// --chunk T: steps of T tokens (a prefill chunk at the context: with DSV41_REF_OP_TIMES=1 and
+// --full-record, the profile of the million run's reference replay of its last chunk, scaled down).
 // Default config: tiny (golden/oracle/config.json) with the oracle's weights; any other config gets
 // generated weights (--weight-seed, printed) unless --weights names a file. bench/decode_curve.sh
 // builds and runs the curve on the device.
@@ -66,7 +68,10 @@ struct Args {
   std::string max_seq_len = "fit", out;
   uint64_t weight_seed = 0, seed = 0;
   int64_t steps = 20, warmup = 3;
+  int64_t chunk = 1;         // tokens per step (1: decode; more: a prefill chunk at the context)
+  bool full_record = false;  // StepOptions::logits_only off: the selections come back, as a replay's
   int threads = 0;
+  int64_t positions() const { return (warmup + steps) * chunk; }  // past the context
 };
 
 // One context's measurement.
@@ -164,12 +169,12 @@ Point run_context(const Args& a, const reference::ModelConfig& base, const refer
                   const std::vector<int64_t>& map, int64_t context) {
   Point p;
   p.context = context;
-  const int64_t steps = a.warmup + a.steps;
+  const int64_t steps = a.warmup + a.steps, positions = a.positions();
   reference::ModelConfig c = base;
-  c.max_seq_len = static_cast<int>(max_seq_len_for(a.max_seq_len, base, context, steps));
+  c.max_seq_len = static_cast<int>(max_seq_len_for(a.max_seq_len, base, context, positions));
   p.max_seq_len = c.max_seq_len;
   reference::validate(c, "the config at max_seq_len " + std::to_string(c.max_seq_len));
-  bench::check_synthetic_context(c, context, steps);
+  bench::check_synthetic_context(c, context, positions);
 
   scenarios::runner::BackendModel bm(a.backend);
 #if defined(DSV41_HAVE_CUDA)
@@ -191,7 +196,7 @@ Point run_context(const Args& a, const reference::ModelConfig& base, const refer
   std::mt19937_64 rng(a.seed + 1);
   std::uniform_int_distribution<int64_t> token(0, c.vocab_size - 1);
   reference::model::StepOptions opt;
-  opt.logits_only = true;
+  opt.logits_only = !a.full_record;
 #if defined(DSV41_HAVE_CUDA)
   gpu::HostSyncCounts sync0;
   gpu::UploadStagingStats staged0;
@@ -204,7 +209,9 @@ Point run_context(const Args& a, const reference::ModelConfig& base, const refer
     }
 #endif
     const auto s0 = Clock::now();
-    const reference::model::StepRecord r = model.forward_chunk(state, {token(rng)}, opt);
+    std::vector<int64_t> ids(static_cast<size_t>(a.chunk));  // [chunk] token ids
+    for (int64_t& id : ids) id = token(rng);
+    const reference::model::StepRecord r = model.forward_chunk(state, ids, opt);
     const double ms = 1e3 * seconds_since(s0);
     check_logits(r.logits, context, s);
     if (s >= a.warmup) p.step_ms.push_back(ms);
@@ -346,6 +353,9 @@ int main(int argc, char** argv) {
   app.add_option("--contexts", a.contexts, "comma-separated contexts, ascending");
   app.add_option("--steps", a.steps, "timed decode steps per context")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--warmup", a.warmup, "untimed steps first")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--chunk", a.chunk, "tokens per step (default 1; 4096: the million run's last prefill chunk)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_flag("--full-record", a.full_record, "return the step's selections too (a sampled replay's step)");
   app.add_option("--seed", a.seed, "seed of the synthetic state (the step tokens: seed + 1); printed");
   app.add_option("--max-seq-len", a.max_seq_len, "fit (context + steps), config, or N");
   app.add_option("--threads", a.threads, "reference threads (default: all cores)");
@@ -359,8 +369,8 @@ int main(int argc, char** argv) {
     // Every context checked before any work: a bad one fails in a second, not after an hour.
     for (int64_t ctx : contexts) {
       reference::ModelConfig at = c;
-      at.max_seq_len = static_cast<int>(max_seq_len_for(a.max_seq_len, c, ctx, a.warmup + a.steps));
-      bench::check_synthetic_context(at, ctx, a.warmup + a.steps);
+      at.max_seq_len = static_cast<int>(max_seq_len_for(a.max_seq_len, c, ctx, a.positions()));
+      bench::check_synthetic_context(at, ctx, a.positions());
     }
     std::string weights = a.weights, weights_desc;
     if (weights.empty() && a.config == "tiny") weights = std::string(DSV41_SOURCE_DIR) + "/golden/oracle/weights.safetensors";

@@ -222,9 +222,10 @@ Tensor<float> candidate_block_scores(const Tensor<float>& scores, const std::vec
   parallel_for(rows, [&](int64_t t) {  // rows are independent
     const float* s = scores.row(t);
     float* o = out.row(t);
-    for (int64_t j = 0; j < n; ++j) {
-      float& b = o[j / block_size];
-      b = std::max(b, s[j]);
+    for (int64_t b = 0; b < blocks; ++b) {  // each block's max in index order, from -inf
+      float m = o[b];
+      for (int64_t j = b * block_size; j < std::min<int64_t>(n, (b + 1) * block_size); ++j) m = std::max(m, s[j]);
+      o[b] = m;
     }
     const int64_t last = floor_div(reach[static_cast<size_t>(t)] - 1, block_size);
     if (last >= 0) o[last] = kInf;  // the newest, partly filled block is always kept
@@ -244,7 +245,7 @@ CandidateMask select_candidate_blocks(const Tensor<float>& scores, const std::ve
   parallel_for(rows, [&](int64_t t) {  // rows are independent
     const float* bt = block.row(t);
     uint8_t* mt = result.mask.row(t);
-    for (int64_t b : topk_lowest_index(bt, blocks, k)) {
+    for (int64_t b : topk_lowest_index_scan(bt, blocks, k)) {
       if (!(bt[b] > -kInf)) continue;  // an unreachable block picked as filler
       for (int64_t j = b * block_size; j < std::min<int64_t>(n, (b + 1) * block_size); ++j) mt[j] = 1;
     }
@@ -268,7 +269,7 @@ PublishedTopk select_index_topk(const Tensor<float>& scores, const std::vector<i
   result.offset = offset;
   result.idxs = Tensor<int32_t>({rows, k}, "indexer_topk");
   parallel_for(rows, [&](int64_t t) {
-    std::vector<int64_t> pick = topk_lowest_index(scores.row(t), n, k);
+    std::vector<int64_t> pick = topk_lowest_index_scan(scores.row(t), n, k);
     std::sort(pick.begin(), pick.end());
     for (int64_t i = 0; i < k; ++i) {
       const int64_t pos = pick[static_cast<size_t>(i)];

@@ -24,4 +24,28 @@ std::vector<int64_t> topk_lowest_index(const float* scores, int64_t n, int64_t k
   return order;
 }
 
+std::vector<int64_t> topk_lowest_index_scan(const float* scores, int64_t n, int64_t k) {
+  DSV41_CHECK(n >= 0 && k >= 0 && k <= n, "top-k of ", k, " out of ", n, " values");
+  const auto better = [scores](int64_t a, int64_t b) {  // as in topk_lowest_index
+    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+  };
+  // heap: the k best of scores[0, i), the worst of them (by `better`) on top.
+  std::vector<int64_t> heap;
+  heap.reserve(static_cast<size_t>(k));
+  for (int64_t i = 0; i < n; ++i) {
+    DSV41_CHECK(!std::isnan(scores[i]), "top-k input holds NaN at index ", i, " (of ", n, ")");
+    if (static_cast<int64_t>(heap.size()) < k) {
+      heap.push_back(i);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (k > 0 && scores[i] > scores[heap.front()]) {
+      // i is better than the worst kept one: a higher value (an equal value loses: i is a later index).
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = i;
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort(heap.begin(), heap.end(), better);  // the selection order of topk_lowest_index
+  return heap;
+}
+
 }  // namespace dsv41::reference
