@@ -6,7 +6,9 @@
 # backends over the suite, conform, small bugs, calibration, exact), then what time is left: the
 # decode step at 4096 with and without DSV41_CUDA_DEFER_CHECKS, the fp8 GEMMs, the split attention,
 # the decode-shaped indexer. Each step has its own limit, so one hang loses only itself.
-# Usage: [OUT=DIR] [DEADLINE=575] [DSV41_CMAKE_ARGS=...] bench/device_call.sh
+# --min (when little device time is left, DEADLINE about 250): build dsv41 alone, the million-token
+# cuda side until the deadline, then the suite `ref,cuda` teacher-forced if 45 s are left.
+# Usage: [OUT=DIR] [DEADLINE=575] [DSV41_CMAKE_ARGS=...] bench/device_call.sh [--min]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-$PWD/device_out}
@@ -19,25 +21,35 @@ limit() { local l; l=$(left); (( l < $1 )) && echo "$l" || echo "$1"; }  # min(w
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 git rev-parse HEAD 2>/dev/null
+MIN=0; [[ "${1:-}" == "--min" ]] && MIN=1
 TESTS=$(grep -o '^TESTS="[^"]*"' scripts/gpu_check.sh | cut -d'"' -f2)
+TARGETS="dsv41 $TESTS dsv41_decode_curve dsv41_fp8_linear_bench dsv41_sparse_attn_bench dsv41_index_select_bench"
+(( MIN )) && TARGETS=dsv41
 # shellcheck disable=SC2086
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_REQUIRE_CUDA=ON ${DSV41_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
 # shellcheck disable=SC2086
-cmake --build build -j"$(nproc)" --target dsv41 $TESTS dsv41_decode_curve dsv41_fp8_linear_bench \
-  dsv41_sparse_attn_bench dsv41_index_select_bench > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+cmake --build build -j"$(nproc)" --target $TARGETS > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 lap build
 
 # 1. The million-token session, the cuda side (side B replays the sampled steps from A's state).
 ( while true; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader,nounits >> "$OUT/million_smi.txt"; sleep 1; done ) &
 smi=$!
-GLIBC_TUNABLES=glibc.malloc.hugetlb=1 /usr/bin/time -v timeout "$(limit 160)" ./build/dsv41 run \
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 /usr/bin/time -v timeout "$( (( MIN )) && echo $(( $(left) - 5 )) || limit 160)" ./build/dsv41 run \
   scenarios/scale/million_tokens.json --config scenarios/configs/million.json --sides cuda@global,cuda@global \
   --time-sides -o "$OUT/million.h5" > "$OUT/million.log" 2>&1
 echo "million: rc $?"
 kill "$smi" 2>/dev/null
 grep -vE '^\s+(Page|Volun|Invol|Swaps|File|Socket|Signals|Average|Exit|Minor|Major|Percent)' "$OUT/million.log" | tail -28
-echo "device memory used (MiB, max over 1 s samples): $(cut -d, -f1 "$OUT/million_smi.txt" | sort -n | tail -1)"
+echo "device memory used (MiB, max over 1 s samples): $(cut -d, -f1 "$OUT/million_smi.txt" | sort -n | tail -1);" \
+  "GPU utilisation mean: $(cut -d, -f2 "$OUT/million_smi.txt" | awk '{s += $1} END {if (NR) printf "%.0f%%", s / NR}')"
 lap million
+if (( MIN )); then
+  if (( $(left) > 45 )); then
+    timeout "$(( $(left) - 3 ))" ./build/dsv41 run --sides ref,cuda --mode teacher-forced -q > "$OUT/suite_cuda_tf.log" 2>&1
+    echo "suite ref,cuda teacher-forced: rc $? $(grep -E '^[0-9]+ results:' "$OUT/suite_cuda_tf.log")"
+  fi
+  exit 0
+fi
 
 # 2. Both backends' checks.
 OUT=$OUT/gc timeout "$(limit 330)" scripts/gpu_check.sh --no-sanitizer > "$OUT/gc.txt" 2>&1

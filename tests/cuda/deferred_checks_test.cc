@@ -19,6 +19,7 @@
 #include "formats/cache_format.h"
 #include "reference/checkpoint/weights.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/support/error_of.h"
 
 namespace dsv41::test {
 namespace {
@@ -161,17 +162,6 @@ TEST(DeferredChecks, SameBitsAsSynchronous) {
       EXPECT_TRUE(same_bits(a[i], b[i])) << "T " << T << " output " << i;
     }
   }
-}
-
-// The Error of `f` (which must throw one), else "".
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(DeferredChecks, BadLinearInputRaisesAtTheNextDownload) {
