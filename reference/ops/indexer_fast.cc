@@ -111,7 +111,7 @@ inline __attribute__((always_inline)) void bf16_lanes(v16f& x) {
 // q_scale [heads] = 2^eq, ks [16] = 2^ek, w [heads] -> out [16] =
 // bf16(sum over heads in order of bf16(relu(bf16(fp32(I 2^eq 2^ek))) * w)).
 // (Its own clones: the 16-lane double and fp32 vectors are one or two registers with AVX-512.)
-#if DSV41_INDEXER_X86 && !defined(__SANITIZE_ADDRESS__)
+#if DSV41_INDEXER_X86 && DSV41_CPU_CLONES
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 void scores_from_dots(const int32_t* dots, const double* q_scale, const double* ks, const float* w, int64_t heads,

@@ -16,7 +16,8 @@ namespace dsv41::reference::indexer_detail {
 
 // The scores of 16 keys for one query by the double path (indexer.cc): q [heads, d] and w [heads]
 // of the query, kt the 16 keys transposed (kt[i * 16 + lane] = key lane's value i) -> out [16].
-DSV41_SIMD_CLONES void scores16(const float* q, const float* w, const float* kt, int64_t heads, int64_t d, float* out);
+// (Cloned where it is defined: DSV41_SIMD_CLONES, numerics.h says why not here.)
+void scores16(const float* q, const float* w, const float* kt, int64_t heads, int64_t d, float* out);
 
 // Whether the integer path takes rows of d channels (d * 2047^2 must stay below 2^31).
 bool integer_path_fits(int64_t d);
