@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/env_switch.h"
 #include "cuda/tensor_core.cuh"  // store2, bf16_value
 
 namespace dsv41::gpu::attn_split {
@@ -62,10 +63,7 @@ __global__ void combine_kernel(SplitPart pp, const float* __restrict__ sink, Out
 
 // DSV41_CUDA_ATTN_SPLIT_PDL=0: the combine launched after the split grid the ordinary way.
 inline bool pdl() {
-  static const bool on = [] {
-    const char* env = std::getenv("DSV41_CUDA_ATTN_SPLIT_PDL");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  static const bool on = env_switch("DSV41_CUDA_ATTN_SPLIT_PDL", true);
   return on;
 }
 

@@ -5,6 +5,7 @@
 // reference does (a shape error is the reference's own error: the op calls the reference's
 // checks by re-running it on host copies), then launches. The host fallbacks are in
 // cuda/cuda_fallback.cc.
+#include "base/env_switch.h"
 #include "cuda/cuda_ops.h"
 
 #include <algorithm>
@@ -55,8 +56,7 @@ struct CudaOps::State {
 
 CudaOps::CudaOps(CudaMode mode) : mode_(mode), s_(std::make_unique<State>()) {
   DSV41_CHECK(device_count() > 0, "backend ", name(), ": no CUDA device (gpu::device_count() == 0)");
-  const char* t = std::getenv("DSV41_CUDA_OP_TIMES");
-  s_->timing = t != nullptr && std::string(t) == "1";
+  s_->timing = env_switch("DSV41_CUDA_OP_TIMES", false);
   s_->defer = defer_checks();
   std::vector<std::string> names;
   for (const std::string& op : production_ops()) names.push_back(op.substr(0, op.find(' ')));

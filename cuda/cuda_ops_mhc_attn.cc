@@ -24,7 +24,7 @@
 #include <string>
 #include <utility>
 
-#include "cuda/attention_rows.h"
+#include "base/env_switch.h"
 #include "cuda/attention_split.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/device_tensor.h"
@@ -32,6 +32,7 @@
 #include "cuda/libm_expf.h"
 #include "formats/minifloat.h"
 #include "reference/ops/attention.h"
+#include "reference/ops/attention_rows.h"
 #include "reference/ops/mhc.h"
 #include "reference/ops/numerics.h"
 #include "reference/ops/rmsnorm.h"
@@ -52,12 +53,7 @@ bool read_named_entries() {
 // DSV41_CUDA_ATTN_SPLIT=1: the production sparse attention splits each row's index list over
 // several CTAs where its rows leave most SMs idle (cuda/attention_wgmma.cu "Split"); unset or "0":
 // never (the default until a device has timed and checked it). Read at every call.
-bool attn_split_enabled() {
-  const char* env = std::getenv("DSV41_CUDA_ATTN_SPLIT");
-  if (env == nullptr || std::string(env) == "0") return false;
-  DSV41_CHECK(std::string(env) == "1", "DSV41_CUDA_ATTN_SPLIT: '", env, "' is not 0 or 1");
-  return true;
-}
+bool attn_split_enabled() { return env_switch("DSV41_CUDA_ATTN_SPLIT", false); }
 }  // namespace
 
 reference::HcMixes CudaOps::hc_mixes(const Tensor<float>& stream, const reference::HcWeights& w, double norm_eps,
@@ -155,7 +151,7 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
   if (!(window_kv.dim(1) == D && idxs.dim(0) == T && sink.numel() == H)) return host();
   // The rows the indices name: the window part, then the compressed entries, dequantised on the
   // device: only those some index names, in ascending order, the indices renumbered to them
-  // (cuda/attention_rows.h: the reference's arithmetic on O(index_topk) entries per decode step),
+  // (reference/ops/attention_rows.h: the reference's arithmetic on O(index_topk) entries per decode step),
   // or every entry with DSV41_CUDA_READ_NAMED_ENTRIES=0 (docs/cuda.md "Switches").
   if (compressed.count != 0 && !(compressed.count > 0 && compressed.dim == D)) return host();
   const int64_t W = window_kv.dim(0), n = W + std::max<int64_t>(compressed.count, 0);
@@ -168,7 +164,7 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
   if (compressed.count > 0) {
     std::vector<int64_t> used;
     if (read_named_entries()) {
-      used = compact_attention_rows(hidx.data(), W, compressed.count);
+      used = reference::compact_attention_rows(hidx.data(), W, compressed.count);
     } else {  // every entry (read_all_entries): the indices stay as they are
       used.resize(static_cast<size_t>(compressed.count));
       std::iota(used.begin(), used.end(), int64_t{0});

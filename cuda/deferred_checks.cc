@@ -6,17 +6,12 @@
 #include <cstdlib>
 #include <utility>
 
+#include "base/env_switch.h"
 #include "base/error.h"
 
 namespace dsv41::gpu {
 
-bool parse_defer_checks(const char* value) {
-  if (value == nullptr) return false;
-  const std::string v(value);
-  if (v.empty() || v == "0") return false;
-  if (v == "1") return true;
-  DSV41_FAIL("DSV41_CUDA_DEFER_CHECKS: '", v, "' is not 0 or 1");
-}
+bool parse_defer_checks(const char* value) { return parse_switch("DSV41_CUDA_DEFER_CHECKS", value, false); }
 
 bool defer_checks() {
   static const bool on = parse_defer_checks(std::getenv("DSV41_CUDA_DEFER_CHECKS"));

@@ -24,6 +24,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "base/env_switch.h"
 #include "cuda/common.cuh"
 #include "cuda/kv_pack.h"
 #include "cuda/device.h"
@@ -342,8 +343,7 @@ AllocBook& alloc_book() {
 namespace {
 bool alloc_pool() {
   static const bool on = [] {
-    const char* env = std::getenv("DSV41_CUDA_ALLOC_POOL");
-    if (env != nullptr && std::string(env) == "0") return false;
+    if (!env_switch("DSV41_CUDA_ALLOC_POOL", true)) return false;
     int dev = 0;
     cudaMemPool_t pool = nullptr;
     if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "base/env_switch.h"
 #include "cuda/common.cuh"
 #include "cuda/device.h"
 #include "cuda/staging_ring.h"
@@ -101,10 +102,7 @@ void stage_upload(void* dst, const void* src, std::size_t bytes) {
 }  // namespace
 
 bool async_uploads() {
-  static const bool on = [] {
-    const char* env = std::getenv("DSV41_CUDA_ASYNC_UPLOADS");
-    return env != nullptr && std::string(env) == "1";  // off until a device run settles it
-  }();
+  static const bool on = env_switch("DSV41_CUDA_ASYNC_UPLOADS", false);  // off until a device run settles it
   return on;
 }
 

@@ -65,6 +65,49 @@ DSV41_SIMD_CLONES void scores16(const float* q, const float* w, const float* kt,
   for (int l = 0; l < 16; ++l) out[l] = formats::round_to_bf16(sum[l]);
 }
 
+// The double path. The keys any query reaches, in groups of 16 transposed for scores16.
+std::vector<float> transposed_keys(const Tensor<float>& keys, int64_t reached) {
+  const int64_t d = keys.dim(1), groups = (reached + 15) / 16;
+  std::vector<float> kt(static_cast<size_t>(groups * d * 16), 0.0f);  // [groups, d, 16]
+  parallel_for(groups, [&](int64_t g) {
+    for (int64_t l = 0; l < 16 && g * 16 + l < reached; ++l) {
+      const float* k = keys.row(g * 16 + l);
+      for (int64_t i = 0; i < d; ++i) kt[static_cast<size_t>((g * d + i) * 16 + l)] = k[i];
+    }
+  });
+  return kt;
+}
+
+void double_path_rows(const Tensor<float>& q, const std::vector<float>& kt, const Tensor<float>& weights,
+                      const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool, const ScoreRows& rows,
+                      IndexScoresTally& tally) {
+  const int64_t heads = q.dim(1), d = q.dim(2);
+  std::vector<int64_t> scored(static_cast<size_t>(rows.t1 - rows.t0), 0);  // groups scored per query
+  parallel_for(rows.t1 - rows.t0, [&](int64_t r) {
+    const int64_t t = rows.t0 + r;
+    const int64_t reach_t = reach[static_cast<size_t>(t)];
+    DSV41_CHECK(((reach_t + 15) / 16) * d * 16 <= static_cast<int64_t>(kt.size()), "index_scores: query row ", t,
+                " reaches ", reach_t, " keys, more than were transposed");
+    const float* w = weights.row(t);  // [Hi]
+    float* out = rows.out + r * rows.width;
+    if (rows.fill) std::fill(out, out + rows.width, -kInf);
+    // score of key j: bf16(sum over heads in head order of bf16(relu(bf16(q.k)) * w)), 16 keys at once.
+    const uint8_t* in_pool = pool != nullptr ? pool->row(t) : nullptr;  // [N] or null: every key
+    for (int64_t g = 0; g * 16 < reach_t; ++g) {
+      const int64_t width = std::min<int64_t>(16, reach_t - g * 16);
+      if (group_outside_pool(in_pool, g * 16, width)) {
+        continue;  // the whole group outside the pool: -inf as apply_score_mask leaves it
+      }
+      float s16[16];
+      scores16(heads > 0 ? q.row(t, 0) : nullptr, w, kt.data() + g * d * 16, heads, d, s16);
+      store_group(s16, in_pool, g * 16, width, out);
+      scored[static_cast<size_t>(r)] += 1;
+    }
+    if (rows.done) rows.done(t, t + 1);
+  });
+  for (const int64_t c : scored) tally.double_groups += c;
+}
+
 }  // namespace indexer_detail
 
 float index_weight_scale(int index_head_dim, int index_n_heads) {
@@ -133,40 +176,19 @@ Tensor<float> scores_where(const Tensor<float>& q, const Tensor<float>& keys, co
   check_reach(reach, t_count, n, "index_scores");
   Tensor<float> scores({t_count, n}, "index_score", -kInf);
   IndexScoresTally count;
-  if (path == IndexScoresPath::kInteger && indexer_detail::integer_path_fits(d)) {
-    indexer_detail::integer_path_scores(q, keys, weights, reach, pool, scores, count);  // the same bits
-    if (tally != nullptr) *tally = count;
-    return scores;
-  }
-  // The double path. The keys any query reaches, in groups of 16 transposed for scores16 (zeros past the last).
   const int64_t reached = reach.empty() ? 0 : *std::max_element(reach.begin(), reach.end());
-  const int64_t groups = (reached + 15) / 16;
-  std::vector<float> kt(static_cast<size_t>(groups * d * 16), 0.0f);  // [groups, d, 16]
-  parallel_for(groups, [&](int64_t g) {
-    for (int64_t l = 0; l < 16 && g * 16 + l < reached; ++l) {
-      const float* k = keys.row(g * 16 + l);
-      for (int64_t i = 0; i < d; ++i) kt[static_cast<size_t>((g * d + i) * 16 + l)] = k[i];
-    }
-  });
-  std::vector<int64_t> scored(static_cast<size_t>(t_count), 0);  // [T] groups scored per query
-  parallel_for(t_count, [&](int64_t t) {
-    const int64_t reach_t = reach[static_cast<size_t>(t)];
-    const float* w = weights.row(t);  // [Hi]
-    float* out = scores.row(t);
-    // score of key j: bf16(sum over heads in head order of bf16(relu(bf16(q.k)) * w)), 16 keys at once.
-    const uint8_t* in_pool = pool != nullptr ? pool->row(t) : nullptr;  // [N] or null: every key
-    for (int64_t g = 0; g * 16 < reach_t; ++g) {
-      const int64_t width = std::min<int64_t>(16, reach_t - g * 16);
-      if (indexer_detail::group_outside_pool(in_pool, g * 16, width)) {
-        continue;  // the whole group outside the pool: -inf as apply_score_mask leaves it
-      }
-      float s16[16];
-      indexer_detail::scores16(heads > 0 ? q.row(t, 0) : nullptr, w, kt.data() + g * d * 16, heads, d, s16);
-      indexer_detail::store_group(s16, in_pool, g * 16, width, out);
-      scored[static_cast<size_t>(t)] += 1;
-    }
-  });
-  for (const int64_t c : scored) count.double_groups += c;
+  indexer_detail::ScoreRows rows;
+  rows.t0 = 0;
+  rows.t1 = t_count;
+  rows.width = n;
+  rows.out = scores.data().data();
+  if (path == IndexScoresPath::kInteger && indexer_detail::integer_path_fits(d)) {  // the same bits
+    indexer_detail::integer_path_rows(q, keys, indexer_detail::encode_keys(keys, reached), weights, reach, pool, rows,
+                                      count);
+  } else {
+    indexer_detail::double_path_rows(q, indexer_detail::transposed_keys(keys, reached), weights, reach, pool, rows,
+                                     count);
+  }
   if (tally != nullptr) *tally = count;
   return scores;
 }
@@ -211,6 +233,46 @@ void apply_score_mask(Tensor<float>& scores, const Tensor<uint8_t>& mask, int ow
   });
 }
 
+namespace indexer_detail {
+namespace {
+
+// Row t of candidate_block_scores: o [blocks] = each block's max of s [n] in index order from -inf,
+// the newest reachable block (the one holding position reach - 1) pinned to +inf.
+void block_scores_row(const float* s, int64_t n, int64_t reach, int block_size, float* o) {
+  const int64_t blocks = (n + block_size - 1) / block_size;
+  for (int64_t b = 0; b < blocks; ++b) {
+    float m = -kInf;
+    for (int64_t j = b * block_size; j < std::min<int64_t>(n, (b + 1) * block_size); ++j) m = std::max(m, s[j]);
+    o[b] = m;
+  }
+  const int64_t last = floor_div(reach - 1, block_size);
+  if (last >= 0) o[last] = kInf;  // the newest, partly filled block is always kept
+}
+
+}  // namespace
+
+void candidate_row(const float* s, int64_t n, int64_t reach, int topk_blocks, int block_size, float* block_scratch,
+                   uint8_t* mask) {
+  const int64_t blocks = (n + block_size - 1) / block_size;
+  block_scores_row(s, n, reach, block_size, block_scratch);
+  std::fill(mask, mask + n, uint8_t{0});
+  for (int64_t b : topk_lowest_index_scan(block_scratch, blocks, std::min<int64_t>(topk_blocks, blocks))) {
+    if (!(block_scratch[b] > -kInf)) continue;  // an unreachable block picked as filler
+    for (int64_t j = b * block_size; j < std::min<int64_t>(n, (b + 1) * block_size); ++j) mask[j] = 1;
+  }
+}
+
+void topk_row(const float* s, int64_t n, int64_t reach, int64_t k, int64_t offset, int32_t* idxs) {
+  std::vector<int64_t> pick = topk_lowest_index_scan(s, n, k);
+  std::sort(pick.begin(), pick.end());
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t pos = pick[static_cast<size_t>(i)];
+    idxs[i] = pos < reach ? static_cast<int32_t>(pos + offset) : -1;
+  }
+}
+
+}  // namespace indexer_detail
+
 Tensor<float> candidate_block_scores(const Tensor<float>& scores, const std::vector<int64_t>& reach,
                                      int block_size) {
   DSV41_CHECK(scores.rank() == 2 && block_size > 0, "candidate_block_scores: scores rank ",
@@ -220,35 +282,24 @@ Tensor<float> candidate_block_scores(const Tensor<float>& scores, const std::vec
   const int64_t blocks = (n + block_size - 1) / block_size;
   Tensor<float> out({rows, blocks}, "cand_block_scores", -kInf);  // -inf: the padding
   parallel_for(rows, [&](int64_t t) {  // rows are independent
-    const float* s = scores.row(t);
-    float* o = out.row(t);
-    for (int64_t b = 0; b < blocks; ++b) {  // each block's max in index order, from -inf
-      float m = o[b];
-      for (int64_t j = b * block_size; j < std::min<int64_t>(n, (b + 1) * block_size); ++j) m = std::max(m, s[j]);
-      o[b] = m;
-    }
-    const int64_t last = floor_div(reach[static_cast<size_t>(t)] - 1, block_size);
-    if (last >= 0) o[last] = kInf;  // the newest, partly filled block is always kept
+    indexer_detail::block_scores_row(scores.row(t), n, reach[static_cast<size_t>(t)], block_size, out.row(t));
   });
   return out;
 }
 
 CandidateMask select_candidate_blocks(const Tensor<float>& scores, const std::vector<int64_t>& reach,
                                       int topk_blocks, int block_size, int owner_layer) {
-  DSV41_CHECK(topk_blocks > 0, "select_candidate_blocks: topk_blocks ", topk_blocks);
-  const Tensor<float> block = candidate_block_scores(scores, reach, block_size);
-  const int64_t rows = scores.dim(0), n = scores.dim(1), blocks = block.dim(1);
-  const int64_t k = std::min<int64_t>(topk_blocks, blocks);
+  DSV41_CHECK(topk_blocks > 0 && block_size > 0 && scores.rank() == 2, "select_candidate_blocks: topk_blocks ",
+              topk_blocks, ", block_size ", block_size, ", scores rank ", scores.rank());
+  const int64_t rows = scores.dim(0), n = scores.dim(1);
+  check_reach(reach, rows, n, "select_candidate_blocks");
   CandidateMask result;
   result.owner_layer = owner_layer;
   result.mask = Tensor<uint8_t>({rows, n}, "candidates", 0);
   parallel_for(rows, [&](int64_t t) {  // rows are independent
-    const float* bt = block.row(t);
-    uint8_t* mt = result.mask.row(t);
-    for (int64_t b : topk_lowest_index_scan(bt, blocks, k)) {
-      if (!(bt[b] > -kInf)) continue;  // an unreachable block picked as filler
-      for (int64_t j = b * block_size; j < std::min<int64_t>(n, (b + 1) * block_size); ++j) mt[j] = 1;
-    }
+    std::vector<float> block(static_cast<size_t>((n + block_size - 1) / block_size));
+    indexer_detail::candidate_row(scores.row(t), n, reach[static_cast<size_t>(t)], topk_blocks, block_size,
+                                  block.data(), result.mask.row(t));
   });
   return result;
 }
@@ -269,13 +320,7 @@ PublishedTopk select_index_topk(const Tensor<float>& scores, const std::vector<i
   result.offset = offset;
   result.idxs = Tensor<int32_t>({rows, k}, "indexer_topk");
   parallel_for(rows, [&](int64_t t) {
-    std::vector<int64_t> pick = topk_lowest_index_scan(scores.row(t), n, k);
-    std::sort(pick.begin(), pick.end());
-    for (int64_t i = 0; i < k; ++i) {
-      const int64_t pos = pick[static_cast<size_t>(i)];
-      result.idxs.at(t, i) =
-          pos < reach[static_cast<size_t>(t)] ? static_cast<int32_t>(pos + offset) : -1;
-    }
+    indexer_detail::topk_row(scores.row(t), n, reach[static_cast<size_t>(t)], k, offset, result.idxs.row(t));
   });
   return result;
 }

@@ -127,6 +127,19 @@ struct IndexSelection {
   Tensor<uint8_t> candidates;  // the candidate source: [T, N] candidate_blocks(...); else rank 0
 };
 
+// Ops::index_select's composition (index_scores, then candidate_blocks for the candidate source or
+// the pool's mask for a layer inside it, then index_topk) with the same outputs bit for bit, without
+// the [T, N] score tensor: every query row's scores, block maxima, pool and top-k depend on that row
+// alone, so the rows are scored in tiles of `rows_per_tile` (0: at least 8 per thread, at most
+// 256 MiB of scores) into one reused buffer, and each worker selects from the rows it just scored.
+// keys [N, Di] as index_scores takes them (the cache rows dequantized), pool (spec.pool) [T, N].
+// The reference backend's index_select (the sampled replay of a 2^20-key step: 16 GiB of scores per
+// index layer otherwise, most of its time the first touch of fresh pages).
+IndexSelection index_select_by_rows(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
+                                    const std::vector<int64_t>& reach, const IndexSelectSpec& spec,
+                                    IndexScoresPath path = IndexScoresPath::kInteger, int64_t rows_per_tile = 0,
+                                    IndexScoresTally* tally = nullptr);
+
 // ---- selection ----
 
 // Sets scores[t, n] = -inf where the candidate mask is 0 (a layer after the candidate source).

@@ -33,6 +33,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "base/error.h"
@@ -47,6 +48,7 @@
 namespace dsv41::reference::indexer_detail {
 namespace {
 
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
 constexpr int kMaxCode = 2047;    // |c| of an encoded value
 constexpr int64_t kMaxDim = 512;  // d kMaxCode^2 < 2^31: I and every partial sum fit int32
 
@@ -264,18 +266,16 @@ Kernel chosen_kernel() {
   return kernel_generic;
 }
 
-// ---- the keys, encoded once per call ----
+}  // namespace
 
-struct EncodedKeys {
-  int64_t pairs = 0;             // ceil(d / 2)
-  std::vector<int16_t> codes;    // [groups, pairs, 16, 2] (the kernels' kc; zeros past `reached`)
-  std::vector<double> scale;     // [groups, 16] 2^ek (0 past `reached`)
-  std::vector<uint8_t> encoded;  // [groups] every reached key of the group encoded
-};
+bool integer_path_fits(int64_t d) { return d >= 1 && d <= kMaxDim; }
+
+// ---- the keys, encoded once per call (index_select_by_rows: once for all its tiles) ----
 
 EncodedKeys encode_keys(const Tensor<float>& keys, int64_t reached) {
   const int64_t d = keys.dim(1), groups = (reached + 15) / 16;
   EncodedKeys k;
+  k.reached = reached;
   k.pairs = (d + 1) / 2;
   k.codes.assign(static_cast<size_t>(groups * k.pairs * 32), 0);
   k.scale.assign(static_cast<size_t>(groups * 16), 0.0);
@@ -293,10 +293,6 @@ EncodedKeys encode_keys(const Tensor<float>& keys, int64_t reached) {
   });
   return k;
 }
-
-}  // namespace
-
-bool integer_path_fits(int64_t d) { return d >= 1 && d <= kMaxDim; }
 
 std::vector<std::string> integer_path_kernels() {
   std::vector<std::string> names;
@@ -322,22 +318,23 @@ void set_integer_path_kernel(const std::string& name) {
   DSV41_FAIL("set_integer_path_kernel: no kernel named '", name, "' (generic, avx2, avx512bw, avx512vnni)");
 }
 
-void integer_path_scores(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
-                         const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool, Tensor<float>& scores,
-                         IndexScoresTally& tally) {
-  const int64_t t_count = q.dim(0), heads = q.dim(1), d = q.dim(2);
+void integer_path_rows(const Tensor<float>& q, const Tensor<float>& keys, const EncodedKeys& k,
+                       const Tensor<float>& weights, const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool,
+                       const ScoreRows& rows, IndexScoresTally& tally) {
+  const int64_t heads = q.dim(1), d = q.dim(2), n = rows.width;
   DSV41_CHECK(integer_path_fits(d), "index_scores: the integer path takes 1 <= Di <= ", kMaxDim, ", not ", d);
-  const int64_t reached = reach.empty() ? 0 : *std::max_element(reach.begin(), reach.end());
-  const EncodedKeys k = encode_keys(keys, reached);
+  const int64_t reached = k.reached;
   const int64_t pairs = k.pairs;
   const Kernel kernel = chosen_kernel();
   // Blocks of queries share each key group while it is in cache (one query per block when there are
   // too few queries to give every thread blocks of 8).
+  const int64_t t_count = rows.t1 - rows.t0;
   const int64_t block = t_count >= 8 * reference_threads() ? 8 : 1;
   const int64_t blocks = (t_count + block - 1) / block;
   std::vector<int64_t> fast(static_cast<size_t>(blocks), 0), slow(static_cast<size_t>(blocks), 0);
   parallel_for(blocks, [&](int64_t b) {
-    const int64_t t0 = b * block, t1 = std::min(t_count, t0 + block);
+    const int64_t t0 = rows.t0 + b * block, t1 = std::min(rows.t1, t0 + block);
+    if (rows.fill) std::fill(rows.out + (t0 - rows.t0) * n, rows.out + (t1 - rows.t0) * n, -kInfinity);
     std::vector<int16_t> q_codes(static_cast<size_t>((t1 - t0) * heads * 2 * pairs), 0);  // [block, heads, 2 pairs]
     std::vector<double> q_scale(static_cast<size_t>((t1 - t0) * heads), 0.0);             // [block, heads]
     std::vector<uint8_t> q_encoded(static_cast<size_t>(t1 - t0), 1);                      // [block]
@@ -352,6 +349,7 @@ void integer_path_scores(const Tensor<float>& q, const Tensor<float>& keys, cons
       }
       block_reach = std::max(block_reach, reach[static_cast<size_t>(t)]);
     }
+    DSV41_CHECK(block_reach <= reached, "index_scores: keys encoded up to ", reached, ", a query reaches ", block_reach);
     std::vector<int32_t> dots(static_cast<size_t>(heads * 16));  // [heads, 16] one group's exact dots
     std::vector<float> kt(static_cast<size_t>(d * 16));  // [d, 16]: group kt_group transposed for scores16
     int64_t kt_group = -1;
@@ -381,9 +379,10 @@ void integer_path_scores(const Tensor<float>& q, const Tensor<float>& keys, cons
           scores16(heads > 0 ? q.row(t, 0) : nullptr, weights.row(t), kt.data(), heads, d, s16);
           slow[static_cast<size_t>(b)] += 1;
         }
-        store_group(s16, in_pool, g * 16, width, scores.row(t));
+        store_group(s16, in_pool, g * 16, width, rows.out + (t - rows.t0) * n);
       }
     }
+    if (rows.done) rows.done(t0, t1);
   });
   for (int64_t b = 0; b < blocks; ++b) {
     tally.integer_groups += fast[static_cast<size_t>(b)];

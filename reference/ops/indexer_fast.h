@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -27,12 +28,51 @@ bool integer_path_fits(int64_t d);
 std::vector<std::string> integer_path_kernels();
 void set_integer_path_kernel(const std::string& name);
 
-// The scores of every (query, reachable key) pair (inside the pool where pool is non-null) by the
-// integer path, into scores [T, N] preset to -inf; q, keys, weights and reach already checked.
+// The keys of one call encoded for the integer path (encode_keys): [groups of 16, pairs, 16, 2]
+// int16 codes, 2^ek per key, and per group whether every key of it is encoded.
+struct EncodedKeys {
+  int64_t reached = 0;           // keys [0, reached) encoded (the largest reach of the call)
+  int64_t pairs = 0;             // ceil(d / 2)
+  std::vector<int16_t> codes;    // [groups, pairs, 16, 2] (the kernels' kc; zeros past `reached`)
+  std::vector<double> scale;     // [groups, 16] 2^ek (0 past `reached`)
+  std::vector<uint8_t> encoded;  // [groups] every reached key of the group encoded
+};
+EncodedKeys encode_keys(const Tensor<float>& keys, int64_t reached);
+
+// What a caller of integer_path_rows / double_path_rows asks for: query rows [t0, t1) of a [T, N]
+// score computation (width = N) into out [(t1 - t0), N] (row t at out + (t - t0) * N); with `fill`, each row is
+// first set to -inf by the worker that scores it (a parallel first touch), else it must be preset.
+// `done(a, b)`, when set, runs on the worker that scored rows [a, b) right after them, so a fused
+// consumer (index_select_by_rows) reads them while they are in cache.
+struct ScoreRows {
+  int64_t t0 = 0, t1 = 0;
+  int64_t width = 0;  // N
+  float* out = nullptr;
+  bool fill = false;
+  std::function<void(int64_t, int64_t)> done;
+};
+
+// The scores of those rows (inside the pool where pool is non-null) by the integer path; q, keys,
+// weights and reach already checked, k = encode_keys(keys, r) with r >= the rows' largest reach.
 // Requires integer_path_fits(d). Pairs it cannot encode go through scores16.
-void integer_path_scores(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
-                         const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool, Tensor<float>& scores,
-                         IndexScoresTally& tally);
+void integer_path_rows(const Tensor<float>& q, const Tensor<float>& keys, const EncodedKeys& k,
+                       const Tensor<float>& weights, const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool,
+                       const ScoreRows& rows, IndexScoresTally& tally);
+
+// The keys transposed in groups of 16 for scores16: [groups, d, 16] (zeros past `reached`).
+std::vector<float> transposed_keys(const Tensor<float>& keys, int64_t reached);
+
+// The same rows by the double path (scores16 on every group), kt = transposed_keys(keys, r).
+void double_path_rows(const Tensor<float>& q, const std::vector<float>& kt, const Tensor<float>& weights,
+                      const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool, const ScoreRows& rows,
+                      IndexScoresTally& tally);
+
+// One row's selections from its scores s [n] (reach = the row's reach), as select_candidate_blocks
+// and select_index_topk make them for that row: the candidate mask row [n] (block scratch [blocks]),
+// and the top-k row [k] (ascending positions, -1 past the reach).
+void candidate_row(const float* s, int64_t n, int64_t reach, int topk_blocks, int block_size, float* block_scratch,
+                   uint8_t* mask);
+void topk_row(const float* s, int64_t n, int64_t reach, int64_t k, int64_t offset, int32_t* idxs);
 
 // Whether none of the `width` keys from `first` lies in the pool row (null: every key does).
 inline bool group_outside_pool(const uint8_t* in_pool, int64_t first, int64_t width) {

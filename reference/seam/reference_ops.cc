@@ -13,7 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/env_switch.h"
 #include "base/error.h"
+#include "reference/ops/attention_rows.h"
 #include "reference/seam/ops.h"
 
 namespace dsv41::reference::seam {
@@ -58,8 +60,7 @@ class OpClock {
     return clock;
   }
   const bool on = [] {
-    const char* v = std::getenv("DSV41_REF_OP_TIMES");
-    return v != nullptr && std::string(v) == "1";
+    return env_switch("DSV41_REF_OP_TIMES", false);
   }();
   void add(const char* op, double seconds) {
     const std::lock_guard<std::mutex> lock(mutex_);
@@ -179,6 +180,17 @@ class ReferenceOps final : public Ops {
                             float softmax_scale) const override {
     const OpTime time("sparse_attn");
     if (compressed.count == 0) return reference::sparse_attn(q, window_kv, sink.data(), idxs, softmax_scale);
+    // Only the compressed entries some index names, ascending, with the indices renumbered to them
+    // (reference/ops/attention_rows.h: the same rows in the same order, the same bits); indices out of
+    // range take the op on every entry, which names them in its error.
+    const int64_t W = window_kv.rank() == 2 ? window_kv.dim(0) : 0;
+    std::vector<int32_t> renumbered = idxs.data();
+    if (attention_rows_in_range(renumbered, W, compressed.count)) {
+      const std::vector<int64_t> used = compact_attention_rows(renumbered, W, compressed.count);
+      const Tensor<float> kv = reference::concat_kv_rows(window_kv, reference::read_entries(compressed, used));
+      return reference::sparse_attn(q, kv, sink.data(), Tensor<int32_t>(idxs.shape(), std::move(renumbered), idxs.name()),
+                                    softmax_scale);
+    }
     const Tensor<float> kv = reference::concat_kv_rows(window_kv, read_all_entries(compressed));
     return reference::sparse_attn(q, kv, sink.data(), idxs, softmax_scale);
   }
@@ -198,20 +210,13 @@ class ReferenceOps final : public Ops {
     const OpTime time("index_scores");
     return reference::index_scores(q, read_all_entries(keys), weights, reach);
   }
-  // A layer inside the candidate pool scores only the pool's keys (index_scores_in_pool: the bits
-  // of the composition's index_scores then mask_scores; at most topk_blocks x block_size keys a
-  // query instead of every reachable key); any other layer is the composition (Ops::index_select).
+  // The composition's outputs without its [T, N] score tensor (index_select_by_rows: rows scored in
+  // tiles and selected by the worker that scored them; a layer inside the candidate pool scores only
+  // the pool's keys, at most topk_blocks x block_size a query instead of every reachable key).
   IndexSelection index_select(const Tensor<float>& q, const CacheRows& keys, const Tensor<float>& weights,
                               const std::vector<int64_t>& reach, const IndexSelectSpec& spec) const override {
-    if (spec.pool == nullptr || spec.candidate_topk_blocks > 0) return Ops::index_select(q, keys, weights, reach, spec);
-    Tensor<float> scores;
-    {
-      const OpTime time("index_scores");
-      scores = reference::index_scores_in_pool(q, read_all_entries(keys), weights, reach, *spec.pool);
-    }
-    IndexSelection out;
-    out.topk = index_topk(scores, reach, spec.index_topk);
-    return out;
+    const OpTime time("index_select");  // with the keys' dequantization, as index_scores
+    return index_select_by_rows(q, read_all_entries(keys), weights, reach, spec);
   }
   Tensor<uint8_t> candidate_blocks(const Tensor<float>& scores, const std::vector<int64_t>& reach, int topk_blocks,
                                    int block_size) const override {

@@ -125,6 +125,19 @@ TEST(TopkScan, RefusesNanAndBadK) {
   EXPECT_THROW(topk_lowest_index_scan(row, 1, 2), Error);
   EXPECT_THROW(topk_lowest_index_scan(row, 1, -1), Error);
   EXPECT_TRUE(topk_lowest_index_scan(row, 0, 0).empty());
+  // A NaN far into a long row, where runs of 16 values that cannot enter are skipped: still found and
+  // named (index 70: inside a run of -inf that would otherwise be skipped; k 0 checks every value too).
+  std::vector<float> long_row(100, -kInf);
+  long_row[3] = 1.0f;
+  long_row[70] = std::nanf("");
+  for (const int64_t k : {0, 1, 2}) {
+    try {
+      topk_lowest_index_scan(long_row.data(), 100, k);
+      ADD_FAILURE() << "k " << k << ": NaN accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("NaN at index 70 (of 100)"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(CandidateBlocksScan, SelectionsMatchThePreviousPathForOneAndThreeThreads) {
