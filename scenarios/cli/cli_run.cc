@@ -133,8 +133,10 @@ int run(const RunArgs& a, const std::string& command_line) {
   const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   for (const runner::Scenario& s : scenarios) {
     const runner::ScenarioPlan plan = plan_scenario(s, c, opt);
-    // The reference materializes each index layer's score matrix of a step (docs/scale.md): a chunk
-    // whose matrix cannot fit in half of this machine's memory is refused before any work.
+    // A comparison that captures index_scores materializes each index layer's score matrix of a step
+    // (docs/scale.md); a sampled run's reference holds [T, N] uint8 candidate masks instead (a few at
+    // once), about as much: a chunk whose fp32 matrix cannot fit in half of this machine's memory is
+    // refused before any work.
     DSV41_CHECK(memory <= 0 || static_cast<double>(plan.largest_scores_bytes) <= memory / 2, "scenario '", s.name,
                 "': step ", plan.largest_scores_step, " would materialize an indexer score matrix of ",
                 plan.largest_scores_bytes / 1000000000, " GB (fp32 [chunk, reachable keys]); this machine has ",
