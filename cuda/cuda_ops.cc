@@ -5,7 +5,6 @@
 // reference does (a shape error is the reference's own error: the op calls the reference's
 // checks by re-running it on host copies), then launches. The host fallbacks are in
 // cuda/cuda_fallback.cc.
-#include "base/env_switch.h"
 #include "cuda/cuda_ops.h"
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include <sstream>
 #include <utility>
 
+#include "base/env_switch.h"
 #include "cuda/deferred_checks.h"
 #include "cuda/device_tensor.h"
 #include "cuda/kernels.h"

@@ -154,11 +154,9 @@ Tensor<float> CudaOps::sparse_attn(const Tensor<float>& q, const Tensor<float>& 
   // (reference/ops/attention_rows.h: the reference's arithmetic on O(index_topk) entries per decode step),
   // or every entry with DSV41_CUDA_READ_NAMED_ENTRIES=0 (docs/cuda.md "Switches").
   if (compressed.count != 0 && !(compressed.count > 0 && compressed.dim == D)) return host();
-  const int64_t W = window_kv.dim(0), n = W + std::max<int64_t>(compressed.count, 0);
+  const int64_t W = window_kv.dim(0);
   Tensor<int32_t> hidx = host_copy(idxs);
-  for (int32_t r : hidx.data()) {
-    if (r < -1 || r >= n) return host();
-  }
+  if (!reference::attention_rows_in_range(hidx.data(), W, std::max<int64_t>(compressed.count, 0))) return host();
   Tensor<float> kv_used;
   const Tensor<float>* kv = &window_kv;
   if (compressed.count > 0) {

@@ -65,6 +65,18 @@ DSV41_SIMD_CLONES void scores16(const float* q, const float* w, const float* kt,
   for (int l = 0; l < 16; ++l) out[l] = formats::round_to_bf16(sum[l]);
 }
 
+void check_score_inputs(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
+                        const std::vector<int64_t>& reach, const char* what) {
+  DSV41_CHECK(q.rank() == 3 && keys.rank() == 2 && weights.rank() == 2, what,
+              ": q [T, Hi, Di], keys [N, Di], weights [T, Hi]; got ranks ", q.rank(), ", ", keys.rank(), ", ",
+              weights.rank());
+  const int64_t t_count = q.dim(0), heads = q.dim(1), d = q.dim(2), n = keys.dim(0);
+  DSV41_CHECK(keys.dim(1) == d && weights.dim(0) == t_count && weights.dim(1) == heads, what, ": q [", t_count,
+              ", ", heads, ", ", d, "], keys [", n, ", ", keys.dim(1), "], weights [", weights.dim(0), ", ",
+              weights.dim(1), "]");
+  check_reach(reach, t_count, n, what);
+}
+
 // The double path. The keys any query reaches, in groups of 16 transposed for scores16.
 std::vector<float> transposed_keys(const Tensor<float>& keys, int64_t reached) {
   const int64_t d = keys.dim(1), groups = (reached + 15) / 16;
@@ -166,14 +178,8 @@ namespace {
 Tensor<float> scores_where(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
                            const std::vector<int64_t>& reach, const Tensor<uint8_t>* pool, IndexScoresPath path,
                            IndexScoresTally* tally) {
-  DSV41_CHECK(q.rank() == 3 && keys.rank() == 2 && weights.rank() == 2,
-              "index_scores: q [T, Hi, Di], keys [N, Di], weights [T, Hi]; got ranks ", q.rank(),
-              ", ", keys.rank(), ", ", weights.rank());
-  const int64_t t_count = q.dim(0), heads = q.dim(1), d = q.dim(2), n = keys.dim(0);
-  DSV41_CHECK(keys.dim(1) == d && weights.dim(0) == t_count && weights.dim(1) == heads,
-              "index_scores: q [", t_count, ", ", heads, ", ", d, "], keys [", n, ", ",
-              keys.dim(1), "], weights [", weights.dim(0), ", ", weights.dim(1), "]");
-  check_reach(reach, t_count, n, "index_scores");
+  indexer_detail::check_score_inputs(q, keys, weights, reach, "index_scores");
+  const int64_t t_count = q.dim(0), d = q.dim(2), n = keys.dim(0);
   Tensor<float> scores({t_count, n}, "index_score", -kInf);
   IndexScoresTally count;
   const int64_t reached = reach.empty() ? 0 : *std::max_element(reach.begin(), reach.end());

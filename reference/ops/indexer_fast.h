@@ -28,6 +28,10 @@ bool integer_path_fits(int64_t d);
 std::vector<std::string> integer_path_kernels();
 void set_integer_path_kernel(const std::string& name);
 
+// index_scores' input checks (ranks, shapes, every reach in [0, N]), errors prefixed with `what`.
+void check_score_inputs(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
+                        const std::vector<int64_t>& reach, const char* what);
+
 // The keys of one call encoded for the integer path (encode_keys): [groups of 16, pairs, 16, 2]
 // int16 codes, 2^ek per key, and per group whether every key of it is encoded.
 struct EncodedKeys {

@@ -17,19 +17,8 @@ namespace dsv41::reference {
 IndexSelection index_select_by_rows(const Tensor<float>& q, const Tensor<float>& keys, const Tensor<float>& weights,
                                     const std::vector<int64_t>& reach, const IndexSelectSpec& spec,
                                     IndexScoresPath path, int64_t rows_per_tile, IndexScoresTally* tally) {
-  DSV41_CHECK(q.rank() == 3 && keys.rank() == 2 && weights.rank() == 2,
-              "index_select: q [T, Hi, Di], keys [N, Di], weights [T, Hi]; got ranks ", q.rank(), ", ", keys.rank(),
-              ", ", weights.rank());
-  const int64_t t_count = q.dim(0), heads = q.dim(1), d = q.dim(2), n = keys.dim(0);
-  DSV41_CHECK(keys.dim(1) == d && weights.dim(0) == t_count && weights.dim(1) == heads, "index_select: q [", t_count,
-              ", ", heads, ", ", d, "], keys [", n, ", ", keys.dim(1), "], weights [", weights.dim(0), ", ",
-              weights.dim(1), "]");
-  DSV41_CHECK(static_cast<int64_t>(reach.size()) == t_count, "index_select: ", reach.size(), " reach values for ",
-              t_count, " query rows");
-  for (size_t t = 0; t < reach.size(); ++t) {
-    DSV41_CHECK(reach[t] >= 0 && reach[t] <= n, "index_select: reach ", reach[t], " of query row ", t,
-                " outside [0, ", n, "]");
-  }
+  indexer_detail::check_score_inputs(q, keys, weights, reach, "index_select");
+  const int64_t t_count = q.dim(0), d = q.dim(2), n = keys.dim(0);
   DSV41_CHECK(t_count == 0 || reach.back() == n, "index_select: ", n, " keys but the last query reaches ",
               reach.back(), " (the keys must be end_pos / ratio)");
   DSV41_CHECK(spec.index_topk > 0 && rows_per_tile >= 0, "index_select: index_topk ", spec.index_topk,

@@ -26,8 +26,8 @@ namespace dsv41::reference {
 std::vector<int64_t> topk_lowest_index(const float* scores, int64_t n, int64_t k);
 
 // The same indices in the same order as topk_lowest_index (the same errors), by one pass over the
-// row that keeps the k best so far in a heap: no [n] index array, and a value not better than the
-// k-th best so far costs one comparison. For long rows and small k (the indexer's [T, N] rows);
+// row that keeps the k best so far in a heap: no [n] index array, a value not better than the k-th
+// best so far costs one comparison, and a run of 16 such values (none NaN) is skipped by one test. For long rows and small k (the indexer's [T, N] rows);
 // tests/reference/ops/topk_scan_test.cc checks the two agree, ties and -inf included.
 std::vector<int64_t> topk_lowest_index_scan(const float* scores, int64_t n, int64_t k);
 

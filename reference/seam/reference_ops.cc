@@ -59,9 +59,7 @@ class OpClock {
     static OpClock clock;
     return clock;
   }
-  const bool on = [] {
-    return env_switch("DSV41_REF_OP_TIMES", false);
-  }();
+  const bool on = env_switch("DSV41_REF_OP_TIMES", false);
   void add(const char* op, double seconds) {
     const std::lock_guard<std::mutex> lock(mutex_);
     auto& [total, calls] = ops_[op];
